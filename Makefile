@@ -1,0 +1,114 @@
+# hvd: one build. Outputs go only under build/.
+#   make            build libraries, programs and tests
+#   make test       install missing packages, build, run every test
+#   make run        install missing packages, build, train lenet on Fashion-MNIST on 2 ranks
+#   make clean
+# Layout of outputs:
+#   build/libnn.a             nn/*.c
+#   build/libhvd.a            hvd/*.c + collectives/*.c
+#   build/hvd.pc              pkg-config file for user programs
+#   build/train               examples/train.c
+#   build/examples/NAME       examples/NAME.c (other examples)
+#   build/NAME                bench/NAME.c (one program per file)
+#   build/hvdrun              launcher/*.c
+#   build/tests/test_NAME     tests/test_NAME.c
+
+BUILD   ?= build
+CC      ?= cc
+OPT     ?= -O2
+# Portable baseline: no -march=native. Hot loops pick AVX2/FMA at run time
+# (__attribute__((target)) + __builtin_cpu_supports) where it pays.
+CFLAGS  ?= $(OPT) -g
+CFLAGS  += -std=c11 -Wall -Wextra -D_GNU_SOURCE -pthread -I. -MMD -MP
+
+# MPI: take the compile and link flags from the MPI compiler wrapper
+# (OpenMPI: --showme; MPICH: -compile_info/-link_info), so plain cc builds.
+MPICC        ?= mpicc
+MPI_CFLAGS   := $(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -compile_info 2>/dev/null | cut -d' ' -f2-)
+MPI_LDFLAGS  := $(shell $(MPICC) --showme:link 2>/dev/null || $(MPICC) -link_info 2>/dev/null | cut -d' ' -f2-)
+BLAS_CFLAGS  := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LDFLAGS := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+HWLOC_LDFLAGS := $(shell pkg-config --libs hwloc 2>/dev/null || echo -lhwloc)
+
+CFLAGS  += $(MPI_CFLAGS) $(BLAS_CFLAGS)
+LDLIBS  := $(MPI_LDFLAGS) $(BLAS_LDFLAGS) $(HWLOC_LDFLAGS) -lz -lm -lpthread
+
+NN_SRC    := $(wildcard nn/*.c)
+HVD_SRC   := $(wildcard hvd/*.c) $(wildcard collectives/*.c)
+TEST_SRC  := $(wildcard tests/test_*.c)
+TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+BENCH_SRC := $(wildcard bench/*.c)
+EX_SRC    := $(filter-out examples/train.c,$(wildcard examples/*.c))
+LAUNCH_SRC := $(wildcard launcher/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIBNN  := $(BUILD)/libnn.a
+LIBHVD := $(BUILD)/libhvd.a
+TESTS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+BENCHES := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRC))
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_SRC))
+TRAIN  := $(if $(wildcard examples/train.c),$(BUILD)/train)
+HVDRUN := $(if $(LAUNCH_SRC),$(BUILD)/hvdrun)
+
+.PHONY: all test run deps clean
+all: $(LIBNN) $(LIBHVD) $(BUILD)/hvd.pc $(TESTS) $(BENCHES) $(EXAMPLES) $(TRAIN) $(HVDRUN)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIBNN): $(call obj,$(NN_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBHVD): $(call obj,$(HVD_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/hvd.pc: Makefile
+	@mkdir -p $(dir $@)
+	@printf '%s\n' \
+	  'prefix=$(abspath $(BUILD))' \
+	  'srcdir=$(abspath .)' \
+	  'Name: hvd' \
+	  'Description: data-parallel training runtime (allreduce over MPI)' \
+	  'Version: 0.1' \
+	  'Cflags: -I$${srcdir}/hvd -I$${srcdir} $(MPI_CFLAGS)' \
+	  'Libs: -L$${prefix} -lhvd $(LDLIBS)' > $@
+
+$(BUILD)/tests/%: $(call obj,tests/%.c $(TEST_LIB_SRC)) $(LIBNN) $(LIBHVD)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(filter %.o,$^) $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+
+$(BUILD)/%: $(call obj,bench/%.c) $(LIBNN) $(LIBHVD)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+
+$(BUILD)/examples/%: $(call obj,examples/%.c) $(LIBNN) $(LIBHVD)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+
+$(BUILD)/train: $(call obj,examples/train.c) $(LIBNN) $(LIBHVD)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+
+$(BUILD)/hvdrun: $(call obj,$(LAUNCH_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ $(HWLOC_LDFLAGS) -o $@
+
+deps:
+	@scripts/install-deps.sh
+
+test: deps
+	$(MAKE) all
+	tests/run.sh $(BUILD)
+
+run: deps
+	$(MAKE) all
+	scripts/run-main.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,138 @@
+/* collectives/coll.h: collective algorithms over a small transport interface.
+   Knows nothing of hvd or nn. An algorithm sees only: its rank, the world size, and
+   non-blocking send/receive of bytes to/from a peer plus wait (as gloo's "pairs"), so
+   one ring serves every transport (MPI point-to-point, in-process threads, ...).
+
+   Every function returns a coll_status_t; on failure the transport's error[] holds a
+   message that says what failed (peer, bytes, the foreign call and its error string). */
+#ifndef COLL_H
+#define COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  COLL_OK = 0,
+  COLL_ERR_ARG,        /* bad count/dtype/op/root/peer                              */
+  COLL_ERR_TRANSPORT,  /* the transport failed (MPI error, system error)            */
+  COLL_ERR_PEER_LOST,  /* a peer died or became unreachable                         */
+  COLL_ERR_CANCELLED,  /* *transport->cancel became non-zero while waiting          */
+  COLL_ERR_NO_MEMORY
+} coll_status_t;
+
+/* Same order and meaning as hvd_dtype_t. */
+typedef enum {
+  COLL_FLOAT32, COLL_FLOAT64, COLL_FLOAT16, COLL_BFLOAT16,
+  COLL_INT8, COLL_UINT8, COLL_INT32, COLL_INT64
+} coll_dtype_t;
+
+/* Reductions the algorithms perform. AVERAGE is SUM followed by coll_divide(). */
+typedef enum { COLL_SUM, COLL_MIN, COLL_MAX, COLL_PRODUCT } coll_op_t;
+
+size_t coll_dtype_size(coll_dtype_t dtype);   /* 0 when invalid */
+const char *coll_dtype_name(coll_dtype_t dtype);
+const char *coll_status_string(coll_status_t s);
+
+/* ---- reductions (vectorised; float16/bfloat16 accumulate in float32, round to nearest
+   even) ---- */
+/* inout[i] = inout[i] op in[i] for i < count. */
+void coll_reduce(void *inout, const void *in, size_t count, coll_dtype_t dtype, coll_op_t op);
+/* buf[i] /= divisor (integers: C integer division). */
+void coll_divide(void *buf, size_t count, coll_dtype_t dtype, int divisor);
+/* float32 <-> float16 / bfloat16 conversions, round to nearest even. */
+uint16_t coll_float_to_half(float f);
+float coll_half_to_float(uint16_t h);
+uint16_t coll_float_to_bfloat16(float f);
+float coll_bfloat16_to_float(uint16_t b);
+
+/* ---- transport ---- */
+/* Storage for one outstanding send or receive; a transport keeps its own state in it. */
+typedef struct { unsigned char opaque[64]; } coll_request_t;
+
+typedef struct coll_transport coll_transport_t;
+
+typedef struct {
+  /* Start a send of bytes to peer / a receive of exactly bytes from peer. tag separates
+     concurrent streams between the same pair. Never blocks. */
+  coll_status_t (*isend)(coll_transport_t *t, int peer, const void *buf, size_t bytes,
+                         int tag, coll_request_t *req);
+  coll_status_t (*irecv)(coll_transport_t *t, int peer, void *buf, size_t bytes,
+                         int tag, coll_request_t *req);
+  /* Block until req completes. Must return COLL_ERR_CANCELLED (not hang) when
+     *t->cancel becomes non-zero, and COLL_ERR_PEER_LOST when the transport can tell. */
+  coll_status_t (*wait)(coll_transport_t *t, coll_request_t *req);
+  void (*destroy)(coll_transport_t *t);
+} coll_transport_ops_t;
+
+struct coll_transport {
+  int rank;
+  int size;
+  const coll_transport_ops_t *ops;
+  void *impl;
+  /* Optional: when non-NULL and *cancel != 0, waits give up with COLL_ERR_CANCELLED.
+     The hvd runtime points this at its shutdown flag so no collective outlives it. */
+  volatile int *cancel;
+  char error[256];
+};
+
+void coll_transport_destroy(coll_transport_t *t);
+
+/* In-process transport: size threads in one process, each with its own transport.
+   Runs fn(transport, arg) on every rank concurrently and joins them; returns the first
+   non-OK status any rank's fn returned. For unit tests of the algorithms at any size. */
+typedef coll_status_t (*coll_rank_fn)(coll_transport_t *t, void *arg);
+coll_status_t coll_inproc_run(int size, coll_rank_fn fn, void *arg);
+
+/* MPI point-to-point transport over a duplicate of comm (an MPI_Comm passed as a
+   pointer so this header needs no mpi.h): coll_transport_mpi_create(&comm, &t).
+   Host memory only. Requires MPI initialised with at least MPI_THREAD_SERIALIZED use
+   from the calling thread. */
+coll_status_t coll_transport_mpi_create(const void *mpi_comm, coll_transport_t **out);
+
+/* ---- algorithms ---- */
+/* Allreduce, choosing by size: recursive doubling (latency-bound) below the small-message
+   threshold, else the pipelined ring. sendbuf == recvbuf means in place. */
+coll_status_t coll_allreduce(coll_transport_t *t, const void *sendbuf, void *recvbuf,
+                             size_t count, coll_dtype_t dtype, coll_op_t op);
+coll_status_t coll_ring_allreduce(coll_transport_t *t, const void *sendbuf, void *recvbuf,
+                                  size_t count, coll_dtype_t dtype, coll_op_t op);
+coll_status_t coll_recursive_doubling_allreduce(coll_transport_t *t, const void *sendbuf,
+                                                void *recvbuf, size_t count,
+                                                coll_dtype_t dtype, coll_op_t op);
+
+/* Ring reduce-scatter: rank r receives in recvbuf the reduction of the segment of
+   counts[r] elements that starts at sum(counts[0..r-1]) of every rank's sendbuf. */
+coll_status_t coll_reduce_scatter(coll_transport_t *t, const void *sendbuf, void *recvbuf,
+                                  const size_t *counts, coll_dtype_t dtype, coll_op_t op);
+
+/* Ring allgather with unequal counts (0 allowed): recvbuf receives every rank's
+   counts[r] elements concatenated in rank order. sendbuf may point into recvbuf at this
+   rank's place. */
+coll_status_t coll_allgatherv(coll_transport_t *t, const void *sendbuf, void *recvbuf,
+                              const size_t *counts, coll_dtype_t dtype);
+
+/* Pipelined broadcast from root. */
+coll_status_t coll_broadcast(coll_transport_t *t, void *buf, size_t count,
+                             coll_dtype_t dtype, int root);
+
+/* Every rank sends count elements to every rank (block r of sendbuf goes to rank r). */
+coll_status_t coll_alltoall(coll_transport_t *t, const void *sendbuf, void *recvbuf,
+                            size_t count, coll_dtype_t dtype);
+
+coll_status_t coll_barrier(coll_transport_t *t);
+
+/* ---- tuning knobs (also for tests that reach the multi-chunk paths) ---- */
+void coll_set_chunk_bytes(size_t bytes);           /* ring pipeline chunk          */
+size_t coll_chunk_bytes(void);
+void coll_set_small_message_bytes(size_t bytes);   /* below: recursive doubling    */
+size_t coll_small_message_bytes(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COLL_H */

@@ -1,0 +1,271 @@
+/* nn/nn.h: the one public header of nn, a minimal tensor and layer library.
+   Knows nothing of hvd: a model trains alone too.
+
+   Two levels:
+   1. Kernels (nn_conv2d_forward, nn_batchnorm2d_backward, ...): plain functions over
+      float32 NCHW arrays with a shape struct. The CPU versions are the reference; a CUDA
+      backend keeps the same names and signatures and is tested against them.
+      Convention: backward kernels ADD into every gradient they produce (dx += ...,
+      dw += ...), as PyTorch accumulates .grad, so fan-out (residual connections) needs
+      no special case. Callers zero gradients before a backward pass.
+   2. Models (nn_model_t): a graph of layers built by name ("lenet", "resnet20", ...).
+      All parameters of a model live in one contiguous float buffer and all gradients
+      in another, same order and layout (forward order of the layers), so gradients can
+      be reduced in one call or in buckets over ranges. Each layer owns named slices
+      with PyTorch's names ("conv1.weight", "layer1.0.bn1.running_mean").
+
+   Errors: functions return nn_status_t; nn_last_error() holds the message (per thread).
+   Library code never prints or exits. */
+#ifndef NN_H
+#define NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  NN_OK = 0,
+  NN_ERR_ARG,          /* bad shape, NULL pointer, unknown name                    */
+  NN_ERR_NO_MEMORY,
+  NN_ERR_IO,           /* open/read/write/fsync/rename failed                      */
+  NN_ERR_FORMAT,       /* a file is corrupt, truncated or for another model        */
+  NN_ERR_UNSUPPORTED,  /* e.g. a device this build lacks                           */
+  NN_ERR_BACKEND       /* BLAS, CUDA, cuDNN, cuBLAS error                          */
+} nn_status_t;
+
+const char *nn_status_string(nn_status_t s);
+const char *nn_last_error(void);                 /* "" if none on this thread */
+/* Sets the message returned by nn_last_error (printf-style); returns s. For nn's own
+   files and for programs that want to report in the same way. */
+nn_status_t nn_set_error(nn_status_t s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Threads used by the CPU kernels (OpenBLAS and nn's own loops). Default: 1 when the
+   process was started by a multi-rank launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE > 1),
+   else the number of online cores. */
+void nn_set_threads(int n);
+int nn_threads(void);
+
+/* ---- tensors ---- */
+typedef enum { NN_DEVICE_CPU = 0, NN_DEVICE_CUDA = 1 } nn_device_t;
+
+#define NN_MAX_DIMS 4
+typedef struct {
+  int ndim;
+  int shape[NN_MAX_DIMS];
+  size_t stride[NN_MAX_DIMS];  /* in elements; contiguous row-major (NCHW) when created */
+  float *data;
+  nn_device_t device;
+  int owns_data;               /* nn_tensor_free releases data only when set */
+} nn_tensor_t;
+
+/* Owned, zero-filled, contiguous. */
+nn_status_t nn_tensor_create(nn_tensor_t *t, int ndim, const int *shape);
+/* A view of memory owned elsewhere (contiguous). */
+nn_tensor_t nn_tensor_view(float *data, int ndim, const int *shape);
+void nn_tensor_free(nn_tensor_t *t);
+size_t nn_tensor_numel(const nn_tensor_t *t);
+
+/* ---- kernels (CPU reference) ----
+   Layouts as PyTorch: x[N][C][H][W]; conv weight[Cout][Cin][KH][KW]; linear
+   weight[Out][In]; y = x W^T + b. Output sizes: floor((H + 2*pad - K) / stride) + 1. */
+
+typedef struct {
+  int n, c_in, h_in, w_in;
+  int c_out, kh, kw;
+  int stride_h, stride_w, pad_h, pad_w;
+  int h_out, w_out;            /* filled by nn_conv2d_shape */
+} nn_conv2d_shape_t;
+
+/* Fills h_out/w_out; NN_ERR_ARG when the output would be empty. */
+nn_status_t nn_conv2d_shape(nn_conv2d_shape_t *s);
+/* Scratch floats the conv kernels need (im2col buffer); the caller provides it. */
+size_t nn_conv2d_workspace_floats(const nn_conv2d_shape_t *s);
+/* b may be NULL (no bias). */
+nn_status_t nn_conv2d_forward(const nn_conv2d_shape_t *s, const float *x, const float *w,
+                              const float *b, float *y, float *workspace);
+/* dx, dw, db may each be NULL (not wanted). */
+nn_status_t nn_conv2d_backward(const nn_conv2d_shape_t *s, const float *x, const float *w,
+                               const float *dy, float *dx, float *dw, float *db,
+                               float *workspace);
+
+typedef struct { int n, c, h, w; float eps, momentum; } nn_batchnorm2d_shape_t;
+/* Training: normalises with batch statistics, saves mean and 1/sqrt(var+eps) per channel
+   for backward, and updates running statistics as PyTorch (unbiased variance,
+   running = (1 - momentum) * running + momentum * batch). */
+nn_status_t nn_batchnorm2d_forward_train(const nn_batchnorm2d_shape_t *s, const float *x,
+                                         const float *gamma, const float *beta,
+                                         float *running_mean, float *running_var, float *y,
+                                         float *save_mean, float *save_invstd);
+nn_status_t nn_batchnorm2d_forward_infer(const nn_batchnorm2d_shape_t *s, const float *x,
+                                         const float *gamma, const float *beta,
+                                         const float *running_mean,
+                                         const float *running_var, float *y);
+nn_status_t nn_batchnorm2d_backward(const nn_batchnorm2d_shape_t *s, const float *x,
+                                    const float *gamma, const float *save_mean,
+                                    const float *save_invstd, const float *dy, float *dx,
+                                    float *dgamma, float *dbeta);
+
+/* Elementwise over count floats. relu backward uses the forward output y. */
+void nn_relu_forward(size_t count, const float *x, float *y);
+void nn_relu_backward(size_t count, const float *y, const float *dy, float *dx);
+/* y = a + b; backward adds dy into da and db. */
+void nn_add_forward(size_t count, const float *a, const float *b, float *y);
+
+typedef struct {
+  int n, c, h_in, w_in;
+  int kh, kw, stride_h, stride_w, pad_h, pad_w;
+  int h_out, w_out;            /* filled by nn_pool2d_shape */
+} nn_pool2d_shape_t;
+nn_status_t nn_pool2d_shape(nn_pool2d_shape_t *s);
+/* argmax (n*c*h_out*w_out int32) records the input index chosen, for backward. */
+nn_status_t nn_maxpool2d_forward(const nn_pool2d_shape_t *s, const float *x, float *y,
+                                 int32_t *argmax);
+nn_status_t nn_maxpool2d_backward(const nn_pool2d_shape_t *s, const int32_t *argmax,
+                                  const float *dy, float *dx);
+/* Average pooling counts padded cells (PyTorch's count_include_pad=True). */
+nn_status_t nn_avgpool2d_forward(const nn_pool2d_shape_t *s, const float *x, float *y);
+nn_status_t nn_avgpool2d_backward(const nn_pool2d_shape_t *s, const float *dy, float *dx);
+/* [n][c][h][w] -> [n][c] mean over h*w. */
+void nn_global_avgpool_forward(int n, int c, int hw, const float *x, float *y);
+void nn_global_avgpool_backward(int n, int c, int hw, const float *dy, float *dx);
+
+/* x[n][in] -> y[n][out] = x W^T + b; b may be NULL. dx, dw, db may each be NULL. */
+nn_status_t nn_linear_forward(int n, int in, int out, const float *x, const float *w,
+                              const float *b, float *y);
+nn_status_t nn_linear_backward(int n, int in, int out, const float *x, const float *w,
+                               const float *dy, float *dx, float *dw, float *db);
+
+/* Inverted dropout: kept elements are scaled by 1/(1-p). mask (count bytes) is drawn
+   from (seed, step) so a run is reproducible. */
+void nn_dropout_forward(size_t count, float p, uint64_t seed, uint64_t step, const float *x,
+                        float *y, uint8_t *mask);
+void nn_dropout_backward(size_t count, float p, const uint8_t *mask, const float *dy,
+                         float *dx);
+
+/* Softmax cross-entropy, mean over the batch. logits[n][k], labels in [0, k).
+   Returns the mean loss in *loss and the number of rows whose argmax equals the label
+   in *correct; dlogits (may be NULL) is SET (not added) to d(mean loss)/d(logits). */
+nn_status_t nn_softmax_cross_entropy(int n, int k, const float *logits,
+                                     const int32_t *labels, float *loss, int *correct,
+                                     float *dlogits);
+
+/* ---- models ---- */
+typedef struct nn_model nn_model_t;
+
+/* One named tensor of a model, as it appears in a PyTorch state_dict. */
+typedef enum {
+  NN_SLICE_PARAM,      /* trained: lives in params[], gradient in grads[] at offset   */
+  NN_SLICE_BUFFER,     /* batch-norm running statistics: lives in buffers[] at offset */
+  NN_SLICE_COUNTER     /* batch-norm num_batches_tracked (int64 in PyTorch)           */
+} nn_slice_kind_t;
+
+typedef struct {
+  char name[96];         /* "layer1.0.conv1.weight" */
+  nn_slice_kind_t kind;
+  size_t offset;         /* in elements into params[] / buffers[]; counters: index    */
+  size_t numel;
+  int ndim;              /* 0 for num_batches_tracked */
+  int shape[NN_MAX_DIMS];
+} nn_slice_t;
+
+typedef struct {
+  int batch;             /* largest batch forward will see (activations sized for it) */
+  uint64_t seed;         /* weight initialisation (PyTorch defaults), dropout          */
+  int num_classes;       /* 0: the model's default (10; resnet50/vgg16: 1000)           */
+  int in_channels;       /* 0: the model's default                                      */
+  int in_height, in_width; /* 0: the model's default (28 lenet/mlp, 32 resnet20, 224)   */
+} nn_model_config_t;
+
+/* Builds a model by name: "mlp", "lenet", "resnet20", "resnet50", "resnet101",
+   "vgg16", "alexnet", "trivial". Unknown name: NN_ERR_ARG listing the known ones. */
+nn_status_t nn_model_create(nn_model_t **out, const char *name,
+                            const nn_model_config_t *cfg);
+void nn_model_free(nn_model_t *m);
+const char *const *nn_model_names(void);        /* NULL-terminated */
+
+const char *nn_model_name(const nn_model_t *m);
+/* Input shape of one sample (c, h, w) and number of classes. */
+void nn_model_input_shape(const nn_model_t *m, int *c, int *h, int *w);
+int nn_model_num_classes(const nn_model_t *m);
+
+size_t nn_model_num_params(const nn_model_t *m);  /* trained floats (PyTorch's count) */
+float *nn_model_params(nn_model_t *m);
+float *nn_model_grads(nn_model_t *m);
+size_t nn_model_num_buffers(const nn_model_t *m);
+float *nn_model_buffers(nn_model_t *m);           /* running statistics */
+int nn_model_num_slices(const nn_model_t *m);
+const nn_slice_t *nn_model_slice(const nn_model_t *m, int i);  /* state_dict order */
+int64_t *nn_model_counters(nn_model_t *m);        /* num_batches_tracked values */
+
+/* Forward a batch of n <= cfg.batch samples x[n][c][h][w]. training selects batch
+   statistics for batch norm and enables dropout. The logits stay inside the model. */
+nn_status_t nn_model_forward(nn_model_t *m, const float *x, int n, int training);
+const float *nn_model_logits(const nn_model_t *m);  /* [n][num_classes] of the last forward */
+/* Softmax cross-entropy of the last forward against labels; prepares backward. */
+nn_status_t nn_model_loss(nn_model_t *m, const int32_t *labels, float *loss, int *correct);
+
+/* Called during backward each time more gradients are final. Parameters are laid out
+   in forward order and backward runs in reverse, so the final region only grows
+   downwards: every gradient at offset >= ready_from is final and will not change again
+   in this pass. Lets a training loop start allreduces of gradient buckets while
+   backward goes on. */
+typedef void (*nn_grad_ready_fn)(void *ctx, size_t ready_from);
+/* Zeroes grads[], then back-propagates the last loss. on_ready may be NULL. */
+nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ctx);
+
+/* Per-layer timing (seconds of the last forward/backward), for profiles. */
+int nn_model_num_layers(const nn_model_t *m);
+const char *nn_model_layer_name(const nn_model_t *m, int i);
+void nn_model_layer_times(const nn_model_t *m, int i, double *forward_s, double *backward_s);
+
+/* safetensors: a JSON header and raw little-endian data, PyTorch's names and layouts
+   (num_batches_tracked as I64 scalars), so strict loading works both ways. Load checks
+   that every tensor of the model is present with the right dtype and shape, and that
+   the file has no others; on any failure the model is left unchanged. */
+nn_status_t nn_model_save_safetensors(const nn_model_t *m, const char *path);
+nn_status_t nn_model_load_safetensors(nn_model_t *m, const char *path);
+
+/* ---- optimizers ---- */
+typedef enum { NN_OPTIM_SGD, NN_OPTIM_ADAM, NN_OPTIM_ADAMW } nn_optim_kind_t;
+
+typedef struct {
+  nn_optim_kind_t kind;
+  float momentum;        /* SGD */
+  int nesterov;          /* SGD */
+  float weight_decay;    /* SGD, Adam: L2 added to the gradient; AdamW: decoupled */
+  float beta1, beta2, eps; /* Adam/AdamW (0: PyTorch defaults 0.9, 0.999, 1e-8) */
+} nn_optim_config_t;
+
+typedef struct nn_optim nn_optim_t;
+/* Same update rules as torch.optim.SGD / Adam / AdamW. */
+nn_status_t nn_optim_create(nn_optim_t **out, const nn_optim_config_t *cfg, size_t count);
+void nn_optim_free(nn_optim_t *o);
+nn_status_t nn_optim_step(nn_optim_t *o, float *params, const float *grads, float lr);
+/* State for checkpoints: the floats (momentum buffer, or m then v) and the step count. */
+float *nn_optim_state(nn_optim_t *o, size_t *count);
+int64_t *nn_optim_step_count(nn_optim_t *o);
+
+/* ---- learning-rate schedules ---- */
+typedef enum { NN_LR_CONSTANT, NN_LR_STEP, NN_LR_COSINE } nn_lr_kind_t;
+typedef struct {
+  nn_lr_kind_t kind;
+  float base_lr;
+  float warmup_epochs;   /* linear warm-up from warmup_start_lr to base_lr (0: none)    */
+  float warmup_start_lr; /* Horovod: the unscaled lr, base_lr = lr * ranks             */
+  float step_epochs;     /* NN_LR_STEP: multiply by gamma every step_epochs             */
+  float gamma;
+  float total_epochs;    /* NN_LR_COSINE: reaches min_lr at total_epochs               */
+  float min_lr;
+} nn_lr_schedule_t;
+/* Learning rate at a fractional epoch (epoch + step / steps_per_epoch). */
+float nn_lr_at(const nn_lr_schedule_t *s, double epoch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NN_H */
