@@ -123,6 +123,15 @@ coll_status_t coll_broadcast(coll_transport_t *t, void *buf, size_t count,
 coll_status_t coll_alltoall(coll_transport_t *t, const void *sendbuf, void *recvbuf,
                             size_t count, coll_dtype_t dtype);
 
+/* Hierarchical allreduce across hosts: local is the transport among the ranks of this
+   host (local rank = local->rank), cross the transport among the ranks of every host
+   that have the same local rank. Intra-host reduce-scatter, cross-host allreduce of the
+   segment each rank holds, intra-host allgather. Results equal the flat ring's exactly
+   for integer-valued inputs. Requires the same local size on every host. */
+coll_status_t coll_hierarchical_allreduce(coll_transport_t *local, coll_transport_t *cross,
+                                          const void *sendbuf, void *recvbuf, size_t count,
+                                          coll_dtype_t dtype, coll_op_t op);
+
 coll_status_t coll_barrier(coll_transport_t *t);
 
 /* ---- tuning knobs (also for tests that reach the multi-chunk paths) ---- */

@@ -229,6 +229,37 @@ void nn_model_layer_times(const nn_model_t *m, int i, double *forward_s, double 
 nn_status_t nn_model_save_safetensors(const nn_model_t *m, const char *path);
 nn_status_t nn_model_load_safetensors(nn_model_t *m, const char *path);
 
+/* ---- safetensors files (generic) ----
+   The format: 8-byte little-endian header length, a JSON object mapping each tensor name
+   to {"dtype", "shape", "data_offsets": [begin, end]} (plus an optional "__metadata__"
+   object of strings), then the raw little-endian data. Used for model weights and for
+   the test fixtures. */
+typedef enum { NN_ST_F32, NN_ST_F64, NN_ST_F16, NN_ST_BF16, NN_ST_I8, NN_ST_U8,
+               NN_ST_I32, NN_ST_I64 } nn_st_dtype_t;
+#define NN_ST_MAX_DIMS 8
+typedef struct {
+  char name[128];
+  nn_st_dtype_t dtype;
+  int ndim;
+  int64_t shape[NN_ST_MAX_DIMS];
+  size_t nbytes;
+  void *data;            /* reading: points into the file's blob; writing: caller's */
+} nn_st_tensor_t;
+typedef struct {
+  int count;
+  nn_st_tensor_t *tensors;
+  void *blob;            /* owned by the file after nn_st_read */
+} nn_st_file_t;
+/* Reads and validates the whole file (header JSON, dtypes, shapes against byte ranges,
+   ranges inside the file, no overlaps): a corrupt or truncated file is NN_ERR_FORMAT
+   with a message naming the file and what is wrong. */
+nn_status_t nn_st_read(const char *path, nn_st_file_t *f);
+const nn_st_tensor_t *nn_st_find(const nn_st_file_t *f, const char *name);
+void nn_st_free(nn_st_file_t *f);
+/* Writes to path.tmp, fsyncs, renames over path: a crash never leaves a half file. */
+nn_status_t nn_st_write(const char *path, const nn_st_tensor_t *tensors, int count);
+size_t nn_st_dtype_size(nn_st_dtype_t dtype);
+
 /* ---- optimizers ---- */
 typedef enum { NN_OPTIM_SGD, NN_OPTIM_ADAM, NN_OPTIM_ADAMW } nn_optim_kind_t;
 
