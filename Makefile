@@ -7,7 +7,7 @@
 #   build/libnn.a             nn/*.c
 #   build/libhvd.a            hvd/*.c + collectives/*.c
 #   build/hvd.pc              pkg-config file for user programs
-#   build/train               examples/train.c
+#   build/train               examples/train.c + examples/train_*.c
 #   build/examples/NAME       examples/NAME.c (other examples)
 #   build/NAME                bench/NAME.c (one program per file)
 #   build/hvdrun              launcher/*.c
@@ -38,7 +38,8 @@ HVD_SRC   := $(wildcard hvd/*.c) $(wildcard collectives/*.c)
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 BENCH_SRC := $(wildcard bench/*.c)
-EX_SRC    := $(filter-out examples/train.c,$(wildcard examples/*.c))
+TRAIN_SRC := $(wildcard examples/train.c examples/train_*.c)
+EX_SRC    := $(filter-out $(TRAIN_SRC),$(wildcard examples/*.c))
 LAUNCH_SRC := $(wildcard launcher/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -89,9 +90,9 @@ $(BUILD)/examples/%: $(call obj,examples/%.c) $(LIBNN) $(LIBHVD)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
 
-$(BUILD)/train: $(call obj,examples/train.c) $(LIBNN) $(LIBHVD)
+$(BUILD)/train: $(call obj,$(TRAIN_SRC)) $(LIBNN) $(LIBHVD)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(filter %.o,$^) $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
 
 $(BUILD)/hvdrun: $(call obj,$(LAUNCH_SRC))
 	@mkdir -p $(dir $@)
