@@ -81,6 +81,64 @@ hvd_status_t hvd_test(hvd_request_t req, int *done); /* never blocks; when *done
 /* Bytes of one element of dtype; 0 for an invalid dtype. */
 size_t hvd_dtype_size(hvd_dtype_t dtype);
 
+/* ---- gradient buckets (hvd/grad_buckets.c) ----
+   Allreduce of a flat float32 gradient buffer in fixed buckets, overlapped with backward
+   (PyTorch DDP / Horovod style). Buckets are ranges of the buffer laid out from its END
+   (backward produces gradients in reverse order): bucket 0 = the last
+   first_bucket_bytes, then bucket_bytes each towards offset 0; identical on all ranks
+   for the same (count, sizes). Bucket K is allreduced under the name "grad.bucket.K", so
+   one set of buckets may be in flight at a time per process.
+   Per step: hvd_grad_buckets_ready() from nn's grad-ready callback (or not at all),
+   then hvd_grad_buckets_wait() before the optimizer step. */
+typedef enum { HVD_COMPRESSION_NONE = 0, HVD_COMPRESSION_FP16 = 1 } hvd_compression_t;
+
+typedef struct hvd_grad_buckets hvd_grad_buckets_t;
+
+/* bucket_bytes 0: 25 MiB; first_bucket_bytes 0: 1 MiB (both of float32 gradients,
+   rounded down to whole floats, at least one). op: usually HVD_AVERAGE. FP16 casts each
+   bucket to float16 (round to nearest even) for the allreduce and back. Does not need
+   hvd_init (only ready/wait do). */
+hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, size_t count,
+                                     size_t bucket_bytes, size_t first_bucket_bytes,
+                                     hvd_compression_t compression, hvd_op_t op);
+void hvd_grad_buckets_free(hvd_grad_buckets_t *b);
+
+/* overlap 0: ready() only records, everything is submitted in wait() (for comparison).
+   Default 1. */
+void hvd_grad_buckets_set_overlap(hvd_grad_buckets_t *b, int overlap);
+
+/* Layout: number of buckets and the element range [*offset, *offset + *count) of
+   bucket k (0 = submitted first, the end of the buffer). */
+size_t hvd_grad_buckets_num(const hvd_grad_buckets_t *b);
+void hvd_grad_buckets_range(const hvd_grad_buckets_t *b, size_t k, size_t *offset,
+                            size_t *count);
+/* Buckets submitted in the current step so far. */
+size_t hvd_grad_buckets_num_submitted(const hvd_grad_buckets_t *b);
+
+/* Every gradient at offset >= ready_from is final: submits (hvd_allreduce_async) every
+   bucket not yet submitted that lies entirely at offsets >= ready_from, and polls those
+   in flight. An error is also kept and returned again by wait(). */
+hvd_status_t hvd_grad_buckets_ready(hvd_grad_buckets_t *b, size_t ready_from);
+/* The same with nn's nn_grad_ready_fn signature: pass it and b to nn_model_backward. */
+void hvd_grad_buckets_on_ready(void *b, size_t ready_from);
+/* Submits what is left, waits for all, casts float16 back; the buffer then holds the
+   reduced gradients. Ends the step: the next ready() starts a new one. */
+hvd_status_t hvd_grad_buckets_wait(hvd_grad_buckets_t *b);
+
+/* Communication accounting over the steps since creation or the last reset. Per step,
+   communication lasts from the first submission (or the start of wait(), if earlier)
+   to the last completion; completions before wait() are seen by polling in ready(), so
+   they are late by at most the time between two ready() calls. blocked_s is the time
+   spent inside wait(): the communication that was not hidden behind backward. */
+typedef struct {
+  uint64_t steps;
+  double comm_s;          /* sum over steps of communication time                  */
+  double blocked_s;       /* sum over steps of time inside wait()                  */
+  uint64_t bytes;         /* bytes handed to the allreduce (after compression)     */
+} hvd_grad_buckets_stats_t;
+void hvd_grad_buckets_stats(const hvd_grad_buckets_t *b, hvd_grad_buckets_stats_t *s);
+void hvd_grad_buckets_reset_stats(hvd_grad_buckets_t *b);
+
 #ifdef __cplusplus
 }
 #endif

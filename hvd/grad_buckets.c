@@ -1,0 +1,270 @@
+/* hvd/grad_buckets.c: allreduce of a flat gradient buffer in fixed buckets, started
+   while backward still runs (PyTorch DDP's Reducer, Horovod's per-tensor hooks).
+
+   Layout, for count = 10 floats, first bucket 3, bucket 4 (in floats):
+
+       offset  0 1 2 3 4 5 6 7 8 9
+       bucket  2 2 2 1 1 1 1 0 0 0      <- backward finishes offset 9 first
+
+   Bucket 0 is small so that communication starts early; the last bucket (the lowest
+   offsets, the first layers of the model, finished last by backward) takes the rest.
+   The layout depends only on (count, sizes), so every rank names the same ranges
+   "grad.bucket.K".
+
+   FP16 compression (Horovod's Compression.fp16): a bucket is cast into a float16
+   staging array when it is submitted, reduced as HVD_FLOAT16, and cast back in wait(). */
+#include "hvd/hvd.h"
+#include "collectives/coll.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_BUCKET_BYTES ((size_t)25 << 20)
+#define DEFAULT_FIRST_BUCKET_BYTES ((size_t)1 << 20)
+
+typedef struct {
+  size_t offset, count;
+  hvd_request_t req;     /* non-NULL while in flight */
+} bucket_t;
+
+struct hvd_grad_buckets {
+  float *grads;
+  size_t count;
+  hvd_compression_t compression;
+  hvd_op_t op;
+  int overlap;
+  uint16_t *half;        /* FP16 staging, count elements, same offsets as grads */
+  size_t num;
+  bucket_t *buckets;
+  size_t next;           /* buckets [0, next) are submitted in this step */
+  hvd_status_t error;    /* first failure in this step                   */
+  /* accounting of the current step */
+  int step_active;
+  double first_submit, last_done;
+  hvd_grad_buckets_stats_t stats;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, size_t count,
+                                     size_t bucket_bytes, size_t first_bucket_bytes,
+                                     hvd_compression_t compression, hvd_op_t op) {
+  if (out == NULL) return HVD_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (grads == NULL && count > 0) return HVD_ERR_INVALID_ARGUMENT;
+  if (compression != HVD_COMPRESSION_NONE && compression != HVD_COMPRESSION_FP16)
+    return HVD_ERR_INVALID_ARGUMENT;
+  if (op != HVD_SUM && op != HVD_AVERAGE && op != HVD_MIN && op != HVD_MAX &&
+      op != HVD_PRODUCT)
+    return HVD_ERR_INVALID_ARGUMENT;
+  size_t per = (bucket_bytes ? bucket_bytes : DEFAULT_BUCKET_BYTES) / sizeof(float);
+  size_t first = (first_bucket_bytes ? first_bucket_bytes : DEFAULT_FIRST_BUCKET_BYTES) /
+                 sizeof(float);
+  if (per == 0) per = 1;
+  if (first == 0) first = 1;
+
+  hvd_grad_buckets_t *b = calloc(1, sizeof(*b));
+  if (b == NULL) return HVD_ERR_NO_MEMORY;
+  b->grads = grads;
+  b->count = count;
+  b->compression = compression;
+  b->op = op;
+  b->overlap = 1;
+  b->error = HVD_OK;
+
+  /* Count first, then fill: bucket 0 is [count - first, count), the rest go down. */
+  size_t num = 0;
+  if (count > 0) {
+    size_t rest = count > first ? count - first : 0;
+    num = 1 + rest / per + (rest % per ? 1 : 0);
+  }
+  b->num = num;
+  if (num > 0) {
+    b->buckets = calloc(num, sizeof(bucket_t));
+    if (b->buckets == NULL) {
+      free(b);
+      return HVD_ERR_NO_MEMORY;
+    }
+  }
+  size_t end = count;
+  for (size_t k = 0; k < num; k++) {
+    size_t len = k == 0 ? first : per;
+    if (len > end) len = end;
+    b->buckets[k].offset = end - len;
+    b->buckets[k].count = len;
+    end -= len;
+  }
+  if (compression == HVD_COMPRESSION_FP16 && count > 0) {
+    b->half = malloc(count * sizeof(uint16_t));
+    if (b->half == NULL) {
+      free(b->buckets);
+      free(b);
+      return HVD_ERR_NO_MEMORY;
+    }
+  }
+  *out = b;
+  return HVD_OK;
+}
+
+void hvd_grad_buckets_free(hvd_grad_buckets_t *b) {
+  if (b == NULL) return;
+  /* A request still in flight points into our buffers: finish it before freeing. */
+  for (size_t k = 0; k < b->num; k++)
+    if (b->buckets[k].req != NULL) hvd_wait(b->buckets[k].req);
+  free(b->half);
+  free(b->buckets);
+  free(b);
+}
+
+void hvd_grad_buckets_set_overlap(hvd_grad_buckets_t *b, int overlap) {
+  if (b != NULL) b->overlap = overlap != 0;
+}
+
+size_t hvd_grad_buckets_num(const hvd_grad_buckets_t *b) { return b ? b->num : 0; }
+
+void hvd_grad_buckets_range(const hvd_grad_buckets_t *b, size_t k, size_t *offset,
+                            size_t *count) {
+  size_t o = 0, c = 0;
+  if (b != NULL && k < b->num) {
+    o = b->buckets[k].offset;
+    c = b->buckets[k].count;
+  }
+  if (offset) *offset = o;
+  if (count) *count = c;
+}
+
+size_t hvd_grad_buckets_num_submitted(const hvd_grad_buckets_t *b) {
+  return b ? b->next : 0;
+}
+
+static void record_error(hvd_grad_buckets_t *b, hvd_status_t s) {
+  if (s != HVD_OK && b->error == HVD_OK) b->error = s;
+}
+
+static void begin_step(hvd_grad_buckets_t *b, double t) {
+  if (b->step_active) return;
+  b->step_active = 1;
+  b->first_submit = t;
+  b->last_done = t;
+}
+
+static hvd_status_t submit(hvd_grad_buckets_t *b, size_t k) {
+  bucket_t *bk = &b->buckets[k];
+  char name[48];
+  snprintf(name, sizeof(name), "grad.bucket.%zu", k);
+  begin_step(b, now_s());
+  hvd_status_t s;
+  if (b->compression == HVD_COMPRESSION_FP16) {
+    uint16_t *h = b->half + bk->offset;
+    const float *g = b->grads + bk->offset;
+    for (size_t i = 0; i < bk->count; i++) h[i] = coll_float_to_half(g[i]);
+    s = hvd_allreduce_async(name, h, h, bk->count, HVD_FLOAT16, b->op, &bk->req);
+    b->stats.bytes += bk->count * sizeof(uint16_t);
+  } else {
+    float *g = b->grads + bk->offset;
+    s = hvd_allreduce_async(name, g, g, bk->count, HVD_FLOAT32, b->op, &bk->req);
+    b->stats.bytes += bk->count * sizeof(float);
+  }
+  if (s != HVD_OK) bk->req = NULL;   /* nothing to wait for */
+  return s;
+}
+
+/* Marks buckets whose request finished; the time is when we noticed. */
+static void poll_in_flight(hvd_grad_buckets_t *b) {
+  for (size_t k = 0; k < b->next; k++) {
+    bucket_t *bk = &b->buckets[k];
+    if (bk->req == NULL) continue;
+    int done = 0;
+    hvd_status_t s = hvd_test(bk->req, &done);
+    if (s != HVD_OK) {
+      /* hvd_test reports the operation's failure with done set and req freed; without
+         done the handle is still ours and wait() will collect it. */
+      record_error(b, s);
+      if (!done) continue;
+    }
+    if (done) {
+      bk->req = NULL;
+      b->last_done = now_s();
+    }
+  }
+}
+
+hvd_status_t hvd_grad_buckets_ready(hvd_grad_buckets_t *b, size_t ready_from) {
+  if (b == NULL) return HVD_ERR_INVALID_ARGUMENT;
+  if (!b->overlap) return HVD_OK;
+  while (b->next < b->num && b->buckets[b->next].offset >= ready_from) {
+    hvd_status_t s = submit(b, b->next);
+    b->next++;
+    if (s != HVD_OK) {
+      record_error(b, s);
+      return s;
+    }
+  }
+  poll_in_flight(b);
+  return b->error;
+}
+
+void hvd_grad_buckets_on_ready(void *b, size_t ready_from) {
+  hvd_grad_buckets_ready((hvd_grad_buckets_t *)b, ready_from);
+}
+
+hvd_status_t hvd_grad_buckets_wait(hvd_grad_buckets_t *b) {
+  if (b == NULL) return HVD_ERR_INVALID_ARGUMENT;
+  double t0 = now_s();
+  if (b->next < b->num) poll_in_flight(b);
+  int pending_at_start = 0;
+  for (size_t k = 0; k < b->next; k++)
+    if (b->buckets[k].req != NULL) pending_at_start = 1;
+  if (b->next < b->num) {
+    begin_step(b, t0);
+    pending_at_start = 1;
+  }
+  /* Submit what is left even after an error: the other ranks may be waiting for these
+     names, and the runtime reports a shut-down state on its own. */
+  while (b->next < b->num) {
+    record_error(b, submit(b, b->next));
+    b->next++;
+  }
+  for (size_t k = 0; k < b->num; k++) {
+    bucket_t *bk = &b->buckets[k];
+    if (bk->req != NULL) {
+      record_error(b, hvd_wait(bk->req));
+      bk->req = NULL;
+    }
+    if (b->compression == HVD_COMPRESSION_FP16) {
+      const uint16_t *h = b->half + bk->offset;
+      float *g = b->grads + bk->offset;
+      for (size_t i = 0; i < bk->count; i++) g[i] = coll_half_to_float(h[i]);
+    }
+  }
+  double t1 = now_s();
+  if (pending_at_start) b->last_done = t1;
+  if (b->step_active) {
+    double start = b->first_submit < t0 ? b->first_submit : t0;
+    b->stats.comm_s += b->last_done - start;
+  }
+  b->stats.blocked_s += t1 - t0;
+  b->stats.steps++;
+
+  hvd_status_t s = b->error;
+  b->error = HVD_OK;
+  b->next = 0;
+  b->step_active = 0;
+  return s;
+}
+
+void hvd_grad_buckets_stats(const hvd_grad_buckets_t *b, hvd_grad_buckets_stats_t *s) {
+  if (s == NULL) return;
+  memset(s, 0, sizeof(*s));
+  if (b != NULL) *s = b->stats;
+}
+
+void hvd_grad_buckets_reset_stats(hvd_grad_buckets_t *b) {
+  if (b != NULL) memset(&b->stats, 0, sizeof(b->stats));
+}
