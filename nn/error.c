@@ -1,0 +1,33 @@
+/* nn/error.c: status strings and the per-thread last-error message.
+   Library code never prints: a failing function stores a message here and returns its
+   status; the caller decides what to show. Thread-local so that threads do not
+   overwrite each other's messages. */
+#include "nn/nn.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static _Thread_local char nn_error_message[512];
+
+const char *nn_status_string(nn_status_t s) {
+  switch (s) {
+    case NN_OK: return "ok";
+    case NN_ERR_ARG: return "invalid argument";
+    case NN_ERR_NO_MEMORY: return "out of memory";
+    case NN_ERR_IO: return "input/output error";
+    case NN_ERR_FORMAT: return "bad file format";
+    case NN_ERR_UNSUPPORTED: return "unsupported";
+    case NN_ERR_BACKEND: return "backend error";
+  }
+  return "unknown status";
+}
+
+const char *nn_last_error(void) { return nn_error_message; }
+
+nn_status_t nn_set_error(nn_status_t s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(nn_error_message, sizeof nn_error_message, fmt, ap);
+  va_end(ap);
+  return s;
+}

@@ -1,0 +1,139 @@
+/* nn/threads.c: how many threads the CPU kernels use (OpenBLAS's and nn's own), and
+   nn's small persistent worker pool.
+   Under a multi-rank launcher every rank is its own process on a shared machine, so the
+   default is 1 thread to avoid oversubscription; alone, all online cores. */
+#include "nn/nn.h"
+#include "nn/threads_internal.h"
+
+#include <cblas.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static int nn_thread_count;  /* 0: not decided yet */
+static pthread_once_t nn_threads_once = PTHREAD_ONCE_INIT;
+
+static int env_int(const char *name) {
+  const char *v = getenv(name);
+  if (!v || !*v) return 0;
+  return atoi(v);
+}
+
+static void nn_threads_default(void) {
+  if (nn_thread_count > 0) return;  /* nn_set_threads came first */
+  int n;
+  if (env_int("OMPI_COMM_WORLD_SIZE") > 1 || env_int("PMI_SIZE") > 1) {
+    n = 1;
+  } else {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    n = cores > 0 ? (int)cores : 1;
+  }
+  if (n > NN_MAX_THREADS) n = NN_MAX_THREADS;
+  nn_thread_count = n;
+  openblas_set_num_threads(n);
+}
+
+void nn_set_threads(int n) {
+  if (n < 1) n = 1;
+  if (n > NN_MAX_THREADS) n = NN_MAX_THREADS;
+  nn_thread_count = n;
+  pthread_once(&nn_threads_once, nn_threads_default);  /* no-op now: count is set */
+  openblas_set_num_threads(n);
+}
+
+int nn_threads(void) {
+  pthread_once(&nn_threads_once, nn_threads_default);
+  return nn_thread_count;
+}
+
+void nn_blas_single_begin(void) { openblas_set_num_threads(1); }
+void nn_blas_single_end(void) { openblas_set_num_threads(nn_threads()); }
+
+/* ---- worker pool ----
+   One job at a time (pool_run serialises callers). A job is published by bumping
+   `generation` under the mutex; workers grab task indices from an atomic counter, and
+   the last one to finish signals the caller. Workers are created on first need and
+   live until the process exits. */
+static pthread_mutex_t pool_run = PTHREAD_MUTEX_INITIALIZER;  /* one job at a time */
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t pool_done = PTHREAD_COND_INITIALIZER;
+static int pool_started;           /* worker threads running (excluding callers) */
+static unsigned long pool_generation;
+static int pool_active;            /* workers wanted for the current job (1..)      */
+static nn_task_fn pool_fn;
+static void *pool_ctx;
+static int pool_tasks;
+static atomic_int pool_next;
+static int pool_finished;          /* workers (incl. caller) done with this job     */
+static _Thread_local int in_parallel;
+
+static void pool_work(int worker) {
+  for (;;) {
+    int t = atomic_fetch_add(&pool_next, 1);
+    if (t >= pool_tasks) break;
+    pool_fn(pool_ctx, t, worker);
+  }
+}
+
+static void *pool_main(void *arg) {
+  int worker = (int)(intptr_t)arg;
+  in_parallel = 1;
+  unsigned long seen = 0;
+  pthread_mutex_lock(&pool_mu);
+  for (;;) {
+    while (pool_generation == seen) pthread_cond_wait(&pool_wake, &pool_mu);
+    seen = pool_generation;
+    if (worker >= pool_active) continue;  /* not needed for this job */
+    pthread_mutex_unlock(&pool_mu);
+    pool_work(worker);
+    pthread_mutex_lock(&pool_mu);
+    if (++pool_finished == pool_active) pthread_cond_signal(&pool_done);
+  }
+  return NULL;
+}
+
+int nn_parallel_workers(int tasks) {
+  int n = nn_threads();
+  if (in_parallel) return 1;
+  return tasks < n ? (tasks > 0 ? tasks : 1) : n;
+}
+
+void nn_parallel_for(int tasks, nn_task_fn fn, void *ctx) {
+  int workers = nn_parallel_workers(tasks);
+  if (workers > 1 && pthread_mutex_trylock(&pool_run) != 0) workers = 1;  /* busy */
+  if (workers <= 1) {
+    for (int t = 0; t < tasks; t++) fn(ctx, t, 0);
+    return;
+  }
+  pthread_mutex_lock(&pool_mu);
+  while (pool_started < workers - 1) {
+    pthread_t th;
+    if (pthread_create(&th, NULL, pool_main, (void *)(intptr_t)(pool_started + 1)) != 0)
+      break;  /* fewer workers: the loop below still covers every task */
+    pthread_detach(th);
+    pool_started++;
+  }
+  if (workers > pool_started + 1) workers = pool_started + 1;
+  pool_fn = fn;
+  pool_ctx = ctx;
+  pool_tasks = tasks;
+  atomic_store(&pool_next, 0);
+  pool_active = workers;
+  pool_finished = 0;
+  pool_generation++;
+  pthread_cond_broadcast(&pool_wake);
+  pthread_mutex_unlock(&pool_mu);
+
+  in_parallel = 1;
+  pool_work(0);
+  in_parallel = 0;
+
+  pthread_mutex_lock(&pool_mu);
+  if (++pool_finished != pool_active) {
+    while (pool_finished != pool_active) pthread_cond_wait(&pool_done, &pool_mu);
+  }
+  pthread_mutex_unlock(&pool_mu);
+  pthread_mutex_unlock(&pool_run);
+}
