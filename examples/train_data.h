@@ -1,0 +1,78 @@
+/* examples/train_data.h: data sets of the train program (IDX, CIFAR-10 binary,
+   synthetic), per-rank shards reshuffled every epoch, normalisation and augmentation.
+   Independent of nn and hvd so the tests can use it alone.
+   Errors: functions return 0 or -1 and write a one-line message into err. */
+#ifndef TRAIN_DATA_H
+#define TRAIN_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  int n, c, h, w;          /* samples, channels, height, width */
+  uint8_t *images;         /* n*c*h*w bytes, NCHW */
+  int32_t *labels;         /* n labels in [0, num_classes) */
+  int num_classes;
+} train_dataset_t;
+
+void train_dataset_free(train_dataset_t *d);
+
+/* IDX pair (images idx3, labels idx1), gzip or plain (zlib reads both). */
+int train_load_idx(const char *images_path, const char *labels_path, train_dataset_t *out,
+                   char *err, size_t errlen);
+/* CIFAR-10 binary batch files (1 label byte + 3072 pixel bytes per record), appended. */
+int train_load_cifar(const char *const *paths, int count, train_dataset_t *out, char *err,
+                     size_t errlen);
+/* Learnable synthetic data: each class is a fixed random template plus noise. */
+int train_make_synthetic(int n, int c, int h, int w, int num_classes, uint64_t seed,
+                         train_dataset_t *out, char *err, size_t errlen);
+
+/* Loads the train and test sets of a named data set ("fashion-mnist", "mnist",
+   "cifar10", "synthetic"); dir NULL: the default directory. */
+int train_load_dataset(const char *name, const char *dir, uint64_t seed,
+                       int synth_c, int synth_h, int synth_w, int synth_train,
+                       int synth_test, train_dataset_t *train, train_dataset_t *test,
+                       char *err, size_t errlen);
+
+/* Moves the last `count` samples of d into val (a Keras-style validation split). */
+int train_split_tail(train_dataset_t *d, int count, train_dataset_t *val, char *err,
+                     size_t errlen);
+/* Keeps only the first `count` samples (count <= 0 or >= n: unchanged). */
+void train_truncate(train_dataset_t *d, int count);
+
+/* Per-channel mean and std of the data set, in [0, 1] units (known constants for the
+   named data sets keep runs comparable; synthetic computes them). */
+void train_norm_constants(const char *dataset, float mean[3], float std[3]);
+
+/* ---- sharding ----
+   The epoch's order is a permutation of [0, n) drawn from (seed, epoch), identical on
+   every rank. Rank r takes the contiguous block [n*r/size, n*(r+1)/size) of it, so the
+   shards together cover every index exactly once. Steps per epoch are the same on all
+   ranks: ceil(ceil(n/size) / batch). */
+void train_epoch_permutation(uint32_t *perm, int n, uint64_t seed, int epoch);
+void train_shard_range(int n, int rank, int size, int *begin, int *end);
+int train_steps_per_epoch(int n, int size, int batch);
+/* Samples that rank takes at step s (0 at the tail of a shorter shard). */
+int train_step_count(int n, int rank, int size, int batch, int step);
+/* Samples all ranks together take at step s. */
+int train_step_total(int n, int size, int batch, int step);
+
+/* ---- batches ----
+   Copies samples idx[0..count) into x (float NCHW, normalised) and y. With aug_pad > 0
+   each sample is zero-padded by aug_pad and cropped back at a random offset; with
+   aug_flip it is mirrored left-right with probability 1/2. The randomness comes from
+   (seed, epoch, sample index), so a run is reproducible and resumable. */
+typedef struct {
+  float mean[3], std[3];
+  int aug_pad;
+  int aug_flip;
+  uint64_t seed;
+  int epoch;
+} train_batch_opts_t;
+void train_make_batch(const train_dataset_t *d, const uint32_t *idx, int count,
+                      const train_batch_opts_t *o, float *x, int32_t *y);
+
+/* splitmix64: the one random source (stateless, from a counter). */
+uint64_t train_mix64(uint64_t x);
+
+#endif /* TRAIN_DATA_H */

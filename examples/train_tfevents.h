@@ -1,0 +1,33 @@
+/* examples/train_tfevents.h: a TensorBoard event file writer for scalars, by hand:
+   TFRecord framing (length, masked crc32c of the length, data, masked crc32c of the
+   data) around Event protobufs (wall_time, step, file_version or a Summary of one
+   simple_value). TensorBoard reads files named events.out.tfevents.*. */
+#ifndef TRAIN_TFEVENTS_H
+#define TRAIN_TFEVENTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+  FILE *f;
+  char path[4096];
+} train_tfevents_t;
+
+/* Creates dir (and parents) if needed and opens
+   dir/events.out.tfevents.<seconds>.<hostname>, writing the file_version record.
+   Returns 0 or -1 with a message in err. */
+int train_tfevents_open(train_tfevents_t *w, const char *dir, char *err, size_t errlen);
+/* One scalar at a step; flushed so TensorBoard sees it while training runs. */
+int train_tfevents_scalar(train_tfevents_t *w, const char *tag, float value, int64_t step,
+                          double wall_time);
+void train_tfevents_close(train_tfevents_t *w);
+
+/* CRC-32C (Castagnoli) and TFRecord's masked form. */
+uint32_t train_crc32c(const void *data, size_t len);
+uint32_t train_crc32c_masked(const void *data, size_t len);
+
+/* mkdir -p; 0 or -1 (errno set). */
+int train_mkdirs(const char *dir);
+
+#endif /* TRAIN_TFEVENTS_H */
