@@ -1,0 +1,115 @@
+/* tests/test_train_checkpoint.c: the train program's checkpoint file format.
+   A written checkpoint reads back with the same metadata and sections; a flipped byte,
+   a truncated file, a file with trailing bytes and a file of another kind are each
+   rejected with one line naming the file; a failed write leaves the old file in place.
+   The module is compiled into this test directly. */
+#include "examples/train_checkpoint.c"
+
+static int failures;
+#define CHECK(cond, ...)                                                      \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                    \
+      fprintf(stderr, __VA_ARGS__);                                           \
+      fprintf(stderr, "\n");                                                  \
+      failures++;                                                             \
+    }                                                                         \
+  } while (0)
+
+static void copy_file(const char *from, const char *to, long truncate_to, int append) {
+  FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+  int c;
+  long n = 0;
+  while ((c = fgetc(a)) != EOF && (truncate_to < 0 || n < truncate_to)) {
+    fputc(c, b);
+    n++;
+  }
+  if (append) fputc(0, b);
+  fclose(a);
+  fclose(b);
+}
+
+static void expect_reject(const char *path, const char *what) {
+  train_ckpt_t c;
+  char err[1024] = "";
+  int rc = train_ckpt_read(path, &c, err, sizeof err);
+  CHECK(rc != 0, "%s: accepted", what);
+  CHECK(strstr(err, path) != NULL && strchr(err, '\n') == NULL, "%s: message '%s'", what, err);
+  if (rc == 0) train_ckpt_free(&c);
+}
+
+int main(void) {
+  char dir[] = "/tmp/test_train_checkpoint.XXXXXX";
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  char path[256], bad[256], err[1024];
+  snprintf(path, sizeof path, "%s/a.ckpt", dir);
+  float w[1000];
+  int64_t step = 123456789012345ll;
+  for (int i = 0; i < 1000; i++) w[i] = i * 0.5f - 3.0f;
+  train_ckpt_section_t s[3] = {{"params", w, sizeof w}, {"step", &step, sizeof step},
+                               {"empty", NULL, 0}};
+  int rc = train_ckpt_write(path, "model=lenet\nepoch=3\nseed=\n", s, 3, err, sizeof err);
+  CHECK(rc == 0, "write: %s", err);
+  train_ckpt_t c;
+  rc = train_ckpt_read(path, &c, err, sizeof err);
+  CHECK(rc == 0, "read: %s", err);
+  if (rc == 0) {
+    char v[64];
+    CHECK(train_ckpt_meta(&c, "model", v, sizeof v) && strcmp(v, "lenet") == 0, "model meta");
+    CHECK(train_ckpt_meta(&c, "epoch", v, sizeof v) && strcmp(v, "3") == 0, "epoch meta");
+    CHECK(train_ckpt_meta(&c, "seed", v, sizeof v) && strcmp(v, "") == 0, "empty meta");
+    CHECK(train_ckpt_meta(&c, "mode", v, sizeof v) == NULL, "prefix of a key matched");
+    const train_ckpt_section_t *p = train_ckpt_find(&c, "params");
+    CHECK(p && p->nbytes == sizeof w && memcmp(p->data, w, sizeof w) == 0, "params section");
+    p = train_ckpt_find(&c, "step");
+    CHECK(p && p->nbytes == 8 && memcmp(p->data, &step, 8) == 0, "step section");
+    p = train_ckpt_find(&c, "empty");
+    CHECK(p && p->nbytes == 0, "empty section");
+    CHECK(train_ckpt_find(&c, "nothing") == NULL, "found a missing section");
+    train_ckpt_free(&c);
+  }
+  /* every single-byte corruption is caught */
+  snprintf(bad, sizeof bad, "%s/bad.ckpt", dir);
+  struct stat st;
+  stat(path, &st);
+  for (long off = 0; off < st.st_size; off += 97) {
+    copy_file(path, bad, -1, 0);
+    FILE *f = fopen(bad, "r+b");
+    fseek(f, off, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(ch ^ 0x10, f);
+    fclose(f);
+    expect_reject(bad, "flipped byte");
+  }
+  copy_file(path, bad, st.st_size - 1, 0);
+  expect_reject(bad, "truncated by one byte");
+  copy_file(path, bad, 10, 0);
+  expect_reject(bad, "truncated to 10 bytes");
+  copy_file(path, bad, -1, 1);
+  expect_reject(bad, "trailing byte");
+  FILE *f = fopen(bad, "wb");
+  fputs("{\"not\": \"a checkpoint\"}\n", f);
+  fclose(f);
+  expect_reject(bad, "another kind of file");
+  expect_reject("/nonexistent/dir/x.ckpt", "missing file");
+
+  /* A write that cannot happen leaves the existing file as it was. */
+  char ro[256];
+  snprintf(ro, sizeof ro, "%s/nodir/x.ckpt", dir);
+  rc = train_ckpt_write(ro, "model=x\n", s, 1, err, sizeof err);
+  CHECK(rc != 0 && strstr(err, "nodir") != NULL, "write into a missing directory: '%s'", err);
+  struct stat st2;
+  stat(path, &st2);
+  CHECK(st2.st_size == st.st_size, "existing checkpoint changed");
+
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  if (failures) return 1;
+  printf("checkpoint: all checks passed\n");
+  return 0;
+}
