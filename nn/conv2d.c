@@ -1,0 +1,278 @@
+/* nn/conv2d.c: 2-D convolution (CPU reference) as im2col + GEMM, per sample.
+
+   Forward, per sample i:   col[K][P] = im2col(x_i)        K = c_in*kh*kw, P = h_out*w_out
+                            y_i[c_out][P] = W[c_out][K] col (+ b)
+   Backward, per sample i:  dW += dy_i col^T;  db += sum_p dy_i;
+                            dcol = W^T dy_i;   dx_i += col2im(dcol)
+   A 1x1 stride-1 unpadded convolution is a plain GEMM on x_i: no im2col, and dx_i is
+   accumulated straight from W^T dy_i.
+
+   Threads: the batch is cut into contiguous chunks, one per worker, each running
+   single-threaded OpenBLAS on its own im2col buffer (a slot of the caller's workspace).
+   For these small per-sample GEMMs this beats letting OpenBLAS split each one. Weight
+   gradients of chunk t > 0 go to the slot's private dW/db and are summed into dw/db at
+   the end in chunk order, so results depend only on the thread count, not on timing.
+   With one sample, or more threads than slots, OpenBLAS threads each GEMM instead. */
+#include "nn/nn.h"
+#include "nn/threads_internal.h"
+
+#include <cblas.h>
+#include <string.h>
+
+/* Workspace slots: at most this many batch chunks run at once. */
+#define CONV_MAX_SLOTS 8
+
+nn_status_t nn_conv2d_shape(nn_conv2d_shape_t *s) {
+  if (!s) return nn_set_error(NN_ERR_ARG, "nn_conv2d_shape: shape is NULL");
+  if (s->n < 1 || s->c_in < 1 || s->h_in < 1 || s->w_in < 1 || s->c_out < 1 || s->kh < 1 ||
+      s->kw < 1 || s->stride_h < 1 || s->stride_w < 1 || s->pad_h < 0 || s->pad_w < 0)
+    return nn_set_error(NN_ERR_ARG,
+                        "conv2d: bad shape n=%d c_in=%d h_in=%d w_in=%d c_out=%d kernel=%dx%d "
+                        "stride=%dx%d pad=%dx%d (sizes and strides must be >= 1, pads >= 0)",
+                        s->n, s->c_in, s->h_in, s->w_in, s->c_out, s->kh, s->kw, s->stride_h,
+                        s->stride_w, s->pad_h, s->pad_w);
+  if (s->h_in + 2 * s->pad_h < s->kh || s->w_in + 2 * s->pad_w < s->kw)
+    return nn_set_error(NN_ERR_ARG,
+                        "conv2d: kernel %dx%d larger than the padded input %dx%d: empty output",
+                        s->kh, s->kw, s->h_in + 2 * s->pad_h, s->w_in + 2 * s->pad_w);
+  s->h_out = (s->h_in + 2 * s->pad_h - s->kh) / s->stride_h + 1;
+  s->w_out = (s->w_in + 2 * s->pad_w - s->kw) / s->stride_w + 1;
+  return NN_OK;
+}
+
+static int conv_is_direct(const nn_conv2d_shape_t *s) {
+  return s->kh == 1 && s->kw == 1 && s->stride_h == 1 && s->stride_w == 1 && s->pad_h == 0 &&
+         s->pad_w == 0;
+}
+
+static int conv_slots(const nn_conv2d_shape_t *s) {
+  return s->n < CONV_MAX_SLOTS ? s->n : CONV_MAX_SLOTS;
+}
+
+/* Floats of one slot: the im2col buffer, then a private dW and db. */
+static size_t conv_col_floats(const nn_conv2d_shape_t *s) {
+  if (conv_is_direct(s)) return 0;
+  return (size_t)s->c_in * s->kh * s->kw * (size_t)s->h_out * s->w_out;
+}
+static size_t conv_slot_floats(const nn_conv2d_shape_t *s) {
+  size_t k = (size_t)s->c_in * s->kh * s->kw;
+  size_t v = conv_col_floats(s) + (size_t)s->c_out * k + (size_t)s->c_out;
+  return (v + 15) & ~(size_t)15;  /* keep every slot 64-byte aligned relative to the base */
+}
+
+size_t nn_conv2d_workspace_floats(const nn_conv2d_shape_t *s) {
+  nn_conv2d_shape_t t = *s;
+  if (nn_conv2d_shape(&t) != NN_OK) return 0;
+  return (size_t)conv_slots(&t) * conv_slot_floats(&t);
+}
+
+/* Number of batch chunks to run in parallel (1: OpenBLAS threads each GEMM instead). */
+static int conv_chunks(const nn_conv2d_shape_t *s) {
+  int t = nn_parallel_workers(s->n);
+  if (t > conv_slots(s)) return 1;
+  return t;
+}
+
+/* col[(c*kh + i)*kw + j][oh*w_out + ow] = x[c][oh*sh - ph + i][ow*sw - pw + j] or 0. */
+static void im2col(const nn_conv2d_shape_t *s, const float *x, float *col) {
+  const int H = s->h_in, W = s->w_in, Ho = s->h_out, Wo = s->w_out;
+  const int sh = s->stride_h, sw = s->stride_w, ph = s->pad_h, pw = s->pad_w;
+  for (int c = 0; c < s->c_in; c++) {
+    const float *xc = x + (size_t)c * H * W;
+    for (int i = 0; i < s->kh; i++) {
+      for (int j = 0; j < s->kw; j++) {
+        /* Output columns whose input column is inside: ow in [lo, hi). */
+        int lo = pw - j > 0 ? (pw - j + sw - 1) / sw : 0;
+        int hi = (W - 1 + pw - j) >= 0 ? (W - 1 + pw - j) / sw + 1 : 0;
+        if (hi > Wo) hi = Wo;
+        if (lo > hi) lo = hi;
+        for (int oh = 0; oh < Ho; oh++, col += Wo) {
+          int ih = oh * sh - ph + i;
+          if (ih < 0 || ih >= H) {
+            memset(col, 0, sizeof(float) * (size_t)Wo);
+            continue;
+          }
+          const float *xr = xc + (size_t)ih * W - pw + j;
+          for (int ow = 0; ow < lo; ow++) col[ow] = 0;
+          if (sw == 1) {
+            memcpy(col + lo, xr + lo, sizeof(float) * (size_t)(hi - lo));
+          } else {
+            for (int ow = lo; ow < hi; ow++) col[ow] = xr[(size_t)ow * sw];
+          }
+          for (int ow = hi; ow < Wo; ow++) col[ow] = 0;
+        }
+      }
+    }
+  }
+}
+
+/* dx[c][ih][iw] += col[...] for every cell im2col copied (the transpose of im2col). */
+static void col2im_add(const nn_conv2d_shape_t *s, const float *col, float *dx) {
+  const int H = s->h_in, W = s->w_in, Ho = s->h_out, Wo = s->w_out;
+  const int sh = s->stride_h, sw = s->stride_w, ph = s->pad_h, pw = s->pad_w;
+  for (int c = 0; c < s->c_in; c++) {
+    float *dc = dx + (size_t)c * H * W;
+    for (int i = 0; i < s->kh; i++) {
+      for (int j = 0; j < s->kw; j++) {
+        int lo = pw - j > 0 ? (pw - j + sw - 1) / sw : 0;
+        int hi = (W - 1 + pw - j) >= 0 ? (W - 1 + pw - j) / sw + 1 : 0;
+        if (hi > Wo) hi = Wo;
+        if (lo > hi) lo = hi;
+        for (int oh = 0; oh < Ho; oh++, col += Wo) {
+          int ih = oh * sh - ph + i;
+          if (ih < 0 || ih >= H) continue;
+          float *dr = dc + (size_t)ih * W - pw + j;
+          if (sw == 1) {
+            for (int ow = lo; ow < hi; ow++) dr[ow] += col[ow];
+          } else {
+            for (int ow = lo; ow < hi; ow++) dr[(size_t)ow * sw] += col[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+typedef struct {
+  const nn_conv2d_shape_t *s;
+  const float *x, *w, *b, *dy;
+  float *y, *dx, *dw, *db, *ws;
+  int chunks;
+} conv_job_t;
+
+static void conv_forward_chunk(void *vjob, int t, int worker) {
+  (void)worker;
+  const conv_job_t *j = vjob;
+  const nn_conv2d_shape_t *s = j->s;
+  const int K = s->c_in * s->kh * s->kw, P = s->h_out * s->w_out;
+  const size_t xs = (size_t)s->c_in * s->h_in * s->w_in, ys = (size_t)s->c_out * P;
+  float *col = j->ws + (size_t)t * conv_slot_floats(s);
+  const int direct = conv_is_direct(s);
+  int i0 = (int)((long)s->n * t / j->chunks), i1 = (int)((long)s->n * (t + 1) / j->chunks);
+  for (int i = i0; i < i1; i++) {
+    const float *xi = j->x + (size_t)i * xs;
+    float *yi = j->y + (size_t)i * ys;
+    if (!direct) im2col(s, xi, col);
+    float beta = 0;
+    if (j->b) {
+      for (int c = 0; c < s->c_out; c++) {
+        float bc = j->b[c];
+        float *yr = yi + (size_t)c * P;
+        for (int p = 0; p < P; p++) yr[p] = bc;
+      }
+      beta = 1;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->c_out, P, K, 1.0f, j->w, K,
+                direct ? xi : col, P, beta, yi, P);
+  }
+}
+
+static nn_status_t conv_check(const nn_conv2d_shape_t *s, const char *what) {
+  if (!s) return nn_set_error(NN_ERR_ARG, "%s: shape is NULL", what);
+  nn_conv2d_shape_t t = *s;
+  nn_status_t st = nn_conv2d_shape(&t);
+  if (st != NN_OK) return st;
+  if (t.h_out != s->h_out || t.w_out != s->w_out)
+    return nn_set_error(NN_ERR_ARG, "%s: h_out/w_out %dx%d do not match the shape (%dx%d); "
+                        "call nn_conv2d_shape first", what, s->h_out, s->w_out, t.h_out, t.w_out);
+  return NN_OK;
+}
+
+nn_status_t nn_conv2d_forward(const nn_conv2d_shape_t *s, const float *x, const float *w,
+                              const float *b, float *y, float *workspace) {
+  nn_status_t st = conv_check(s, "nn_conv2d_forward");
+  if (st != NN_OK) return st;
+  if (!x || !w || !y || (!workspace && !conv_is_direct(s)))
+    return nn_set_error(NN_ERR_ARG, "nn_conv2d_forward: x, w, y or workspace is NULL");
+  conv_job_t job = {s, x, w, b, NULL, y, NULL, NULL, NULL, workspace, conv_chunks(s)};
+  if (job.chunks > 1) {
+    nn_blas_single_begin();
+    nn_parallel_for(job.chunks, conv_forward_chunk, &job);
+    nn_blas_single_end();
+  } else {
+    conv_forward_chunk(&job, 0, 0);
+  }
+  return NN_OK;
+}
+
+static void conv_backward_chunk(void *vjob, int t, int worker) {
+  (void)worker;
+  const conv_job_t *j = vjob;
+  const nn_conv2d_shape_t *s = j->s;
+  const int K = s->c_in * s->kh * s->kw, P = s->h_out * s->w_out, Co = s->c_out;
+  const size_t xs = (size_t)s->c_in * s->h_in * s->w_in, ys = (size_t)Co * P;
+  float *slot = j->ws ? j->ws + (size_t)t * conv_slot_floats(s) : NULL;
+  float *col = slot;
+  /* Chunk 0 accumulates straight into dw/db; the others into their slot (zeroed). */
+  float *dw = j->dw, *db = j->db;
+  if (t > 0) {
+    float *priv = slot + conv_col_floats(s);
+    if (dw) {
+      dw = priv;
+      memset(dw, 0, sizeof(float) * (size_t)Co * K);
+    }
+    if (db) {
+      db = priv + (size_t)Co * K;
+      memset(db, 0, sizeof(float) * (size_t)Co);
+    }
+  }
+  const int direct = conv_is_direct(s);
+  int i0 = (int)((long)s->n * t / j->chunks), i1 = (int)((long)s->n * (t + 1) / j->chunks);
+  for (int i = i0; i < i1; i++) {
+    const float *xi = j->x + (size_t)i * xs;
+    const float *dyi = j->dy + (size_t)i * ys;
+    if (db) {
+      for (int c = 0; c < Co; c++) {
+        const float *r = dyi + (size_t)c * P;
+        float acc = 0;
+        for (int p = 0; p < P; p++) acc += r[p];
+        db[c] += acc;
+      }
+    }
+    if (dw) {
+      if (!direct) im2col(s, xi, col);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Co, K, P, 1.0f, dyi, P,
+                  direct ? xi : col, P, 1.0f, dw, K);
+    }
+    if (j->dx) {
+      float *dxi = j->dx + (size_t)i * xs;
+      if (direct) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, Co, 1.0f, j->w, K, dyi, P,
+                    1.0f, dxi, P);
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, Co, 1.0f, j->w, K, dyi, P,
+                    0.0f, col, P);
+        col2im_add(s, col, dxi);
+      }
+    }
+  }
+}
+
+nn_status_t nn_conv2d_backward(const nn_conv2d_shape_t *s, const float *x, const float *w,
+                               const float *dy, float *dx, float *dw, float *db,
+                               float *workspace) {
+  nn_status_t st = conv_check(s, "nn_conv2d_backward");
+  if (st != NN_OK) return st;
+  if (!dy || (dw && !x) || (dx && !w))
+    return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward: dy, x (for dw) or w (for dx) is NULL");
+  conv_job_t job = {s, x, w, NULL, dy, NULL, dx, dw, db, workspace, conv_chunks(s)};
+  if (!workspace && (job.chunks > 1 || (!conv_is_direct(s) && (dx || dw))))
+    return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward: workspace is NULL");
+  if (job.chunks > 1) {
+    nn_blas_single_begin();
+    nn_parallel_for(job.chunks, conv_backward_chunk, &job);
+    nn_blas_single_end();
+    /* Sum the private weight gradients of chunks 1.. in order. */
+    const size_t kw = (size_t)s->c_out * s->c_in * s->kh * s->kw;
+    for (int t = 1; t < job.chunks; t++) {
+      const float *priv = workspace + (size_t)t * conv_slot_floats(s) + conv_col_floats(s);
+      if (dw)
+        for (size_t k = 0; k < kw; k++) dw[k] += priv[k];
+      if (db)
+        for (int c = 0; c < s->c_out; c++) db[c] += priv[kw + c];
+    }
+  } else {
+    conv_backward_chunk(&job, 0, 0);
+  }
+  return NN_OK;
+}
