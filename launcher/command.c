@@ -1,0 +1,374 @@
+/* launcher/command.c: finding the MPI launcher, telling OpenMPI from MPICH, and turning
+   hvdrun's options into the launcher's argv. The command is an argv array from start to
+   end (execvp, no shell), so arguments with spaces or quotes arrive as they were given. */
+#include "launcher/hvdrun.h"
+#include "launcher/topology.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Looks name up as execvp would: a name with '/' as is, else each PATH entry.
+   Returns 0 with the path, or -1 with errno-like reason in *why. */
+static int lookup(const char *name, char *path, size_t len, const char **why)
+{
+  struct stat st;
+  if (strchr(name, '/')) {
+    snprintf(path, len, "%s", name);
+    if (stat(path, &st) != 0) { *why = "no such file"; return -1; }
+    if (S_ISDIR(st.st_mode)) { *why = "is a directory"; return -1; }
+    if (access(path, X_OK) != 0) { *why = "not executable (chmod +x?)"; return -1; }
+    return 0;
+  }
+  const char *env = getenv("PATH");
+  const char *p = env ? env : "/usr/local/bin:/usr/bin:/bin";
+  *why = "not found on PATH";
+  for (;;) {
+    const char *colon = strchr(p, ':');
+    size_t dlen = colon ? (size_t)(colon - p) : strlen(p);
+    snprintf(path, len, "%.*s%s%s", (int)dlen, p, dlen ? "/" : "./", name);
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+      if (access(path, X_OK) == 0) return 0;
+      *why = "found on PATH but not executable";
+    }
+    if (!colon) break;
+    p = colon + 1;
+  }
+  return -1;
+}
+
+int hvdrun_check_program(const char *prog, char *err)
+{
+  char path[PATH_MAX];
+  const char *why = NULL;
+  if (*prog == '\0') {
+    snprintf(err, HVDRUN_ERR_LEN, "the program name is empty");
+    return -1;
+  }
+  if (lookup(prog, path, sizeof path, &why) == 0) return 0;
+  snprintf(err, HVDRUN_ERR_LEN, "program '%s' not found: %s%s", prog, why,
+           strchr(prog, '/') ? "" : " (give a path such as ./prog, or add its directory to PATH)");
+  return -1;
+}
+
+int hvdrun_find_launcher(hvdrun_mpi_t want, char *path, size_t len, char *err)
+{
+  const char *forced = getenv("HVD_MPIRUN");
+  const char *why = NULL;
+  if (forced && *forced) {
+    if (lookup(forced, path, len, &why) == 0) return 0;
+    snprintf(err, HVDRUN_ERR_LEN, "MPI launcher '%s' (from HVD_MPIRUN) not found: %s",
+             forced, why);
+    return -1;
+  }
+  static const char *openmpi[] = {"mpirun", "mpiexec", NULL};
+  static const char *mpich[] = {"mpiexec.hydra", "mpiexec.mpich", "mpiexec", "mpirun", NULL};
+  for (const char **c = want == HVDRUN_MPICH ? mpich : openmpi; *c; c++)
+    if (lookup(*c, path, len, &why) == 0) return 0;
+  snprintf(err, HVDRUN_ERR_LEN,
+           "no MPI launcher found: neither mpirun nor mpiexec is on PATH. Install one: "
+           "apt-get install openmpi-bin libopenmpi-dev (or: apt-get install mpich), "
+           "or name it with HVD_MPIRUN=/path/to/mpirun");
+  return -1;
+}
+
+hvdrun_mpi_t hvdrun_detect_mpi(const char *launcher, char *version, size_t len)
+{
+  snprintf(version, len, "unknown");
+  int fds[2];
+  if (pipe(fds) != 0) return HVDRUN_MPI_UNKNOWN;
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return HVDRUN_MPI_UNKNOWN;
+  }
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    execl(launcher, launcher, "--version", (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  char out[8192];
+  size_t n = 0;
+  ssize_t r;
+  while ((r = read(fds[0], out + n, sizeof out - 1 - n)) > 0 || (r < 0 && errno == EINTR))
+    if (r > 0) n += (size_t)r;
+  out[n] = '\0';
+  close(fds[0]);
+  int status;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+
+  hvdrun_mpi_t kind = HVDRUN_MPI_UNKNOWN;
+  if (strstr(out, "Open MPI") || strstr(out, "OpenRTE")) kind = HVDRUN_OPENMPI;
+  else if (strstr(out, "HYDRA") || strstr(out, "MPICH") || strstr(out, "Intel(R) MPI"))
+    kind = HVDRUN_MPICH;
+  /* OpenMPI: "mpirun (Open MPI) 4.1.4"; Hydra: "HYDRA build details:\n  Version: 4.1". */
+  const char *line = out;
+  const char *v = strstr(out, "Version:");
+  if (kind == HVDRUN_MPICH && v) line = v;
+  size_t l = strcspn(line, "\n");
+  while (l > 0 && isspace((unsigned char)line[l - 1])) l--;
+  if (l > 0) snprintf(version, len, "%s%.*s", kind == HVDRUN_MPICH ? "MPICH/Hydra " : "",
+                      (int)l, line);
+  return kind;
+}
+
+static int is_this_machine(const char *host)
+{
+  char me[256];
+  if (strcmp(host, "localhost") == 0 || strcmp(host, "127.0.0.1") == 0) return 1;
+  if (gethostname(me, sizeof me) != 0) return 0;
+  me[sizeof me - 1] = '\0';
+  size_t n = strlen(host);
+  /* "node1" matches "node1.example.com" and the other way round. */
+  return strncmp(me, host, n) == 0 && (me[n] == '\0' || me[n] == '.');
+}
+
+static int local_core_count(void)
+{
+  hvdrun_topo_t *t;
+  char err[256];
+  if (hvdrun_topo_load(&t, err, sizeof err) != 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+  }
+  hvdrun_topo_summary_t s;
+  hvdrun_topo_summary(t, &s);
+  hvdrun_topo_free(t);
+  return s.cores > 0 ? s.cores : 1;
+}
+
+static int env_true(const char *name)
+{
+  const char *v = getenv(name);
+  return v && (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0);
+}
+
+/* The rsh agent for the namespace hosts: $HVD_RSH_AGENT, else scripts/netns-rsh next to
+   the build directory this hvdrun lives in (build/hvdrun -> scripts/netns-rsh). */
+static int netns_agent(char *path, size_t len, char *err)
+{
+  const char *env = getenv("HVD_RSH_AGENT");
+  if (env && *env) {
+    snprintf(path, len, "%s", env);
+  } else {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+      snprintf(err, HVDRUN_ERR_LEN, "cannot find hvdrun's own path (/proc/self/exe): %s; "
+               "pass --rsh-agent PATH", strerror(errno));
+      return -1;
+    }
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');   /* .../build/hvdrun -> .../build */
+    if (slash) *slash = '\0';
+    slash = strrchr(exe, '/');         /* .../build -> ... */
+    if (slash) *slash = '\0';
+    if ((size_t)snprintf(path, len, "%s/scripts/netns-rsh", exe) >= len) {
+      snprintf(err, HVDRUN_ERR_LEN, "hvdrun's path is too long; pass --rsh-agent PATH");
+      return -1;
+    }
+  }
+  if (access(path, X_OK) != 0) {
+    snprintf(err, HVDRUN_ERR_LEN,
+             "the hosts are the project's network namespaces but the rsh agent '%s' is "
+             "missing or not executable; pass --rsh-agent PATH or set HVD_RSH_AGENT", path);
+    return -1;
+  }
+  return 0;
+}
+
+/* "a:2,b:2" for -H / -hosts. */
+static void host_list(const hvdrun_hosts_t *h, char *buf, size_t len)
+{
+  size_t off = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < h->n && off < len; i++)
+    off += (size_t)snprintf(buf + off, len - off, "%s%s:%d", i ? "," : "", h->v[i].name,
+                            h->v[i].slots);
+}
+
+int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char *launcher,
+                         hvdrun_argv_t *cmd, char *err)
+{
+  /* Slots: the hosts' slots, or this machine's cores (OpenMPI's default). */
+  int have_hosts = o->hosts.n > 0;
+  int slots = have_hosts ? hvdrun_hosts_total_slots(&o->hosts) : local_core_count();
+  int np = o->np > 0 ? o->np : slots;
+  int oversubscribe = o->oversubscribe || env_true("OMPI_MCA_rmaps_base_oversubscribe");
+  char hosts[4096];
+  host_list(&o->hosts, hosts, sizeof hosts);
+  if (np > slots && !oversubscribe) {
+    snprintf(err, HVDRUN_ERR_LEN,
+             "-np %d is more than the %d slots available (%s); add slots (-H host:N, "
+             "--hostfile) or pass --oversubscribe", np, slots,
+             have_hosts ? hosts : "this machine's cores");
+    return -1;
+  }
+
+  /* One process per device: on CPU a rank per core, bound to it, ranks of a host placed
+     next to each other (map by slot). Binding is off when ranks outnumber cores (bound
+     ranks would pile onto the same cores) and on the namespace hosts, which are all
+     this one machine: each host's daemon would bind its ranks to the same cores. */
+  int netns = hvdrun_hosts_are_netns(&o->hosts);
+  int overloaded = np > slots;
+  if (!have_hosts && np > local_core_count()) overloaded = 1;
+  for (int i = 0; i < o->hosts.n; i++)
+    if (is_this_machine(o->hosts.v[i].name) && o->hosts.v[i].slots > local_core_count())
+      overloaded = 1;
+  const char *bind_to = o->bind_to ? o->bind_to : (overloaded || netns) ? "none" : "core";
+  const char *map_by = o->map_by ? o->map_by : "slot";
+
+  char agent[PATH_MAX] = "";
+  if (o->rsh_agent) snprintf(agent, sizeof agent, "%s", o->rsh_agent);
+  else if (netns && netns_agent(agent, sizeof agent, err) != 0) return -1;
+  const char *subnet = getenv("HVD_NETNS_SUBNET");
+  if (!subnet || !*subnet) subnet = HVDRUN_NETNS_SUBNET;
+
+  hvdrun_argv_push(cmd, launcher);
+  if (mpi == HVDRUN_OPENMPI) {
+    if (geteuid() == 0) hvdrun_argv_push(cmd, "--allow-run-as-root");
+    hvdrun_argv_push(cmd, "-np");
+    hvdrun_argv_pushf(cmd, "%d", np);
+    if (have_hosts) {
+      hvdrun_argv_push(cmd, "-H");
+      hvdrun_argv_push(cmd, hosts);
+    }
+    if (oversubscribe) hvdrun_argv_push(cmd, "--oversubscribe");
+    hvdrun_argv_push(cmd, "--bind-to");
+    hvdrun_argv_push(cmd, bind_to);
+    hvdrun_argv_push(cmd, "--map-by");
+    hvdrun_argv_push(cmd, map_by);
+    if (o->output_dir) {
+      hvdrun_argv_push(cmd, "--output-filename");
+      hvdrun_argv_push(cmd, o->output_dir);
+    }
+    if (o->start_timeout > 0) {
+      hvdrun_argv_push(cmd, "--mca");
+      hvdrun_argv_push(cmd, "orte_startup_timeout");
+      hvdrun_argv_pushf(cmd, "%d", o->start_timeout);
+    }
+    if (agent[0]) {
+      hvdrun_argv_push(cmd, "--mca");
+      hvdrun_argv_push(cmd, "plm_rsh_agent");
+      hvdrun_argv_push(cmd, agent);
+    }
+    if (netns) {
+      /* The daemons in the namespaces reach mpirun, and ranks reach each other, only
+         over the bridge: keep OpenMPI off every other interface. */
+      hvdrun_argv_push(cmd, "--mca");
+      hvdrun_argv_push(cmd, "oob_tcp_if_include");
+      hvdrun_argv_push(cmd, subnet);
+      hvdrun_argv_push(cmd, "--mca");
+      hvdrun_argv_push(cmd, "btl_tcp_if_include");
+      hvdrun_argv_push(cmd, subnet);
+    }
+    for (int i = 0; i + 1 < o->mca.n; i += 2) {
+      hvdrun_argv_push(cmd, "--mca");
+      hvdrun_argv_push(cmd, o->mca.v[i]);
+      hvdrun_argv_push(cmd, o->mca.v[i + 1]);
+    }
+    for (int i = 0; i < o->env.n; i++) {
+      hvdrun_argv_push(cmd, "-x");
+      hvdrun_argv_push(cmd, o->env.v[i]);
+    }
+    if (o->start_timeout > 0) {
+      hvdrun_argv_push(cmd, "-x");
+      hvdrun_argv_pushf(cmd, "HVD_START_TIMEOUT=%d", o->start_timeout);
+    }
+  } else if (mpi == HVDRUN_MPICH) {
+    if (o->mca.n > 0) {
+      snprintf(err, HVDRUN_ERR_LEN, "--mca %s: MCA parameters are OpenMPI's; the launcher "
+               "'%s' is MPICH's", o->mca.v[0], launcher);
+      return -1;
+    }
+    hvdrun_argv_push(cmd, "-np");
+    hvdrun_argv_pushf(cmd, "%d", np);
+    if (have_hosts) {
+      hvdrun_argv_push(cmd, "-hosts");
+      hvdrun_argv_push(cmd, hosts);
+    }
+    hvdrun_argv_push(cmd, "-bind-to");
+    hvdrun_argv_push(cmd, bind_to);
+    if (o->map_by) {
+      hvdrun_argv_push(cmd, "-map-by");
+      hvdrun_argv_push(cmd, o->map_by);
+    }
+    if (o->output_dir) {
+      hvdrun_argv_push(cmd, "-outfile-pattern");
+      hvdrun_argv_pushf(cmd, "%s/rank.%%r.stdout", o->output_dir);
+      hvdrun_argv_push(cmd, "-errfile-pattern");
+      hvdrun_argv_pushf(cmd, "%s/rank.%%r.stderr", o->output_dir);
+    }
+    if (agent[0]) {
+      hvdrun_argv_push(cmd, "-launcher");
+      hvdrun_argv_push(cmd, "rsh");
+      hvdrun_argv_push(cmd, "-launcher-exec");
+      hvdrun_argv_push(cmd, agent);
+    }
+    for (int i = 0; i < o->env.n; i++) {
+      const char *e = o->env.v[i], *eq = strchr(e, '=');
+      hvdrun_argv_push(cmd, "-genv");
+      if (eq) {
+        hvdrun_argv_pushf(cmd, "%.*s", (int)(eq - e), e);
+        hvdrun_argv_push(cmd, eq + 1);
+      } else {
+        const char *val = getenv(e);
+        hvdrun_argv_push(cmd, e);
+        hvdrun_argv_push(cmd, val ? val : "");
+      }
+    }
+    if (o->start_timeout > 0) {
+      hvdrun_argv_push(cmd, "-genv");
+      hvdrun_argv_push(cmd, "HVD_START_TIMEOUT");
+      hvdrun_argv_pushf(cmd, "%d", o->start_timeout);
+    }
+  } else {
+    snprintf(err, HVDRUN_ERR_LEN, "cannot tell which MPI '%s' belongs to (its --version "
+             "names neither Open MPI nor MPICH/Hydra); pass --mpi openmpi or --mpi mpich",
+             launcher);
+    return -1;
+  }
+  for (int i = 0; i < o->prog_argc; i++) hvdrun_argv_push(cmd, o->prog_argv[i]);
+  return 0;
+}
+
+/* Quotes for a POSIX shell only where needed, so the printed line can be pasted. */
+static void print_quoted(const char *s)
+{
+  int plain = *s != '\0';
+  for (const char *p = s; *p; p++)
+    if (!(isalnum((unsigned char)*p) || strchr("_-./:=,+@%", *p))) plain = 0;
+  if (plain) {
+    fputs(s, stdout);
+    return;
+  }
+  putchar('\'');
+  for (const char *p = s; *p; p++) {
+    if (*p == '\'') fputs("'\\''", stdout);
+    else putchar(*p);
+  }
+  putchar('\'');
+}
+
+void hvdrun_print_command(const hvdrun_argv_t *cmd)
+{
+  for (int i = 0; i < cmd->n; i++) {
+    if (i) putchar(' ');
+    print_quoted(cmd->v[i]);
+  }
+  putchar('\n');
+  fflush(stdout);
+}

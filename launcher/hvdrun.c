@@ -1,0 +1,92 @@
+/* launcher/hvdrun.c: hvdrun's main. Parses the options, checks what can be checked
+   before starting anything (program, launcher, slots), builds the MPI launcher's argv
+   and replaces itself with it (execvp), so signals and the exit status are mpirun's. */
+#include "launcher/hvdrun.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* mkdir -p, for --output-filename. */
+static int make_dirs(const char *dir, char *err)
+{
+  char path[PATH_MAX];
+  if ((size_t)snprintf(path, sizeof path, "%s", dir) >= sizeof path) {
+    snprintf(err, HVDRUN_ERR_LEN, "--output-filename: path too long");
+    return -1;
+  }
+  for (char *p = path + 1;; p++) {
+    if (*p == '/' || *p == '\0') {
+      char c = *p;
+      *p = '\0';
+      if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+        snprintf(err, HVDRUN_ERR_LEN, "--output-filename: cannot create '%.900s': %s", path,
+                 strerror(errno));
+        return -1;
+      }
+      *p = c;
+      if (c == '\0') break;
+    }
+  }
+  return 0;
+}
+
+static int fail(int code, const char *err)
+{
+  fprintf(stderr, "hvdrun: error: %s\n", err);
+  return code;
+}
+
+int main(int argc, char **argv)
+{
+  hvdrun_options_t o;
+  char err[HVDRUN_ERR_LEN];
+  if (hvdrun_parse_args(argc, argv, &o, err) != 0) {
+    hvdrun_options_free(&o);
+    return fail(2, err);
+  }
+  if (o.help) {
+    hvdrun_print_help();
+    hvdrun_options_free(&o);
+    return 0;
+  }
+  if (o.check_build) {
+    int rc = hvdrun_check_build(o.hosts.n == 0 ? o.np : -1);
+    hvdrun_options_free(&o);
+    return rc;
+  }
+
+  int rc = 0;
+  char launcher[PATH_MAX];
+  hvdrun_argv_t cmd = {0};
+  if (hvdrun_check_program(o.prog_argv[0], err) != 0) {
+    rc = fail(127, err);
+  } else if (hvdrun_find_launcher(o.mpi, launcher, sizeof launcher, err) != 0) {
+    rc = fail(127, err);
+  } else {
+    hvdrun_mpi_t mpi = o.mpi;
+    char version[256] = "";
+    if (mpi == HVDRUN_MPI_UNKNOWN) mpi = hvdrun_detect_mpi(launcher, version, sizeof version);
+    if (hvdrun_build_command(&o, mpi, launcher, &cmd, err) != 0) {
+      rc = fail(2, err);
+    } else if (o.output_dir && !o.dry_run && make_dirs(o.output_dir, err) != 0) {
+      rc = fail(1, err);
+    } else {
+      if (o.verbose || o.dry_run) hvdrun_print_command(&cmd);
+      if (!o.dry_run) {
+        fflush(NULL);
+        execvp(cmd.v[0], cmd.v);
+        snprintf(err, sizeof err, "cannot run the MPI launcher '%s': %s", cmd.v[0],
+                 strerror(errno));
+        rc = fail(127, err);
+      }
+    }
+  }
+  hvdrun_argv_free(&cmd);
+  hvdrun_options_free(&o);
+  return rc;
+}
