@@ -27,6 +27,7 @@
 typedef struct {
   size_t offset, count;
   hvd_request_t req;     /* non-NULL while in flight */
+  double t_submit, t_done;   /* this step; t_done when we saw the completion */
 } bucket_t;
 
 struct hvd_grad_buckets {
@@ -40,9 +41,6 @@ struct hvd_grad_buckets {
   bucket_t *buckets;
   size_t next;           /* buckets [0, next) are submitted in this step */
   hvd_status_t error;    /* first failure in this step                   */
-  /* accounting of the current step */
-  int step_active;
-  double first_submit, last_done;
   hvd_grad_buckets_stats_t stats;
 };
 
@@ -147,18 +145,11 @@ static void record_error(hvd_grad_buckets_t *b, hvd_status_t s) {
   if (s != HVD_OK && b->error == HVD_OK) b->error = s;
 }
 
-static void begin_step(hvd_grad_buckets_t *b, double t) {
-  if (b->step_active) return;
-  b->step_active = 1;
-  b->first_submit = t;
-  b->last_done = t;
-}
-
 static hvd_status_t submit(hvd_grad_buckets_t *b, size_t k) {
   bucket_t *bk = &b->buckets[k];
   char name[48];
   snprintf(name, sizeof(name), "grad.bucket.%zu", k);
-  begin_step(b, now_s());
+  bk->t_submit = now_s();
   hvd_status_t s;
   if (b->compression == HVD_COMPRESSION_FP16) {
     uint16_t *h = b->half + bk->offset;
@@ -171,7 +162,10 @@ static hvd_status_t submit(hvd_grad_buckets_t *b, size_t k) {
     s = hvd_allreduce_async(name, g, g, bk->count, HVD_FLOAT32, b->op, &bk->req);
     b->stats.bytes += bk->count * sizeof(float);
   }
-  if (s != HVD_OK) bk->req = NULL;   /* nothing to wait for */
+  if (s != HVD_OK) {
+    bk->req = NULL;   /* nothing to wait for */
+    bk->t_done = bk->t_submit;
+  }
   return s;
 }
 
@@ -190,7 +184,7 @@ static void poll_in_flight(hvd_grad_buckets_t *b) {
     }
     if (done) {
       bk->req = NULL;
-      b->last_done = now_s();
+      bk->t_done = now_s();
     }
   }
 }
@@ -217,14 +211,7 @@ void hvd_grad_buckets_on_ready(void *b, size_t ready_from) {
 hvd_status_t hvd_grad_buckets_wait(hvd_grad_buckets_t *b) {
   if (b == NULL) return HVD_ERR_INVALID_ARGUMENT;
   double t0 = now_s();
-  if (b->next < b->num) poll_in_flight(b);
-  int pending_at_start = 0;
-  for (size_t k = 0; k < b->next; k++)
-    if (b->buckets[k].req != NULL) pending_at_start = 1;
-  if (b->next < b->num) {
-    begin_step(b, t0);
-    pending_at_start = 1;
-  }
+  poll_in_flight(b);
   /* Submit what is left even after an error: the other ranks may be waiting for these
      names, and the runtime reports a shut-down state on its own. */
   while (b->next < b->num) {
@@ -236,6 +223,7 @@ hvd_status_t hvd_grad_buckets_wait(hvd_grad_buckets_t *b) {
     if (bk->req != NULL) {
       record_error(b, hvd_wait(bk->req));
       bk->req = NULL;
+      bk->t_done = now_s();
     }
     if (b->compression == HVD_COMPRESSION_FP16) {
       const uint16_t *h = b->half + bk->offset;
@@ -244,18 +232,31 @@ hvd_status_t hvd_grad_buckets_wait(hvd_grad_buckets_t *b) {
     }
   }
   double t1 = now_s();
-  if (pending_at_start) b->last_done = t1;
-  if (b->step_active) {
-    double start = b->first_submit < t0 ? b->first_submit : t0;
-    b->stats.comm_s += b->last_done - start;
-  }
   b->stats.blocked_s += t1 - t0;
   b->stats.steps++;
+  /* Communication time: the union of the buckets' [submit, done] intervals, which
+     start in submission order. The cast back counts as communication. */
+  double busy = 0, start = 0, end = 0;
+  for (size_t k = 0; k < b->num; k++) {
+    bucket_t *bk = &b->buckets[k];
+    double done = bk->t_done > bk->t_submit ? bk->t_done : bk->t_submit;
+    if (k == 0 || bk->t_submit > end) {
+      busy += end - start;
+      start = bk->t_submit;
+      end = done;
+    } else if (done > end) {
+      end = done;
+    }
+  }
+  if (b->num > 0) {
+    if (b->compression == HVD_COMPRESSION_FP16 && t1 > end) end = t1;
+    busy += end - start;
+  }
+  b->stats.comm_s += busy;
 
   hvd_status_t s = b->error;
   b->error = HVD_OK;
   b->next = 0;
-  b->step_active = 0;
   return s;
 }
 
