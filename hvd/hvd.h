@@ -126,13 +126,14 @@ void hvd_grad_buckets_on_ready(void *b, size_t ready_from);
 hvd_status_t hvd_grad_buckets_wait(hvd_grad_buckets_t *b);
 
 /* Communication accounting over the steps since creation or the last reset. Per step,
-   communication lasts from the first submission (or the start of wait(), if earlier)
-   to the last completion; completions before wait() are seen by polling in ready(), so
-   they are late by at most the time between two ready() calls. blocked_s is the time
-   spent inside wait(): the communication that was not hidden behind backward. */
+   communication time is the union of the buckets' [submission, completion] intervals
+   (with fp16, up to the end of the cast back); completions before wait() are seen by
+   polling in ready(), so they are late by at most the time between two ready() calls.
+   blocked_s is the time spent inside wait(): the communication not hidden behind
+   backward. Hidden fraction = 1 - blocked_s / comm_s. */
 typedef struct {
   uint64_t steps;
-  double comm_s;          /* sum over steps of communication time                  */
+  double comm_s;          /* sum over steps of communication time (see above)      */
   double blocked_s;       /* sum over steps of time inside wait()                  */
   uint64_t bytes;         /* bytes handed to the allreduce (after compression)     */
 } hvd_grad_buckets_stats_t;
