@@ -17,7 +17,7 @@
 
 typedef struct {
   const nn_batchnorm2d_shape_t *s;
-  const float *x, *gamma, *beta, *mean_in, *invstd_in, *dy;
+  const float *x, *gamma, *beta, *mean_in, *var_in, *invstd_in, *dy;
   float *running_mean, *running_var, *y, *save_mean, *save_invstd, *dx, *dgamma, *dbeta;
 } bn_job_t;
 
@@ -93,8 +93,9 @@ nn_status_t nn_batchnorm2d_forward_train(const nn_batchnorm2d_shape_t *s, const 
   if ((size_t)s->n * s->h * s->w < 2)
     return nn_set_error(NN_ERR_ARG, "nn_batchnorm2d_forward_train: need more than 1 value per "
                         "channel in training (n*h*w = %d)", s->n * s->h * s->w);
-  bn_job_t job = {s, x, gamma, beta, NULL, NULL, NULL, running_mean, running_var, y,
-                  save_mean, save_invstd, NULL, NULL, NULL};
+  bn_job_t job = {.s = s, .x = x, .gamma = gamma, .beta = beta, .running_mean = running_mean,
+                  .running_var = running_var, .y = y, .save_mean = save_mean,
+                  .save_invstd = save_invstd};
   bn_run(s->c, bn_train_channel, &job, (size_t)s->n * s->c * s->h * s->w);
   return NN_OK;
 }
@@ -104,9 +105,9 @@ static void bn_infer_channel(void *vjob, int c, int worker) {
   const bn_job_t *j = vjob;
   const nn_batchnorm2d_shape_t *s = j->s;
   const size_t hw = (size_t)s->h * s->w, cs = (size_t)s->c * hw;
-  const double invstd = 1.0 / sqrt((double)j->running_var[c] + (double)s->eps);
+  const double invstd = 1.0 / sqrt((double)j->var_in[c] + (double)s->eps);
   const float g = j->gamma ? j->gamma[c] : 1.0f, b = j->beta ? j->beta[c] : 0.0f;
-  const float a = (float)(g * invstd), sh = (float)(b - j->running_mean[c] * g * invstd);
+  const float a = (float)(g * invstd), sh = (float)(b - j->mean_in[c] * g * invstd);
   for (int i = 0; i < s->n; i++)
     bn_affine_plane(j->x + i * cs + c * hw, j->y + i * cs + c * hw, hw, a, sh);
 }
@@ -119,8 +120,8 @@ nn_status_t nn_batchnorm2d_forward_infer(const nn_batchnorm2d_shape_t *s, const 
   if (st != NN_OK) return st;
   if (!x || !y || !running_mean || !running_var)
     return nn_set_error(NN_ERR_ARG, "nn_batchnorm2d_forward_infer: x, y or running stats NULL");
-  bn_job_t job = {s, x, gamma, beta, running_mean, NULL, NULL, NULL, NULL, y,
-                  NULL, NULL, NULL, NULL, NULL};
+  bn_job_t job = {.s = s, .x = x, .gamma = gamma, .beta = beta, .mean_in = running_mean,
+                  .var_in = running_var, .y = y};
   bn_run(s->c, bn_infer_channel, &job, (size_t)s->n * s->c * s->h * s->w);
   return NN_OK;
 }
@@ -150,12 +151,12 @@ static void bn_backward_channel(void *vjob, int c, int worker) {
   const float g = j->gamma ? j->gamma[c] : 1.0f;
   /* dx += k (dy - sdy/m - (x - mean) invstd^2 sdyx/m), k = gamma invstd. */
   const float k = g * invstd;
-  const float kdy = k, kx = (float)(-(double)k * invstd * invstd * sdyx / m);
-  const float k0 = (float)(-(double)k * sdy / m - (double)kx * mean);
+  const float kx = (float)(-(double)k * invstd * invstd * sdyx / m);
+  const float k0 = (float)(-(double)k * sdy / m);
   for (int i = 0; i < s->n; i++) {
     const float *xp = j->x + i * cs + c * hw, *dp = j->dy + i * cs + c * hw;
     float *dxp = j->dx + i * cs + c * hw;
-    for (size_t p = 0; p < hw; p++) dxp[p] += kdy * dp[p] + kx * xp[p] + k0;
+    for (size_t p = 0; p < hw; p++) dxp[p] += k * dp[p] + kx * (xp[p] - mean) + k0;
   }
 }
 
@@ -167,8 +168,8 @@ nn_status_t nn_batchnorm2d_backward(const nn_batchnorm2d_shape_t *s, const float
   if (st != NN_OK) return st;
   if (!x || !save_mean || !save_invstd || !dy)
     return nn_set_error(NN_ERR_ARG, "nn_batchnorm2d_backward: x, saved statistics or dy NULL");
-  bn_job_t job = {s, x, gamma, NULL, save_mean, save_invstd, dy, NULL, NULL, NULL,
-                  NULL, NULL, dx, dgamma, dbeta};
+  bn_job_t job = {.s = s, .x = x, .gamma = gamma, .mean_in = save_mean,
+                  .invstd_in = save_invstd, .dy = dy, .dx = dx, .dgamma = dgamma, .dbeta = dbeta};
   bn_run(s->c, bn_backward_channel, &job, (size_t)s->n * s->c * s->h * s->w);
   return NN_OK;
 }
