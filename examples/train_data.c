@@ -256,13 +256,13 @@ int train_make_synthetic(int n, int c, int h, int w, int num_classes, uint64_t s
     return -1;
   }
   for (size_t i = 0; i < per * num_classes; i++)
-    tmpl[i] = (uint8_t)(train_mix64(seed * 0x100000001b3ull + i) % 192);
+    tmpl[i] = (uint8_t)(train_mix64(seed * 0x100000001b3ull + i) % 40);
   for (int s = 0; s < n; s++) {
     uint64_t r = train_mix64(seed ^ (0xabcdef12345ull + (uint64_t)s));
     int label = (int)(r % (uint64_t)num_classes);
     out->labels[s] = label;
     for (size_t i = 0; i < per; i++) {
-      uint64_t noise = train_mix64(r + i) % 64;
+      uint64_t noise = train_mix64(r + i) % 216;
       out->images[(size_t)s * per + i] = (uint8_t)(tmpl[(size_t)label * per + i] + noise);
     }
   }

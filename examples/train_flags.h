@@ -1,0 +1,51 @@
+/* examples/train_flags.h: command-line flags of the train program. */
+#ifndef TRAIN_FLAGS_H
+#define TRAIN_FLAGS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+  char model[64];
+  char dataset[32];
+  const char *data_dir;        /* NULL: the data set's default */
+  int epochs;
+  int batch;                   /* per rank */
+  float lr;                    /* before scaling by the number of ranks */
+  char optimizer[16];          /* sgd | adam | adamw */
+  float momentum, weight_decay;
+  int nesterov;
+  uint64_t seed;
+  int threads;                 /* 0: nn's default */
+  const char *export_path;
+  float warmup_epochs;
+  char lr_schedule[16];        /* constant | step | cosine */
+  float lr_step_epochs, lr_gamma, min_lr;
+  int es_patience;             /* 0: no early stopping */
+  float min_delta;
+  char monitor[16];            /* val_loss | val_accuracy */
+  int restore_best;
+  const char *checkpoint_dir;
+  int save_best_only;
+  const char *resume;
+  const char *logdir;
+  int augment;
+  int crop_pad;                /* -1: the data set's default when --augment */
+  float bucket_mb;
+  int fp16_allreduce;
+  int no_overlap;
+  char device[16];
+  float validation_split;
+  int max_train, max_test;     /* 0: all */
+  int synthetic_samples;
+  int quiet;
+} train_opts_t;
+
+void train_flags_defaults(train_opts_t *o);
+/* 0: parsed; 1: --help was given; -1: bad flag or value, one line in err naming it. */
+int train_flags_parse(int argc, char **argv, train_opts_t *o, char *err, size_t errlen);
+void train_flags_help(FILE *f, const char *prog);
+/* The settings as "key=value\n" lines (for checkpoints and the log). */
+void train_flags_describe(const train_opts_t *o, int ranks, char *buf, size_t len);
+
+#endif /* TRAIN_FLAGS_H */

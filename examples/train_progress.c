@@ -1,0 +1,56 @@
+/* examples/train_progress.c: progress bar (terminal) or plain lines (pipes, logs). */
+#include "examples/train_progress.h"
+
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+double train_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void train_progress_init(train_progress_t *p, int enabled) {
+  p->enabled = enabled;
+  p->tty = enabled && isatty(STDOUT_FILENO);
+}
+
+void train_progress_begin(train_progress_t *p, int epoch, int epochs, int steps) {
+  p->epoch = epoch;
+  p->epochs = epochs;
+  p->steps = steps;
+  p->start = train_now();
+  p->last_draw = 0;
+}
+
+void train_progress_step(train_progress_t *p, int step, double loss, double acc,
+                         double images_per_sec) {
+  if (!p->tty) return;
+  double now = train_now();
+  /* Redraw at most 10 times a second: a terminal is slow next to a training step. */
+  if (step < p->steps && now - p->last_draw < 0.1) return;
+  p->last_draw = now;
+  const int width = 30;
+  int fill = p->steps > 0 ? (int)((long long)width * step / p->steps) : width;
+  char bar[64];
+  for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : '.');
+  bar[width] = '\0';
+  double elapsed = now - p->start;
+  double eta = step > 0 ? elapsed / step * (p->steps - step) : 0;
+  printf("\rEpoch %d/%d [%s] %d/%d - loss %.4f - acc %.4f - %.0f img/s - ETA %.0fs \033[K",
+         p->epoch + 1, p->epochs, bar, step, p->steps, loss, acc, images_per_sec, eta);
+  fflush(stdout);
+}
+
+void train_progress_end(train_progress_t *p, double loss, double acc, double val_loss,
+                        double val_acc, double lr, double images_per_sec, double seconds,
+                        const char *note) {
+  if (!p->enabled) return;
+  if (p->tty) printf("\r\033[K");
+  printf("Epoch %d/%d: %d steps, %.1fs - loss %.4f - accuracy %.4f - val_loss %.4f - "
+         "val_accuracy %.4f - lr %.5g - %.0f img/s%s%s\n",
+         p->epoch + 1, p->epochs, p->steps, seconds, loss, acc, val_loss, val_acc, lr,
+         images_per_sec, note && *note ? " - " : "", note ? note : "");
+  fflush(stdout);
+}
