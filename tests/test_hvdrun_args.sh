@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# hvdrun's command line reaches the ranks intact: program arguments with spaces, quotes
+# and shell characters arrive unchanged on every rank (real mpirun, 2 ranks, one output
+# file per rank via --output-filename); horovodrun's tuning flags arrive as HVD_*
+# variables; -x sets variables; "--" and unknown arguments after the program are the
+# program's. Then the argv hvdrun builds (--dry-run) for hostfiles in both dialects,
+# binding defaults, --start-timeout, and MPICH's spelling of the same options.
+set -u
+cd "$(dirname "$0")/.."
+build=${HVD_BUILD:-build}
+hvdrun=$build/hvdrun
+if [ ! -x "$hvdrun" ]; then echo "SKIP: $hvdrun is not built (run make)"; exit 77; fi
+if ! command -v mpirun >/dev/null; then echo "SKIP: mpirun is not installed"; exit 77; fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# The program: prints each argument in brackets, then the HVD_* and FOO_* variables.
+cat > "$tmp/show args.sh" <<'EOF'
+#!/bin/sh
+for a in "$@"; do printf '[%s]\n' "$a"; done
+env | grep -E '^(HVD_|FOO_)' | sort
+EOF
+chmod +x "$tmp/show args.sh"
+
+args=("a b" "it's" 'say "hi"' '$HOME' '*' '' 'x;y|z' '-np' '--verbose' "tab	here" 'back\slash')
+expected=$(for a in "${args[@]}"; do printf '[%s]\n' "$a"; done)
+
+# ---- 1. real run, 2 ranks, output per rank ----
+export FOO_FROM_HERE="value from here"
+timeout -k 5 60 "$hvdrun" -np 2 --oversubscribe --output-filename "$tmp/out" \
+  --fusion-threshold-mb 32 --cycle-time-ms 2.5 --timeline-filename "$tmp/time line.json" \
+  --stall-check-warning-time-seconds 30 --stall-check-shutdown-time-seconds 120 \
+  --hierarchical-allreduce --log-level DEBUG --start-timeout 40 \
+  -x 'FOO_SET=with space' -x FOO_FROM_HERE \
+  -- "$tmp/show args.sh" "${args[@]}" > "$tmp/launch.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || { fail "hvdrun -np 2 exited $rc"; cat "$tmp/launch.log"; }
+mapfile -t outs < <(find "$tmp/out" -name stdout | sort)
+[ ${#outs[@]} -eq 2 ] || fail "--output-filename: expected 2 per-rank stdout files, found ${#outs[@]}: ${outs[*]}"
+want_env="FOO_FROM_HERE=value from here
+FOO_SET=with space
+HVD_CYCLE_TIME=2.5
+HVD_FUSION_THRESHOLD=33554432
+HVD_HIERARCHICAL_ALLREDUCE=1
+HVD_LOG_LEVEL=debug
+HVD_STALL_CHECK_TIME_SECONDS=30
+HVD_STALL_SHUTDOWN_TIME_SECONDS=120
+HVD_START_TIMEOUT=40
+HVD_TIMELINE=$tmp/time line.json"
+for f in "${outs[@]}"; do
+  got=$(grep '^\[' "$f")
+  [ "$got" = "$expected" ] || fail "arguments differ in $f:
+--- got
+$got
+--- expected
+$expected"
+  got_env=$(grep -E '^(HVD_|FOO_)' "$f")
+  [ "$got_env" = "$want_env" ] || fail "variables differ in $f:
+--- got
+$got_env
+--- expected
+$want_env"
+done
+[ $failures -eq 0 ] && echo "ok: arguments and variables intact on both ranks"
+
+# ---- 2. unknown arguments after the program belong to it, without "--" ----
+out=$(timeout -k 5 60 "$hvdrun" -np 1 "$tmp/show args.sh" -np 7 --bogus -x 2>&1)
+want=$(printf '[-np]\n[7]\n[--bogus]\n[-x]')
+[ "$(grep '^\[' <<<"$out")" = "$want" ] || fail "arguments after the program: got '$out'"
+
+# ---- 3. --verbose prints the final command, and it is an argv that re-parses ----
+out=$(timeout -k 5 60 "$hvdrun" --verbose -np 1 "$tmp/show args.sh" "a b" "it's" 2>&1)
+first=$(head -n 1 <<<"$out")
+[[ "$first" == */mpirun* || "$first" == */mpiexec* ]] || fail "--verbose: first line '$first' is not the launcher command"
+if [ "$(id -u)" -eq 0 ]; then
+  [[ "$first" == *" --allow-run-as-root "* ]] || fail "--verbose as root: no --allow-run-as-root in '$first'"
+fi
+eval "reparsed=($first)"
+n=${#reparsed[@]}
+[ "${reparsed[$((n - 2))]}" = "a b" ] && [ "${reparsed[$((n - 1))]}" = "it's" ] \
+  || fail "--verbose: the printed command does not quote 'a b' and \"it's\" for the shell: $first"
+grep -q '^\[a b\]$' <<<"$out" || fail "--verbose: the program did not run: $out"
+
+# ---- 4. --dry-run: hostfiles in both dialects, defaults and options ----
+cat > "$tmp/hosts" <<'EOF'
+# OpenMPI and horovodrun lines mixed
+nodeA slots=2
+nodeB:3   # trailing comment
+nodeC
+nodeA slots=1 max_slots=4
+EOF
+dry() { "$hvdrun" --dry-run "$@" 2>&1; }
+expect_cmd() {   # expect_cmd "substring" ARGS...
+  local want=$1; shift
+  local got; got=$(dry "$@")
+  [[ "$got" == *"$want"* ]] || fail "hvdrun $*: command lacks '$want': $got"
+}
+expect_cmd " -np 7 -H nodeA:3,nodeB:3,nodeC:1 " --hostfile "$tmp/hosts" /bin/true
+expect_cmd " -np 4 -H nodeA:3,nodeB:3,nodeC:1,nodeD:2 " --hostfile "$tmp/hosts" -H nodeD:2 -np 4 /bin/true
+expect_cmd " --bind-to core --map-by slot " -np 1 /bin/true
+expect_cmd " --oversubscribe --bind-to none --map-by slot " --oversubscribe -np 64 /bin/true
+expect_cmd " --bind-to socket --map-by node " --bind-to socket --map-by node -np 1 /bin/true
+expect_cmd " --mca orte_startup_timeout 30 " --start-timeout 30 -np 1 /bin/true
+expect_cmd " -x HVD_START_TIMEOUT=30 " --start-timeout 30 -np 1 /bin/true
+expect_cmd " --mca btl '^openib' " --mca btl ^openib -np 1 /bin/true
+expect_cmd " --mca plm_rsh_agent /opt/my-agent " --rsh-agent /opt/my-agent -H h1:1 /bin/true
+expect_cmd " --output-filename $tmp/logs " --output-filename "$tmp/logs" -np 1 /bin/true
+[ -e "$tmp/logs" ] && fail "--dry-run created the --output-filename directory"
+expect_cmd "-x HVD_FUSION_THRESHOLD=0 " --fusion-threshold-mb 0 -np 1 /bin/true
+expect_cmd "-x HVD_FUSION_THRESHOLD=1572864 " --fusion-threshold-mb=1.5 -np 1 /bin/true
+# MPICH (Hydra) spells the same things differently.
+got=$(dry --mpi mpich -np 3 -H a:2,b:2 -x FOO_X=1 -x 'FOO_Y=two words' --hierarchical-allreduce \
+      --output-filename /tmp/o --start-timeout 9 /bin/echo hi)
+want_tail="-np 3 -hosts a:2,b:2 -bind-to core -outfile-pattern /tmp/o/rank.%r.stdout -errfile-pattern /tmp/o/rank.%r.stderr -genv FOO_X 1 -genv FOO_Y 'two words' -genv HVD_HIERARCHICAL_ALLREDUCE 1 -genv HVD_START_TIMEOUT 9 /bin/echo hi"
+[[ "$got" == *" $want_tail" ]] || fail "MPICH command: got '$got', expected it to end with '$want_tail'"
+[[ "$got" == *"--allow-run-as-root"* ]] && fail "MPICH command has OpenMPI's --allow-run-as-root: $got"
+
+echo "$failures failures"
+[ "$failures" -eq 0 ]
