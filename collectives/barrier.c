@@ -1,0 +1,21 @@
+/* collectives/barrier.c: dissemination barrier. In round k (distance d = 2^k < N)
+   rank r signals r + d and waits for r - d. After ceil(log2 N) rounds every rank has
+   heard, directly or through others, from every rank, so none leaves before all came. */
+#include "collectives/coll_internal.h"
+
+coll_status_t coll_barrier(coll_transport_t *t) {
+  coll_status_t st = coll_check_transport(t);
+  if (st != COLL_OK) return st;
+  const int N = t->size, r = t->rank;
+  unsigned char out = 1, in = 0;
+  for (int d = 1; d < N && st == COLL_OK; d *= 2) {
+    coll_request_t sreq, rreq;
+    st = t->ops->irecv(t, (r - d + N) % N, &in, 1, COLL_TAG_BARRIER, &rreq);
+    if (st != COLL_OK) break;
+    st = t->ops->isend(t, (r + d) % N, &out, 1, COLL_TAG_BARRIER, &sreq);
+    coll_status_t s1 = t->ops->wait(t, &rreq);
+    coll_status_t s2 = st == COLL_OK ? t->ops->wait(t, &sreq) : st;
+    st = s1 != COLL_OK ? s1 : s2;
+  }
+  return st;
+}

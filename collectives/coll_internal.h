@@ -1,0 +1,79 @@
+/* collectives/coll_internal.h: helpers shared by the collective algorithms and the
+   transports. Not part of the public interface (coll.h). */
+#ifndef COLL_INTERNAL_H
+#define COLL_INTERNAL_H
+
+#include "collectives/coll.h"
+
+/* Message tags: one per algorithm, so two different collectives in flight between the
+   same pair (e.g. a barrier racing the tail of an allreduce) never match each other. */
+enum {
+  COLL_TAG_RING = 11,
+  COLL_TAG_RECURSIVE_DOUBLING = 12,
+  COLL_TAG_BROADCAST = 13,
+  COLL_TAG_ALLTOALL = 14,
+  COLL_TAG_BARRIER = 15,
+  COLL_TAG_ALLGATHERV = 16,
+  COLL_TAG_REDUCE_SCATTER = 17
+};
+
+/* Formats a message into t->error and returns s (printf-style). */
+coll_status_t coll_fail(coll_transport_t *t, coll_status_t s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Argument checks shared by every algorithm; on failure they fill t->error. */
+coll_status_t coll_check_transport(coll_transport_t *t);
+coll_status_t coll_check_dtype_op(coll_transport_t *t, coll_dtype_t dtype, coll_op_t op);
+
+/* out[i] = a[i] op b[i]; out may equal a (the in-place case), b never aliases out. */
+void coll_reduce3(void *out, const void *a, const void *b, size_t count,
+                  coll_dtype_t dtype, coll_op_t op);
+
+/* Every transport written here keeps this at the start of its impl: a scratch buffer
+   reused across calls, so the hot path does not malloc (and page-fault) per call.
+   coll_scratch returns NULL for transports that are not ours (caller then mallocs).
+   Two slots, so the ring's staging (COLL_SCRATCH_STAGING) and a caller's full-size work
+   buffer (COLL_SCRATCH_WORK) can be live at once. */
+enum { COLL_SCRATCH_STAGING = 0, COLL_SCRATCH_WORK = 1, COLL_SCRATCH_SLOTS = 2 };
+typedef struct {
+  void *scratch[COLL_SCRATCH_SLOTS];
+  size_t scratch_bytes[COLL_SCRATCH_SLOTS];
+} coll_scratch_t;
+int coll_transport_is_ours(const coll_transport_t *t);
+void *coll_scratch(coll_transport_t *t, int slot, size_t bytes);
+void coll_scratch_free(coll_scratch_t *s);
+
+/* Temporary memory for one call: the transport's scratch when possible, else malloc.
+   coll_temp_release frees only what coll_temp_get malloc'ed. */
+typedef struct {
+  void *ptr;
+  int owned;
+} coll_temp_t;
+coll_status_t coll_temp_get(coll_transport_t *t, int slot, size_t bytes, coll_temp_t *tmp);
+void coll_temp_release(coll_temp_t *tmp);
+
+/* The transport ops, so coll_transport_is_ours can recognise them. */
+extern const coll_transport_ops_t coll_inproc_ops;
+extern const coll_transport_ops_t coll_mpi_ops;
+
+/* The ring engine (ring_allreduce.c) behind allreduce, reduce-scatter and allgatherv.
+   The buffer is cut into nseg = t->size segments (offsets/counts in elements). At step
+   s (0 <= s < nsteps) rank r sends segment (r + base - s) mod N to r + 1 and receives
+   segment (r + base - s - 1) mod N from r - 1. Steps s < nreduce receive into a staging
+   slot and reduce: work[seg] = src[seg] op received. Later steps receive straight into
+   work[seg]. Step 0 sends own_first (the segment's data, wherever it lives); later steps
+   send from work. Everything is cut into chunks of coll_chunk_bytes() and pipelined. */
+typedef struct {
+  const char *src;         /* full-size contributions (reduce steps), may equal work */
+  char *work;              /* full-size buffer the results are built in              */
+  const char *own_first;   /* data of the segment sent at step 0                     */
+  const size_t *offsets;   /* per segment, in elements                               */
+  const size_t *counts;
+  int base, nsteps, nreduce;
+  int tag;
+  coll_dtype_t dtype;
+  coll_op_t op;
+} coll_ring_plan_t;
+coll_status_t coll_ring_run(coll_transport_t *t, const coll_ring_plan_t *plan);
+
+#endif /* COLL_INTERNAL_H */

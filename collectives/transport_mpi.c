@@ -1,0 +1,201 @@
+/* collectives/transport_mpi.c: the MPI point-to-point transport (host memory).
+   Works on its own duplicate of the caller's communicator, so its messages never match
+   the application's. Errors return (MPI_ERRORS_RETURN on the duplicate) and are turned
+   into messages with MPI_Error_string. Messages above INT_MAX bytes go as a count of
+   1 MiB blocks (a contiguous derived type) plus a remainder of bytes: two requests.
+   wait polls MPI_Test rather than calling MPI_Wait, so a set *cancel is noticed. */
+#include <limits.h>
+#include <mpi.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/coll_internal.h"
+
+#define MPI_BLOCK_BYTES ((size_t)1 << 20)
+
+typedef struct {
+  coll_scratch_t scratch; /* must come first: see coll_internal.h */
+  MPI_Comm comm;
+  MPI_Datatype block; /* MPI_BLOCK_BYTES contiguous bytes */
+} mpi_impl_t;
+
+typedef struct {
+  MPI_Request r[2];
+  int n;       /* requests in use */
+  int is_recv;
+  int peer;
+  size_t bytes;
+} mpi_req_t;
+
+_Static_assert(sizeof(mpi_req_t) <= sizeof(coll_request_t), "request too small");
+
+static coll_status_t mpi_fail(coll_transport_t *t, int err, const char *what, int peer,
+                              size_t bytes) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error %d", err);
+  int cls = 0;
+  MPI_Error_class(err, &cls);
+  coll_status_t s = COLL_ERR_TRANSPORT;
+#ifdef MPIX_ERR_PROC_FAILED
+  if (cls == MPIX_ERR_PROC_FAILED) s = COLL_ERR_PEER_LOST;
+#endif
+  return coll_fail(t, s, "mpi: %s (rank %d, peer %d, %zu bytes) failed: %s", what, t->rank, peer,
+                   bytes, msg);
+}
+
+static coll_status_t check_args(coll_transport_t *t, int peer, const void *buf, size_t bytes,
+                                int tag, coll_request_t *req) {
+  if (peer < 0 || peer >= t->size)
+    return coll_fail(t, COLL_ERR_ARG, "mpi: peer %d out of range 0..%d", peer, t->size - 1);
+  if (!req || (bytes > 0 && !buf))
+    return coll_fail(t, COLL_ERR_ARG, "mpi: NULL buffer or request");
+  if (tag < 0 || tag > 32767) /* MPI guarantees tags up to 32767 */
+    return coll_fail(t, COLL_ERR_ARG, "mpi: tag %d outside 0..32767", tag);
+  return COLL_OK;
+}
+
+/* Starts one message as up to two MPI requests (blocks + remainder). */
+static coll_status_t start(coll_transport_t *t, int is_recv, int peer, void *buf, size_t bytes,
+                           int tag, coll_request_t *req) {
+  coll_status_t s = check_args(t, peer, buf, bytes, tag, req);
+  if (s != COLL_OK) return s;
+  mpi_impl_t *impl = t->impl;
+  mpi_req_t *q = (mpi_req_t *)req;
+  memset(q, 0, sizeof *q);
+  q->is_recv = is_recv;
+  q->peer = peer;
+  q->bytes = bytes;
+  q->r[0] = q->r[1] = MPI_REQUEST_NULL;
+  size_t nblocks = 0, rest = bytes;
+  if (bytes > (size_t)INT_MAX) {
+    nblocks = bytes / MPI_BLOCK_BYTES;
+    rest = bytes % MPI_BLOCK_BYTES;
+  }
+  const char *what = is_recv ? "MPI_Irecv" : "MPI_Isend";
+  if (nblocks > 0) {
+    int err = is_recv ? MPI_Irecv(buf, (int)nblocks, impl->block, peer, tag, impl->comm, &q->r[q->n])
+                      : MPI_Isend(buf, (int)nblocks, impl->block, peer, tag, impl->comm, &q->r[q->n]);
+    if (err != MPI_SUCCESS) return mpi_fail(t, err, what, peer, bytes);
+    q->n++;
+  }
+  if (rest > 0 || nblocks == 0) {
+    char *p = (char *)buf + nblocks * MPI_BLOCK_BYTES;
+    int err = is_recv ? MPI_Irecv(p, (int)rest, MPI_BYTE, peer, tag, impl->comm, &q->r[q->n])
+                      : MPI_Isend(p, (int)rest, MPI_BYTE, peer, tag, impl->comm, &q->r[q->n]);
+    if (err != MPI_SUCCESS) return mpi_fail(t, err, what, peer, bytes);
+    q->n++;
+  }
+  return COLL_OK;
+}
+
+static coll_status_t mpi_isend(coll_transport_t *t, int peer, const void *buf, size_t bytes,
+                               int tag, coll_request_t *req) {
+  return start(t, 0, peer, (void *)buf, bytes, tag, req);
+}
+
+static coll_status_t mpi_irecv(coll_transport_t *t, int peer, void *buf, size_t bytes, int tag,
+                               coll_request_t *req) {
+  return start(t, 1, peer, buf, bytes, tag, req);
+}
+
+/* Gives up on a request after cancel: a receive is cancelled (so it never writes into a
+   buffer the caller is about to free); both are then freed, completing in the background. */
+static void abandon(mpi_req_t *q) {
+  for (int i = 0; i < q->n; i++)
+    if (q->r[i] != MPI_REQUEST_NULL) {
+      if (q->is_recv) MPI_Cancel(&q->r[i]);
+      MPI_Request_free(&q->r[i]);
+    }
+}
+
+static coll_status_t mpi_wait(coll_transport_t *t, coll_request_t *req) {
+  if (!req) return coll_fail(t, COLL_ERR_ARG, "mpi: wait on a NULL request");
+  mpi_req_t *q = (mpi_req_t *)req;
+  const char *what = q->is_recv ? "receive" : "send";
+  unsigned spins = 0;
+  for (int i = 0; i < q->n; i++) {
+    for (;;) {
+      int done = 0;
+      MPI_Status st;
+      int err = MPI_Test(&q->r[i], &done, &st);
+      if (err != MPI_SUCCESS) {
+        coll_status_t s = mpi_fail(t, err, q->is_recv ? "MPI_Test (receive)" : "MPI_Test (send)",
+                                   q->peer, q->bytes);
+        abandon(q);
+        return s;
+      }
+      if (done) {
+        if (q->is_recv) {
+          int n = 0;
+          MPI_Get_count(&st, MPI_BYTE, &n);
+          (void)n; /* counts of the block type are not byte counts; MPI checks truncation */
+        }
+        break;
+      }
+      if (t->cancel && *t->cancel) {
+        abandon(q);
+        return coll_fail(t, COLL_ERR_CANCELLED, "mpi: rank %d cancelled a %s of %zu bytes (peer %d)",
+                         t->rank, what, q->bytes, q->peer);
+      }
+      /* Spinning is what MPI_Wait does too; yield now and then so an oversubscribed
+         node (more ranks than cores) still lets the peer run. */
+      if (++spins % 64 == 0) sched_yield();
+    }
+  }
+  q->n = 0;
+  return COLL_OK;
+}
+
+static void mpi_destroy(coll_transport_t *t) {
+  if (!t) return;
+  mpi_impl_t *impl = t->impl;
+  if (impl) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) {
+      if (impl->block != MPI_DATATYPE_NULL) MPI_Type_free(&impl->block);
+      if (impl->comm != MPI_COMM_NULL) MPI_Comm_free(&impl->comm);
+    }
+    coll_scratch_free(&impl->scratch);
+    free(impl);
+  }
+  free(t);
+}
+
+const coll_transport_ops_t coll_mpi_ops = {mpi_isend, mpi_irecv, mpi_wait, mpi_destroy};
+
+coll_status_t coll_transport_mpi_create(const void *mpi_comm, coll_transport_t **out) {
+  if (!out) return COLL_ERR_ARG;
+  *out = NULL;
+  if (!mpi_comm) return COLL_ERR_ARG;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return COLL_ERR_ARG;
+  coll_transport_t *t = calloc(1, sizeof *t);
+  mpi_impl_t *impl = calloc(1, sizeof *impl);
+  if (!t || !impl) {
+    free(t);
+    free(impl);
+    return COLL_ERR_NO_MEMORY;
+  }
+  impl->comm = MPI_COMM_NULL;
+  impl->block = MPI_DATATYPE_NULL;
+  t->ops = &coll_mpi_ops;
+  t->impl = impl;
+  MPI_Comm comm = *(const MPI_Comm *)mpi_comm;
+  int err = MPI_Comm_dup(comm, &impl->comm);
+  if (err == MPI_SUCCESS) err = MPI_Comm_set_errhandler(impl->comm, MPI_ERRORS_RETURN);
+  if (err == MPI_SUCCESS) err = MPI_Comm_rank(impl->comm, &t->rank);
+  if (err == MPI_SUCCESS) err = MPI_Comm_size(impl->comm, &t->size);
+  if (err == MPI_SUCCESS) err = MPI_Type_contiguous((int)MPI_BLOCK_BYTES, MPI_BYTE, &impl->block);
+  if (err == MPI_SUCCESS) err = MPI_Type_commit(&impl->block);
+  if (err != MPI_SUCCESS) {
+    mpi_destroy(t);
+    return COLL_ERR_TRANSPORT;
+  }
+  *out = t;
+  return COLL_OK;
+}

@@ -1,0 +1,15 @@
+/* collectives/tuning.c: process-wide knobs of the algorithms. Plain globals: they are
+   set once at start-up (or by tests between collectives), never during one. */
+#include "collectives/coll_internal.h"
+
+/* 256 KiB chunks: large enough that per-message overhead is small against the copy,
+   small enough that two in flight plus the one being reduced stay in L2. */
+static size_t chunk_bytes = 256u << 10;
+/* Below 64 KiB the ring's 2(N-1) latency-bound steps cost more than recursive
+   doubling's log2(N) full-buffer exchanges. */
+static size_t small_message_bytes = 64u << 10;
+
+void coll_set_chunk_bytes(size_t bytes) { chunk_bytes = bytes ? bytes : 1; }
+size_t coll_chunk_bytes(void) { return chunk_bytes; }
+void coll_set_small_message_bytes(size_t bytes) { small_message_bytes = bytes; }
+size_t coll_small_message_bytes(void) { return small_message_bytes; }

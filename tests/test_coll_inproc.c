@@ -1,0 +1,449 @@
+/* tests/test_coll_inproc.c: every collective on the in-process transport (threads), for
+   world sizes 1..16 and the awkward lengths (0, 1, N-1, N, N+1, not divisible by N,
+   multi-chunk with a tiny chunk size), all dtypes x ops with inputs whose exact result
+   is known, in place and out of place; plus the float16/bfloat16 conversions, divide,
+   argument errors and cancellation. Exits 1 on the first wrong value. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "collectives/coll.h"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                              \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);            \
+      fprintf(stderr, __VA_ARGS__);                                   \
+      fprintf(stderr, "\n");                                          \
+      failures++;                                                     \
+      if (failures > 20) exit(1);                                     \
+    }                                                                 \
+  } while (0)
+
+/* ---- typed access, so one test body covers every dtype ---- */
+static void put(void *buf, size_t i, coll_dtype_t d, double v) {
+  switch (d) {
+    case COLL_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case COLL_FLOAT64: ((double *)buf)[i] = v; break;
+    case COLL_FLOAT16: ((uint16_t *)buf)[i] = coll_float_to_half((float)v); break;
+    case COLL_BFLOAT16: ((uint16_t *)buf)[i] = coll_float_to_bfloat16((float)v); break;
+    case COLL_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+    case COLL_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case COLL_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case COLL_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  }
+}
+static double get(const void *buf, size_t i, coll_dtype_t d) {
+  switch (d) {
+    case COLL_FLOAT32: return ((const float *)buf)[i];
+    case COLL_FLOAT64: return ((const double *)buf)[i];
+    case COLL_FLOAT16: return coll_half_to_float(((const uint16_t *)buf)[i]);
+    case COLL_BFLOAT16: return coll_bfloat16_to_float(((const uint16_t *)buf)[i]);
+    case COLL_INT8: return ((const int8_t *)buf)[i];
+    case COLL_UINT8: return ((const uint8_t *)buf)[i];
+    case COLL_INT32: return ((const int32_t *)buf)[i];
+    case COLL_INT64: return (double)((const int64_t *)buf)[i];
+  }
+  return NAN;
+}
+static int is_unsigned(coll_dtype_t d) { return d == COLL_UINT8; }
+
+/* Input of rank r at element i, chosen so every op's exact result fits every dtype:
+   SUM of values 0..4 over <= 16 ranks <= 64; PRODUCT of 1s with one 2 (or -2) = +-2;
+   MIN/MAX of small (possibly negative) integers. */
+static double input(int r, size_t i, int N, coll_dtype_t d, coll_op_t op) {
+  switch (op) {
+    case COLL_SUM: return (double)((r * 3 + i) % 5);
+    case COLL_PRODUCT:
+      if ((size_t)r != i % (size_t)N) return 1;
+      return (is_unsigned(d) || i % 2) ? 2 : -2;
+    case COLL_MIN:
+    case COLL_MAX: {
+      double v = (double)((r * 7 + i * 3) % 11);
+      return is_unsigned(d) ? v : v - 5;
+    }
+  }
+  return 0;
+}
+static double expected(size_t i, int N, coll_dtype_t d, coll_op_t op) {
+  double acc = input(0, i, N, d, op);
+  for (int r = 1; r < N; r++) {
+    double v = input(r, i, N, d, op);
+    switch (op) {
+      case COLL_SUM: acc += v; break;
+      case COLL_PRODUCT: acc *= v; break;
+      case COLL_MIN: acc = v < acc ? v : acc; break;
+      case COLL_MAX: acc = v > acc ? v : acc; break;
+    }
+  }
+  return acc;
+}
+
+/* ---- allreduce ---- */
+typedef enum { ALG_AUTO, ALG_RING, ALG_RD } alg_t;
+static const char *alg_name[] = {"auto", "ring", "recursive-doubling"};
+
+typedef struct {
+  size_t count;
+  coll_dtype_t dtype;
+  coll_op_t op;
+  alg_t alg;
+  int inplace;
+  atomic_int wrong;
+} allreduce_job_t;
+
+static coll_status_t allreduce_rank(coll_transport_t *t, void *arg) {
+  allreduce_job_t *j = arg;
+  size_t es = coll_dtype_size(j->dtype), n = j->count;
+  unsigned char *send = malloc(n * es + 1), *recv = malloc(n * es + 1);
+  if (!send || !recv) return COLL_ERR_NO_MEMORY;
+  for (size_t i = 0; i < n; i++) put(send, i, j->dtype, input(t->rank, i, t->size, j->dtype, j->op));
+  memset(recv, 0xAB, n * es + 1);
+  const void *sb = send;
+  void *rb = recv;
+  if (j->inplace) {
+    memcpy(recv, send, n * es);
+    sb = recv;
+  }
+  coll_status_t st;
+  if (j->alg == ALG_RING) st = coll_ring_allreduce(t, sb, rb, n, j->dtype, j->op);
+  else if (j->alg == ALG_RD) st = coll_recursive_doubling_allreduce(t, sb, rb, n, j->dtype, j->op);
+  else st = coll_allreduce(t, sb, rb, n, j->dtype, j->op);
+  if (st == COLL_OK) {
+    int wrong = 0;
+    for (size_t i = 0; i < n; i++)
+      if (get(recv, i, j->dtype) != expected(i, t->size, j->dtype, j->op)) wrong++;
+    if (recv[n * es] != 0xAB) wrong++; /* wrote past the end */
+    if (!j->inplace)
+      for (size_t i = 0; i < n; i++) /* sendbuf untouched */
+        if (get(send, i, j->dtype) != input(t->rank, i, t->size, j->dtype, j->op)) wrong++;
+    j->wrong += wrong;
+  } else {
+    fprintf(stderr, "rank %d: %s\n", t->rank, t->error);
+  }
+  free(send);
+  free(recv);
+  return st;
+}
+
+static void check_allreduce(int N, size_t count, coll_dtype_t d, coll_op_t op, alg_t alg,
+                            int inplace) {
+  allreduce_job_t j = {count, d, op, alg, inplace, 0};
+  coll_status_t st = coll_inproc_run(N, allreduce_rank, &j);
+  CHECK(st == COLL_OK && j.wrong == 0,
+        "allreduce %s N=%d count=%zu %s op=%d %s: status %s, %d wrong", alg_name[alg], N, count,
+        coll_dtype_name(d), (int)op, inplace ? "in place" : "out of place",
+        coll_status_string(st), (int)j.wrong);
+}
+
+static void test_allreduce_sizes(void) {
+  for (int N = 1; N <= 16; N++) {
+    size_t lens[] = {0, 1, (size_t)N - 1, (size_t)N, (size_t)N + 1, 7 * (size_t)N + 3, 1000};
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+      for (int alg = 0; alg < 3; alg++)
+        for (int inplace = 0; inplace < 2; inplace++) {
+          /* 1000 elements with 64-byte chunks: many chunks per segment */
+          coll_set_chunk_bytes(li == 6 ? 64 : 256u << 10);
+          check_allreduce(N, lens[li], COLL_FLOAT32, COLL_SUM, (alg_t)alg, inplace);
+        }
+  }
+  coll_set_chunk_bytes(256u << 10);
+}
+
+static void test_allreduce_dtypes(void) {
+  int sizes[] = {1, 2, 3, 5, 8};
+  coll_set_chunk_bytes(48); /* several chunks, and chunks that end mid-element never */
+  for (size_t si = 0; si < 5; si++)
+    for (int d = COLL_FLOAT32; d <= COLL_INT64; d++)
+      for (int op = COLL_SUM; op <= COLL_PRODUCT; op++)
+        for (int alg = ALG_RING; alg <= ALG_RD; alg++)
+          for (int inplace = 0; inplace < 2; inplace++)
+            check_allreduce(sizes[si], 131, (coll_dtype_t)d, (coll_op_t)op, (alg_t)alg, inplace);
+  coll_set_chunk_bytes(256u << 10);
+}
+
+/* ---- allgatherv ---- */
+typedef struct {
+  atomic_int wrong;
+  int inplace;
+} simple_job_t;
+
+static size_t agv_count(int g, int N) { return (size_t)((g * 7 + N) % 5) * (size_t)(g % 3 ? 3 : 1); }
+
+static coll_status_t allgatherv_rank(coll_transport_t *t, void *arg) {
+  simple_job_t *j = arg;
+  int N = t->size, r = t->rank;
+  size_t counts[16] = {0}, total = 0, off = 0;
+  for (int g = 0; g < N; g++) {
+    counts[g] = agv_count(g, N);
+    if (g < r) off += counts[g];
+    total += counts[g];
+  }
+  int32_t *recv = malloc((total + 1) * sizeof *recv), *send = malloc((counts[r] + 1) * 4);
+  for (size_t i = 0; i <= total; i++) recv[i] = -1;
+  int32_t *mine = j->inplace ? recv + off : send;
+  for (size_t i = 0; i < counts[r]; i++) mine[i] = r * 1000 + (int32_t)i;
+  coll_status_t st = coll_allgatherv(t, mine, recv, counts, COLL_INT32);
+  if (st == COLL_OK) {
+    size_t k = 0;
+    for (int g = 0; g < N; g++)
+      for (size_t i = 0; i < counts[g]; i++, k++)
+        if (recv[k] != g * 1000 + (int32_t)i) j->wrong++;
+    if (recv[total] != -1) j->wrong++;
+  }
+  free(recv);
+  free(send);
+  return st;
+}
+
+/* ---- reduce_scatter ---- */
+static coll_status_t reduce_scatter_rank(coll_transport_t *t, void *arg) {
+  simple_job_t *j = arg;
+  int N = t->size, r = t->rank;
+  size_t counts[16] = {0}, total = 0, off = 0;
+  for (int g = 0; g < N; g++) {
+    counts[g] = agv_count(g, N) + (g == 1 ? 40 : 0);
+    if (g < r) off += counts[g];
+    total += counts[g];
+  }
+  float *send = malloc((total + 1) * sizeof *send), *recv = malloc((counts[r] + 1) * sizeof *recv);
+  for (size_t i = 0; i < total; i++) send[i] = (float)input(r, i, N, COLL_FLOAT32, COLL_SUM);
+  recv[counts[r]] = -7;
+  coll_status_t st = coll_reduce_scatter(t, send, recv, counts, COLL_FLOAT32, COLL_SUM);
+  if (st == COLL_OK) {
+    for (size_t i = 0; i < counts[r]; i++)
+      if (recv[i] != (float)expected(off + i, N, COLL_FLOAT32, COLL_SUM)) j->wrong++;
+    if (recv[counts[r]] != -7) j->wrong++;
+  }
+  free(send);
+  free(recv);
+  return st;
+}
+
+/* ---- broadcast ---- */
+typedef struct {
+  atomic_int wrong;
+  int root;
+  size_t count;
+} bcast_job_t;
+
+static coll_status_t broadcast_rank(coll_transport_t *t, void *arg) {
+  bcast_job_t *j = arg;
+  size_t n = j->count;
+  double *buf = malloc((n + 1) * sizeof *buf);
+  for (size_t i = 0; i <= n; i++) buf[i] = t->rank == j->root && i < n ? (double)i * 0.5 + j->root : -1;
+  coll_status_t st = coll_broadcast(t, buf, n, COLL_FLOAT64, j->root);
+  if (st == COLL_OK) {
+    for (size_t i = 0; i < n; i++)
+      if (buf[i] != (double)i * 0.5 + j->root) j->wrong++;
+    if (buf[n] != -1) j->wrong++;
+  }
+  free(buf);
+  return st;
+}
+
+/* ---- alltoall ---- */
+static coll_status_t alltoall_rank(coll_transport_t *t, void *arg) {
+  simple_job_t *j = arg;
+  int N = t->size, r = t->rank;
+  const size_t c = 3;
+  int64_t *send = malloc(N * c * sizeof *send), *recv = malloc(N * c * sizeof *recv);
+  for (int b = 0; b < N; b++)
+    for (size_t i = 0; i < c; i++) send[b * c + i] = r * 10000 + b * 100 + (int64_t)i;
+  if (j->inplace) memcpy(recv, send, N * c * sizeof *send);
+  coll_status_t st = coll_alltoall(t, j->inplace ? recv : send, recv, c, COLL_INT64);
+  if (st == COLL_OK)
+    for (int b = 0; b < N; b++) /* block b came from rank b, was its block for us */
+      for (size_t i = 0; i < c; i++)
+        if (recv[b * c + i] != b * 10000 + r * 100 + (int64_t)i) j->wrong++;
+  free(send);
+  free(recv);
+  return st;
+}
+
+/* ---- barrier: nobody leaves round k before everybody has arrived at it ---- */
+static atomic_int arrived[8];
+static coll_status_t barrier_rank(coll_transport_t *t, void *arg) {
+  simple_job_t *j = arg;
+  for (int k = 0; k < 8; k++) {
+    if (t->rank == k % t->size) { /* a late arriver */
+      struct timespec ts = {0, 2 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+    arrived[k]++;
+    coll_status_t st = coll_barrier(t);
+    if (st != COLL_OK) return st;
+    if (arrived[k] != t->size) j->wrong++;
+  }
+  return COLL_OK;
+}
+
+static void test_other_collectives(void) {
+  coll_set_chunk_bytes(40);
+  for (int N = 1; N <= 16; N++) {
+    for (int inplace = 0; inplace < 2; inplace++) {
+      simple_job_t j = {0, inplace};
+      coll_status_t st = coll_inproc_run(N, allgatherv_rank, &j);
+      CHECK(st == COLL_OK && j.wrong == 0, "allgatherv N=%d inplace=%d: %s, %d wrong", N, inplace,
+            coll_status_string(st), (int)j.wrong);
+      simple_job_t a = {0, inplace};
+      st = coll_inproc_run(N, alltoall_rank, &a);
+      CHECK(st == COLL_OK && a.wrong == 0, "alltoall N=%d inplace=%d: %s, %d wrong", N, inplace,
+            coll_status_string(st), (int)a.wrong);
+    }
+    simple_job_t rs = {0, 0};
+    coll_status_t st = coll_inproc_run(N, reduce_scatter_rank, &rs);
+    CHECK(st == COLL_OK && rs.wrong == 0, "reduce_scatter N=%d: %s, %d wrong", N,
+          coll_status_string(st), (int)rs.wrong);
+    for (int root = 0; root < N; root++) {
+      size_t counts[] = {0, 1, 333};
+      for (int c = 0; c < 3; c++) {
+        bcast_job_t b = {0, root, counts[c]};
+        st = coll_inproc_run(N, broadcast_rank, &b);
+        CHECK(st == COLL_OK && b.wrong == 0, "broadcast N=%d root=%d count=%zu: %s, %d wrong", N,
+              root, counts[c], coll_status_string(st), (int)b.wrong);
+      }
+    }
+    for (int k = 0; k < 8; k++) arrived[k] = 0;
+    simple_job_t bj = {0, 0};
+    st = coll_inproc_run(N, barrier_rank, &bj);
+    CHECK(st == COLL_OK && bj.wrong == 0, "barrier N=%d: %s, %d early leavers", N,
+          coll_status_string(st), (int)bj.wrong);
+  }
+  coll_set_chunk_bytes(256u << 10);
+}
+
+/* ---- cancel: a wait (and a whole allreduce) blocked on a silent peer gives up ---- */
+static volatile int cancel_flag;
+static coll_status_t cancel_rank(coll_transport_t *t, void *arg) {
+  int *results = arg;
+  if (t->rank == 1) {
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    cancel_flag = 1;
+    return COLL_OK;
+  }
+  t->cancel = &cancel_flag;
+  float x[1000] = {0};
+  results[0] = coll_allreduce(t, x, x, 1000, COLL_FLOAT32, COLL_SUM);
+  results[1] = t->error[0] != 0;
+  return COLL_OK;
+}
+
+static void test_cancel(void) {
+  int results[2] = {-1, 0};
+  cancel_flag = 0;
+  coll_status_t st = coll_inproc_run(2, cancel_rank, results);
+  CHECK(st == COLL_OK, "cancel run: %s", coll_status_string(st));
+  CHECK(results[0] == COLL_ERR_CANCELLED, "blocked allreduce returned %d, expected CANCELLED",
+        results[0]);
+  CHECK(results[1], "cancel left no error message");
+}
+
+/* ---- a failing rank does not hang the others ---- */
+static coll_status_t fail_rank(coll_transport_t *t, void *arg) {
+  (void)arg;
+  if (t->rank == 2) return COLL_ERR_ARG;
+  float x[64] = {0};
+  return coll_ring_allreduce(t, x, x, 64, COLL_FLOAT32, COLL_SUM);
+}
+
+/* ---- argument errors ---- */
+static coll_status_t args_rank(coll_transport_t *t, void *arg) {
+  int *bad = arg;
+  float x[4] = {0};
+  t->error[0] = 0;
+  if (coll_allreduce(t, x, x, 4, (coll_dtype_t)42, COLL_SUM) != COLL_ERR_ARG || !t->error[0]) (*bad)++;
+  if (coll_allreduce(t, x, x, 4, COLL_FLOAT32, (coll_op_t)9) != COLL_ERR_ARG) (*bad)++;
+  if (coll_broadcast(t, x, 4, COLL_FLOAT32, t->size) != COLL_ERR_ARG) (*bad)++;
+  if (coll_allreduce(t, NULL, NULL, 4, COLL_FLOAT32, COLL_SUM) != COLL_ERR_ARG) (*bad)++;
+  return COLL_OK;
+}
+
+/* ---- reductions and conversions ---- */
+static void test_conversions(void) {
+  struct { float f; uint16_t h; } halves[] = {
+      {1.0f, 0x3c00}, {-2.0f, 0xc000}, {65504.0f, 0x7bff}, {65520.0f, 0x7c00},
+      {65519.0f, 0x7bff}, {0x1p-24f, 0x0001}, {0x1p-25f, 0x0000}, {0x1.8p-25f, 0x0001},
+      {0x1p-14f, 0x0400}, {1.0f + 0x1p-11f, 0x3c00}, {1.0f + 0x3p-11f, 0x3c02},
+      {INFINITY, 0x7c00}, {-0.0f, 0x8000}, {0x3p-25f, 0x0002}};
+  for (size_t i = 0; i < sizeof halves / sizeof *halves; i++)
+    CHECK(coll_float_to_half(halves[i].f) == halves[i].h, "half(%a) = 0x%04x, expected 0x%04x",
+          halves[i].f, coll_float_to_half(halves[i].f), halves[i].h);
+  CHECK(isnan(coll_half_to_float(coll_float_to_half(NAN))), "half NaN lost");
+  for (uint32_t h = 0; h < 65536; h++) {
+    float f = coll_half_to_float((uint16_t)h);
+    if (isnan(f)) continue;
+    CHECK(coll_float_to_half(f) == h, "half round trip 0x%04x -> %a -> 0x%04x", h, f,
+          coll_float_to_half(f));
+  }
+  struct { float f; uint16_t b; } bfs[] = {
+      {1.0f, 0x3f80}, {1.0f + 0x1p-8f, 0x3f80}, {1.0f + 0x3p-8f, 0x3f82}, {-3.0f, 0xc040},
+      {INFINITY, 0x7f80}};
+  for (size_t i = 0; i < sizeof bfs / sizeof *bfs; i++)
+    CHECK(coll_float_to_bfloat16(bfs[i].f) == bfs[i].b, "bf16(%a) = 0x%04x, expected 0x%04x",
+          bfs[i].f, coll_float_to_bfloat16(bfs[i].f), bfs[i].b);
+  CHECK(isnan(coll_bfloat16_to_float(coll_float_to_bfloat16(NAN))), "bf16 NaN lost");
+
+  /* The vector half path against a scalar reference, on values that round. */
+  enum { M = 1003 };
+  uint16_t a[M], b[M], out[M];
+  srand(7);
+  for (int op = COLL_SUM; op <= COLL_PRODUCT; op++) {
+    for (int i = 0; i < M; i++) {
+      a[i] = coll_float_to_half((float)(rand() % 20000 - 10000) / 97.0f);
+      b[i] = coll_float_to_half((float)(rand() % 20000 - 10000) / 89.0f);
+    }
+    memcpy(out, a, sizeof a);
+    coll_reduce(out, b, M, COLL_FLOAT16, (coll_op_t)op);
+    for (int i = 0; i < M; i++) {
+      float x = coll_half_to_float(a[i]), y = coll_half_to_float(b[i]), r = 0;
+      switch (op) {
+        case COLL_SUM: r = x + y; break;
+        case COLL_PRODUCT: r = x * y; break;
+        case COLL_MIN: r = y < x ? y : x; break;
+        case COLL_MAX: r = y > x ? y : x; break;
+      }
+      CHECK(out[i] == coll_float_to_half(r), "half op %d at %d: 0x%04x vs 0x%04x", op, i, out[i],
+            coll_float_to_half(r));
+    }
+  }
+
+  int32_t iv[3] = {7, -7, 9};
+  coll_divide(iv, 3, COLL_INT32, 2);
+  CHECK(iv[0] == 3 && iv[1] == -3 && iv[2] == 4, "int32 divide: %d %d %d", iv[0], iv[1], iv[2]);
+  float fv[2] = {3, -1};
+  coll_divide(fv, 2, COLL_FLOAT32, 2);
+  CHECK(fv[0] == 1.5f && fv[1] == -0.5f, "float divide: %g %g", fv[0], fv[1]);
+  uint16_t hv = coll_float_to_half(3);
+  coll_divide(&hv, 1, COLL_FLOAT16, 4);
+  CHECK(coll_half_to_float(hv) == 0.75f, "half divide: %g", coll_half_to_float(hv));
+  int8_t i8[2] = {-128, 127};
+  int8_t i8b[2] = {-1, 1};
+  coll_reduce(i8, i8b, 2, COLL_INT8, COLL_SUM); /* wraps, not undefined */
+  CHECK(i8[0] == 127 && i8[1] == -128, "int8 wrap: %d %d", i8[0], i8[1]);
+  CHECK(coll_dtype_size((coll_dtype_t)99) == 0, "invalid dtype has a size");
+}
+
+int main(void) {
+  test_conversions();
+  test_allreduce_sizes();
+  test_allreduce_dtypes();
+  test_other_collectives();
+  test_cancel();
+  coll_status_t st = coll_inproc_run(4, fail_rank, NULL);
+  CHECK(st == COLL_ERR_ARG, "failing rank: got %s, expected invalid argument", coll_status_string(st));
+  int bad = 0;
+  st = coll_inproc_run(3, args_rank, &bad);
+  CHECK(st == COLL_OK && bad == 0, "argument checks: %d not rejected", bad);
+  if (failures) {
+    fprintf(stderr, "%d checks failed\n", failures);
+    return 1;
+  }
+  printf("test_coll_inproc: all checks passed\n");
+  return 0;
+}

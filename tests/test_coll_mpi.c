@@ -1,0 +1,171 @@
+/* tests/test_coll_mpi.c: the collectives over the MPI transport, in real MPI processes
+   (run by tests/test_coll_mpi.sh under mpirun -np 1..4; run alone it is one rank).
+   Exact integer-valued inputs, every result checked element by element on every rank;
+   the ring's float32 sum is also checked against MPI_Allreduce. Exit 1 if anything is
+   wrong on any rank. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/coll.h"
+
+static int rank, size, wrong;
+
+#define CHECK(cond, ...)                                               \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      fprintf(stderr, "rank %d FAIL line %d: ", rank, __LINE__);       \
+      fprintf(stderr, __VA_ARGS__);                                    \
+      fprintf(stderr, "\n");                                           \
+      wrong++;                                                         \
+    }                                                                  \
+  } while (0)
+
+static double value(int r, size_t i) { return (double)((r * 5 + i) % 9); }
+
+static void test_allreduce(coll_transport_t *t, size_t n, int alg, int inplace, coll_dtype_t d) {
+  size_t es = coll_dtype_size(d);
+  char *send = malloc(n * es + 8), *recv = malloc(n * es + 8);
+  for (size_t i = 0; i < n; i++) {
+    double v = value(rank, i);
+    switch (d) {
+      case COLL_FLOAT32: ((float *)send)[i] = (float)v; break;
+      case COLL_FLOAT64: ((double *)send)[i] = v; break;
+      case COLL_INT32: ((int32_t *)send)[i] = (int32_t)v; break;
+      case COLL_BFLOAT16: ((uint16_t *)send)[i] = coll_float_to_bfloat16((float)v); break;
+      default: break;
+    }
+  }
+  if (inplace) memcpy(recv, send, n * es);
+  const void *sb = inplace ? recv : send;
+  coll_status_t st = alg == 0   ? coll_allreduce(t, sb, recv, n, d, COLL_SUM)
+                     : alg == 1 ? coll_ring_allreduce(t, sb, recv, n, d, COLL_SUM)
+                                : coll_recursive_doubling_allreduce(t, sb, recv, n, d, COLL_SUM);
+  CHECK(st == COLL_OK, "allreduce alg %d n=%zu: %s: %s", alg, n, coll_status_string(st), t->error);
+  long bad = 0;
+  for (size_t i = 0; i < n && st == COLL_OK; i++) {
+    double want = 0, got = 0;
+    for (int r = 0; r < size; r++) want += value(r, i);
+    switch (d) {
+      case COLL_FLOAT32: got = ((float *)recv)[i]; break;
+      case COLL_FLOAT64: got = ((double *)recv)[i]; break;
+      case COLL_INT32: got = ((int32_t *)recv)[i]; break;
+      case COLL_BFLOAT16: got = coll_bfloat16_to_float(((uint16_t *)recv)[i]); break;
+      default: break;
+    }
+    bad += got != want;
+  }
+  CHECK(bad == 0, "allreduce alg %d n=%zu %s inplace=%d: %ld wrong", alg, n, coll_dtype_name(d),
+        inplace, bad);
+  if (d == COLL_FLOAT32 && st == COLL_OK && n > 0) { /* same answer as the MPI library */
+    float *ref = malloc(n * sizeof *ref);
+    MPI_Allreduce(send, ref, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (!inplace) CHECK(memcmp(ref, recv, n * 4) == 0, "differs from MPI_Allreduce, n=%zu", n);
+    free(ref);
+  }
+  free(send);
+  free(recv);
+}
+
+static void test_others(coll_transport_t *t) {
+  /* allgatherv with zeros */
+  size_t counts[8], total = 0, off = 0;
+  for (int g = 0; g < size; g++) {
+    counts[g] = (size_t)(g % 2 ? 0 : 1000 + g);
+    if (g < rank) off += counts[g];
+    total += counts[g];
+  }
+  int32_t *all = malloc((total + 1) * 4), *mine = malloc((counts[rank] + 1) * 4);
+  for (size_t i = 0; i < counts[rank]; i++) mine[i] = rank * 100000 + (int32_t)i;
+  coll_status_t st = coll_allgatherv(t, mine, all, counts, COLL_INT32);
+  CHECK(st == COLL_OK, "allgatherv: %s", t->error);
+  size_t k = 0;
+  long bad = 0;
+  for (int g = 0; g < size; g++)
+    for (size_t i = 0; i < counts[g]; i++, k++) bad += all[k] != g * 100000 + (int32_t)i;
+  CHECK(bad == 0, "allgatherv: %ld wrong", bad);
+
+  /* reduce_scatter: rank r gets the sum of segment r */
+  float *src = malloc((total + 1) * 4), *seg = malloc((counts[rank] + 1) * 4);
+  for (size_t i = 0; i < total; i++) src[i] = (float)value(rank, i);
+  st = coll_reduce_scatter(t, src, seg, counts, COLL_FLOAT32, COLL_SUM);
+  CHECK(st == COLL_OK, "reduce_scatter: %s", t->error);
+  bad = 0;
+  for (size_t i = 0; i < counts[rank]; i++) {
+    double want = 0;
+    for (int r = 0; r < size; r++) want += value(r, off + i);
+    bad += seg[i] != (float)want;
+  }
+  CHECK(bad == 0, "reduce_scatter: %ld wrong", bad);
+
+  /* broadcast from every root, several chunks */
+  size_t n = 300000;
+  double *b = malloc(n * sizeof *b);
+  for (int root = 0; root < size; root++) {
+    for (size_t i = 0; i < n; i++) b[i] = rank == root ? (double)i + root : -1;
+    st = coll_broadcast(t, b, n, COLL_FLOAT64, root);
+    CHECK(st == COLL_OK, "broadcast root %d: %s", root, t->error);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) bad += b[i] != (double)i + root;
+    CHECK(bad == 0, "broadcast root %d: %ld wrong", root, bad);
+  }
+
+  /* alltoall */
+  int64_t sa[8 * 2], ra[8 * 2];
+  for (int p = 0; p < size; p++)
+    for (int i = 0; i < 2; i++) sa[p * 2 + i] = rank * 100 + p * 10 + i;
+  st = coll_alltoall(t, sa, ra, 2, COLL_INT64);
+  CHECK(st == COLL_OK, "alltoall: %s", t->error);
+  for (int p = 0; p < size; p++)
+    for (int i = 0; i < 2; i++)
+      CHECK(ra[p * 2 + i] == p * 100 + rank * 10 + i, "alltoall block %d: %lld", p,
+            (long long)ra[p * 2 + i]);
+
+  CHECK(coll_barrier(t) == COLL_OK, "barrier: %s", t->error);
+
+  /* cancel: a wait for a message nobody sends returns CANCELLED */
+  volatile int flag = 1;
+  t->cancel = &flag;
+  coll_request_t req;
+  int dummy = 0;
+  st = t->ops->irecv(t, (rank + 1) % size, &dummy, sizeof dummy, 999, &req);
+  CHECK(st == COLL_OK, "irecv: %s", t->error);
+  st = t->ops->wait(t, &req);
+  CHECK(st == COLL_ERR_CANCELLED, "cancelled wait returned %s", coll_status_string(st));
+  t->cancel = NULL;
+  CHECK(coll_barrier(t) == COLL_OK, "barrier after cancel: %s", t->error);
+
+  free(all);
+  free(mine);
+  free(src);
+  free(seg);
+  free(b);
+}
+
+int main(int argc, char **argv) {
+  int provided;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return 2;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  coll_transport_t *t = NULL;
+  MPI_Comm world = MPI_COMM_WORLD;
+  if (coll_transport_mpi_create(&world, &t) != COLL_OK || !t || t->rank != rank || t->size != size) {
+    fprintf(stderr, "rank %d: coll_transport_mpi_create failed\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  size_t lens[] = {0, 1, 3, 5, 1000, 100003, 1u << 20};
+  coll_set_chunk_bytes(64u << 10); /* several chunks per segment at the larger lengths */
+  for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+    for (int alg = 0; alg < 3; alg++)
+      for (int inplace = 0; inplace < 2; inplace++) test_allreduce(t, lens[li], alg, inplace, COLL_FLOAT32);
+  coll_dtype_t dts[] = {COLL_FLOAT64, COLL_INT32, COLL_BFLOAT16};
+  for (int d = 0; d < 3; d++) test_allreduce(t, 77777, 1, d % 2, dts[d]);
+  if (size <= 8) test_others(t);
+  coll_transport_destroy(t);
+  int total = 0;
+  MPI_Allreduce(&wrong, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0) printf("test_coll_mpi: np=%d, %d failed checks\n", size, total);
+  MPI_Finalize();
+  return total ? 1 : 0;
+}
