@@ -54,7 +54,9 @@ def st_write(path, tensors):
     """tensors: dict name -> numpy array (order kept). Little-endian, 8-byte aligned data."""
     header, blobs, off = {}, [], 0
     for name, a in tensors.items():
-        a = np.ascontiguousarray(a)
+        a = np.asarray(a)  # not ascontiguousarray: it turns a 0-d array into shape [1]
+        if not a.flags.c_contiguous:
+            a = a.copy(order="C")
         b = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
         header[name] = {"dtype": _DT[a.dtype], "shape": list(a.shape),
                         "data_offsets": [off, off + len(b)]}
