@@ -493,6 +493,50 @@ static void check_bad_shapes(void) {
   failures += !ok;
 }
 
+/* Larger shapes take the threaded paths (batch norm and pooling split channels/planes
+   only above a size): 2 threads must agree with 1 thread. */
+static void check_threads_agree(void) {
+  printf("1 thread vs 2 threads on resnet-sized layers (batch 8)\n");
+  nn_conv2d_shape_t cs = {8, 16, 16, 16, 32, 3, 3, 2, 2, 1, 1, 0, 0};
+  nn_conv2d_shape(&cs);
+  nn_batchnorm2d_shape_t bs = {8, 16, 16, 16, 1e-5f, 0.1f};
+  nn_pool2d_shape_t ps = {8, 16, 16, 16, 3, 3, 2, 2, 1, 1, 0, 0};
+  nn_pool2d_shape(&ps);
+  size_t nx = 8 * 16 * 16 * 16, nw = 32 * 16 * 9, ny = (size_t)8 * 32 * cs.h_out * cs.w_out,
+         np = (size_t)8 * 16 * ps.h_out * ps.w_out;
+  float *x = frand(nx), *w = frand(nw), *dyc = frand(ny), *dyp = frand(np), *dyb = frand(nx);
+  float *g = frand(16), *b = frand(16);
+  float *ws = calloc(nn_conv2d_workspace_floats(&cs), sizeof(float));
+  float *out[2][12];
+  int32_t *am = calloc(np, sizeof *am);
+  size_t sizes[12] = {ny, nx, nw, nx, 16, 16, 16, 16, nx, 16, 16, np};
+  for (int t = 0; t < 2; t++) {
+    nn_set_threads(t + 1);
+    for (int k = 0; k < 12; k++) out[t][k] = calloc(sizes[k] + np + nx, sizeof(float));
+    nn_conv2d_forward(&cs, x, w, NULL, out[t][0], ws);
+    nn_conv2d_backward(&cs, x, w, dyc, out[t][1], out[t][2], NULL, ws);
+    nn_batchnorm2d_forward_train(&bs, x, g, b, out[t][4], out[t][5], out[t][3], out[t][6],
+                                 out[t][7]);
+    nn_batchnorm2d_backward(&bs, x, g, out[t][6], out[t][7], dyb, out[t][8], out[t][9],
+                            out[t][10]);
+    nn_maxpool2d_forward(&ps, x, out[t][11], am);
+    nn_maxpool2d_backward(&ps, am, dyp, out[t][11] + np);
+    nn_avgpool2d_forward(&ps, x, out[t][11] + np + nx);
+  }
+  const char *names[12] = {"conv y", "conv dx", "conv dw", "bn y", "bn running_mean",
+                           "bn running_var", "bn save_mean", "bn save_invstd", "bn dx",
+                           "bn dgamma", "bn dbeta", "maxpool y+dx, avgpool y"};
+  sizes[11] = np + nx + np;
+  for (int k = 0; k < 12; k++) {
+    double *ref = to_d(out[0][k], sizes[k]);
+    compare(names[k], out[1][k], NULL, ref, sizes[k], 1e-5);
+    free(ref);
+    free(out[0][k]);
+    free(out[1][k]);
+  }
+  free(x); free(w); free(dyc); free(dyp); free(dyb); free(g); free(b); free(ws); free(am);
+}
+
 static void run_all(void) {
   check_conv(3, 2, 7, 6, 3, 3, 2, 2, 1, 1, 0, 1);   /* rectangular kernel, stride 2x1, pad */
   check_conv(3, 3, 5, 6, 4, 3, 3, 1, 1, 1, 1, 0);   /* resnet 3x3, no bias */
@@ -518,6 +562,7 @@ int main(void) {
     printf("===== %d thread%s =====\n", threads, threads > 1 ? "s" : "");
     run_all();
   }
+  check_threads_agree();
   printf("worst relative error seen: %.2e\n", worst_seen);
   if (failures) {
     printf("%d checks FAILED\n", failures);
