@@ -81,6 +81,10 @@ hvd_status_t hvd_test(hvd_request_t req, int *done); /* never blocks; when *done
 /* Bytes of one element of dtype; 0 for an invalid dtype. */
 size_t hvd_dtype_size(hvd_dtype_t dtype);
 
+/* Longest tensor name in bytes (without the terminating 0); longer names, and names that
+   start with a control character, are HVD_ERR_INVALID_ARGUMENT. */
+#define HVD_NAME_MAX 255
+
 /* ---- gradient buckets (hvd/grad_buckets.c) ----
    Allreduce of a flat float32 gradient buffer in fixed buckets, overlapped with backward
    (PyTorch DDP / Horovod style). Buckets are ranges of the buffer laid out from its END

@@ -1,0 +1,192 @@
+/* hvd/hvd_internal.h: state and helpers shared by the files of the hvd runtime.
+   Not part of the public interface (hvd.h).
+
+   Threads: user threads only validate, enqueue (hvd_g.queue) and wait on hvd_g.done_cv;
+   one background thread per process does ALL MPI communication: it sends this rank's new
+   requests to the coordinator (rank 0), receives the ordered response lists, and runs the
+   collectives. Everything shared between the two sides is guarded by hvd_g.mu. */
+#ifndef HVD_INTERNAL_H
+#define HVD_INTERNAL_H
+
+#include "hvd/hvd.h"
+#include "collectives/coll.h"
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+
+#define HVD_KEY_MAX (HVD_NAME_MAX + 2)   /* a name, or the key of an unnamed call  */
+#define HVD_ERROR_MAX 512
+#define HVD_INFLIGHT_BUCKETS 1024
+
+/* Kinds of operation that go through negotiation. */
+typedef enum {
+  HVD_KIND_ALLREDUCE, HVD_KIND_BROADCAST, HVD_KIND_ALLGATHER, HVD_KIND_BARRIER,
+  HVD_KIND_COUNT
+} hvd_kind_t;
+
+const char *hvd_kind_name(hvd_kind_t k);           /* "allreduce", ...               */
+const char *hvd_kind_event(hvd_kind_t k);          /* "ALLREDUCE", ... (timeline)    */
+const char *hvd_dtype_name(hvd_dtype_t d);         /* "float32", ...                 */
+const char *hvd_op_name(hvd_op_t op);              /* "sum", ...                     */
+
+/* Unnamed calls get the key "\x01<kind>.<n>" (n-th unnamed call of that kind on this
+   rank); user names may not start with a control character, so the two never meet.
+   hvd_display_name writes the key as a person reads it. */
+#define HVD_AUTO_KEY_MARK '\x01'
+const char *hvd_display_name(const char *key, char *buf, size_t len);
+
+/* One asynchronous operation, from submission until hvd_wait/hvd_test frees it. */
+struct hvd_request {
+  hvd_kind_t kind;
+  char key[HVD_KEY_MAX];
+  hvd_dtype_t dtype;
+  hvd_op_t op;
+  int root;
+  size_t count;
+  const void *sendbuf;
+  void *recvbuf;
+  void **gather_out;        /* allgather: where the malloc'ed result goes */
+  size_t *gather_count;
+  double submit_time;
+  /* Guarded by hvd_g.mu. */
+  int done;
+  hvd_status_t status;
+  char error[HVD_ERROR_MAX];
+  struct hvd_request *next_inflight;   /* chain of the in-flight hash table      */
+  struct hvd_request *next_queue;      /* submitted, not yet taken by background  */
+};
+
+typedef enum { HVD_LOG_TRACE, HVD_LOG_DEBUG, HVD_LOG_INFO, HVD_LOG_WARNING,
+               HVD_LOG_ERROR } hvd_log_level_t;
+
+typedef struct {
+  size_t fusion_threshold;      /* bytes; 0 = no fusion                              */
+  double cycle_time_ms;         /* the most the coordinator waits to batch           */
+  char timeline[1024];          /* file name; "" = off                               */
+  double stall_check_s;         /* <= 0: no stall warnings                           */
+  double stall_shutdown_s;      /* <= 0: never                                       */
+  int hierarchical;
+  int log_level;
+} hvd_config_t;
+
+/* env.c: reads HVD_* (or HOROVOD_*) variables; a malformed value is an error. */
+hvd_status_t hvd_config_load(hvd_config_t *c, char *err, size_t errlen);
+void hvd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* errors.c */
+hvd_status_t hvd_set_error(hvd_status_t s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));   /* sets this thread's last error */
+void hvd_set_error_text(const char *msg);
+double hvd_now_us(void);                    /* monotonic microseconds */
+
+/* timeline.c (rank 0 only; all calls are from the background thread except open/close) */
+typedef struct hvd_timeline hvd_timeline_t;
+hvd_status_t hvd_timeline_open(hvd_timeline_t **out, const char *path, char *err,
+                               size_t errlen);
+void hvd_timeline_event(hvd_timeline_t *t, const char *key, const char *event,
+                        double start_us, double end_us, size_t bytes);
+void hvd_timeline_close(hvd_timeline_t *t);
+
+/* A response of the coordinator, as every rank executes it. */
+typedef struct {
+  hvd_kind_t kind;
+  hvd_dtype_t dtype;
+  hvd_op_t op;
+  int root;
+  hvd_status_t status;        /* HVD_OK, or the error every rank reports (mismatch)  */
+  int64_t count;              /* elements; allgather: the total                      */
+  const char *key;            /* key_len bytes, not 0-terminated (points into a message) */
+  const char *msg;            /* msg_len bytes, likewise                                */
+  uint32_t key_len, msg_len;
+  const int64_t *counts;      /* allgather: per rank (size entries)                  */
+  /* rank 0 only, for the timeline */
+  double first_seen_us, ready_us;
+} hvd_response_t;
+
+typedef struct {
+  /* topology */
+  int rank, size, local_rank, local_size, cross_rank, cross_size;
+  int owns_mpi;               /* we called MPI_Init, so we finalize                  */
+  MPI_Comm ctrl;              /* negotiation messages                                */
+  MPI_Comm local_comm, cross_comm;
+  coll_transport_t *world, *local, *cross;
+  int hierarchical;           /* use coll_hierarchical_allreduce                     */
+  hvd_config_t cfg;
+  void *fusion_buf;
+  size_t fusion_cap;
+  hvd_timeline_t *timeline;
+  double start_us;
+
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv;     /* background waits: new submission, hvd_shutdown      */
+  pthread_cond_t done_cv;     /* user threads wait: a request completed              */
+  struct hvd_request *queue_head, *queue_tail;
+  struct hvd_request *inflight[HVD_INFLIGHT_BUCKETS];
+  uint64_t auto_seq[HVD_KIND_COUNT];
+  int shutdown_requested;     /* hvd_shutdown was called on this rank                */
+  int stopped;                /* the runtime stopped: later calls fail               */
+  hvd_status_t stop_status;
+  char stop_msg[HVD_ERROR_MAX];
+  int bg_waiting;             /* background thread sleeps on work_cv                 */
+  volatile int cancel;        /* transports give up their waits when set            */
+  atomic_int queued;          /* submissions not yet taken (lock-free peek)          */
+  int ninflight;              /* submitted and not yet completed                     */
+} hvd_state_t;
+
+extern hvd_state_t hvd_g;
+extern atomic_int hvd_g_initialized;
+
+/* queue.c (call with hvd_g.mu held) */
+struct hvd_request *hvd_inflight_find(const char *key);
+void hvd_inflight_remove(struct hvd_request *r);
+void hvd_request_complete(struct hvd_request *r, hvd_status_t s, const char *msg);
+/* Fails every queued and in-flight request with s/msg and marks the runtime stopped. */
+void hvd_fail_all(hvd_status_t s, const char *msg);
+
+/* negotiation.c: the wire format and the coordinator. */
+typedef struct { char *p; size_t len, cap; } hvd_buf_t;
+int hvd_buf_put(hvd_buf_t *b, const void *data, size_t n);
+void hvd_buf_free(hvd_buf_t *b);
+
+enum { HVD_MSG_REQUESTS = 1, HVD_MSG_RESPONSES, HVD_MSG_SHUTDOWN_REQ, HVD_MSG_SHUTDOWN,
+       HVD_MSG_SHUTDOWN_ACK };
+typedef struct { int32_t type, n, origin, status; } hvd_msg_header_t;
+
+int hvd_encode_request(hvd_buf_t *b, const struct hvd_request *r);
+typedef struct hvd_coordinator hvd_coordinator_t;
+hvd_coordinator_t *hvd_coordinator_create(int size);
+void hvd_coordinator_free(hvd_coordinator_t *c);
+/* Adds the n requests of one REQUESTS payload from rank; returns 0 on a malformed
+   payload. */
+int hvd_coordinator_add(hvd_coordinator_t *c, int rank, const char *payload, size_t len,
+                        int n, double now_us);
+/* Whether responses should go out now (HVD_CYCLE_TIME batching). */
+int hvd_coordinator_should_emit(hvd_coordinator_t *c, double now_us);
+/* Moves every ready name into one RESPONSES message (header included) in *msg;
+   returns the number of responses. */
+int hvd_coordinator_emit(hvd_coordinator_t *c, hvd_buf_t *msg);
+/* Stall inspector: warns on stderr; returns 1 (and fills msg) when the stall-shutdown
+   time has passed. */
+int hvd_coordinator_check_stalls(hvd_coordinator_t *c, double now_us, char *msg,
+                                 size_t len);
+/* Parses a RESPONSES payload into resp[0..n) (pointing into payload). */
+int hvd_decode_responses(const char *payload, size_t len, int n, int size,
+                         hvd_response_t *resp);
+/* rank 0, for the timeline: first-seen and ready times of the responses of the last
+   emit, two per response in their order. */
+const double *hvd_coordinator_emitted_times(const hvd_coordinator_t *c);
+
+/* fusion.c: runs a response list in order. Returns HVD_OK, or a fatal status (with
+   msg) after which the runtime must stop; fatal_agreed says every rank saw the same
+   failure at the same response (so no peer is left inside a collective). */
+hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t len,
+                         int *fatal_agreed);
+
+/* background.c */
+void *hvd_background_main(void *arg);
+
+#endif /* HVD_INTERNAL_H */

@@ -1,0 +1,231 @@
+/* hvd/init.c: hvd_init / hvd_shutdown and the topology.
+
+   MPI: hvd_init initialises MPI unless the program already did (then it uses MPI as it
+   is and leaves MPI_Finalize to the program). The design needs MPI_THREAD_SERIALIZED:
+   MPI is called by the thread that runs hvd_init/hvd_shutdown and, between the two, only
+   by the background thread. A program that calls MPI itself while hvd runs must
+   initialise MPI with MPI_THREAD_MULTIPLE.
+
+   Topology: local ranks are the ranks of this host (MPI_Comm_split_type with
+   MPI_COMM_TYPE_SHARED); the cross communicator joins the ranks with the same local
+   rank, so cross rank = index of this host and cross size = number of hosts (when
+   every host runs the same number of ranks). */
+#include "hvd/hvd_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+hvd_state_t hvd_g = {
+  .rank = -1, .size = -1, .local_rank = -1, .local_size = -1,
+  .cross_rank = -1, .cross_size = -1,
+  .mu = PTHREAD_MUTEX_INITIALIZER,
+  .done_cv = PTHREAD_COND_INITIALIZER,
+};
+atomic_int hvd_g_initialized;
+
+/* Serialises hvd_init/hvd_shutdown against each other. */
+static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static hvd_status_t mpi_fail(int err, const char *call) {
+  char s[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  if (MPI_Error_string(err, s, &n) != MPI_SUCCESS) snprintf(s, sizeof(s), "error %d", err);
+  return hvd_set_error(HVD_ERR_BACKEND, "hvd_init: %s failed: %s", call, s);
+}
+
+static void free_comm(MPI_Comm *c) {
+  if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  *c = MPI_COMM_NULL;
+}
+
+/* Releases what init created (also on a failed init). MPI itself stays. */
+static void release(void) {
+  if (hvd_g.world) coll_transport_destroy(hvd_g.world);
+  if (hvd_g.local) coll_transport_destroy(hvd_g.local);
+  if (hvd_g.cross) coll_transport_destroy(hvd_g.cross);
+  hvd_g.world = hvd_g.local = hvd_g.cross = NULL;
+  free_comm(&hvd_g.ctrl);
+  free_comm(&hvd_g.local_comm);
+  free_comm(&hvd_g.cross_comm);
+  free(hvd_g.fusion_buf);
+  hvd_g.fusion_buf = NULL;
+  hvd_g.fusion_cap = 0;
+  hvd_timeline_close(hvd_g.timeline);
+  hvd_g.timeline = NULL;
+}
+
+static hvd_status_t transport(MPI_Comm comm, coll_transport_t **out, const char *what) {
+  coll_status_t cs = coll_transport_mpi_create(&comm, out);
+  if (cs != COLL_OK)
+    return hvd_set_error(HVD_ERR_BACKEND, "hvd_init: creating the %s transport failed: %s",
+                         what, coll_status_string(cs));
+  (*out)->cancel = &hvd_g.cancel;
+  return HVD_OK;
+}
+
+static hvd_status_t topology(void) {
+  int err;
+  if ((err = MPI_Comm_dup(MPI_COMM_WORLD, &hvd_g.ctrl)) != MPI_SUCCESS)
+    return mpi_fail(err, "MPI_Comm_dup");
+  /* Errors come back as codes, so the runtime can report them instead of aborting. */
+  if ((err = MPI_Comm_set_errhandler(hvd_g.ctrl, MPI_ERRORS_RETURN)) != MPI_SUCCESS)
+    return mpi_fail(err, "MPI_Comm_set_errhandler");
+  if ((err = MPI_Comm_rank(hvd_g.ctrl, &hvd_g.rank)) != MPI_SUCCESS ||
+      (err = MPI_Comm_size(hvd_g.ctrl, &hvd_g.size)) != MPI_SUCCESS)
+    return mpi_fail(err, "MPI_Comm_rank/size");
+  if ((err = MPI_Comm_split_type(hvd_g.ctrl, MPI_COMM_TYPE_SHARED, hvd_g.rank,
+                                 MPI_INFO_NULL, &hvd_g.local_comm)) != MPI_SUCCESS)
+    return mpi_fail(err, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+  if ((err = MPI_Comm_rank(hvd_g.local_comm, &hvd_g.local_rank)) != MPI_SUCCESS ||
+      (err = MPI_Comm_size(hvd_g.local_comm, &hvd_g.local_size)) != MPI_SUCCESS)
+    return mpi_fail(err, "MPI_Comm_rank/size (local)");
+  if ((err = MPI_Comm_split(hvd_g.ctrl, hvd_g.local_rank, hvd_g.rank, &hvd_g.cross_comm)) !=
+      MPI_SUCCESS)
+    return mpi_fail(err, "MPI_Comm_split (cross)");
+  if ((err = MPI_Comm_rank(hvd_g.cross_comm, &hvd_g.cross_rank)) != MPI_SUCCESS ||
+      (err = MPI_Comm_size(hvd_g.cross_comm, &hvd_g.cross_size)) != MPI_SUCCESS)
+    return mpi_fail(err, "MPI_Comm_rank/size (cross)");
+
+  /* Hierarchical allreduce needs the same number of ranks on every host and more than
+     one host; otherwise the flat ring is the same thing or cannot run. */
+  int minmax[2] = {-hvd_g.local_size, hvd_g.local_size}, agreed[2];
+  if ((err = MPI_Allreduce(minmax, agreed, 2, MPI_INT, MPI_MAX, hvd_g.ctrl)) != MPI_SUCCESS)
+    return mpi_fail(err, "MPI_Allreduce (local sizes)");
+  int uniform = -agreed[0] == agreed[1];
+  hvd_g.hierarchical = hvd_g.cfg.hierarchical && uniform && hvd_g.cross_size > 1;
+  if (hvd_g.cfg.hierarchical && !hvd_g.hierarchical && hvd_g.rank == 0)
+    hvd_log(HVD_LOG_INFO, "HVD_HIERARCHICAL_ALLREDUCE=1 ignored: %s",
+            !uniform ? "hosts run different numbers of ranks" : "all ranks are on one host");
+
+  hvd_status_t s = transport(hvd_g.ctrl, &hvd_g.world, "world");
+  if (s == HVD_OK && hvd_g.hierarchical) {
+    s = transport(hvd_g.local_comm, &hvd_g.local, "local");
+    if (s == HVD_OK) s = transport(hvd_g.cross_comm, &hvd_g.cross, "cross");
+  }
+  return s;
+}
+
+hvd_status_t hvd_init(void) {
+  pthread_mutex_lock(&init_mu);
+  if (atomic_load(&hvd_g_initialized)) {
+    pthread_mutex_unlock(&init_mu);
+    return HVD_OK;
+  }
+  char err[HVD_ERROR_MAX];
+  hvd_status_t s = hvd_config_load(&hvd_g.cfg, err, sizeof(err));
+  if (s != HVD_OK) {
+    pthread_mutex_unlock(&init_mu);
+    return hvd_set_error(s, "hvd_init: %s", err);
+  }
+
+  int inited = 0, finalized = 0, provided = 0, rc;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    pthread_mutex_unlock(&init_mu);
+    return hvd_set_error(HVD_ERR_BACKEND, "hvd_init: MPI was already finalized (by an "
+                         "earlier hvd_shutdown or the program); it cannot start again");
+  }
+  if (!inited) {
+    if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided)) != MPI_SUCCESS) {
+      pthread_mutex_unlock(&init_mu);
+      return mpi_fail(rc, "MPI_Init_thread");
+    }
+    hvd_g.owns_mpi = 1;
+  } else {
+    MPI_Query_thread(&provided);
+    hvd_g.owns_mpi = 0;
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    pthread_mutex_unlock(&init_mu);
+    return hvd_set_error(HVD_ERR_BACKEND,
+                         "hvd_init: the MPI library provides thread level %d, hvd needs "
+                         "MPI_THREAD_SERIALIZED (%d): its background thread calls MPI%s",
+                         provided, MPI_THREAD_SERIALIZED,
+                         inited ? "; initialise MPI with MPI_Init_thread(..., "
+                                  "MPI_THREAD_MULTIPLE, ...)" : "");
+  }
+
+  hvd_g.start_us = hvd_now_us();
+  hvd_g.ctrl = hvd_g.local_comm = hvd_g.cross_comm = MPI_COMM_NULL;
+  hvd_g.cancel = 0;
+  s = topology();
+  if (s == HVD_OK && hvd_g.cfg.fusion_threshold > 0) {
+    hvd_g.fusion_buf = malloc(hvd_g.cfg.fusion_threshold);
+    if (!hvd_g.fusion_buf)
+      s = hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_init: cannot allocate the %zu-byte fusion "
+                        "buffer (lower HVD_FUSION_THRESHOLD)", hvd_g.cfg.fusion_threshold);
+    hvd_g.fusion_cap = hvd_g.cfg.fusion_threshold;
+  }
+  if (s == HVD_OK && hvd_g.rank == 0 && hvd_g.cfg.timeline[0]) {
+    s = hvd_timeline_open(&hvd_g.timeline, hvd_g.cfg.timeline, err, sizeof(err));
+    if (s != HVD_OK) hvd_set_error(s, "hvd_init: %s", err);
+  }
+  if (s == HVD_OK) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&hvd_g.work_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_lock(&hvd_g.mu);
+    hvd_g.queue_head = hvd_g.queue_tail = NULL;
+    memset(hvd_g.auto_seq, 0, sizeof(hvd_g.auto_seq));
+    hvd_g.shutdown_requested = 0;
+    hvd_g.stopped = 0;
+    hvd_g.stop_msg[0] = '\0';
+    hvd_g.ninflight = 0;
+    atomic_store(&hvd_g.queued, 0);
+    pthread_mutex_unlock(&hvd_g.mu);
+    int e = pthread_create(&hvd_g.thread, NULL, hvd_background_main, NULL);
+    if (e != 0) {
+      pthread_cond_destroy(&hvd_g.work_cv);
+      s = hvd_set_error(HVD_ERR_BACKEND, "hvd_init: pthread_create failed: %s", strerror(e));
+    }
+  }
+  if (s != HVD_OK) {
+    release();
+    hvd_g.rank = hvd_g.size = hvd_g.local_rank = hvd_g.local_size = -1;
+    hvd_g.cross_rank = hvd_g.cross_size = -1;
+    pthread_mutex_unlock(&init_mu);
+    return s;
+  }
+  atomic_store(&hvd_g_initialized, 1);
+  pthread_mutex_unlock(&init_mu);
+  return HVD_OK;
+}
+
+hvd_status_t hvd_shutdown(void) {
+  pthread_mutex_lock(&init_mu);
+  if (!atomic_load(&hvd_g_initialized)) {
+    pthread_mutex_unlock(&init_mu);
+    return hvd_set_error(HVD_ERR_NOT_INITIALIZED,
+                         "hvd_shutdown called before hvd_init() or after hvd_shutdown()");
+  }
+  pthread_mutex_lock(&hvd_g.mu);
+  hvd_g.shutdown_requested = 1;
+  pthread_cond_signal(&hvd_g.work_cv);
+  pthread_mutex_unlock(&hvd_g.mu);
+  pthread_join(hvd_g.thread, NULL);
+  /* From here on calls return HVD_ERR_NOT_INITIALIZED. */
+  atomic_store(&hvd_g_initialized, 0);
+  pthread_cond_destroy(&hvd_g.work_cv);
+  release();
+  hvd_status_t s = HVD_OK;
+  if (hvd_g.owns_mpi) {
+    int rc = MPI_Finalize();
+    if (rc != MPI_SUCCESS) s = hvd_set_error(HVD_ERR_BACKEND, "hvd_shutdown: MPI_Finalize failed");
+    hvd_g.owns_mpi = 0;
+  }
+  hvd_g.rank = hvd_g.size = hvd_g.local_rank = hvd_g.local_size = -1;
+  hvd_g.cross_rank = hvd_g.cross_size = -1;
+  pthread_mutex_unlock(&init_mu);
+  return s;
+}
+
+int hvd_initialized(void) { return atomic_load(&hvd_g_initialized); }
+int hvd_rank(void) { return hvd_initialized() ? hvd_g.rank : -1; }
+int hvd_size(void) { return hvd_initialized() ? hvd_g.size : -1; }
+int hvd_local_rank(void) { return hvd_initialized() ? hvd_g.local_rank : -1; }
+int hvd_local_size(void) { return hvd_initialized() ? hvd_g.local_size : -1; }
+int hvd_cross_rank(void) { return hvd_initialized() ? hvd_g.cross_rank : -1; }
+int hvd_cross_size(void) { return hvd_initialized() ? hvd_g.cross_size : -1; }

@@ -1,0 +1,345 @@
+/* hvd/negotiation.c: how the ranks agree on what to run, and in which order.
+
+   Every rank sends the requests its user threads submitted (name, kind, dtype, count,
+   op, root, device) to the coordinator, rank 0. The coordinator counts, per name, the
+   ranks that submitted it; when all have, it checks that they agree (else the response
+   carries HVD_ERR_MISMATCH and a message naming both values) and appends the name to
+   the ready list. The ready list goes out as one ordered RESPONSES message that every
+   rank, rank 0 included, executes in that order, so collectives line up even when the
+   ranks submitted in different orders.
+
+   Wire format (all ranks run the same binary on the same architecture, so structs go
+   as bytes): hvd_msg_header_t, then n records:
+     request:  wire_request_t, key bytes
+     response: wire_response_t, key bytes, message bytes, [allgather: size x int64] */
+#include "hvd/hvd_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  int32_t kind, dtype, op, root, device;
+  uint32_t key_len;
+  int64_t count;
+} wire_request_t;
+
+typedef struct {
+  int32_t kind, dtype, op, root, status;
+  uint32_t key_len, msg_len;
+  int32_t pad;
+  int64_t count;
+} wire_response_t;
+
+int hvd_buf_put(hvd_buf_t *b, const void *data, size_t n) {
+  if (b->len + n > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (p == NULL) return 0;
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, data, n);
+  b->len += n;
+  return 1;
+}
+
+void hvd_buf_free(hvd_buf_t *b) {
+  free(b->p);
+  b->p = NULL;
+  b->len = b->cap = 0;
+}
+
+int hvd_encode_request(hvd_buf_t *b, const struct hvd_request *r) {
+  wire_request_t w = {r->kind, r->dtype, r->op, r->root, 0, (uint32_t)strlen(r->key),
+                      (int64_t)r->count};
+  return hvd_buf_put(b, &w, sizeof(w)) && hvd_buf_put(b, r->key, w.key_len);
+}
+
+/* ---- coordinator (rank 0) ---- */
+
+typedef struct {
+  char key[HVD_KEY_MAX];
+  wire_request_t *req;         /* per rank */
+  unsigned char *have;         /* per rank */
+  int nhave;
+  double first_seen_us, ready_us, last_warn_us;
+} entry_t;
+
+struct hvd_coordinator {
+  int size;
+  entry_t **pending;           /* names not yet submitted by every rank */
+  int npending, cap_pending;
+  entry_t **ready;             /* in the order they became ready */
+  int nready, cap_ready;
+  size_t ready_bytes;
+  double *times;               /* of the last emit */
+  int cap_times;
+};
+
+hvd_coordinator_t *hvd_coordinator_create(int size) {
+  hvd_coordinator_t *c = calloc(1, sizeof(*c));
+  if (c) c->size = size;
+  return c;
+}
+
+static void entry_free(entry_t *e) {
+  if (!e) return;
+  free(e->req);
+  free(e->have);
+  free(e);
+}
+
+void hvd_coordinator_free(hvd_coordinator_t *c) {
+  if (!c) return;
+  for (int i = 0; i < c->npending; i++) entry_free(c->pending[i]);
+  for (int i = 0; i < c->nready; i++) entry_free(c->ready[i]);
+  free(c->pending);
+  free(c->ready);
+  free(c->times);
+  free(c);
+}
+
+static int push(entry_t ***arr, int *n, int *cap, entry_t *e) {
+  if (*n == *cap) {
+    int nc = *cap ? *cap * 2 : 16;
+    entry_t **p = realloc(*arr, (size_t)nc * sizeof(*p));
+    if (!p) return 0;
+    *arr = p;
+    *cap = nc;
+  }
+  (*arr)[(*n)++] = e;
+  return 1;
+}
+
+int hvd_coordinator_add(hvd_coordinator_t *c, int rank, const char *payload, size_t len,
+                        int n, double now_us) {
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    wire_request_t w;
+    if (off + sizeof(w) > len) return 0;
+    memcpy(&w, payload + off, sizeof(w));
+    off += sizeof(w);
+    if (w.key_len == 0 || w.key_len >= HVD_KEY_MAX || off + w.key_len > len) return 0;
+    char key[HVD_KEY_MAX];
+    memcpy(key, payload + off, w.key_len);
+    key[w.key_len] = '\0';
+    off += w.key_len;
+
+    int idx = -1;
+    for (int j = 0; j < c->npending; j++)
+      if (strcmp(c->pending[j]->key, key) == 0) { idx = j; break; }
+    entry_t *e;
+    if (idx < 0) {
+      e = calloc(1, sizeof(*e));
+      if (!e) return 0;
+      e->req = calloc((size_t)c->size, sizeof(*e->req));
+      e->have = calloc((size_t)c->size, 1);
+      if (!e->req || !e->have || !push(&c->pending, &c->npending, &c->cap_pending, e)) {
+        entry_free(e);
+        return 0;
+      }
+      memcpy(e->key, key, w.key_len + 1);
+      e->first_seen_us = now_us;
+      e->last_warn_us = now_us;
+      idx = c->npending - 1;
+    }
+    e = c->pending[idx];
+    if (e->have[rank]) return 0;   /* a rank never has one name in flight twice */
+    e->have[rank] = 1;
+    e->req[rank] = w;
+    if (++e->nhave == c->size) {
+      /* Keep pending in arrival order (it is also the stall report's order). */
+      memmove(&c->pending[idx], &c->pending[idx + 1],
+              (size_t)(c->npending - idx - 1) * sizeof(entry_t *));
+      c->npending--;
+      e->ready_us = now_us;
+      if (!push(&c->ready, &c->nready, &c->cap_ready, e)) return 0;
+      size_t es = hvd_dtype_size((hvd_dtype_t)w.dtype);
+      c->ready_bytes += (size_t)w.count * (es ? es : 1);
+    }
+  }
+  return off == len;
+}
+
+int hvd_coordinator_should_emit(hvd_coordinator_t *c, double now_us) {
+  if (c->nready == 0) return 0;
+  /* Nothing else is on its way: waiting would only add latency. */
+  if (c->npending == 0) return 1;
+  if (c->ready_bytes >= hvd_g.cfg.fusion_threshold) return 1;
+  return now_us - c->ready[0]->ready_us >= hvd_g.cfg.cycle_time_ms * 1000.0;
+}
+
+/* Fills msg (HVD_ERROR_MAX) when the ranks disagree on e; returns the status. */
+static hvd_status_t check_mismatch(const hvd_coordinator_t *c, const entry_t *e,
+                                   char *msg) {
+  char dbuf[HVD_KEY_MAX + 32];
+  const char *name = hvd_display_name(e->key, dbuf, sizeof(dbuf));
+  const wire_request_t *a = &e->req[0];
+  for (int r = 1; r < c->size; r++) {
+    const wire_request_t *b = &e->req[r];
+    const char *kind = hvd_kind_name((hvd_kind_t)a->kind);
+    if (a->kind != b->kind) {
+      snprintf(msg, HVD_ERROR_MAX,
+               "Mismatched operations for tensor \"%s\": one rank sent %s, another rank "
+               "sent %s.", name, kind, hvd_kind_name((hvd_kind_t)b->kind));
+      return HVD_ERR_MISMATCH;
+    }
+    if (a->dtype != b->dtype) {
+      snprintf(msg, HVD_ERROR_MAX,
+               "Mismatched %s data types for tensor \"%s\": one rank sent %s, another "
+               "rank sent %s.", kind, name, hvd_dtype_name((hvd_dtype_t)a->dtype),
+               hvd_dtype_name((hvd_dtype_t)b->dtype));
+      return HVD_ERR_MISMATCH;
+    }
+    if (a->kind != HVD_KIND_ALLGATHER && a->count != b->count) {
+      snprintf(msg, HVD_ERROR_MAX,
+               "Mismatched %s counts for tensor \"%s\": one rank sent %lld, another rank "
+               "sent %lld.", kind, name, (long long)a->count, (long long)b->count);
+      return HVD_ERR_MISMATCH;
+    }
+    if (a->kind == HVD_KIND_ALLREDUCE && a->op != b->op) {
+      snprintf(msg, HVD_ERROR_MAX,
+               "Mismatched %s ops for tensor \"%s\": one rank sent %s, another rank sent "
+               "%s.", kind, name, hvd_op_name((hvd_op_t)a->op),
+               hvd_op_name((hvd_op_t)b->op));
+      return HVD_ERR_MISMATCH;
+    }
+    if (a->kind == HVD_KIND_BROADCAST && a->root != b->root) {
+      snprintf(msg, HVD_ERROR_MAX,
+               "Mismatched %s root ranks for tensor \"%s\": one rank sent %d, another "
+               "rank sent %d.", kind, name, a->root, b->root);
+      return HVD_ERR_MISMATCH;
+    }
+    if (a->device != b->device) {
+      snprintf(msg, HVD_ERROR_MAX,
+               "Mismatched %s devices for tensor \"%s\": one rank sent %d, another rank "
+               "sent %d.", kind, name, a->device, b->device);
+      return HVD_ERR_MISMATCH;
+    }
+  }
+  msg[0] = '\0';
+  return HVD_OK;
+}
+
+int hvd_coordinator_emit(hvd_coordinator_t *c, hvd_buf_t *msg) {
+  int n = c->nready;
+  msg->len = 0;
+  hvd_msg_header_t h = {HVD_MSG_RESPONSES, n, 0, 0};
+  if (!hvd_buf_put(msg, &h, sizeof(h))) return -1;
+  if (c->cap_times < 2 * n) {
+    double *t = realloc(c->times, (size_t)(2 * n) * sizeof(double));
+    if (!t) return -1;
+    c->times = t;
+    c->cap_times = 2 * n;
+  }
+  for (int i = 0; i < n; i++) {
+    entry_t *e = c->ready[i];
+    char text[HVD_ERROR_MAX];
+    hvd_status_t s = check_mismatch(c, e, text);
+    const wire_request_t *a = &e->req[0];
+    int64_t total = a->count;
+    if (a->kind == HVD_KIND_ALLGATHER) {
+      total = 0;
+      for (int r = 0; r < c->size; r++) total += e->req[r].count;
+    }
+    wire_response_t w = {a->kind, a->dtype, a->op, a->root, s, (uint32_t)strlen(e->key),
+                         (uint32_t)strlen(text), 0, total};
+    if (!hvd_buf_put(msg, &w, sizeof(w)) || !hvd_buf_put(msg, e->key, w.key_len) ||
+        !hvd_buf_put(msg, text, w.msg_len))
+      return -1;
+    if (a->kind == HVD_KIND_ALLGATHER && s == HVD_OK)
+      for (int r = 0; r < c->size; r++)
+        if (!hvd_buf_put(msg, &e->req[r].count, sizeof(int64_t))) return -1;
+    c->times[2 * i] = e->first_seen_us;
+    c->times[2 * i + 1] = e->ready_us;
+    entry_free(e);
+  }
+  c->nready = 0;
+  c->ready_bytes = 0;
+  return n;
+}
+
+const double *hvd_coordinator_emitted_times(const hvd_coordinator_t *c) {
+  return c->times;
+}
+
+int hvd_decode_responses(const char *payload, size_t len, int n, int size,
+                         hvd_response_t *resp) {
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    wire_response_t w;
+    if (off + sizeof(w) > len) return 0;
+    memcpy(&w, payload + off, sizeof(w));
+    off += sizeof(w);
+    hvd_response_t *r = &resp[i];
+    memset(r, 0, sizeof(*r));
+    r->kind = (hvd_kind_t)w.kind;
+    r->dtype = (hvd_dtype_t)w.dtype;
+    r->op = (hvd_op_t)w.op;
+    r->root = w.root;
+    r->status = (hvd_status_t)w.status;
+    r->count = w.count;
+    if (off + w.key_len + w.msg_len > len) return 0;
+    r->key = payload + off;
+    off += w.key_len;
+    r->msg = payload + off;
+    off += w.msg_len;
+    r->key_len = w.key_len;
+    r->msg_len = w.msg_len;
+    if (r->kind == HVD_KIND_ALLGATHER && r->status == HVD_OK) {
+      if (off + (size_t)size * sizeof(int64_t) > len) return 0;
+      r->counts = (const int64_t *)(payload + off);
+      off += (size_t)size * sizeof(int64_t);
+    }
+  }
+  return off == len;
+}
+
+int hvd_coordinator_check_stalls(hvd_coordinator_t *c, double now_us, char *msg,
+                                 size_t len) {
+  double check_us = hvd_g.cfg.stall_check_s * 1e6;
+  double shut_us = hvd_g.cfg.stall_shutdown_s * 1e6;
+  int shutdown = 0;
+  char report[4096];
+  size_t rlen = 0;
+  int nstalled = 0;
+  report[0] = '\0';
+  for (int i = 0; i < c->npending; i++) {
+    entry_t *e = c->pending[i];
+    double waited = now_us - e->first_seen_us;
+    int warn = check_us > 0 && waited >= check_us && now_us - e->last_warn_us >= check_us;
+    int kill = shut_us > 0 && waited >= shut_us;
+    if (!warn && !kill) continue;
+    char dbuf[HVD_KEY_MAX + 32], missing[512];
+    size_t ml = 0;
+    missing[0] = '\0';
+    for (int r = 0; r < c->size && ml < sizeof(missing) - 16; r++)
+      if (!e->have[r])
+        ml += (size_t)snprintf(missing + ml, sizeof(missing) - ml, "%s%d", ml ? ", " : "", r);
+    const wire_request_t *any = NULL;
+    for (int r = 0; r < c->size && !any; r++)
+      if (e->have[r]) any = &e->req[r];
+    const char *name = hvd_display_name(e->key, dbuf, sizeof(dbuf));
+    if (rlen < sizeof(report) - 1)
+      rlen += (size_t)snprintf(report + rlen, sizeof(report) - rlen,
+                               "\n  %s \"%s\": waiting %.1f s; missing ranks: %s",
+                               any ? hvd_kind_name((hvd_kind_t)any->kind) : "?", name,
+                               waited * 1e-6, missing);
+    nstalled++;
+    if (warn) e->last_warn_us = now_us;
+    if (kill && !shutdown) {
+      shutdown = 1;
+      snprintf(msg, len,
+               "stall shutdown: tensor \"%s\" waited %.1f s (HVD_STALL_SHUTDOWN_TIME_SECONDS"
+               "=%g) for ranks %s that never submitted it", name, waited * 1e-6,
+               hvd_g.cfg.stall_shutdown_s, missing);
+    }
+  }
+  if (nstalled > 0)
+    hvd_log(HVD_LOG_WARNING,
+            "stall: %d tensor(s) submitted by some ranks have waited for the others for "
+            "more than %g s (a rank may be stuck, or the ranks call different "
+            "collectives):%s", nstalled, hvd_g.cfg.stall_check_s, report);
+  return shutdown;
+}

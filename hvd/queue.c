@@ -1,0 +1,255 @@
+/* hvd/queue.c: what user threads do. Validate, record the request in the in-flight
+   table (for duplicate names) and the submission queue, wake the background thread,
+   and wait for completion. No MPI here: only the background thread talks to peers. */
+#include "hvd/hvd_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static unsigned key_hash(const char *key) {
+  unsigned h = 2166136261u;           /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+    h = (h ^ *p) * 16777619u;
+  return h % HVD_INFLIGHT_BUCKETS;
+}
+
+struct hvd_request *hvd_inflight_find(const char *key) {
+  for (struct hvd_request *r = hvd_g.inflight[key_hash(key)]; r; r = r->next_inflight)
+    if (strcmp(r->key, key) == 0) return r;
+  return NULL;
+}
+
+void hvd_inflight_remove(struct hvd_request *r) {
+  struct hvd_request **pp = &hvd_g.inflight[key_hash(r->key)];
+  while (*pp && *pp != r) pp = &(*pp)->next_inflight;
+  if (*pp) *pp = r->next_inflight;
+  r->next_inflight = NULL;
+}
+
+void hvd_request_complete(struct hvd_request *r, hvd_status_t s, const char *msg) {
+  hvd_inflight_remove(r);
+  hvd_g.ninflight--;
+  r->status = s;
+  snprintf(r->error, sizeof(r->error), "%s", (s != HVD_OK && msg) ? msg : "");
+  r->done = 1;
+  pthread_cond_broadcast(&hvd_g.done_cv);
+}
+
+void hvd_fail_all(hvd_status_t s, const char *msg) {
+  for (int b = 0; b < HVD_INFLIGHT_BUCKETS; b++)
+    while (hvd_g.inflight[b]) hvd_request_complete(hvd_g.inflight[b], s, msg);
+  hvd_g.queue_head = hvd_g.queue_tail = NULL;   /* every queued one was in flight too */
+  atomic_store(&hvd_g.queued, 0);
+  if (!hvd_g.stopped) {
+    hvd_g.stopped = 1;
+    hvd_g.stop_status = HVD_ERR_SHUTDOWN;
+    snprintf(hvd_g.stop_msg, sizeof(hvd_g.stop_msg), "%s", msg);
+  }
+}
+
+static hvd_status_t check_common(const char *name, hvd_dtype_t dtype, size_t count,
+                                 const void *buf1, const void *buf2, const char *what) {
+  if (!atomic_load(&hvd_g_initialized))
+    return hvd_set_error(HVD_ERR_NOT_INITIALIZED,
+                         "%s called before hvd_init() or after hvd_shutdown()", what);
+  if (name != NULL) {
+    size_t n = strnlen(name, HVD_NAME_MAX + 1);
+    if (n > HVD_NAME_MAX)
+      return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                           "%s: tensor name \"%.40s...\" is longer than %d bytes", what,
+                           name, HVD_NAME_MAX);
+    if (n > 0 && (unsigned char)name[0] < 0x20)
+      return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                           "%s: tensor name starts with control character 0x%02x", what,
+                           (unsigned char)name[0]);
+  }
+  if (hvd_dtype_size(dtype) == 0)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                         "%s: invalid dtype %d (expected HVD_FLOAT32 .. HVD_INT64)", what,
+                         (int)dtype);
+  if (count > 0 && (buf1 == NULL || buf2 == NULL))
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                         "%s: NULL buffer with count %zu (a buffer may be NULL only when "
+                         "count is 0)", what, count);
+  if (count > (SIZE_MAX / 2) / hvd_dtype_size(dtype))
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "%s: count %zu is too large", what,
+                         count);
+  return HVD_OK;
+}
+
+/* Records r (filled by the caller except key) under name; on success r belongs to the
+   runtime until hvd_wait/hvd_test. */
+static hvd_status_t submit(struct hvd_request *r, const char *name) {
+  pthread_mutex_lock(&hvd_g.mu);
+  if (!atomic_load(&hvd_g_initialized)) {
+    pthread_mutex_unlock(&hvd_g.mu);
+    return hvd_set_error(HVD_ERR_NOT_INITIALIZED,
+                         "%s called before hvd_init() or after hvd_shutdown()",
+                         hvd_kind_name(r->kind));
+  }
+  if (hvd_g.stopped) {
+    hvd_status_t s = hvd_set_error(HVD_ERR_SHUTDOWN, "%s", hvd_g.stop_msg);
+    pthread_mutex_unlock(&hvd_g.mu);
+    return s;
+  }
+  if (name != NULL) {
+    snprintf(r->key, sizeof(r->key), "%s", name);
+  } else {
+    snprintf(r->key, sizeof(r->key), "%c%s.%llu", HVD_AUTO_KEY_MARK,
+             hvd_kind_name(r->kind), (unsigned long long)hvd_g.auto_seq[r->kind]++);
+  }
+  if (hvd_inflight_find(r->key) != NULL) {
+    hvd_status_t s = hvd_set_error(HVD_ERR_DUPLICATE_NAME,
+                                   "%s: tensor \"%s\" is already in flight on rank %d; "
+                                   "wait for it before submitting the name again",
+                                   hvd_kind_name(r->kind), r->key, hvd_g.rank);
+    pthread_mutex_unlock(&hvd_g.mu);
+    return s;
+  }
+  unsigned h = key_hash(r->key);
+  r->next_inflight = hvd_g.inflight[h];
+  hvd_g.inflight[h] = r;
+  hvd_g.ninflight++;
+  r->next_queue = NULL;
+  if (hvd_g.queue_tail) hvd_g.queue_tail->next_queue = r;
+  else hvd_g.queue_head = r;
+  hvd_g.queue_tail = r;
+  atomic_fetch_add(&hvd_g.queued, 1);
+  if (hvd_g.bg_waiting) pthread_cond_signal(&hvd_g.work_cv);
+  pthread_mutex_unlock(&hvd_g.mu);
+  return HVD_OK;
+}
+
+static struct hvd_request *request_new(hvd_kind_t kind) {
+  struct hvd_request *r = calloc(1, sizeof(*r));
+  if (r == NULL) return NULL;
+  r->kind = kind;
+  r->submit_time = hvd_now_us();
+  return r;
+}
+
+static hvd_status_t finish_submit(struct hvd_request *r, const char *name,
+                                  hvd_request_t *req) {
+  hvd_status_t s = submit(r, name);
+  if (s != HVD_OK) {
+    free(r);
+    return s;
+  }
+  *req = r;
+  return HVD_OK;
+}
+
+hvd_status_t hvd_allreduce_async(const char *name, const void *sendbuf, void *recvbuf,
+                                 size_t count, hvd_dtype_t dtype, hvd_op_t op,
+                                 hvd_request_t *req) {
+  if (req == NULL)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_allreduce_async: req is NULL");
+  *req = NULL;
+  hvd_status_t s = check_common(name, dtype, count, sendbuf, recvbuf, "hvd_allreduce");
+  if (s != HVD_OK) return s;
+  if ((unsigned)op > HVD_PRODUCT)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                         "hvd_allreduce: invalid op %d (expected HVD_SUM .. HVD_PRODUCT)",
+                         (int)op);
+  struct hvd_request *r = request_new(HVD_KIND_ALLREDUCE);
+  if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_allreduce: out of memory");
+  r->sendbuf = sendbuf;
+  r->recvbuf = recvbuf;
+  r->count = count;
+  r->dtype = dtype;
+  r->op = op;
+  return finish_submit(r, name, req);
+}
+
+hvd_status_t hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf,
+                           size_t count, hvd_dtype_t dtype, hvd_op_t op) {
+  hvd_request_t req;
+  hvd_status_t s = hvd_allreduce_async(name, sendbuf, recvbuf, count, dtype, op, &req);
+  return s != HVD_OK ? s : hvd_wait(req);
+}
+
+hvd_status_t hvd_broadcast_async(const char *name, void *buf, size_t count,
+                                 hvd_dtype_t dtype, int root, hvd_request_t *req) {
+  if (req == NULL)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_broadcast_async: req is NULL");
+  *req = NULL;
+  hvd_status_t s = check_common(name, dtype, count, buf, buf, "hvd_broadcast");
+  if (s != HVD_OK) return s;
+  if (root < 0 || root >= hvd_g.size)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                         "hvd_broadcast: root %d is not a rank (size is %d)", root,
+                         hvd_g.size);
+  struct hvd_request *r = request_new(HVD_KIND_BROADCAST);
+  if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_broadcast: out of memory");
+  r->sendbuf = buf;
+  r->recvbuf = buf;
+  r->count = count;
+  r->dtype = dtype;
+  r->root = root;
+  return finish_submit(r, name, req);
+}
+
+hvd_status_t hvd_broadcast(const char *name, void *buf, size_t count, hvd_dtype_t dtype,
+                           int root) {
+  hvd_request_t req;
+  hvd_status_t s = hvd_broadcast_async(name, buf, count, dtype, root, &req);
+  return s != HVD_OK ? s : hvd_wait(req);
+}
+
+hvd_status_t hvd_allgather(const char *name, const void *sendbuf, size_t count,
+                           hvd_dtype_t dtype, void **recvbuf, size_t *recvcount) {
+  if (recvbuf == NULL || recvcount == NULL)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                         "hvd_allgather: recvbuf and recvcount must not be NULL");
+  *recvbuf = NULL;
+  *recvcount = 0;
+  hvd_status_t s = check_common(name, dtype, count, sendbuf, sendbuf, "hvd_allgather");
+  if (s != HVD_OK) return s;
+  struct hvd_request *r = request_new(HVD_KIND_ALLGATHER);
+  if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_allgather: out of memory");
+  r->sendbuf = sendbuf;
+  r->count = count;
+  r->dtype = dtype;
+  r->gather_out = recvbuf;
+  r->gather_count = recvcount;
+  hvd_request_t req;
+  if ((s = finish_submit(r, name, &req)) != HVD_OK) return s;
+  return hvd_wait(req);
+}
+
+hvd_status_t hvd_barrier(void) {
+  if (!atomic_load(&hvd_g_initialized))
+    return hvd_set_error(HVD_ERR_NOT_INITIALIZED,
+                         "hvd_barrier called before hvd_init() or after hvd_shutdown()");
+  struct hvd_request *r = request_new(HVD_KIND_BARRIER);
+  if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_barrier: out of memory");
+  hvd_request_t req;
+  hvd_status_t s = finish_submit(r, NULL, &req);
+  if (s != HVD_OK) return s;
+  return hvd_wait(req);
+}
+
+/* Frees a completed request and reports its status to this thread. */
+static hvd_status_t request_finish(struct hvd_request *r) {
+  hvd_status_t s = r->status;
+  if (s != HVD_OK) hvd_set_error_text(r->error);
+  free(r);
+  return s;
+}
+
+hvd_status_t hvd_wait(hvd_request_t req) {
+  if (req == NULL) return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_wait: req is NULL");
+  pthread_mutex_lock(&hvd_g.mu);
+  while (!req->done) pthread_cond_wait(&hvd_g.done_cv, &hvd_g.mu);
+  pthread_mutex_unlock(&hvd_g.mu);
+  return request_finish(req);
+}
+
+hvd_status_t hvd_test(hvd_request_t req, int *done) {
+  if (req == NULL || done == NULL)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_test: req and done must not be NULL");
+  pthread_mutex_lock(&hvd_g.mu);
+  *done = req->done;
+  pthread_mutex_unlock(&hvd_g.mu);
+  return *done ? request_finish(req) : HVD_OK;
+}
