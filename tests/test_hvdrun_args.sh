@@ -9,6 +9,8 @@ set -u
 cd "$(dirname "$0")/.."
 build=${HVD_BUILD:-build}
 hvdrun=$build/hvdrun
+# The ranks must see exactly the variables hvdrun sets: none inherited from here.
+for v in $(compgen -e | grep -E '^(HVD_|FOO_)'); do unset "$v"; done
 if [ ! -x "$hvdrun" ]; then echo "SKIP: $hvdrun is not built (run make)"; exit 77; fi
 if ! command -v mpirun >/dev/null; then echo "SKIP: mpirun is not installed"; exit 77; fi
 tmp=$(mktemp -d)
