@@ -1,0 +1,171 @@
+/* nn_train_bench: single-process training throughput of an nn model, the counterpart of
+   shared/tools/peers/torch_ddp_bench.py with NPROC=1: a fixed synthetic batch, SGD
+   (lr 0.01, momentum 0.9), 3 warm-up steps, then STEPS timed steps of
+   forward + loss + backward + update. Prints "total images/sec: X" like the peer;
+   --profile adds the mean time per layer (forward, backward) and of the update. */
+#include "nn/nn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: nn_train_bench [--model NAME] [--batch N] [--steps N] [--warmup N]\n"
+          "                      [--threads N] [--profile]\n"
+          "  --model    lenet (default), resnet20, mlp, resnet50, resnet101, vgg16,\n"
+          "             alexnet, trivial\n"
+          "  --batch    samples per step (default 64)\n"
+          "  --steps    timed steps (default 20); --warmup untimed steps first (default 3)\n"
+          "  --threads  CPU threads (default: nn's default)\n"
+          "  --profile  print the mean forward/backward time of every layer\n");
+}
+
+static int parse_int(const char *flag, const char *v, int min) {
+  char *end;
+  long x = v ? strtol(v, &end, 10) : 0;
+  if (!v || *end || x < min || x > 1000000) {
+    fprintf(stderr, "nn_train_bench: %s needs an integer >= %d, got \"%s\"\n", flag, min,
+            v ? v : "");
+    exit(2);
+  }
+  return (int)x;
+}
+
+int main(int argc, char **argv) {
+  const char *model = "lenet";
+  int batch = 64, steps = 20, warmup = 3, threads = 0, profile = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--model") && v) {
+      model = v;
+      i++;
+    } else if (!strcmp(a, "--batch")) {
+      batch = parse_int(a, v, 1);
+      i++;
+    } else if (!strcmp(a, "--steps")) {
+      steps = parse_int(a, v, 1);
+      i++;
+    } else if (!strcmp(a, "--warmup")) {
+      warmup = parse_int(a, v, 0);
+      i++;
+    } else if (!strcmp(a, "--threads")) {
+      threads = parse_int(a, v, 1);
+      i++;
+    } else if (!strcmp(a, "--profile")) {
+      profile = 1;
+    } else {
+      fprintf(stderr, "nn_train_bench: unknown argument \"%s\"\n", a);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (threads) nn_set_threads(threads);
+
+  nn_model_config_t cfg = {.batch = batch, .seed = 0};
+  nn_model_t *m = NULL;
+  if (nn_model_create(&m, model, &cfg) != NN_OK) {
+    fprintf(stderr, "nn_train_bench: %s\n", nn_last_error());
+    return 1;
+  }
+  nn_optim_config_t oc = {.kind = NN_OPTIM_SGD, .momentum = 0.9f};
+  nn_optim_t *opt = NULL;
+  if (nn_optim_create(&opt, &oc, nn_model_num_params(m)) != NN_OK) {
+    fprintf(stderr, "nn_train_bench: %s\n", nn_last_error());
+    return 1;
+  }
+  int c, h, w;
+  nn_model_input_shape(m, &c, &h, &w);
+  size_t in = (size_t)batch * c * h * w;
+  float *x = malloc(in * sizeof(float));
+  int32_t *labels = malloc((size_t)batch * sizeof(int32_t));
+  int nl = nn_model_num_layers(m);
+  double *tf = calloc((size_t)nl, sizeof(double)), *tb = calloc((size_t)nl, sizeof(double));
+  if (!x || !labels || !tf || !tb) {
+    fprintf(stderr, "nn_train_bench: out of memory\n");
+    return 1;
+  }
+  uint64_t r = 88172645463325252ull;
+  for (size_t i = 0; i < in; i++) { /* roughly N(0,1): sum of 4 uniforms, rescaled */
+    double s = 0;
+    for (int k = 0; k < 4; k++) {
+      r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+      s += (double)(r >> 11) / 9007199254740992.0;
+    }
+    x[i] = (float)((s - 2.0) * 1.7320508);
+  }
+  int classes = nn_model_num_classes(m) < 10 ? nn_model_num_classes(m) : 10;
+  for (int i = 0; i < batch; i++) labels[i] = (int32_t)((i * 7919) % classes);
+
+  double t_update = 0, t_loss = 0;
+  float loss = 0;
+  double t0 = 0;
+  for (int step = 0; step < warmup + steps; step++) {
+    if (step == warmup) t0 = now_s();
+    double a = now_s();
+    if (nn_model_forward(m, x, batch, 1) != NN_OK ||
+        nn_model_loss(m, labels, &loss, NULL) != NN_OK) {
+      fprintf(stderr, "nn_train_bench: %s\n", nn_last_error());
+      return 1;
+    }
+    double b = now_s();
+    if (nn_model_backward(m, NULL, NULL) != NN_OK) {
+      fprintf(stderr, "nn_train_bench: %s\n", nn_last_error());
+      return 1;
+    }
+    double u = now_s();
+    if (nn_optim_step(opt, nn_model_params(m), nn_model_grads(m), 0.01f) != NN_OK) {
+      fprintf(stderr, "nn_train_bench: %s\n", nn_last_error());
+      return 1;
+    }
+    double e = now_s();
+    if (step >= warmup) {
+      t_update += e - u;
+      double sum_f = 0;
+      for (int i = 0; i < nl; i++) {
+        double f1, b1;
+        nn_model_layer_times(m, i, &f1, &b1);
+        tf[i] += f1;
+        tb[i] += b1;
+        sum_f += f1;
+      }
+      t_loss += (b - a) - sum_f; /* forward wall time not spent in layers: copy + loss */
+    }
+  }
+  double el = now_s() - t0;
+  if (profile) {
+    double total_f = 0, total_b = 0;
+    for (int i = 0; i < nl; i++) total_f += tf[i], total_b += tb[i];
+    printf("model %s, batch %d, threads %d, %d steps: mean ms per step\n", model, batch,
+           nn_threads(), steps);
+    printf("%-28s %10s %10s %7s\n", "layer", "forward", "backward", "share");
+    for (int i = 0; i < nl; i++)
+      printf("%-28s %10.3f %10.3f %6.1f%%\n", nn_model_layer_name(m, i),
+             1e3 * tf[i] / steps, 1e3 * tb[i] / steps,
+             100.0 * (tf[i] + tb[i]) / (el > 0 ? el : 1));
+    printf("%-28s %10.3f %10.3f\n", "all layers", 1e3 * total_f / steps,
+           1e3 * total_b / steps);
+    printf("%-28s %10.3f\n", "input copy + loss", 1e3 * t_loss / steps);
+    printf("%-28s %10.3f\n", "sgd update", 1e3 * t_update / steps);
+    printf("%-28s %10.3f   (final loss %.4f)\n", "step (wall)", 1e3 * el / steps,
+           (double)loss);
+  }
+  printf("total images/sec: %.2f\n", (double)batch * steps / el);
+  free(x);
+  free(labels);
+  free(tf);
+  free(tb);
+  nn_optim_free(opt);
+  nn_model_free(m);
+  return 0;
+}
