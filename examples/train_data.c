@@ -28,6 +28,8 @@ static int gz_read_exact(gzFile f, void *buf, size_t len, const char *path, cons
     if (got < 0) {
       int zerr;
       const char *msg = gzerror(f, &zerr);
+      size_t pl = strlen(path); /* zlib puts the path in front of its message */
+      if (strncmp(msg, path, pl) == 0 && msg[pl] == ':') msg += pl + 2;
       snprintf(err, errlen, "%s: corrupt file (reading %s: %s)", path, what, msg);
       return -1;
     }
@@ -93,6 +95,8 @@ static uint8_t *idx_read(const char *path, int want_dims, uint32_t dims[3], char
   if (got != 0) {
     int zerr;
     const char *msg = gzerror(f, &zerr);
+    size_t pl = strlen(path);
+    if (strncmp(msg, path, pl) == 0 && msg[pl] == ':') msg += pl + 2;
     if (got < 0) snprintf(err, errlen, "%s: corrupt file (%s)", path, msg);
     else snprintf(err, errlen, "%s: corrupt file (bytes after the %zu bytes of data)", path, total);
     goto fail;

@@ -2,6 +2,8 @@
 #include "examples/train_progress.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -11,9 +13,22 @@ double train_now(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Under mpirun a rank's stdout is often a pseudo-terminal of the launcher even when the
+   launcher's own output goes to a pipe or file; then the parent's stdout decides. */
+static int stdout_is_terminal(void) {
+  if (!isatty(STDOUT_FILENO)) return 0;
+  if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE") && !getenv("PMIX_RANK")) return 1;
+  char link[64], target[256];
+  snprintf(link, sizeof link, "/proc/%d/fd/1", (int)getppid());
+  ssize_t n = readlink(link, target, sizeof target - 1);
+  if (n <= 0) return 1;
+  target[n] = '\0';
+  return strncmp(target, "/dev/pts/", 9) == 0 || strncmp(target, "/dev/tty", 8) == 0;
+}
+
 void train_progress_init(train_progress_t *p, int enabled) {
   p->enabled = enabled;
-  p->tty = enabled && isatty(STDOUT_FILENO);
+  p->tty = enabled && stdout_is_terminal();
 }
 
 void train_progress_begin(train_progress_t *p, int epoch, int epochs, int steps) {

@@ -1,0 +1,614 @@
+/* examples/train.c: the `train` program. Trains a model of nn data-parallel on every
+   rank with the hvd runtime, in the Horovod recipe:
+     - rank 0's initial weights and buffers (and optimizer state on resume) are
+       broadcast to all ranks;
+     - each rank trains on its own shard of an epoch order drawn from the shared seed;
+     - the learning rate is scaled by the number of ranks, with a linear warm-up from
+       the unscaled rate;
+     - gradients are averaged in fixed buckets (ranges of the flat gradient buffer) whose
+       allreduces start from nn's grad-ready callback during backward, and are waited on
+       before the optimizer step;
+     - validation loss and accuracy are sums and counts allreduced over the ranks;
+     - only rank 0 prints and writes files.
+   Flags: train_flags.c; data: train_data.c; checkpoints: train_checkpoint.c; callbacks
+   (EarlyStopping, ModelCheckpoint, CSV): train_callbacks.c; TensorBoard:
+   train_tfevents.c; progress display: train_progress.c. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "examples/train_callbacks.h"
+#include "examples/train_checkpoint.h"
+#include "examples/train_data.h"
+#include "examples/train_flags.h"
+#include "examples/train_progress.h"
+#include "examples/train_tfevents.h"
+#include "hvd/hvd.h"
+#include "nn/nn.h"
+
+/* ---- errors: one line on stderr from rank 0, then a non-zero exit on every rank ---- */
+
+static int g_rank;            /* set from the launcher's environment before hvd_init */
+static int g_hvd_up;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...) {
+  if (g_rank == 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("train: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\n", stderr);
+    va_end(ap);
+    fflush(stderr);
+  }
+  if (g_hvd_up) hvd_shutdown();
+  exit(1);
+}
+
+static int env_rank(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "HVD_RANK"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return atoi(v);
+  }
+  return 0;
+}
+
+static void hvd_check(hvd_status_t s, const char *what) {
+  if (s != HVD_OK) die("%s failed: %s (%s)", what, hvd_status_string(s), hvd_last_error());
+}
+
+static void nn_check(nn_status_t s, const char *what) {
+  if (s != NN_OK) die("%s: %s", what, nn_last_error());
+}
+
+/* ---- gradient averaging: nn's grad-ready callback feeds hvd's buckets ----
+   nn's loss is the mean over the local batch. The global mean gradient is
+   sum_r n_r g_r / N; with an AVERAGE over `size` ranks each rank contributes
+   g_r * size * n_r / N, which is g_r itself when the batches are equal (every step but
+   possibly the last of an epoch), so the scale is applied only when it is not 1. */
+typedef struct {
+  hvd_grad_buckets_t *buckets;
+  float *grads;
+  float scale;
+  size_t scaled_from;          /* [scaled_from, count) already scaled */
+  hvd_status_t status;
+} grad_sync_t;
+
+static void grad_ready(void *ctx, size_t ready_from) {
+  grad_sync_t *g = ctx;
+  if (g->scale != 1.0f)
+    for (size_t i = ready_from; i < g->scaled_from; i++) g->grads[i] *= g->scale;
+  if (ready_from < g->scaled_from) g->scaled_from = ready_from;
+  hvd_status_t s = hvd_grad_buckets_ready(g->buckets, ready_from);
+  if (s != HVD_OK && g->status == HVD_OK) g->status = s;
+}
+
+/* ---- evaluation across ranks ---- */
+typedef struct {
+  double loss, acc;
+} eval_t;
+
+static eval_t evaluate(nn_model_t *m, const train_dataset_t *d, const train_batch_opts_t *bo,
+                       int batch, int rank, int size, float *x, int32_t *y, uint32_t *idx,
+                       const char *name) {
+  int b, e;
+  train_shard_range(d->n, rank, size, &b, &e);
+  double sums[3] = {0, 0, 0}; /* loss * n, correct, n */
+  train_batch_opts_t plain = *bo;
+  plain.aug_pad = 0;
+  plain.aug_flip = 0;
+  for (int i = b; i < e; i += batch) {
+    int n = e - i < batch ? e - i : batch;
+    for (int k = 0; k < n; k++) idx[k] = (uint32_t)(i + k);
+    train_make_batch(d, idx, n, &plain, x, y);
+    float loss;
+    int correct;
+    nn_check(nn_model_forward(m, x, n, 0), "forward (evaluation)");
+    nn_check(nn_model_loss(m, y, &loss, &correct), "loss (evaluation)");
+    sums[0] += (double)loss * n;
+    sums[1] += correct;
+    sums[2] += n;
+  }
+  hvd_check(hvd_allreduce(name, sums, sums, 3, HVD_FLOAT64, HVD_SUM), "allreduce of metrics");
+  eval_t r = {sums[2] > 0 ? sums[0] / sums[2] : 0, sums[2] > 0 ? sums[1] / sums[2] : 0};
+  return r;
+}
+
+/* ---- training state that checkpoints carry besides weights and optimizer ---- */
+enum {
+  ST_EPOCHS_DONE, ST_ES_BEST, ST_ES_BEST_EPOCH, ST_ES_WAIT, ST_CK_BEST, ST_CK_BEST_EPOCH,
+  ST_BEST_VAL_ACC, ST_BEST_VAL_ACC_EPOCH, ST_TRAIN_SECONDS, ST_TRAIN_IMAGES, ST_HAVE_BEST,
+  ST_COUNT
+};
+
+typedef struct {
+  const train_opts_t *o;
+  nn_model_t *model;
+  nn_optim_t *optim;
+  float *best_params;          /* restore-best-weights copy (NULL when off) */
+  float *best_buffers;
+  double st[ST_COUNT];
+  int ranks;
+} run_t;
+
+static void checkpoint_meta(const run_t *r, char *buf, size_t len) {
+  char settings[4096];
+  train_flags_describe(r->o, r->ranks, settings, sizeof settings);
+  snprintf(buf, len,
+           "format=hvd-train-checkpoint-1\n%sepochs_done=%d\nmodel_params=%zu\n"
+           "model_buffers=%zu\nrng=stateless splitmix64 of (seed, epoch, sample)\n",
+           settings, (int)r->st[ST_EPOCHS_DONE], nn_model_num_params(r->model),
+           nn_model_num_buffers(r->model));
+}
+
+static void save_checkpoint(run_t *r, const char *path) {
+  size_t optn = 0;
+  float *opt = nn_optim_state(r->optim, &optn);
+  int ncounters = 0;
+  for (int i = 0; i < nn_model_num_slices(r->model); i++)
+    if (nn_model_slice(r->model, i)->kind == NN_SLICE_COUNTER) ncounters++;
+  train_ckpt_section_t s[8];
+  int n = 0;
+  s[n++] = (train_ckpt_section_t){"params", nn_model_params(r->model),
+                                  nn_model_num_params(r->model) * sizeof(float)};
+  s[n++] = (train_ckpt_section_t){"buffers", nn_model_buffers(r->model),
+                                  nn_model_num_buffers(r->model) * sizeof(float)};
+  s[n++] = (train_ckpt_section_t){"counters", nn_model_counters(r->model),
+                                  (size_t)ncounters * sizeof(int64_t)};
+  s[n++] = (train_ckpt_section_t){"optim.state", opt, optn * sizeof(float)};
+  s[n++] = (train_ckpt_section_t){"optim.step", nn_optim_step_count(r->optim), sizeof(int64_t)};
+  s[n++] = (train_ckpt_section_t){"state", r->st, sizeof r->st};
+  if (r->best_params && r->st[ST_HAVE_BEST] != 0) {
+    s[n++] = (train_ckpt_section_t){"best.params", r->best_params,
+                                    nn_model_num_params(r->model) * sizeof(float)};
+    s[n++] = (train_ckpt_section_t){"best.buffers", r->best_buffers,
+                                    nn_model_num_buffers(r->model) * sizeof(float)};
+  }
+  char meta[8192], err[8192];
+  checkpoint_meta(r, meta, sizeof meta);
+  if (train_ckpt_write(path, meta, s, n, err, sizeof err) != 0) die("%s", err);
+}
+
+/* Rank 0: reads and checks a checkpoint against this run, then copies it in. Returns 0,
+   or -1 with err naming the file; on failure nothing of the run has changed. */
+static int load_checkpoint(run_t *r, const char *path, char *err, size_t errlen) {
+  train_ckpt_t c;
+  if (train_ckpt_read(path, &c, err, errlen) != 0) return -1;
+  char v[256];
+  const char *model = train_ckpt_meta(&c, "model", v, sizeof v);
+  if (!model) {
+    snprintf(err, errlen, "%s: not a train checkpoint (no model in its metadata)", path);
+    goto fail;
+  }
+  if (strcmp(model, r->o->model) != 0) {
+    snprintf(err, errlen, "%s: checkpoint of model %s, this run trains %s", path, model,
+             r->o->model);
+    goto fail;
+  }
+  const char *ds = train_ckpt_meta(&c, "dataset", v, sizeof v);
+  if (!ds || strcmp(ds, r->o->dataset) != 0) {
+    snprintf(err, errlen, "%s: checkpoint of data set %s, this run uses %s", path,
+             ds ? ds : "(none)", r->o->dataset);
+    goto fail;
+  }
+  const char *opt = train_ckpt_meta(&c, "optimizer", v, sizeof v);
+  if (!opt || strcmp(opt, r->o->optimizer) != 0) {
+    snprintf(err, errlen, "%s: checkpoint of optimizer %s, this run uses %s", path,
+             opt ? opt : "(none)", r->o->optimizer);
+    goto fail;
+  }
+  size_t optn = 0;
+  float *ostate = nn_optim_state(r->optim, &optn);
+  size_t np = nn_model_num_params(r->model), nb = nn_model_num_buffers(r->model);
+  int ncounters = 0;
+  for (int i = 0; i < nn_model_num_slices(r->model); i++)
+    if (nn_model_slice(r->model, i)->kind == NN_SLICE_COUNTER) ncounters++;
+  struct {
+    const char *name;
+    size_t bytes;
+  } want[] = {{"params", np * sizeof(float)},          {"buffers", nb * sizeof(float)},
+              {"counters", ncounters * sizeof(int64_t)}, {"optim.state", optn * sizeof(float)},
+              {"optim.step", sizeof(int64_t)},           {"state", sizeof r->st}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    const train_ckpt_section_t *s = train_ckpt_find(&c, want[i].name);
+    if (!s || s->nbytes != want[i].bytes) {
+      snprintf(err, errlen, "%s: section %s has %zu bytes, model %s needs %zu", path,
+               want[i].name, s ? s->nbytes : 0, r->o->model, want[i].bytes);
+      goto fail;
+    }
+  }
+  const train_ckpt_section_t *bp = train_ckpt_find(&c, "best.params");
+  const train_ckpt_section_t *bb = train_ckpt_find(&c, "best.buffers");
+  if ((bp && bp->nbytes != np * sizeof(float)) || (bb && bb->nbytes != nb * sizeof(float))) {
+    snprintf(err, errlen, "%s: best weights of the wrong size", path);
+    goto fail;
+  }
+  /* Everything checks out: copy in. */
+  memcpy(nn_model_params(r->model), train_ckpt_find(&c, "params")->data, np * sizeof(float));
+  memcpy(nn_model_buffers(r->model), train_ckpt_find(&c, "buffers")->data, nb * sizeof(float));
+  memcpy(nn_model_counters(r->model), train_ckpt_find(&c, "counters")->data,
+         ncounters * sizeof(int64_t));
+  memcpy(ostate, train_ckpt_find(&c, "optim.state")->data, optn * sizeof(float));
+  memcpy(nn_optim_step_count(r->optim), train_ckpt_find(&c, "optim.step")->data,
+         sizeof(int64_t));
+  memcpy(r->st, train_ckpt_find(&c, "state")->data, sizeof r->st);
+  if (r->best_params && bp && bb) {
+    memcpy(r->best_params, bp->data, np * sizeof(float));
+    memcpy(r->best_buffers, bb->data, nb * sizeof(float));
+  } else {
+    r->st[ST_HAVE_BEST] = 0;
+  }
+  /* Settings that change the arithmetic: resuming still works, but not bit for bit. */
+  const char *keys[] = {"ranks", "batch_size", "seed", "lr", "warmup_epochs", "lr_schedule"};
+  char mine[4096];
+  train_flags_describe(r->o, r->ranks, mine, sizeof mine);
+  train_ckpt_t me = {.meta = mine};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    char a[128], b[128];
+    const char *va = train_ckpt_meta(&c, keys[i], a, sizeof a);
+    const char *vb = train_ckpt_meta(&me, keys[i], b, sizeof b);
+    if (va && vb && strcmp(va, vb) != 0)
+      fprintf(stderr, "train: warning: %s has %s=%s, this run %s: the continuation is not exact\n",
+              path, keys[i], va, vb);
+  }
+  train_ckpt_free(&c);
+  return 0;
+fail:
+  train_ckpt_free(&c);
+  return -1;
+}
+
+static void bcast(const char *name, void *buf, size_t count, hvd_dtype_t t) {
+  if (count == 0) return;
+  hvd_check(hvd_broadcast(name, buf, count, t, 0), name);
+}
+
+static int count_counters(nn_model_t *m) {
+  int n = 0;
+  for (int i = 0; i < nn_model_num_slices(m); i++)
+    if (nn_model_slice(m, i)->kind == NN_SLICE_COUNTER) n++;
+  return n;
+}
+
+int main(int argc, char **argv) {
+  g_rank = env_rank();
+  train_opts_t o;
+  train_flags_defaults(&o);
+  char err[8192];
+  int pr = train_flags_parse(argc, argv, &o, err, sizeof err);
+  if (pr == 1) {
+    if (g_rank == 0) train_flags_help(stdout, argv[0]);
+    return 0;
+  }
+  if (pr != 0) {
+    if (g_rank == 0) fprintf(stderr, "train: %s\n", err);
+    return 2;
+  }
+  if (o.threads > 0) nn_set_threads(o.threads);
+
+  /* Probe the model's input shape (synthetic data takes it; real data must match it). */
+  nn_model_config_t probe_cfg = {.batch = 1, .seed = o.seed};
+  nn_model_t *probe = NULL;
+  if (nn_model_create(&probe, o.model, &probe_cfg) != NN_OK) die("--model: %s", nn_last_error());
+  int mc, mh, mw;
+  nn_model_input_shape(probe, &mc, &mh, &mw);
+  nn_model_free(probe);
+
+  /* Data before the runtime: a bad file ends every rank the same way, quickly. */
+  train_dataset_t train, test, val;
+  int synth_test = o.synthetic_samples / 4 > 16 ? o.synthetic_samples / 4 : 16;
+  if (train_load_dataset(o.dataset, o.data_dir, o.seed, mc, mh, mw, o.synthetic_samples,
+                         synth_test, &train, &test, err, sizeof err) != 0)
+    die("%s", err);
+  train_truncate(&train, o.max_train);
+  train_truncate(&test, o.max_test);
+  int val_is_test = 0;
+  int nval = (int)(train.n * (double)o.validation_split);
+  if (nval > 0) {
+    if (train_split_tail(&train, nval, &val, err, sizeof err) != 0) die("--validation-split: %s", err);
+  } else {
+    val = test;
+    val_is_test = 1;
+  }
+
+  hvd_check(hvd_init(), "hvd_init");
+  g_hvd_up = 1;
+  int rank = hvd_rank(), size = hvd_size();
+  g_rank = rank;
+  if (train.n < size) die("%d training samples cannot feed %d ranks", train.n, size);
+
+  nn_model_config_t cfg = {.batch = o.batch, .seed = o.seed, .num_classes = train.num_classes,
+                           .in_channels = train.c, .in_height = train.h, .in_width = train.w};
+  nn_model_t *model = NULL;
+  if (nn_model_create(&model, o.model, &cfg) != NN_OK)
+    die("--model %s with %s (%dx%dx%d): %s", o.model, o.dataset, train.c, train.h, train.w,
+        nn_last_error());
+  size_t np = nn_model_num_params(model), nb = nn_model_num_buffers(model);
+  float *params = nn_model_params(model), *grads = nn_model_grads(model);
+  int ncounters = count_counters(model);
+
+  nn_optim_config_t ocfg = {.momentum = o.momentum, .nesterov = o.nesterov,
+                            .weight_decay = o.weight_decay};
+  ocfg.kind = strcmp(o.optimizer, "sgd") == 0 ? NN_OPTIM_SGD
+              : strcmp(o.optimizer, "adam") == 0 ? NN_OPTIM_ADAM : NN_OPTIM_ADAMW;
+  if (ocfg.kind != NN_OPTIM_SGD) ocfg.momentum = 0;
+  nn_optim_t *optim = NULL;
+  nn_check(nn_optim_create(&optim, &ocfg, np), "optimizer");
+  size_t optn = 0;
+  float *ostate = nn_optim_state(optim, &optn);
+
+  run_t run = {.o = &o, .model = model, .optim = optim, .ranks = size};
+  if (o.restore_best) {
+    run.best_params = malloc(np * sizeof(float));
+    run.best_buffers = malloc((nb ? nb : 1) * sizeof(float));
+    if (!run.best_params || !run.best_buffers) die("out of memory for the best weights");
+  }
+  train_early_stopping_t es;
+  train_early_stopping_init(&es, o.monitor, o.min_delta, o.es_patience);
+  train_monitor_t ckmon;  /* ModelCheckpoint's own best: no min_delta, as Keras */
+  train_monitor_init(&ckmon, o.monitor, 0.0);
+  run.st[ST_ES_BEST] = es.mon.best;
+  run.st[ST_ES_BEST_EPOCH] = -1;
+  run.st[ST_CK_BEST] = ckmon.best;
+  run.st[ST_CK_BEST_EPOCH] = -1;
+  run.st[ST_BEST_VAL_ACC] = -1;
+  run.st[ST_BEST_VAL_ACC_EPOCH] = -1;
+
+  /* Resume: rank 0 reads and checks; every rank learns the verdict, then the state. */
+  if (o.resume) {
+    int32_t ok = 1;
+    if (rank == 0 && load_checkpoint(&run, o.resume, err, sizeof err) != 0) ok = 0;
+    bcast("resume.status", &ok, 1, HVD_INT32);
+    if (!ok) die("%s", err);
+    bcast("resume.optim.state", ostate, optn, HVD_FLOAT32);
+    bcast("resume.optim.step", nn_optim_step_count(optim), 1, HVD_INT64);
+    bcast("resume.state", run.st, ST_COUNT, HVD_FLOAT64);
+    if (run.best_params && run.st[ST_HAVE_BEST] != 0) {
+      bcast("resume.best.params", run.best_params, np, HVD_FLOAT32);
+      bcast("resume.best.buffers", run.best_buffers, nb, HVD_FLOAT32);
+    }
+    es.mon.best = run.st[ST_ES_BEST];
+    es.mon.best_epoch = (int)run.st[ST_ES_BEST_EPOCH];
+    es.wait = (int)run.st[ST_ES_WAIT];
+    ckmon.best = run.st[ST_CK_BEST];
+    ckmon.best_epoch = (int)run.st[ST_CK_BEST_EPOCH];
+  }
+  /* Rank 0's weights and buffers everywhere (Horovod's broadcast_parameters). */
+  bcast("init.params", params, np, HVD_FLOAT32);
+  bcast("init.buffers", nn_model_buffers(model), nb, HVD_FLOAT32);
+  bcast("init.counters", nn_model_counters(model), (size_t)ncounters, HVD_INT64);
+
+  /* Gradient buckets: fixed ranges of the flat gradient buffer, the same on all ranks. */
+  size_t bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
+  if (bucket_bytes < sizeof(float)) bucket_bytes = sizeof(float);
+  size_t first_bytes = bucket_bytes < 1048576 ? bucket_bytes : 1048576;
+  hvd_grad_buckets_t *buckets = NULL;
+  hvd_check(hvd_grad_buckets_create(&buckets, grads, np, bucket_bytes, first_bytes,
+                                    o.fp16_allreduce ? HVD_COMPRESSION_FP16 : HVD_COMPRESSION_NONE,
+                                    HVD_AVERAGE),
+            "gradient buckets");
+  hvd_grad_buckets_set_overlap(buckets, !o.no_overlap);
+
+  nn_lr_schedule_t sched = {.base_lr = o.lr * size, .warmup_epochs = o.warmup_epochs,
+                            .warmup_start_lr = o.lr, .step_epochs = o.lr_step_epochs,
+                            .gamma = o.lr_gamma, .total_epochs = (float)o.epochs,
+                            .min_lr = o.min_lr};
+  sched.kind = strcmp(o.lr_schedule, "step") == 0 ? NN_LR_STEP
+               : strcmp(o.lr_schedule, "cosine") == 0 ? NN_LR_COSINE : NN_LR_CONSTANT;
+
+  train_batch_opts_t bo = {.aug_pad = 0, .aug_flip = 0, .seed = o.seed};
+  train_norm_constants(o.dataset, bo.mean, bo.std);
+  if (o.augment) {
+    bo.aug_pad = o.crop_pad >= 0 ? o.crop_pad : strcmp(o.dataset, "cifar10") == 0 ? 4 : 2;
+    /* Digits and clothes have a handedness: flip only natural images. */
+    bo.aug_flip = strcmp(o.dataset, "cifar10") == 0;
+  }
+
+  size_t per = (size_t)train.c * train.h * train.w;
+  float *x = malloc(sizeof(float) * per * o.batch);
+  int32_t *y = malloc(sizeof(int32_t) * o.batch);
+  uint32_t *perm = malloc(sizeof(uint32_t) * train.n);
+  uint32_t *idx = malloc(sizeof(uint32_t) * o.batch);
+  if (!x || !y || !perm || !idx) die("out of memory for batches");
+
+  /* Rank 0's outputs. */
+  train_tfevents_t tb = {0};
+  train_csv_t csv = {0};
+  if (rank == 0 && o.logdir) {
+    if (train_tfevents_open(&tb, o.logdir, err, sizeof err) != 0) die("%s", err);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/log.csv", o.logdir);
+    if (train_csv_open(&csv, p, o.resume != NULL) != 0) die("%s: cannot write (%s)", p, strerror(errno));
+  }
+  if (rank == 0 && o.checkpoint_dir && train_mkdirs(o.checkpoint_dir) != 0)
+    die("--checkpoint-dir %s: cannot create (%s)", o.checkpoint_dir, strerror(errno));
+
+  train_progress_t prog;
+  train_progress_init(&prog, rank == 0 && !o.quiet);
+  int steps = train_steps_per_epoch(train.n, size, o.batch);
+  int shard_b, shard_e;
+  train_shard_range(train.n, rank, size, &shard_b, &shard_e);
+  long long kill_at = -1;  /* test knob: SIGKILL rank 0 at this global step */
+  if (getenv("HVD_TRAIN_TEST_KILL_AT_STEP")) kill_at = atoll(getenv("HVD_TRAIN_TEST_KILL_AT_STEP"));
+
+  int start_epoch = (int)run.st[ST_EPOCHS_DONE];
+  if (rank == 0 && !o.quiet) {
+    printf("train: %s on %s, %d rank(s), batch %d per rank (%d global), %d train / %d val / "
+           "%d test samples, %zu parameters, lr %.5g x %d ranks, %s, %d steps per epoch%s\n",
+           o.model, o.dataset, size, o.batch, o.batch * size, train.n, val_is_test ? 0 : val.n,
+           test.n, np, o.lr, size, o.optimizer, steps, o.resume ? ", resumed" : "");
+    if (o.resume) printf("train: resuming %s after epoch %d\n", o.resume, start_epoch);
+    fflush(stdout);
+  }
+
+  grad_sync_t gs = {.buckets = buckets, .grads = grads};
+  int stopped_early = 0;
+  double last_lr = nn_lr_at(&sched, start_epoch);
+  for (int epoch = start_epoch; epoch < o.epochs && !stopped_early; epoch++) {
+    double t0 = train_now();
+    train_epoch_permutation(perm, train.n, o.seed, epoch);
+    bo.epoch = epoch;
+    train_progress_begin(&prog, epoch, o.epochs, steps);
+    double sums[3] = {0, 0, 0}; /* loss * n, correct, n (this rank) */
+    for (int s = 0; s < steps; s++) {
+      if (kill_at >= 0 && rank == 0 && (long long)epoch * steps + s == kill_at) raise(SIGKILL);
+      int n = train_step_count(train.n, rank, size, o.batch, s);
+      int total = train_step_total(train.n, size, o.batch, s);
+      gs.status = HVD_OK;
+      gs.scaled_from = np;
+      if (n > 0) {
+        train_make_batch(&train, perm + shard_b + (size_t)s * o.batch, n, &bo, x, y);
+        float loss;
+        int correct;
+        nn_check(nn_model_forward(model, x, n, 1), "forward");
+        nn_check(nn_model_loss(model, y, &loss, &correct), "loss");
+        gs.scale = (float)((double)size * n / total);
+        nn_check(nn_model_backward(model, grad_ready, &gs), "backward");
+        grad_ready(&gs, 0);   /* whatever the callback has not covered yet */
+        sums[0] += (double)loss * n;
+        sums[1] += correct;
+        sums[2] += n;
+      } else {
+        /* An empty tail step still joins every allreduce, with zeros. */
+        memset(grads, 0, np * sizeof(float));
+        gs.scale = 1.0f;
+        grad_ready(&gs, 0);
+      }
+      if (gs.status != HVD_OK) hvd_check(gs.status, "gradient allreduce");
+      hvd_check(hvd_grad_buckets_wait(buckets), "gradient allreduce");
+      last_lr = nn_lr_at(&sched, epoch + (double)s / steps);
+      nn_check(nn_optim_step(optim, params, grads, (float)last_lr), "optimizer step");
+      if (prog.tty && sums[2] > 0) {
+        double el = train_now() - t0;
+        train_progress_step(&prog, s + 1, sums[0] / sums[2], sums[1] / sums[2],
+                            el > 0 ? sums[2] * size / el : 0);
+      }
+    }
+    double train_s = train_now() - t0;
+    hvd_check(hvd_allreduce("train.metrics", sums, sums, 3, HVD_FLOAT64, HVD_SUM),
+              "allreduce of metrics");
+    double loss = sums[2] > 0 ? sums[0] / sums[2] : 0, acc = sums[2] > 0 ? sums[1] / sums[2] : 0;
+    double ips = train_s > 0 ? sums[2] / train_s : 0;
+    /* Batch-norm statistics drift apart on each rank's shard: average them so every
+       rank (and every checkpoint) holds the same model. */
+    if (nb > 0)
+      hvd_check(hvd_allreduce("epoch.buffers", nn_model_buffers(model), nn_model_buffers(model),
+                              nb, HVD_FLOAT32, HVD_AVERAGE), "allreduce of buffers");
+    if (ncounters > 0)
+      hvd_check(hvd_allreduce("epoch.counters", nn_model_counters(model),
+                              nn_model_counters(model), (size_t)ncounters, HVD_INT64, HVD_MAX),
+                "allreduce of counters");
+    eval_t v = evaluate(model, &val, &bo, o.batch, rank, size, x, y, idx, "val.metrics");
+    double seconds = train_now() - t0;
+    run.st[ST_EPOCHS_DONE] = epoch + 1;
+    run.st[ST_TRAIN_SECONDS] += train_s;
+    run.st[ST_TRAIN_IMAGES] += sums[2];
+    if (v.acc > run.st[ST_BEST_VAL_ACC]) {
+      run.st[ST_BEST_VAL_ACC] = v.acc;
+      run.st[ST_BEST_VAL_ACC_EPOCH] = epoch;
+    }
+    double monitored = strcmp(o.monitor, "val_accuracy") == 0 ? v.acc : v.loss;
+    int improved = 0;
+    stopped_early = train_early_stopping_update(&es, monitored, epoch, &improved);
+    if (improved && run.best_params) {
+      memcpy(run.best_params, params, np * sizeof(float));
+      memcpy(run.best_buffers, nn_model_buffers(model), nb * sizeof(float));
+      run.st[ST_HAVE_BEST] = 1;
+    }
+    int ck_improved = train_monitor_update(&ckmon, monitored, epoch);
+    run.st[ST_ES_BEST] = es.mon.best;
+    run.st[ST_ES_BEST_EPOCH] = es.mon.best_epoch;
+    run.st[ST_ES_WAIT] = es.wait;
+    run.st[ST_CK_BEST] = ckmon.best;
+    run.st[ST_CK_BEST_EPOCH] = ckmon.best_epoch;
+
+    char note[4400] = "";
+    if (rank == 0) {
+      if (o.checkpoint_dir) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/last.ckpt", o.checkpoint_dir);
+        save_checkpoint(&run, p);
+        if (o.save_best_only) {
+          if (ck_improved) {
+            snprintf(p, sizeof p, "%s/best.ckpt", o.checkpoint_dir);
+            save_checkpoint(&run, p);
+            snprintf(note, sizeof note, "saved %s", p);
+          }
+        } else {
+          snprintf(p, sizeof p, "%s/epoch-%03d.ckpt", o.checkpoint_dir, epoch + 1);
+          save_checkpoint(&run, p);
+          snprintf(note, sizeof note, "saved %s", p);
+        }
+      }
+      if (stopped_early) {
+        size_t l = strlen(note);
+        snprintf(note + l, sizeof note - l, "%searly stopping: no improvement of %s in %d epochs",
+                 l ? "; " : "", o.monitor, o.es_patience);
+      }
+      train_progress_end(&prog, loss, acc, v.loss, v.acc, last_lr, ips * size, seconds, note);
+      if (tb.f) {
+        double wall = (double)time(NULL);
+        train_tfevents_scalar(&tb, "loss", (float)loss, epoch + 1, wall);
+        train_tfevents_scalar(&tb, "accuracy", (float)acc, epoch + 1, wall);
+        train_tfevents_scalar(&tb, "val_loss", (float)v.loss, epoch + 1, wall);
+        train_tfevents_scalar(&tb, "val_accuracy", (float)v.acc, epoch + 1, wall);
+        train_tfevents_scalar(&tb, "learning_rate", (float)last_lr, epoch + 1, wall);
+        train_tfevents_scalar(&tb, "images_per_sec", (float)(ips * size), epoch + 1, wall);
+      }
+      train_csv_row(&csv, epoch + 1, loss, acc, v.loss, v.acc, last_lr, ips * size, seconds);
+    }
+  }
+
+  int restored = 0;
+  if (run.best_params && run.st[ST_HAVE_BEST] != 0 &&
+      (int)run.st[ST_ES_BEST_EPOCH] != (int)run.st[ST_EPOCHS_DONE] - 1) {
+    memcpy(params, run.best_params, np * sizeof(float));
+    memcpy(nn_model_buffers(model), run.best_buffers, nb * sizeof(float));
+    restored = 1;
+  }
+  eval_t t = evaluate(model, &test, &bo, o.batch, rank, size, x, y, idx, "test.metrics");
+  if (rank == 0) {
+    if (o.export_path) nn_check(nn_model_save_safetensors(model, o.export_path), "--export");
+    double secs = run.st[ST_TRAIN_SECONDS];
+    double per_rank = secs > 0 ? run.st[ST_TRAIN_IMAGES] / secs : 0;
+    printf("---------------------------------------------------------------\n");
+    printf("model %s, data set %s, %d rank(s), %d epoch(s)%s\n", o.model, o.dataset, size,
+           (int)run.st[ST_EPOCHS_DONE], stopped_early ? " (stopped early)" : "");
+    if (run.st[ST_BEST_VAL_ACC_EPOCH] >= 0)
+      printf("best val_accuracy: %.2f%% at epoch %d\n", 100.0 * run.st[ST_BEST_VAL_ACC],
+             (int)run.st[ST_BEST_VAL_ACC_EPOCH] + 1);
+    if (restored)
+      printf("restored the best weights of epoch %d (%s)\n", (int)run.st[ST_ES_BEST_EPOCH] + 1,
+             o.monitor);
+    printf("training time: %.1f s, images/sec: %.1f per rank, %.1f total\n", secs, per_rank,
+           per_rank * size);
+    if (o.export_path) printf("exported weights to %s\n", o.export_path);
+    printf("test loss: %.4f\n", t.loss);
+    printf("test accuracy: %.2f%%\n", 100.0 * t.acc);
+    fflush(stdout);
+  }
+  train_tfevents_close(&tb);
+  train_csv_close(&csv);
+  hvd_grad_buckets_free(buckets);
+  nn_optim_free(optim);
+  nn_model_free(model);
+  free(run.best_params);
+  free(run.best_buffers);
+  free(x);
+  free(y);
+  free(perm);
+  free(idx);
+  train_dataset_free(&train);
+  train_dataset_free(&test);
+  if (!val_is_test) train_dataset_free(&val);
+  hvd_check(hvd_shutdown(), "hvd_shutdown");
+  return 0;
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# build/train's failure paths: bad flags and values, corrupt and truncated data files,
+# a corrupt checkpoint, a checkpoint of another model. Each must exit non-zero with
+# exactly one "train: ..." line naming the flag or file, and leave existing checkpoints
+# byte-for-byte untouched.
+set -u
+build=${HVD_BUILD:-build}
+train=$build/train
+if [ ! -x "$train" ]; then echo "skipped: $train is not built"; exit 77; fi
+tmp=$(mktemp -d /tmp/test_train_errors.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+fails=0
+mpi2() { timeout -k 5 60 mpirun -np 2 --oversubscribe "$@"; }
+
+# expect_error WHAT NEEDLE CMD...: non-zero exit, one "train:" line on stderr containing NEEDLE
+expect_error() {
+  local what=$1 needle=$2
+  shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local lines
+  lines=$(grep -c '^train: ' "$tmp/err")
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "FAIL $what: exit status $rc"; fails=$((fails + 1))
+  elif [ "$lines" -ne 1 ]; then
+    echo "FAIL $what: $lines 'train:' lines on stderr:"; cat "$tmp/err"; fails=$((fails + 1))
+  elif ! grep '^train: ' "$tmp/err" | grep -qF -- "$needle"; then
+    echo "FAIL $what: the message does not name '$needle':"; grep '^train: ' "$tmp/err"; fails=$((fails + 1))
+  else
+    echo "ok   $what: $(grep '^train: ' "$tmp/err")"
+  fi
+}
+
+# flags (single process: stderr holds only our line)
+expect_error "unknown flag" "--epoch" "$train" --epoch 3
+expect_error "missing value" "--batch-size" "$train" --batch-size
+expect_error "bad integer" "--epochs" "$train" --epochs three
+expect_error "negative batch" "--batch-size" "$train" --batch-size=-4
+expect_error "bad choice" "--dataset" "$train" --dataset imagenet
+expect_error "bad optimizer" "--optimizer" "$train" --optimizer lamb
+expect_error "bad number" "--lr" "$train" --lr 0.1x
+expect_error "bool with value" "--augment" "$train" --augment=yes
+expect_error "stray argument" "lenet" "$train" lenet
+expect_error "unknown model" "--model" "$train" --model lenet5 --dataset synthetic
+"$train" --help >"$tmp/help" 2>&1 || { echo "FAIL --help exits non-zero"; fails=$((fails + 1)); }
+for f in --model --dataset --data-dir --epochs --batch-size --lr --optimizer --seed --threads \
+         --export --warmup-epochs --lr-schedule --early-stopping-patience --min-delta --monitor \
+         --restore-best-weights --checkpoint-dir --save-best-only --resume --logdir --augment \
+         --bucket-mb --device; do
+  grep -q -- "$f" "$tmp/help" || { echo "FAIL --help does not list $f"; fails=$((fails + 1)); }
+done
+
+# data files: a copy of the real Fashion-MNIST directory, then one file damaged at a time
+src=/usr/share/datasets/fashion-mnist
+if [ -f "$src/train-images-idx3-ubyte.gz" ]; then
+  mkdir "$tmp/fm"
+  cp "$src"/*.gz "$tmp/fm/"
+  f=$tmp/fm/t10k-labels-idx1-ubyte.gz
+  head -c 3000 "$src/t10k-labels-idx1-ubyte.gz" >"$f"
+  expect_error "truncated labels" "$f" mpi2 "$train" --data-dir "$tmp/fm" --epochs 1
+  cp "$src/t10k-labels-idx1-ubyte.gz" "$f"
+  f=$tmp/fm/train-images-idx3-ubyte.gz
+  # corrupt the deflate stream in the middle
+  size=$(stat -c %s "$f")
+  printf '\xff\xff\xff\xff\xff\xff\xff\xff' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+  expect_error "corrupt images" "$f" mpi2 "$train" --data-dir "$tmp/fm" --epochs 1
+  cp "$src/train-images-idx3-ubyte.gz" "$f"
+  rm "$tmp/fm/t10k-images-idx3-ubyte.gz"
+  expect_error "missing file" "t10k-images-idx3-ubyte" mpi2 "$train" --data-dir "$tmp/fm" --epochs 1
+else
+  echo "note: $src missing, data-file cases skipped"
+fi
+
+# checkpoints: make real ones, then break copies of them
+common=(--dataset synthetic --synthetic-samples 256 --batch-size 32 --threads 1 --quiet)
+mpi2 "$train" --model mlp "${common[@]}" --epochs 1 --checkpoint-dir "$tmp/ck" >"$tmp/out" 2>&1 \
+  || { echo "FAIL making a checkpoint:"; cat "$tmp/out"; exit 1; }
+[ -f "$tmp/ck/last.ckpt" ] || { echo "FAIL no $tmp/ck/last.ckpt"; exit 1; }
+mpi2 "$train" --model lenet "${common[@]}" --epochs 1 --checkpoint-dir "$tmp/ck_lenet" >"$tmp/out" 2>&1 \
+  || { echo "FAIL making a lenet checkpoint:"; cat "$tmp/out"; exit 1; }
+sums_before=$(cd "$tmp" && md5sum ck/* ck_lenet/*)
+
+cp "$tmp/ck/last.ckpt" "$tmp/corrupt.ckpt"
+dd if=/dev/urandom of="$tmp/corrupt.ckpt" bs=1 seek=5000 count=4 conv=notrunc status=none
+expect_error "corrupt checkpoint" "$tmp/corrupt.ckpt" mpi2 "$train" --model mlp "${common[@]}" \
+  --epochs 2 --resume "$tmp/corrupt.ckpt" --checkpoint-dir "$tmp/ck"
+head -c 10000 "$tmp/ck/last.ckpt" >"$tmp/short.ckpt"
+expect_error "truncated checkpoint" "$tmp/short.ckpt" mpi2 "$train" --model mlp "${common[@]}" \
+  --epochs 2 --resume "$tmp/short.ckpt" --checkpoint-dir "$tmp/ck"
+expect_error "checkpoint of another model" "$tmp/ck_lenet/last.ckpt" mpi2 "$train" --model mlp \
+  "${common[@]}" --epochs 2 --resume "$tmp/ck_lenet/last.ckpt" --checkpoint-dir "$tmp/ck"
+expect_error "checkpoint of another data set" "$tmp/ck/last.ckpt" mpi2 "$train" --model mlp \
+  --dataset fashion-mnist --max-train 512 --epochs 2 --resume "$tmp/ck/last.ckpt" --checkpoint-dir "$tmp/ck"
+expect_error "missing checkpoint" "$tmp/none.ckpt" mpi2 "$train" --model mlp "${common[@]}" \
+  --epochs 2 --resume "$tmp/none.ckpt" --checkpoint-dir "$tmp/ck"
+sums_after=$(cd "$tmp" && md5sum ck/* ck_lenet/*)
+if [ "$sums_before" != "$sums_after" ]; then
+  echo "FAIL existing checkpoints changed:"; diff <(echo "$sums_before") <(echo "$sums_after")
+  fails=$((fails + 1))
+else
+  echo "ok   existing checkpoints untouched"
+fi
+
+[ $fails -eq 0 ] && echo "all error cases pass" && exit 0
+echo "$fails case(s) failed"
+exit 1
