@@ -36,6 +36,29 @@ static float uniform_pm(uint64_t *state, float bound) {
   return (float)((2.0 * u - 1.0) * bound);
 }
 
+/* In-place relu on the bits, without branches: a data-dependent branch mispredicts on
+   about half of the elements and made relu cost as much as a convolution. A float with
+   the sign bit set (negative, -0) becomes +0; NaN with a clear sign bit stays NaN. */
+static void relu_in_place(float *y, size_t count) {
+  for (size_t j = 0; j < count; j++) {
+    uint32_t b; /* memcpy: reading a float's bits without breaking aliasing rules */
+    memcpy(&b, &y[j], sizeof b);
+    b &= ~(uint32_t)((int32_t)b >> 31);
+    memcpy(&y[j], &b, sizeof b);
+  }
+}
+
+/* Backward of an in-place relu: y is its output (> 0 or +0), d the shared gradient. */
+static void relu_mask_in_place(const float *y, float *d, size_t count) {
+  for (size_t j = 0; j < count; j++) {
+    uint32_t yb, db;
+    memcpy(&yb, &y[j], sizeof yb);
+    memcpy(&db, &d[j], sizeof db);
+    db &= -(uint32_t)(yb != 0);
+    memcpy(&d[j], &db, sizeof db);
+  }
+}
+
 static size_t sample_size(const nn_layer_t *l) { return (size_t)l->c * l->h * l->w; }
 
 static void *xcalloc(size_t count, size_t size) {
@@ -518,8 +541,7 @@ static nn_status_t layer_forward(nn_model_t *m, int i, int n, int training) {
   }
   case NN_LAYER_RELU:
     if (l->is_view) {
-      float *y = l->out;
-      for (size_t j = 0; j < count; j++) y[j] = y[j] > 0.0f ? y[j] : 0.0f;
+      relu_in_place(l->out, count);
     } else {
       nn_relu_forward(count, x, l->out);
     }
@@ -623,9 +645,7 @@ static nn_status_t layer_backward(nn_model_t *m, int i, int n) {
   case NN_LAYER_RELU:
     if (l->is_view) {
       /* dy and dx are the same floats: mask in place rather than add. */
-      const float *y = l->out;
-      float *d = l->dout;
-      for (size_t j = 0; j < count; j++) d[j] = y[j] > 0.0f ? d[j] : 0.0f;
+      relu_mask_in_place(l->out, l->dout, count);
     } else {
       nn_relu_backward(count, l->out, dy, dx);
     }
