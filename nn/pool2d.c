@@ -6,6 +6,7 @@
    every window then lies inside the padded input). Planes (n*c of them) are independent:
    threads split them. */
 #include "nn/nn.h"
+#include "nn/simd_internal.h"
 #include "nn/threads_internal.h"
 
 #include <math.h>
@@ -79,18 +80,47 @@ static void maxpool_forward_task(void *vj, int t, int worker) {
       /* The common 2x2/2 case: no bounds checks; same rule (first max, NaN wins). */
       for (int oh = 0; oh < Ho; oh++) {
         const float *r0 = x + (size_t)(2 * oh) * W, *r1 = r0 + W;
-        for (int ow = 0; ow < Wo; ow++) {
-          const int c0 = 2 * ow, i0 = 2 * oh * W + c0;
-          float best = r0[c0];
+        float *yr = y + (size_t)oh * Wo;
+        int32_t *ar = am + (size_t)oh * Wo;
+        const int base = 2 * oh * W;
+        int ow = 0;
+        /* Four outputs at a time, branch-free (random data would mispredict branches):
+           candidates in scan order r0[2ow], r0[2ow+1], r1[2ow], r1[2ow+1]; a later one
+           wins when greater or NaN. */
+        for (; ow + 4 <= Wo; ow += 4) {
+          const int c0 = 2 * ow;
+          nn_v4f a0 = nn_v4_load(r0 + c0), a1 = nn_v4_load(r0 + c0 + 4);
+          nn_v4f b0 = nn_v4_load(r1 + c0), b1 = nn_v4_load(r1 + c0 + 4);
+          nn_v4f best = NN_V4_EVENS(a0, a1);
+          nn_v4i idx = (nn_v4i){base + c0, base + c0 + 2, base + c0 + 4, base + c0 + 6};
+          nn_v4i bi = idx;
+          nn_v4f v = NN_V4_ODDS(a0, a1);
+          nn_v4i take = (v > best) | (v != v);
+          best = nn_v4_select(take, v, best);
+          bi = nn_v4i_select(take, idx + 1, bi);
+          v = NN_V4_EVENS(b0, b1);
+          take = (v > best) | (v != v);
+          best = nn_v4_select(take, v, best);
+          bi = nn_v4i_select(take, idx + W, bi);
+          v = NN_V4_ODDS(b0, b1);
+          take = (v > best) | (v != v);
+          best = nn_v4_select(take, v, best);
+          bi = nn_v4i_select(take, idx + W + 1, bi);
+          nn_v4_store(yr + ow, best);
+          __builtin_memcpy(ar + ow, &bi, sizeof bi);
+        }
+        for (; ow < Wo; ow++) {
+          const int c0 = 2 * ow, i0 = base + c0;
+          float best = r0[c0], v;
           int bi = i0;
-          float v = r0[c0 + 1];
+          v = r0[c0 + 1];
           if (v > best || v != v) { best = v; bi = i0 + 1; }
           v = r1[c0];
           if (v > best || v != v) { best = v; bi = i0 + W; }
           v = r1[c0 + 1];
           if (v > best || v != v) { best = v; bi = i0 + W + 1; }
-          y[oh * Wo + ow] = best;
-          am[oh * Wo + ow] = bi;
+          yr[ow] = best;
+          ar[ow] = bi;
         }
       }
       continue;

@@ -178,7 +178,7 @@ def write_layers(root):
     conv_case(out, "conv2d_7x7_s2_p3_nobias", 2, 3, 15, 13, 4, 7, 7, 2, 2, 3, 3, False)
     batchnorm_case(out, "batchnorm2d", 4, 5, 6, 7)
     batchnorm_case(out, "batchnorm2d_1x1", 8, 6, 1, 1)
-    pool_case(out, "maxpool2d_2x2_s2", "max", 3, 4, 8, 6, 2, 2, 2, 2, 0, 0)
+    pool_case(out, "maxpool2d_2x2_s2", "max", 3, 4, 8, 20, 2, 2, 2, 2, 0, 0)  # 4-wide path + tail
     pool_case(out, "maxpool2d_3x3_s2_p1", "max", 3, 4, 9, 8, 3, 3, 2, 2, 1, 1)
     pool_case(out, "avgpool2d_3x3_s2_p1", "avg", 3, 4, 9, 8, 3, 3, 2, 2, 1, 1)
     pool_case(out, "avgpool2d_2x3_s1x2", "avg", 2, 3, 6, 7, 2, 3, 1, 2, 0, 1)

@@ -1,0 +1,146 @@
+/* bench/nn_layer_bench.c: times each CPU kernel on the layer shapes of resnet20 and lenet
+   at a given batch, forward and backward, so kernel changes can be measured (and put side
+   by side with bench/torch_layer_bench.py, the same shapes in PyTorch).
+   Usage: nn_layer_bench [--threads N] [--batch N] [--reps N] [--filter SUBSTRING]
+   Prints the median milliseconds of forward and backward per layer. Not a test. */
+#include "nn/nn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static float *rnd(size_t n) {
+  float *p = malloc(n * sizeof *p);
+  for (size_t i = 0; i < n; i++) p[i] = (float)rand() / RAND_MAX - 0.5f;
+  return p;
+}
+
+typedef struct {
+  const char *name;
+  char kind;  /* c conv, b batchnorm, m maxpool, r relu, l linear */
+  int cin, h, w, cout, k, stride, pad;
+} layer_t;
+
+static const layer_t layers[] = {
+  {"r20 conv1 3->16 3x3 32x32", 'c', 3, 32, 32, 16, 3, 1, 1},
+  {"r20 conv 16->16 3x3 32x32", 'c', 16, 32, 32, 16, 3, 1, 1},
+  {"r20 conv 16->32 3x3 s2 32x32", 'c', 16, 32, 32, 32, 3, 2, 1},
+  {"r20 conv 16->32 1x1 s2 32x32", 'c', 16, 32, 32, 32, 1, 2, 0},
+  {"r20 conv 32->32 3x3 16x16", 'c', 32, 16, 16, 32, 3, 1, 1},
+  {"r20 conv 32->64 3x3 s2 16x16", 'c', 32, 16, 16, 64, 3, 2, 1},
+  {"r20 conv 64->64 3x3 8x8", 'c', 64, 8, 8, 64, 3, 1, 1},
+  {"r20 bn 16x32x32", 'b', 16, 32, 32, 0, 0, 0, 0},
+  {"r20 bn 32x16x16", 'b', 32, 16, 16, 0, 0, 0, 0},
+  {"r20 bn 64x8x8", 'b', 64, 8, 8, 0, 0, 0, 0},
+  {"r20 relu 16x32x32", 'r', 16, 32, 32, 0, 0, 0, 0},
+  {"lenet conv1 1->32 5x5 28x28", 'c', 1, 28, 28, 32, 5, 1, 2},
+  {"lenet conv2 32->64 5x5 14x14", 'c', 32, 14, 14, 64, 5, 1, 2},
+  {"lenet maxpool 32x28x28", 'm', 32, 28, 28, 0, 2, 2, 0},
+  {"lenet fc1 3136->512", 'l', 3136, 1, 1, 512, 0, 0, 0},
+  {"lenet fc2 512->10", 'l', 512, 1, 1, 10, 0, 0, 0},
+};
+
+int main(int argc, char **argv) {
+  int threads = 1, batch = 64, reps = 20;
+  const char *filter = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
+    else {
+      printf("usage: %s [--threads N] [--batch N] [--reps N] [--filter SUBSTRING]\n"
+             "Median ms of forward and backward per kernel on resnet20/lenet layer shapes.\n",
+             argv[0]);
+      return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+    }
+  }
+  if (reps < 1) reps = 1;
+  nn_set_threads(threads);
+  printf("# threads %d batch %d reps %d (median ms)\n", threads, batch, reps);
+  printf("%-32s %9s %9s\n", "layer", "forward", "backward");
+  double *tf = malloc(reps * sizeof *tf), *tb = malloc(reps * sizeof *tb);
+  double sum_f = 0, sum_b = 0;
+  for (size_t li = 0; li < sizeof layers / sizeof *layers; li++) {
+    const layer_t *L = &layers[li];
+    if (filter && !strstr(L->name, filter)) continue;
+    size_t nx = (size_t)batch * L->cin * L->h * L->w;
+    float *x = rnd(nx), *dx = calloc(nx, sizeof(float));
+    float *y = NULL, *dy = NULL, *w = NULL, *dw = NULL, *ws = NULL, *p1 = NULL, *p2 = NULL,
+          *p3 = NULL, *p4 = NULL;
+    int32_t *am = NULL;
+    nn_conv2d_shape_t cs = {batch, L->cin, L->h, L->w, L->cout, L->k, L->k, L->stride,
+                            L->stride, L->pad, L->pad, 0, 0};
+    nn_batchnorm2d_shape_t bs = {batch, L->cin, L->h, L->w, 1e-5f, 0.1f};
+    nn_pool2d_shape_t ps = {batch, L->cin, L->h, L->w, L->k, L->k, L->stride, L->stride,
+                            L->pad, L->pad, 0, 0};
+    size_t ny = nx;
+    if (L->kind == 'c') {
+      nn_conv2d_shape(&cs);
+      ny = (size_t)batch * L->cout * cs.h_out * cs.w_out;
+      w = rnd((size_t)L->cout * L->cin * L->k * L->k);
+      dw = calloc((size_t)L->cout * L->cin * L->k * L->k, sizeof(float));
+      ws = malloc(nn_conv2d_workspace_floats(&cs) * sizeof(float) + 64);
+    } else if (L->kind == 'm') {
+      nn_pool2d_shape(&ps);
+      ny = (size_t)batch * L->cin * ps.h_out * ps.w_out;
+      am = malloc(ny * sizeof *am);
+    } else if (L->kind == 'b') {
+      p1 = rnd(L->cin); p2 = rnd(L->cin); p3 = calloc(L->cin, 4); p4 = calloc(L->cin, 4);
+      w = calloc(L->cin, 4); dw = calloc(L->cin, 4);
+    } else if (L->kind == 'l') {
+      ny = (size_t)batch * L->cout;
+      w = rnd((size_t)L->cout * L->cin);
+      dw = calloc((size_t)L->cout * L->cin, sizeof(float));
+      p1 = calloc(L->cout, 4);
+    }
+    y = calloc(ny, sizeof(float));
+    dy = rnd(ny);
+    for (int r = -2; r < reps; r++) {  /* two warm-up rounds */
+      double t0 = now();
+      switch (L->kind) {
+        case 'c': nn_conv2d_forward(&cs, x, w, NULL, y, ws); break;
+        case 'b': nn_batchnorm2d_forward_train(&bs, x, p1, p2, w, dw, y, p3, p4); break;
+        case 'm': nn_maxpool2d_forward(&ps, x, y, am); break;
+        case 'r': nn_relu_forward(nx, x, y); break;
+        case 'l': nn_linear_forward(batch, L->cin, L->cout, x, w, p1, y); break;
+      }
+      double t1 = now();
+      switch (L->kind) {
+        case 'c': nn_conv2d_backward(&cs, x, w, dy, dx, dw, NULL, ws); break;
+        case 'b': nn_batchnorm2d_backward(&bs, x, p1, p3, p4, dy, dx, p1 + 0 * 0, p2); break;
+        case 'm': nn_maxpool2d_backward(&ps, am, dy, dx); break;
+        case 'r': nn_relu_backward(nx, y, dy, dx); break;
+        case 'l': nn_linear_backward(batch, L->cin, L->cout, x, w, dy, dx, dw, p1); break;
+      }
+      double t2 = now();
+      if (r >= 0) {
+        tf[r] = (t1 - t0) * 1e3;
+        tb[r] = (t2 - t1) * 1e3;
+      }
+    }
+    qsort(tf, reps, sizeof *tf, cmp_d);
+    qsort(tb, reps, sizeof *tb, cmp_d);
+    printf("%-32s %9.3f %9.3f\n", L->name, tf[reps / 2], tb[reps / 2]);
+    sum_f += tf[reps / 2];
+    sum_b += tb[reps / 2];
+    free(x); free(dx); free(y); free(dy); free(w); free(dw); free(ws); free(p1); free(p2);
+    free(p3); free(p4); free(am);
+  }
+  printf("%-32s %9.3f %9.3f\n", "sum", sum_f, sum_b);
+  free(tf);
+  free(tb);
+  return 0;
+}
