@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Allreduce side by side, float32 sum, np ranks on this machine: our ring
+# (build/allreduce_bench --backend ring), the MPI library through the same program
+# (--backend mpi), MPI_Sendrecv one-way bandwidth (--backend sendrecv), the hvd runtime
+# (--backend hvd, when the bench has it), the MPI peer (shared/tools/peers) and Gloo
+# through PyTorch. Runs every program once per repetition, interleaved (A B A B), and
+# prints each one's median busbw (GB/s) per size, then the ratios the goals are about.
+#   usage: scripts/compare_allreduce.sh [-np N] [-reps R] [-b MIN] [-e MAX] [--no-gloo]
+#   env:   HVD_BUILD (default build), PEERS (default /work/shared/tools/peers)
+set -u
+cd "$(dirname "$0")/.."
+build=${HVD_BUILD:-build}
+peers=${PEERS:-/work/shared/tools/peers}
+np=2; reps=3; lo=1048576; hi=268435456; gloo=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -np) np=$2; shift 2 ;;
+    -reps) reps=$2; shift 2 ;;
+    -b) lo=$2; shift 2 ;;
+    -e) hi=$2; shift 2 ;;
+    --no-gloo) gloo=0; shift ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "compare_allreduce.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+bench=$build/allreduce_bench
+[ -x "$bench" ] || make -j2 "$bench" >/dev/null || { echo "cannot build $bench" >&2; exit 2; }
+peer=$build/mpi_allreduce_peer
+if [ ! -x "$peer" ] || [ "$peers/mpi_allreduce_peer.c" -nt "$peer" ]; then
+  mpicc -O2 "$peers/mpi_allreduce_peer.c" -o "$peer" || { echo "cannot build $peer" >&2; exit 2; }
+fi
+if [ $gloo = 1 ] && ! /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
+  echo "# Gloo skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)"; gloo=0
+fi
+
+names="ring mpi sendrecv"
+"$bench" --help 2>/dev/null | grep -qE '^ +hvd ' && names="$names hvd"
+names="$names mpi_peer"
+[ $gloo = 1 ] && names="$names gloo"
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+run_one() { # name rep -> rows "size busbw" in $out/name.rep
+  local name=$1 f=$out/$1.$2
+  case $name in
+    mpi_peer) timeout 600 mpirun -np "$np" "$peer" "$lo" "$hi" ;;
+    gloo) timeout 600 /usr/bin/python3 "$peers/gloo_allreduce_peer.py" "$np" "$lo" "$hi" ;;
+    # Same method as the peers: in place, best of 3 timed loops.
+    *) timeout 600 mpirun -np "$np" "$bench" -b "$lo" -e "$hi" -n 20 -w 3 -r 3 --inplace --backend "$name" ;;
+  esac 2>"$f.err" | awk '$1 ~ /^[0-9]+$/ { print $1, $7 }' >"$f"
+  [ -s "$f" ] || { echo "# $name failed:"; sed 's/^/#   /' "$f.err" | tail -5; }
+}
+for rep in $(seq 1 "$reps"); do
+  for name in $names; do run_one "$name" "$rep"; done
+done
+
+echo "# allreduce float32 sum, np=$np, busbw GB/s, median of $reps runs each ($(date -u +%F\ %H:%M) UTC, $(nproc) cores)"
+cat "$out"/*.[0-9]* 2>/dev/null | awk '{print $1}' | sort -n -u >"$out/sizes"
+median() { # name size
+  cat "$out/$1".[0-9]* 2>/dev/null | awk -v s="$2" '$1 == s { print $2 }' | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+printf '%12s' size; for n in $names; do printf '%10s' "$n"; done
+printf '%10s%10s%12s\n' ring/mpi ring/gloo ring/sendrv
+while read -r s; do
+  printf '%12s' "$s"
+  declare -A m=()
+  for n in $names; do m[$n]=$(median "$n" "$s"); printf '%10s' "${m[$n]}"; done
+  ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
+  printf '%10s%10s%12s\n' "$(ratio "${m[ring]}" "${m[mpi_peer]}")" "$(ratio "${m[ring]}" "${m[gloo]:--}")" \
+    "$(ratio "${m[ring]}" "${m[sendrecv]}")"
+  unset m
+done <"$out/sizes"
+echo "# goals: ring/mpi >= 1 at every size; ring/gloo >= 4; ring/sendrv >= 0.70 at 64 MiB"
