@@ -39,10 +39,10 @@ for mode in flat hierarchical; do
   out=$(timeout -k 5 90 "$hvdrun" "${flags[@]}" "$hello" 2>&1); rc=$?
   echo "$out"
   [ $rc -eq 0 ] || fail "$mode hello_allreduce exited $rc"
-  n=$(grep -cE '(^|[^0-9.])10(\.0+)?([^0-9.]|$)' <<<"$out")
+  n=$(grep -cE '= *10(\.0+)?$' <<<"$out")
   [ "$n" -ge 4 ] || fail "$mode: expected the sum 10 on all 4 ranks"
   grep -qi "ignored" <<<"$out" && fail "$mode: the runtime ignored a setting: $(grep -i ignored <<<"$out")"
-  if [ -x "$bench" ]; then
+  if [ -x "$bench" ] && "$bench" --help 2>/dev/null | grep -qE '^ +hvd +'; then
     echo "== $mode: allreduce_bench --backend hvd"
     out=$(timeout -k 5 120 "$hvdrun" "${flags[@]}" "$bench" --backend hvd -b 8 -e 4194304 -f 8 \
           -n 3 -w 1 2>&1); rc=$?
@@ -50,7 +50,7 @@ for mode in flat hierarchical; do
     [ $rc -eq 0 ] || fail "$mode allreduce_bench --backend hvd exited $rc"
     grep -qi "ignored" <<<"$out" && fail "$mode: the runtime ignored a setting"
   else
-    echo "(no $bench: the runtime is checked with hello_allreduce only)"
+    echo "($bench has no hvd backend yet: the runtime is checked with hello_allreduce only)"
   fi
 done
 echo "$failures failures"
