@@ -496,7 +496,7 @@ int main(int argc, char **argv) {
     hvd_check(hvd_allreduce("train.metrics", sums, sums, 3, HVD_FLOAT64, HVD_SUM),
               "allreduce of metrics");
     double loss = sums[2] > 0 ? sums[0] / sums[2] : 0, acc = sums[2] > 0 ? sums[1] / sums[2] : 0;
-    double ips = train_s > 0 ? sums[2] / train_s : 0;
+    double ips = train_s > 0 ? sums[2] / train_s : 0; /* all ranks together */
     /* Batch-norm statistics drift apart on each rank's shard: average them so every
        rank (and every checkpoint) holds the same model. */
     if (nb > 0)
@@ -553,7 +553,7 @@ int main(int argc, char **argv) {
         snprintf(note + l, sizeof note - l, "%searly stopping: no improvement of %s in %d epochs",
                  l ? "; " : "", o.monitor, o.es_patience);
       }
-      train_progress_end(&prog, loss, acc, v.loss, v.acc, last_lr, ips * size, seconds, note);
+      train_progress_end(&prog, loss, acc, v.loss, v.acc, last_lr, ips, seconds, note);
       if (tb.f) {
         double wall = (double)time(NULL);
         train_tfevents_scalar(&tb, "loss", (float)loss, epoch + 1, wall);
@@ -561,9 +561,9 @@ int main(int argc, char **argv) {
         train_tfevents_scalar(&tb, "val_loss", (float)v.loss, epoch + 1, wall);
         train_tfevents_scalar(&tb, "val_accuracy", (float)v.acc, epoch + 1, wall);
         train_tfevents_scalar(&tb, "learning_rate", (float)last_lr, epoch + 1, wall);
-        train_tfevents_scalar(&tb, "images_per_sec", (float)(ips * size), epoch + 1, wall);
+        train_tfevents_scalar(&tb, "images_per_sec", (float)ips, epoch + 1, wall);
       }
-      train_csv_row(&csv, epoch + 1, loss, acc, v.loss, v.acc, last_lr, ips * size, seconds);
+      train_csv_row(&csv, epoch + 1, loss, acc, v.loss, v.acc, last_lr, ips, seconds);
     }
   }
 
@@ -578,7 +578,7 @@ int main(int argc, char **argv) {
   if (rank == 0) {
     if (o.export_path) nn_check(nn_model_save_safetensors(model, o.export_path), "--export");
     double secs = run.st[ST_TRAIN_SECONDS];
-    double per_rank = secs > 0 ? run.st[ST_TRAIN_IMAGES] / secs : 0;
+    double total_ips = secs > 0 ? run.st[ST_TRAIN_IMAGES] / secs : 0; /* all ranks */
     printf("---------------------------------------------------------------\n");
     printf("model %s, data set %s, %d rank(s), %d epoch(s)%s\n", o.model, o.dataset, size,
            (int)run.st[ST_EPOCHS_DONE], stopped_early ? " (stopped early)" : "");
@@ -588,8 +588,15 @@ int main(int argc, char **argv) {
     if (restored)
       printf("restored the best weights of epoch %d (%s)\n", (int)run.st[ST_ES_BEST_EPOCH] + 1,
              o.monitor);
-    printf("training time: %.1f s, images/sec: %.1f per rank, %.1f total\n", secs, per_rank,
-           per_rank * size);
+    printf("training time: %.1f s, images/sec: %.1f per rank, %.1f total\n", secs,
+           total_ips / size, total_ips);
+    hvd_grad_buckets_stats_t bs;
+    hvd_grad_buckets_stats(buckets, &bs);
+    if (bs.steps > 0 && size > 1)
+      printf("gradient allreduce: %zu bucket(s) of up to %.3g MiB, %.1f s in flight, %.1f s of it "
+             "waited for after backward (%.0f%% overlapped)\n",
+             hvd_grad_buckets_num(buckets), o.bucket_mb, bs.comm_s, bs.blocked_s,
+             bs.comm_s > 0 ? 100.0 * (1.0 - bs.blocked_s / bs.comm_s) : 0.0);
     if (o.export_path) printf("exported weights to %s\n", o.export_path);
     printf("test loss: %.4f\n", t.loss);
     printf("test accuracy: %.2f%%\n", 100.0 * t.acc);
