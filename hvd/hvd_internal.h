@@ -51,8 +51,8 @@ struct hvd_request {
   void **gather_out;        /* allgather: where the malloc'ed result goes */
   size_t *gather_count;
   double submit_time;
-  /* Guarded by hvd_g.mu. */
-  int done;
+  /* Guarded by hvd_g.mu; done is also read without it by a waiter that spins. */
+  atomic_int done;
   hvd_status_t status;
   char error[HVD_ERROR_MAX];
   struct hvd_request *next_inflight;   /* chain of the in-flight hash table      */

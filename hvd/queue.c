@@ -3,8 +3,11 @@
    and wait for completion. No MPI here: only the background thread talks to peers. */
 #include "hvd/hvd_internal.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define HVD_WAIT_SPIN_US 100.0
 
 static unsigned key_hash(const char *key) {
   unsigned h = 2166136261u;           /* FNV-1a */
@@ -31,7 +34,7 @@ void hvd_request_complete(struct hvd_request *r, hvd_status_t s, const char *msg
   hvd_g.ninflight--;
   r->status = s;
   snprintf(r->error, sizeof(r->error), "%s", (s != HVD_OK && msg) ? msg : "");
-  r->done = 1;
+  atomic_store(&r->done, 1);
   pthread_cond_broadcast(&hvd_g.done_cv);
 }
 
@@ -239,8 +242,18 @@ static hvd_status_t request_finish(struct hvd_request *r) {
 
 hvd_status_t hvd_wait(hvd_request_t req) {
   if (req == NULL) return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_wait: req is NULL");
+  /* A short operation finishes within tens of microseconds: poll that long (yielding
+     the core) before sleeping, since a futex wake-up costs about as much again. */
+  double until = hvd_now_us() + HVD_WAIT_SPIN_US;
+  while (!atomic_load(&req->done) && hvd_now_us() < until) sched_yield();
+  if (!atomic_load(&req->done)) {
+    pthread_mutex_lock(&hvd_g.mu);
+    while (!atomic_load(&req->done)) pthread_cond_wait(&hvd_g.done_cv, &hvd_g.mu);
+    pthread_mutex_unlock(&hvd_g.mu);
+  }
+  /* The completer wrote status/error before done, under the mutex; take it once so
+     those writes are visible. */
   pthread_mutex_lock(&hvd_g.mu);
-  while (!req->done) pthread_cond_wait(&hvd_g.done_cv, &hvd_g.mu);
   pthread_mutex_unlock(&hvd_g.mu);
   return request_finish(req);
 }
