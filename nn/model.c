@@ -500,6 +500,14 @@ static float *layer_input_grad(const nn_model_t *m, int in) {
   return in == NN_MODEL_INPUT ? m->dinput : m->layers[in].dout;
 }
 
+/* Whether anybody needs the gradient of layer `in`'s output: not of the model input,
+   nor of a flatten of it (mlp, trivial), so conv/linear can skip computing dx. */
+static int input_grad_wanted(const nn_model_t *m, int in) {
+  if (in == NN_MODEL_INPUT) return 0;
+  const nn_layer_t *l = &m->layers[in];
+  return !(l->kind == NN_LAYER_FLATTEN && l->in[0] == NN_MODEL_INPUT);
+}
+
 static nn_conv2d_shape_t conv_shape(const nn_layer_t *l, int n) {
   nn_conv2d_shape_t s = {n, l->in_c, l->in_h, l->in_w, l->c, l->kh, l->kw,
                          l->stride, l->stride, l->pad, l->pad, l->h, l->w};
@@ -633,7 +641,7 @@ static nn_status_t layer_backward(nn_model_t *m, int i, int n) {
   switch (l->kind) {
   case NN_LAYER_CONV2D: {
     nn_conv2d_shape_t s = conv_shape(l, n);
-    if (l->in[0] == NN_MODEL_INPUT) dx = NULL; /* nobody wants the input's gradient */
+    if (!input_grad_wanted(m, l->in[0])) dx = NULL;
     return nn_conv2d_backward(&s, x, P + l->w_off, dy, dx, G + l->w_off,
                               l->has_bias ? G + l->b_off : NULL, m->workspace);
   }
@@ -662,7 +670,7 @@ static nn_status_t layer_backward(nn_model_t *m, int i, int n) {
     nn_global_avgpool_backward(n, l->c, l->in_h * l->in_w, dy, dx);
     return NN_OK;
   case NN_LAYER_LINEAR:
-    if (l->in[0] == NN_MODEL_INPUT) dx = NULL;
+    if (!input_grad_wanted(m, l->in[0])) dx = NULL;
     return nn_linear_backward(n, l->in_c * l->in_h * l->in_w, l->c, x, P + l->w_off, dy,
                               dx, G + l->w_off, l->has_bias ? G + l->b_off : NULL);
   case NN_LAYER_DROPOUT:
