@@ -27,6 +27,7 @@ typedef struct {
   int is_recv;
   int peer;
   size_t bytes;
+  size_t part[2]; /* bytes each request moves, to detect a short message */
 } mpi_req_t;
 
 _Static_assert(sizeof(mpi_req_t) <= sizeof(coll_request_t), "request too small");
@@ -79,14 +80,14 @@ static coll_status_t start(coll_transport_t *t, int is_recv, int peer, void *buf
     int err = is_recv ? MPI_Irecv(buf, (int)nblocks, impl->block, peer, tag, impl->comm, &q->r[q->n])
                       : MPI_Isend(buf, (int)nblocks, impl->block, peer, tag, impl->comm, &q->r[q->n]);
     if (err != MPI_SUCCESS) return mpi_fail(t, err, what, peer, bytes);
-    q->n++;
+    q->part[q->n++] = nblocks * MPI_BLOCK_BYTES;
   }
   if (rest > 0 || nblocks == 0) {
     char *p = (char *)buf + nblocks * MPI_BLOCK_BYTES;
     int err = is_recv ? MPI_Irecv(p, (int)rest, MPI_BYTE, peer, tag, impl->comm, &q->r[q->n])
                       : MPI_Isend(p, (int)rest, MPI_BYTE, peer, tag, impl->comm, &q->r[q->n]);
     if (err != MPI_SUCCESS) return mpi_fail(t, err, what, peer, bytes);
-    q->n++;
+    q->part[q->n++] = rest;
   }
   return COLL_OK;
 }
@@ -128,10 +129,16 @@ static coll_status_t mpi_wait(coll_transport_t *t, coll_request_t *req) {
         return s;
       }
       if (done) {
-        if (q->is_recv) {
-          int n = 0;
-          MPI_Get_count(&st, MPI_BYTE, &n);
-          (void)n; /* counts of the block type are not byte counts; MPI checks truncation */
+        /* A longer message fails MPI_Test (truncation); a shorter one must be caught
+           here: it means the ranks disagree about a length. */
+        int n = 0;
+        if (q->is_recv && MPI_Get_count(&st, MPI_BYTE, &n) == MPI_SUCCESS &&
+            (size_t)n != q->part[i] && n != MPI_UNDEFINED) {
+          q->n = 0;
+          return coll_fail(t, COLL_ERR_ARG,
+                           "mpi: rank %d expected %zu bytes from rank %d, received %d: the "
+                           "ranks disagree about the message length",
+                           t->rank, q->part[i], q->peer, n);
         }
         break;
       }

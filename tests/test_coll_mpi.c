@@ -68,6 +68,33 @@ static void test_allreduce(coll_transport_t *t, size_t n, int alg, int inplace, 
   free(recv);
 }
 
+/* Messages above INT_MAX bytes travel as 1 MiB blocks plus a remainder. Needs ~4.3 GB
+   of memory per pair, so only with HVD_TEST_BIG=1. */
+static void test_big_message(coll_transport_t *t) {
+  if (size < 2 || rank > 1) return;
+  size_t bytes = (size_t)INT32_MAX + (3u << 20) + 5;
+  unsigned char *buf = malloc(bytes);
+  CHECK(buf != NULL, "cannot allocate %zu bytes", bytes);
+  if (!buf) return;
+  coll_request_t req;
+  coll_status_t st;
+  if (rank == 0) {
+    for (size_t i = 0; i < bytes; i++) buf[i] = (unsigned char)(i * 7 + i / 4099);
+    st = t->ops->isend(t, 1, buf, bytes, 997, &req);
+  } else {
+    memset(buf, 0, bytes);
+    st = t->ops->irecv(t, 0, buf, bytes, 997, &req);
+  }
+  if (st == COLL_OK) st = t->ops->wait(t, &req);
+  CHECK(st == COLL_OK, "big message: %s", t->error);
+  if (rank == 1) {
+    size_t bad = 0;
+    for (size_t i = 0; i < bytes; i++) bad += buf[i] != (unsigned char)(i * 7 + i / 4099);
+    CHECK(bad == 0, "big message: %zu bytes wrong", bad);
+  }
+  free(buf);
+}
+
 static void test_others(coll_transport_t *t) {
   /* allgatherv with zeros */
   size_t counts[8], total = 0, off = 0;
@@ -136,6 +163,22 @@ static void test_others(coll_transport_t *t) {
   t->cancel = NULL;
   CHECK(coll_barrier(t) == COLL_OK, "barrier after cancel: %s", t->error);
 
+  /* A short message (the ranks disagree about a length) is an error, not silent. */
+  if (size >= 2 && rank < 2) {
+    double d[2] = {1, 2};
+    if (rank == 0) {
+      st = t->ops->isend(t, 1, d, sizeof(double), 998, &req);
+      if (st == COLL_OK) st = t->ops->wait(t, &req);
+      CHECK(st == COLL_OK, "short send: %s", t->error);
+    } else {
+      st = t->ops->irecv(t, 0, d, sizeof d, 998, &req);
+      if (st == COLL_OK) st = t->ops->wait(t, &req);
+      CHECK(st == COLL_ERR_ARG, "short message gave %s, expected invalid argument",
+            coll_status_string(st));
+    }
+  }
+  CHECK(coll_barrier(t) == COLL_OK, "barrier after short message: %s", t->error);
+
   free(all);
   free(mine);
   free(src);
@@ -162,6 +205,8 @@ int main(int argc, char **argv) {
   coll_dtype_t dts[] = {COLL_FLOAT64, COLL_INT32, COLL_BFLOAT16};
   for (int d = 0; d < 3; d++) test_allreduce(t, 77777, 1, d % 2, dts[d]);
   if (size <= 8) test_others(t);
+  const char *big = getenv("HVD_TEST_BIG");
+  if (big && atoi(big)) test_big_message(t);
   coll_transport_destroy(t);
   int total = 0;
   MPI_Allreduce(&wrong, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
