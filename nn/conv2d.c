@@ -14,6 +14,8 @@
    the end in chunk order, so results depend only on the thread count, not on timing.
    With one sample, or more threads than slots, OpenBLAS threads each GEMM instead. */
 #include "nn/nn.h"
+#include "nn/conv2d_internal.h"
+#include "nn/simd_internal.h"
 #include "nn/threads_internal.h"
 
 #include <cblas.h>
@@ -73,9 +75,33 @@ static int conv_chunks(const nn_conv2d_shape_t *s) {
   return t;
 }
 
-/* col[(c*kh + i)*kw + j][oh*w_out + ow] = x[c][oh*sh - ph + i][ow*sw - pw + j] or 0. */
-static void im2col(const nn_conv2d_shape_t *s, const float *x, float *col) {
-  const int H = s->h_in, W = s->w_in, Ho = s->h_out, Wo = s->w_out;
+/* Row helpers for im2col/col2im: the rows are short (8 to 32 floats in resnet20), so
+   inline SSE copies beat calls to memcpy/memset. */
+static inline void row_zero(float *d, int n) {
+  const nn_v4f z = nn_v4_set1(0.0f);
+  int i = 0;
+  for (; i + 4 <= n; i += 4) nn_v4_store(d + i, z);
+  for (; i < n; i++) d[i] = 0.0f;
+}
+static inline void row_copy(float *d, const float *s, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    nn_v4_store(d + i, nn_v4_load(s + i));
+    nn_v4_store(d + i + 4, nn_v4_load(s + i + 4));
+  }
+  for (; i + 4 <= n; i += 4) nn_v4_store(d + i, nn_v4_load(s + i));
+  for (; i < n; i++) d[i] = s[i];
+}
+static inline void row_add(float *d, const float *s, int n) {
+  int i = 0;
+  for (; i + 4 <= n; i += 4) nn_v4_store(d + i, nn_v4_load(d + i) + nn_v4_load(s + i));
+  for (; i < n; i++) d[i] += s[i];
+}
+
+/* col[(c*kh + i)*kw + j][(oh - oh0)*w_out + ow] = x[c][oh*sh - ph + i][ow*sw - pw + j] or 0,
+   for the output rows oh in [oh0, oh1). */
+static void im2col(const nn_conv2d_shape_t *s, const float *x, float *col, int oh0, int oh1) {
+  const int H = s->h_in, W = s->w_in, Wo = s->w_out;
   const int sh = s->stride_h, sw = s->stride_w, ph = s->pad_h, pw = s->pad_w;
   for (int c = 0; c < s->c_in; c++) {
     const float *xc = x + (size_t)c * H * W;
@@ -86,29 +112,31 @@ static void im2col(const nn_conv2d_shape_t *s, const float *x, float *col) {
         int hi = (W - 1 + pw - j) >= 0 ? (W - 1 + pw - j) / sw + 1 : 0;
         if (hi > Wo) hi = Wo;
         if (lo > hi) lo = hi;
-        for (int oh = 0; oh < Ho; oh++, col += Wo) {
+        for (int oh = oh0; oh < oh1; oh++, col += Wo) {
           int ih = oh * sh - ph + i;
           if (ih < 0 || ih >= H) {
-            memset(col, 0, sizeof(float) * (size_t)Wo);
+            row_zero(col, Wo);
             continue;
           }
           const float *xr = xc + (size_t)ih * W - pw + j;
-          for (int ow = 0; ow < lo; ow++) col[ow] = 0;
+          for (int ow = 0; ow < lo; ow++) col[ow] = 0.0f;
           if (sw == 1) {
-            memcpy(col + lo, xr + lo, sizeof(float) * (size_t)(hi - lo));
+            row_copy(col + lo, xr + lo, hi - lo);
           } else {
             for (int ow = lo; ow < hi; ow++) col[ow] = xr[(size_t)ow * sw];
           }
-          for (int ow = hi; ow < Wo; ow++) col[ow] = 0;
+          for (int ow = hi; ow < Wo; ow++) col[ow] = 0.0f;
         }
       }
     }
   }
 }
 
-/* dx[c][ih][iw] += col[...] for every cell im2col copied (the transpose of im2col). */
-static void col2im_add(const nn_conv2d_shape_t *s, const float *col, float *dx) {
-  const int H = s->h_in, W = s->w_in, Ho = s->h_out, Wo = s->w_out;
+/* dx[c][ih][iw] += col[...] for every cell im2col copied (the transpose of im2col),
+   output rows [oh0, oh1). */
+static void col2im_add(const nn_conv2d_shape_t *s, const float *col, float *dx, int oh0,
+                       int oh1) {
+  const int H = s->h_in, W = s->w_in, Wo = s->w_out;
   const int sh = s->stride_h, sw = s->stride_w, ph = s->pad_h, pw = s->pad_w;
   for (int c = 0; c < s->c_in; c++) {
     float *dc = dx + (size_t)c * H * W;
@@ -118,12 +146,12 @@ static void col2im_add(const nn_conv2d_shape_t *s, const float *col, float *dx) 
         int hi = (W - 1 + pw - j) >= 0 ? (W - 1 + pw - j) / sw + 1 : 0;
         if (hi > Wo) hi = Wo;
         if (lo > hi) lo = hi;
-        for (int oh = 0; oh < Ho; oh++, col += Wo) {
+        for (int oh = oh0; oh < oh1; oh++, col += Wo) {
           int ih = oh * sh - ph + i;
           if (ih < 0 || ih >= H) continue;
           float *dr = dc + (size_t)ih * W - pw + j;
           if (sw == 1) {
-            for (int ow = lo; ow < hi; ow++) dr[ow] += col[ow];
+            row_add(dr + lo, col + lo, hi - lo);
           } else {
             for (int ow = lo; ow < hi; ow++) dr[(size_t)ow * sw] += col[ow];
           }
@@ -131,6 +159,22 @@ static void col2im_add(const nn_conv2d_shape_t *s, const float *col, float *dx) 
       }
     }
   }
+}
+
+/* Output rows per im2col block: the block's col buffer is kept near 192 KB so that it
+   stays in the L2 cache between im2col and the GEMMs that read it (a whole sample's col
+   for resnet20's first stage is 576 KB), but a block has at least 256 output positions:
+   narrower GEMMs lose more to OpenBLAS's call and packing overhead than they gain. */
+size_t nn_conv2d_block_bytes = 192u << 10;
+int nn_conv2d_block_min_cols = 256;
+
+static int conv_row_block(const nn_conv2d_shape_t *s) {
+  size_t row_bytes = (size_t)s->c_in * s->kh * s->kw * s->w_out * sizeof(float);
+  size_t rows = nn_conv2d_block_bytes / (row_bytes ? row_bytes : 1);
+  size_t min_rows = ((size_t)nn_conv2d_block_min_cols + s->w_out - 1) / s->w_out;
+  if (rows < min_rows) rows = min_rows;
+  if (rows < 1) rows = 1;
+  return rows > (size_t)s->h_out ? s->h_out : (int)rows;
 }
 
 typedef struct {
@@ -147,12 +191,11 @@ static void conv_forward_chunk(void *vjob, int t, int worker) {
   const int K = s->c_in * s->kh * s->kw, P = s->h_out * s->w_out;
   const size_t xs = (size_t)s->c_in * s->h_in * s->w_in, ys = (size_t)s->c_out * P;
   float *col = j->ws + (size_t)t * conv_slot_floats(s);
-  const int direct = conv_is_direct(s);
+  const int direct = conv_is_direct(s), rb = conv_row_block(s);
   int i0 = (int)((long)s->n * t / j->chunks), i1 = (int)((long)s->n * (t + 1) / j->chunks);
   for (int i = i0; i < i1; i++) {
     const float *xi = j->x + (size_t)i * xs;
     float *yi = j->y + (size_t)i * ys;
-    if (!direct) im2col(s, xi, col);
     float beta = 0;
     if (j->b) {
       for (int c = 0; c < s->c_out; c++) {
@@ -162,8 +205,17 @@ static void conv_forward_chunk(void *vjob, int t, int worker) {
       }
       beta = 1;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->c_out, P, K, 1.0f, j->w, K,
-                direct ? xi : col, P, beta, yi, P);
+    if (direct) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->c_out, P, K, 1.0f, j->w, K, xi,
+                  P, beta, yi, P);
+      continue;
+    }
+    for (int oh0 = 0; oh0 < s->h_out; oh0 += rb) {
+      int oh1 = oh0 + rb < s->h_out ? oh0 + rb : s->h_out, nb = (oh1 - oh0) * s->w_out;
+      im2col(s, xi, col, oh0, oh1);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->c_out, nb, K, 1.0f, j->w, K,
+                  col, nb, beta, yi + (size_t)oh0 * s->w_out, P);
+    }
   }
 }
 
@@ -216,7 +268,7 @@ static void conv_backward_chunk(void *vjob, int t, int worker) {
       memset(db, 0, sizeof(float) * (size_t)Co);
     }
   }
-  const int direct = conv_is_direct(s);
+  const int direct = conv_is_direct(s), rb = conv_row_block(s);
   int i0 = (int)((long)s->n * t / j->chunks), i1 = (int)((long)s->n * (t + 1) / j->chunks);
   for (int i = i0; i < i1; i++) {
     const float *xi = j->x + (size_t)i * xs;
@@ -229,20 +281,27 @@ static void conv_backward_chunk(void *vjob, int t, int worker) {
         db[c] += acc;
       }
     }
-    if (dw) {
-      if (!direct) im2col(s, xi, col);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Co, K, P, 1.0f, dyi, P,
-                  direct ? xi : col, P, 1.0f, dw, K);
+    if (direct) {
+      if (dw)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Co, K, P, 1.0f, dyi, P, xi, P,
+                    1.0f, dw, K);
+      if (j->dx)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, Co, 1.0f, j->w, K, dyi, P,
+                    1.0f, j->dx + (size_t)i * xs, P);
+      continue;
     }
-    if (j->dx) {
-      float *dxi = j->dx + (size_t)i * xs;
-      if (direct) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, Co, 1.0f, j->w, K, dyi, P,
-                    1.0f, dxi, P);
-      } else {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, Co, 1.0f, j->w, K, dyi, P,
-                    0.0f, col, P);
-        col2im_add(s, col, dxi);
+    for (int oh0 = 0; oh0 < s->h_out; oh0 += rb) {
+      int oh1 = oh0 + rb < s->h_out ? oh0 + rb : s->h_out, nb = (oh1 - oh0) * s->w_out;
+      const float *dyb = dyi + (size_t)oh0 * s->w_out;
+      if (dw) {
+        im2col(s, xi, col, oh0, oh1);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Co, K, nb, 1.0f, dyb, P, col, nb,
+                    1.0f, dw, K);
+      }
+      if (j->dx) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, nb, Co, 1.0f, j->w, K, dyb, P,
+                    0.0f, col, nb);
+        col2im_add(s, col, j->dx + (size_t)i * xs, oh0, oh1);
       }
     }
   }

@@ -9,9 +9,11 @@
    3. backward ADDS: gradients start from random values, and the test compares the
       increase.
    Shapes are small and odd (batch 3, non-square, stride 2, padding, with and without
-   bias), and everything runs with 1 and with 2 threads (the batch-split paths).
+   bias), and everything runs with 1 and with 2 threads (the batch-split paths); the
+   convolutions also with im2col blocks of one output row.
    Error per tensor: max|got - want| / max(max|want|, 1e-6); limit 1e-4 (forward 1e-5). */
 #include "nn/nn.h"
+#include "nn/conv2d_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -562,6 +564,16 @@ int main(void) {
     printf("===== %d thread%s =====\n", threads, threads > 1 ? "s" : "");
     run_all();
   }
+  /* Convolutions again with one output row per im2col block (the multi-block path). */
+  nn_conv2d_block_bytes = 1;
+  nn_conv2d_block_min_cols = 1;
+  nn_set_threads(2);
+  printf("===== conv2d with one output row per im2col block, 2 threads =====\n");
+  check_conv(3, 2, 7, 6, 3, 3, 2, 2, 1, 1, 0, 1);
+  check_conv(3, 3, 5, 6, 4, 3, 3, 1, 1, 1, 1, 0);
+  check_conv(2, 1, 9, 8, 2, 5, 5, 1, 2, 2, 1, 1);
+  nn_conv2d_block_bytes = 192u << 10;
+  nn_conv2d_block_min_cols = 256;
   check_threads_agree();
   printf("worst relative error seen: %.2e\n", worst_seen);
   if (failures) {
