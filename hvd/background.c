@@ -28,7 +28,7 @@
 #define CTRL_TAG 1
 #define SPIN_US 200.0                /* busy-poll this long after the last progress   */
 #define SLEEP_MIN_US 20.0            /* then sleep, doubling up to SLEEP_MAX_US       */
-#define SLEEP_MAX_US 1000.0
+#define SLEEP_MAX_US 250.0
 #define IDLE_SLEEP_US 5000.0         /* nothing in flight                             */
 #define DRAIN_LIMIT_US 10e6          /* wait at most this for peers at shutdown       */
 #define STOP_WAIT_LIMIT_US 30e6      /* a worker waits this for the coordinator       */

@@ -117,6 +117,12 @@ static hvd_status_t run_allreduce(struct hvd_request **reqs, const hvd_response_
       timeline(&resp[i], reqs[i]->key, "ALLREDUCE", t1, t2, bytes);
       if (n > 1) timeline(&resp[i], reqs[i]->key, "MEMCPY_OUT_FUSION_BUFFER", t2, t3, bytes);
     }
+  if (hvd_g.cfg.log_level <= HVD_LOG_TRACE) {
+    size_t total_bytes = 0;
+    for (int i = 0; i < n; i++) total_bytes += reqs[i]->count * es;
+    hvd_log(HVD_LOG_TRACE, "allreduce of %d tensor(s) from \"%s\", %zu bytes, %s: %.1f us",
+            n, reqs[0]->key, total_bytes, n > 1 ? "fused" : "unfused", t2 - t1);
+  }
   hvd_status_t s = from_coll(cs);
   if (s != HVD_OK)
     snprintf(msg, len, "allreduce of tensor \"%s\"%s failed on rank %d: %s", reqs[0]->key,

@@ -73,9 +73,18 @@ static hvd_status_t topology(void) {
   if ((err = MPI_Comm_rank(hvd_g.ctrl, &hvd_g.rank)) != MPI_SUCCESS ||
       (err = MPI_Comm_size(hvd_g.ctrl, &hvd_g.size)) != MPI_SUCCESS)
     return mpi_fail(err, "MPI_Comm_rank/size");
-  if ((err = MPI_Comm_split_type(hvd_g.ctrl, MPI_COMM_TYPE_SHARED, hvd_g.rank,
-                                 MPI_INFO_NULL, &hvd_g.local_comm)) != MPI_SUCCESS)
+  /* Test knob: HVD_TEST_LOCAL_SIZE=L cuts one machine into hosts of L consecutive ranks,
+     so the multi-host paths (hierarchical allreduce) run in single-machine tests. */
+  const char *fake = getenv("HVD_TEST_LOCAL_SIZE");
+  int fake_local = fake ? atoi(fake) : 0;
+  if (fake_local > 0) {
+    if ((err = MPI_Comm_split(hvd_g.ctrl, hvd_g.rank / fake_local, hvd_g.rank,
+                              &hvd_g.local_comm)) != MPI_SUCCESS)
+      return mpi_fail(err, "MPI_Comm_split (HVD_TEST_LOCAL_SIZE)");
+  } else if ((err = MPI_Comm_split_type(hvd_g.ctrl, MPI_COMM_TYPE_SHARED, hvd_g.rank,
+                                        MPI_INFO_NULL, &hvd_g.local_comm)) != MPI_SUCCESS) {
     return mpi_fail(err, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+  }
   if ((err = MPI_Comm_rank(hvd_g.local_comm, &hvd_g.local_rank)) != MPI_SUCCESS ||
       (err = MPI_Comm_size(hvd_g.local_comm, &hvd_g.local_size)) != MPI_SUCCESS)
     return mpi_fail(err, "MPI_Comm_rank/size (local)");
@@ -97,6 +106,12 @@ static hvd_status_t topology(void) {
     hvd_log(HVD_LOG_INFO, "HVD_HIERARCHICAL_ALLREDUCE=1 ignored: %s",
             !uniform ? "hosts run different numbers of ranks" : "all ranks are on one host");
 
+  if (hvd_g.rank == 0)
+    hvd_log(HVD_LOG_INFO, "%d ranks on %d hosts (local size %d); hierarchical allreduce %s; "
+            "fusion threshold %zu bytes; cycle time %g ms; stall check %g s, shutdown %g s",
+            hvd_g.size, hvd_g.cross_size, hvd_g.local_size, hvd_g.hierarchical ? "on" : "off",
+            hvd_g.cfg.fusion_threshold, hvd_g.cfg.cycle_time_ms, hvd_g.cfg.stall_check_s,
+            hvd_g.cfg.stall_shutdown_s);
   hvd_status_t s = transport(hvd_g.ctrl, &hvd_g.world, "world");
   if (s == HVD_OK && hvd_g.hierarchical) {
     s = transport(hvd_g.local_comm, &hvd_g.local, "local");
