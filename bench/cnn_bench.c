@@ -1,0 +1,525 @@
+/* bench/cnn_bench: image-classification training throughput in the manner of
+   tf_cnn_benchmarks (same flags, same output), on synthetic data, with gradients
+   averaged through the hvd runtime (--variable_update horovod) or not at all
+   (--variable_update none: independent replicas, the no-communication ceiling).
+
+   Each step: forward, loss, backward; with horovod, gradient buckets are allreduced as
+   soon as backward has finished them (hvd_grad_buckets_ready from nn's grad-ready
+   callback) and waited on just before the optimizer step. The input is one synthetic
+   batch made once per rank and reused every step, so no input pipeline is timed and the
+   loss goes down.
+
+   Usage: mpirun -np 2 build/cnn_bench --model resnet20 --batch_size 64 --num_batches 20 */
+#include "hvd/hvd.h"
+#include "nn/nn.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+  const char *model;
+  int batch_size;            /* per device (rank) */
+  int num_batches;
+  int num_warmup_batches;
+  int display_every;
+  const char *device;
+  const char *variable_update;
+  int use_fp16;
+  const char *data_format;
+  const char *optimizer;
+  float learning_rate;
+  float momentum;
+  float weight_decay;
+  int threads;               /* 0: nn's default */
+  double bucket_mb;
+  double first_bucket_mb;
+  int overlap;
+  int fp16_allreduce;
+  uint64_t seed;
+  const char *trace_file;    /* rank 0's compute phases, Chrome trace; NULL: none */
+} options_t;
+
+static void usage(FILE *f) {
+  fprintf(f,
+      "usage: cnn_bench [flags]   (flags as tf_cnn_benchmarks; --flag=value or --flag value)\n"
+      "  --model NAME              trivial, lenet, resnet20, resnet50, resnet101, vgg16,\n"
+      "                            alexnet (default trivial)\n"
+      "  --batch_size N            images per device (rank) per step (default 32)\n"
+      "  --num_batches N           timed steps (default 100)\n"
+      "  --num_warmup_batches N    untimed steps first (default 10)\n"
+      "  --display_every N         print a Step line every N steps (default 10)\n"
+      "  --device cpu|gpu          (default cpu; gpu needs the CUDA backend)\n"
+      "  --variable_update horovod|none\n"
+      "                            horovod: average gradients over ranks (default);\n"
+      "                            none: independent replicas, the no-communication ceiling\n"
+      "  --use_fp16                float16 compute (GPU only)\n"
+      "  --data_format NCHW        (the only layout of nn)\n"
+      "  --optimizer sgd|momentum  SGD with momentum (default sgd)\n"
+      "  --init_learning_rate X    (default 0.01)\n"
+      "  --momentum X              (default 0.9)\n"
+      "  --weight_decay X          (default 0.00004)\n"
+      "  --threads N               compute threads per rank (default: 1 under a\n"
+      "                            multi-rank launcher, else all cores)\n"
+      "  --bucket_mb X             gradient bucket size in MiB (default 25, as PyTorch DDP)\n"
+      "  --first_bucket_mb X       size of the first bucket submitted (default 1)\n"
+      "  --no-overlap              submit all gradient allreduces after backward\n"
+      "  --fp16-allreduce          cast gradients to float16 for the allreduce\n"
+      "  --seed N                  weights and synthetic data (default 1)\n"
+      "  --trace_file FILE         rank 0 writes its compute phases (forward, backward,\n"
+      "                            allreduce wait, optimizer) of the timed steps as a\n"
+      "                            Chrome trace, on the clock of HVD_TIMELINE\n"
+      "  --help                    this text\n"
+      "Environment: HVD_TIMELINE=file writes a Chrome-trace timeline of the allreduces.\n");
+}
+
+static void die_flag(const char *flag, const char *value, const char *expected) {
+  fprintf(stderr, "cnn_bench: bad value '%s' for %s: expected %s (see --help)\n", value,
+          flag, expected);
+  exit(2);
+}
+
+static int parse_int(const char *flag, const char *v, int min) {
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (*v == '\0' || *end != '\0' || x < min || x > 1000000000L) {
+    char want[64];
+    snprintf(want, sizeof(want), "an integer >= %d", min);
+    die_flag(flag, v, want);
+  }
+  return (int)x;
+}
+
+static double parse_double(const char *flag, const char *v, double min) {
+  char *end;
+  double x = strtod(v, &end);
+  if (*v == '\0' || *end != '\0' || !(x >= min) || !isfinite(x)) {
+    char want[64];
+    snprintf(want, sizeof(want), "a number >= %g", min);
+    die_flag(flag, v, want);
+  }
+  return x;
+}
+
+static int parse_bool(const char *flag, const char *v) {
+  if (v == NULL || !strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) return 1;
+  if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0")) return 0;
+  die_flag(flag, v, "true or false");
+  return 0;
+}
+
+static void parse_args(int argc, char **argv, options_t *o) {
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+      usage(stdout);
+      exit(0);
+    }
+    if (strncmp(arg, "--", 2) != 0) {
+      fprintf(stderr, "cnn_bench: unexpected argument '%s' (see --help)\n", arg);
+      exit(2);
+    }
+    /* Split --name=value; boolean flags take no separate value. */
+    char name[64];
+    const char *eq = strchr(arg, '=');
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (len >= sizeof(name)) len = sizeof(name) - 1;
+    memcpy(name, arg, len);
+    name[len] = '\0';
+    const char *val = eq ? eq + 1 : NULL;
+
+    if (!strcmp(name, "--use_fp16")) { o->use_fp16 = parse_bool(name, val); continue; }
+    if (!strcmp(name, "--no-overlap") || !strcmp(name, "--no_overlap")) {
+      o->overlap = !parse_bool(name, val);
+      continue;
+    }
+    if (!strcmp(name, "--fp16-allreduce") || !strcmp(name, "--fp16_allreduce")) {
+      o->fp16_allreduce = parse_bool(name, val);
+      continue;
+    }
+    static const char *const valued[] = {
+        "--model", "--batch_size", "--num_batches", "--num_warmup_batches",
+        "--display_every", "--device", "--variable_update", "--data_format",
+        "--optimizer", "--init_learning_rate", "--momentum", "--weight_decay",
+        "--threads", "--bucket_mb", "--first_bucket_mb", "--seed", "--trace_file", NULL};
+    int known = 0;
+    for (int k = 0; valued[k]; k++) known |= !strcmp(name, valued[k]);
+    if (!known) {
+      fprintf(stderr, "cnn_bench: unknown flag %s (see --help)\n", name);
+      exit(2);
+    }
+    if (val == NULL) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "cnn_bench: %s needs a value (see --help)\n", name);
+        exit(2);
+      }
+      val = argv[++i];
+    }
+    if (!strcmp(name, "--model")) o->model = val;
+    else if (!strcmp(name, "--batch_size")) o->batch_size = parse_int(name, val, 1);
+    else if (!strcmp(name, "--num_batches")) o->num_batches = parse_int(name, val, 1);
+    else if (!strcmp(name, "--num_warmup_batches"))
+      o->num_warmup_batches = parse_int(name, val, 0);
+    else if (!strcmp(name, "--display_every")) o->display_every = parse_int(name, val, 1);
+    else if (!strcmp(name, "--device")) o->device = val;
+    else if (!strcmp(name, "--variable_update")) o->variable_update = val;
+    else if (!strcmp(name, "--data_format")) o->data_format = val;
+    else if (!strcmp(name, "--optimizer")) o->optimizer = val;
+    else if (!strcmp(name, "--init_learning_rate"))
+      o->learning_rate = (float)parse_double(name, val, 0);
+    else if (!strcmp(name, "--momentum")) o->momentum = (float)parse_double(name, val, 0);
+    else if (!strcmp(name, "--weight_decay"))
+      o->weight_decay = (float)parse_double(name, val, 0);
+    else if (!strcmp(name, "--threads")) o->threads = parse_int(name, val, 1);
+    else if (!strcmp(name, "--bucket_mb")) o->bucket_mb = parse_double(name, val, 1e-6);
+    else if (!strcmp(name, "--first_bucket_mb"))
+      o->first_bucket_mb = parse_double(name, val, 1e-6);
+    else if (!strcmp(name, "--seed")) o->seed = (uint64_t)parse_int(name, val, 0);
+    else if (!strcmp(name, "--trace_file")) o->trace_file = val;
+  }
+
+  /* Values that parse but this build cannot run. */
+  if (strcmp(o->device, "cpu") != 0) {
+    if (!strcmp(o->device, "gpu"))
+      fprintf(stderr, "cnn_bench: --device gpu: this build has no CUDA backend (nn was "
+                      "not built with CUDA); use --device cpu\n");
+    else
+      fprintf(stderr, "cnn_bench: bad value '%s' for --device: expected cpu or gpu\n",
+              o->device);
+    exit(2);
+  }
+  if (o->use_fp16) {
+    fprintf(stderr, "cnn_bench: --use_fp16: float16 compute needs --device gpu; the CPU "
+                    "backend computes in float32 (use --fp16-allreduce to compress only "
+                    "the gradient allreduce)\n");
+    exit(2);
+  }
+  if (strcmp(o->variable_update, "horovod") != 0 && strcmp(o->variable_update, "none") != 0)
+    die_flag("--variable_update", o->variable_update, "horovod or none");
+  if (strcmp(o->data_format, "NCHW") != 0)
+    die_flag("--data_format", o->data_format, "NCHW (the only layout of nn)");
+  if (strcmp(o->optimizer, "sgd") != 0 && strcmp(o->optimizer, "momentum") != 0)
+    die_flag("--optimizer", o->optimizer, "sgd or momentum (SGD with --momentum)");
+  int known = 0;
+  for (const char *const *n = nn_model_names(); *n; n++) known |= !strcmp(*n, o->model);
+  if (!known) {
+    fprintf(stderr, "cnn_bench: unknown --model '%s': expected one of", o->model);
+    for (const char *const *n = nn_model_names(); *n; n++) fprintf(stderr, " %s", *n);
+    fprintf(stderr, "\n");
+    exit(2);
+  }
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* splitmix64: a seeded stream for the synthetic data. */
+static uint64_t next_u64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double uniform01(uint64_t *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+
+/* Standard normal truncated to [-2, 2] (tf.truncated_normal: redraw outside 2 sigma). */
+static float truncated_normal(uint64_t *s) {
+  for (;;) {
+    double u1 = uniform01(s), u2 = uniform01(s);
+    if (u1 <= 0) continue;
+    double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    if (fabs(z) <= 2.0) return (float)z;
+  }
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* tf_cnn_benchmarks' numbers over the step times so far: images/sec = batch / mean
+   time; +/- = std of per-step images/sec over sqrt(n); jitter = 1.4826 * MAD. */
+static void perf(const double *times, int n, int batch, double *mean, double *unc,
+                 double *jitter) {
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += times[i];
+  *mean = batch / (sum / n);
+  double *speeds = malloc(sizeof(double) * (size_t)n);
+  double ms = 0, var = 0;
+  for (int i = 0; i < n; i++) ms += (speeds[i] = batch / times[i]);
+  ms /= n;
+  for (int i = 0; i < n; i++) var += (speeds[i] - ms) * (speeds[i] - ms);
+  *unc = sqrt(var / n) / sqrt((double)n);
+  double med = median(speeds, n);
+  for (int i = 0; i < n; i++) speeds[i] = fabs(speeds[i] - med);
+  *jitter = 1.4826 * median(speeds, n);
+  free(speeds);
+}
+
+static int rank_g = 0;
+
+static void fail_nn(const char *what, nn_status_t s) {
+  fprintf(stderr, "cnn_bench: rank %d: %s failed: %s: %s\n", rank_g, what,
+          nn_status_string(s), nn_last_error());
+  exit(1);
+}
+
+static void fail_hvd(const char *what, hvd_status_t s) {
+  fprintf(stderr, "cnn_bench: rank %d: %s failed: %s: %s\n", rank_g, what,
+          hvd_status_string(s), hvd_last_error());
+  exit(1);
+}
+
+/* Phases of one step, CLOCK_MONOTONIC seconds: forward+loss, backward, wait, update. */
+enum { PHASE_FORWARD, PHASE_BACKWARD, PHASE_WAIT, PHASE_UPDATE, NUM_PHASES };
+static const char *const phase_names[NUM_PHASES] = {"forward", "backward",
+                                                    "allreduce wait", "optimizer"};
+typedef struct { double start[NUM_PHASES + 1]; } step_trace_t;
+
+typedef struct {
+  nn_model_t *model;
+  nn_optim_t *optim;
+  hvd_grad_buckets_t *buckets;   /* NULL without communication */
+  const float *images;
+  const int32_t *labels;
+  int batch;
+  float lr;
+} trainer_t;
+
+static float train_step(trainer_t *t, step_trace_t *tr) {
+  step_trace_t local;
+  if (tr == NULL) tr = &local;
+  tr->start[PHASE_FORWARD] = now_s();
+  nn_status_t s = nn_model_forward(t->model, t->images, t->batch, 1);
+  if (s != NN_OK) fail_nn("forward", s);
+  float loss;
+  int correct;
+  s = nn_model_loss(t->model, t->labels, &loss, &correct);
+  if (s != NN_OK) fail_nn("loss", s);
+  tr->start[PHASE_BACKWARD] = now_s();
+  s = nn_model_backward(t->model, t->buckets ? hvd_grad_buckets_on_ready : NULL, t->buckets);
+  if (s != NN_OK) fail_nn("backward", s);
+  tr->start[PHASE_WAIT] = now_s();
+  if (t->buckets) {
+    hvd_status_t h = hvd_grad_buckets_wait(t->buckets);
+    if (h != HVD_OK) fail_hvd("gradient allreduce", h);
+  }
+  tr->start[PHASE_UPDATE] = now_s();
+  s = nn_optim_step(t->optim, nn_model_params(t->model), nn_model_grads(t->model), t->lr);
+  if (s != NN_OK) fail_nn("optimizer step", s);
+  tr->start[NUM_PHASES] = now_s();
+  return loss;
+}
+
+/* Chrome-trace JSON (Perfetto, chrome://tracing): one complete event per phase, in
+   microseconds of CLOCK_MONOTONIC, as HVD_TIMELINE, so the two files can be merged
+   into one view (docs/cnn_bench.md). pid 1 keeps clear of the timeline's pid 0. */
+static int write_trace(const char *path, const step_trace_t *tr, int steps) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    fprintf(stderr, "cnn_bench: --trace_file %s: cannot open for writing\n", path);
+    return -1;
+  }
+  fprintf(f, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,"
+             "\"args\":{\"name\":\"cnn_bench rank 0 compute\"}}");
+  for (int i = 0; i < steps; i++)
+    for (int p = 0; p < NUM_PHASES; p++)
+      fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"step %d\",\"ph\":\"X\",\"pid\":1,"
+                 "\"tid\":1,\"ts\":%.3f,\"dur\":%.3f}",
+              phase_names[p], i + 1, tr[i].start[p] * 1e6,
+              (tr[i].start[p + 1] - tr[i].start[p]) * 1e6);
+  fprintf(f, "\n]\n");
+  if (fclose(f) != 0) {
+    fprintf(stderr, "cnn_bench: --trace_file %s: write failed\n", path);
+    return -1;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  options_t o = {
+      .model = "trivial", .batch_size = 32, .num_batches = 100, .num_warmup_batches = 10,
+      .display_every = 10, .device = "cpu", .variable_update = "horovod", .use_fp16 = 0,
+      .data_format = "NCHW", .optimizer = "sgd", .learning_rate = 0.01f,
+      .momentum = 0.9f, .weight_decay = 4e-5f, .threads = 0, .bucket_mb = 25,
+      .first_bucket_mb = 1, .overlap = 1, .fp16_allreduce = 0, .seed = 1,
+      .trace_file = NULL};
+  parse_args(argc, argv, &o);
+  const int horovod = !strcmp(o.variable_update, "horovod");
+
+  hvd_status_t h = hvd_init();
+  if (h != HVD_OK) fail_hvd("hvd_init", h);
+  const int rank = hvd_rank(), size = hvd_size();
+  rank_g = rank;
+  if (o.threads > 0) nn_set_threads(o.threads);
+
+  if (rank == 0) {
+    printf("Model:       %s\n", o.model);
+    printf("Dataset:     synthetic\n");
+    printf("Mode:        training\n");
+    printf("Batch size:  %d global\n", o.batch_size * size);
+    printf("             %d per device\n", o.batch_size);
+    printf("Num batches: %d\n", o.num_batches);
+    printf("Devices:     [");
+    for (int r = 0; r < size; r++) printf("%s'cpu:%d'", r ? ", " : "", r);
+    printf("]\n");
+    printf("Data format: %s\n", o.data_format);
+    printf("Optimizer:   %s\n", o.optimizer);
+    printf("Variables:   %s\n", o.variable_update);
+  }
+
+  nn_model_config_t cfg = {0};
+  cfg.batch = o.batch_size;
+  cfg.seed = o.seed;
+  trainer_t t = {0};
+  nn_status_t s = nn_model_create(&t.model, o.model, &cfg);
+  if (s != NN_OK) fail_nn("creating the model", s);
+  const size_t nparams = nn_model_num_params(t.model);
+  if (rank == 0) {
+    printf("Parameters:  %zu\n", nparams);
+    printf("==========\n");
+    printf("Generating training model\n");
+    fflush(stdout);
+  }
+
+  /* Same starting point on every rank, as Horovod's broadcast_global_variables. */
+  if (horovod) {
+    h = hvd_broadcast("init.params", nn_model_params(t.model), nparams, HVD_FLOAT32, 0);
+    if (h != HVD_OK) fail_hvd("broadcast of the initial weights", h);
+    if (nn_model_num_buffers(t.model) > 0) {
+      h = hvd_broadcast("init.buffers", nn_model_buffers(t.model),
+                        nn_model_num_buffers(t.model), HVD_FLOAT32, 0);
+      if (h != HVD_OK) fail_hvd("broadcast of the initial buffers", h);
+    }
+  }
+
+  /* One synthetic batch per rank, made once: truncated-normal images, uniform labels. */
+  int c, hh, w;
+  nn_model_input_shape(t.model, &c, &hh, &w);
+  const int classes = nn_model_num_classes(t.model);
+  const size_t image_floats = (size_t)o.batch_size * (size_t)c * (size_t)hh * (size_t)w;
+  float *images = malloc(image_floats * sizeof(float));
+  int32_t *labels = malloc((size_t)o.batch_size * sizeof(int32_t));
+  if (images == NULL || labels == NULL) {
+    fprintf(stderr, "cnn_bench: rank %d: out of memory for a batch of %zu floats\n", rank,
+            image_floats);
+    return 1;
+  }
+  uint64_t rng = o.seed * 1000003ull + (uint64_t)rank + 1;
+  for (size_t i = 0; i < image_floats; i++) images[i] = truncated_normal(&rng);
+  for (int i = 0; i < o.batch_size; i++)
+    labels[i] = (int32_t)(next_u64(&rng) % (uint64_t)classes);
+  t.images = images;
+  t.labels = labels;
+  t.batch = o.batch_size;
+  t.lr = o.learning_rate;
+
+  nn_optim_config_t oc = {0};
+  oc.kind = NN_OPTIM_SGD;
+  oc.momentum = o.momentum;
+  oc.weight_decay = o.weight_decay;
+  s = nn_optim_create(&t.optim, &oc, nparams);
+  if (s != NN_OK) fail_nn("creating the optimizer", s);
+
+  if (horovod) {
+    h = hvd_grad_buckets_create(&t.buckets, nn_model_grads(t.model), nparams,
+                                (size_t)(o.bucket_mb * 1048576.0),
+                                (size_t)(o.first_bucket_mb * 1048576.0),
+                                o.fp16_allreduce ? HVD_COMPRESSION_FP16
+                                                 : HVD_COMPRESSION_NONE,
+                                HVD_AVERAGE);
+    if (h != HVD_OK) fail_hvd("creating the gradient buckets", h);
+    hvd_grad_buckets_set_overlap(t.buckets, o.overlap);
+  }
+
+  if (rank == 0) {
+    printf("Running warm up\n");
+    fflush(stdout);
+  }
+  for (int i = 0; i < o.num_warmup_batches; i++) train_step(&t, NULL);
+  if (t.buckets) hvd_grad_buckets_reset_stats(t.buckets);
+  h = hvd_barrier();
+  if (h != HVD_OK) fail_hvd("barrier after warm-up", h);
+  if (rank == 0) {
+    printf("Done warm up\n");
+    printf("Step\tImg/sec\ttotal_loss\n");
+    fflush(stdout);
+  }
+
+  double *times = malloc(sizeof(double) * (size_t)o.num_batches);
+  step_trace_t *trace = NULL;
+  if (rank == 0 && o.trace_file) trace = calloc((size_t)o.num_batches, sizeof(step_trace_t));
+  if (times == NULL || (rank == 0 && o.trace_file && trace == NULL)) {
+    fprintf(stderr, "cnn_bench: rank %d: out of memory for %d step times\n", rank,
+            o.num_batches);
+    return 1;
+  }
+  const double start = now_s();
+  for (int i = 0; i < o.num_batches; i++) {
+    double t0 = now_s();
+    float loss = train_step(&t, trace ? &trace[i] : NULL);
+    times[i] = now_s() - t0;
+    if (rank == 0 && (i == 0 || (i + 1) % o.display_every == 0)) {
+      double mean, unc, jitter;
+      perf(times, i + 1, o.batch_size, &mean, &unc, &jitter);
+      printf("%d\timages/sec: %.1f +/- %.1f (jitter = %.1f)\t%.3f\n", i + 1, mean, unc,
+             jitter, loss);
+      fflush(stdout);
+    }
+  }
+  h = hvd_barrier();
+  if (h != HVD_OK) fail_hvd("barrier after the timed steps", h);
+  const double wall = now_s() - start;
+
+  /* Communication accounting, averaged over ranks. */
+  double comm[3] = {0, 0, 0};
+  if (t.buckets) {
+    hvd_grad_buckets_stats_t st;
+    hvd_grad_buckets_stats(t.buckets, &st);
+    comm[0] = st.blocked_s;
+    comm[1] = st.comm_s;
+    comm[2] = (double)st.steps;
+    h = hvd_allreduce("bench.comm_stats", comm, comm, 3, HVD_FLOAT64, HVD_AVERAGE);
+    if (h != HVD_OK) fail_hvd("allreduce of the communication statistics", h);
+  }
+
+  if (rank == 0) {
+    printf("----------------------------------------------------------------\n");
+    printf("total images/sec: %.2f\n",
+           (double)size * o.num_batches * o.batch_size / wall);
+    printf("----------------------------------------------------------------\n");
+    if (t.buckets && comm[2] > 0) {
+      double blocked = comm[0] / comm[2] * 1e3, total = comm[1] / comm[2] * 1e3;
+      if (blocked > total) blocked = total;
+      double hidden = total > 0 ? 100.0 * (1.0 - blocked / total) : 0.0;
+      printf("communication hidden: %.1f%% (not overlapped %.1f ms of %.1f ms per step)\n",
+             hidden, blocked, total);
+    }
+    fflush(stdout);
+  }
+
+  if (trace) {
+    if (write_trace(o.trace_file, trace, o.num_batches) != 0) return 1;
+    free(trace);
+  }
+  hvd_grad_buckets_free(t.buckets);
+  nn_optim_free(t.optim);
+  nn_model_free(t.model);
+  free(times);
+  free(images);
+  free(labels);
+  h = hvd_shutdown();
+  if (h != HVD_OK) fail_hvd("hvd_shutdown", h);
+  return 0;
+}

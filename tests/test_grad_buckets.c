@@ -1,0 +1,230 @@
+/* test_grad_buckets: the bucket layout of hvd/grad_buckets.c covers every gradient
+   exactly once, and a bucketed allreduce gives the right average with and without
+   overlap, with float32 (exact) and with fp16 compression (within float16 tolerance).
+   Runs alone (size 1); tests/test_grad_buckets_mpi.sh runs it under mpirun -np 2 and 3. */
+#include "hvd/hvd.h"
+#include "collectives/coll.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+#define CHECK(cond, ...)                                         \
+  do {                                                           \
+    if (!(cond)) {                                               \
+      failures++;                                                \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);       \
+      fprintf(stderr, __VA_ARGS__);                              \
+      fprintf(stderr, "\n");                                     \
+    }                                                            \
+  } while (0)
+
+/* Layout of one (count, bucket, first) case against the rules in hvd.h. */
+static void check_layout(size_t count, size_t bucket_bytes, size_t first_bytes) {
+  static float dummy[1];
+  float *grads = count ? malloc(count * sizeof(float)) : dummy;
+  hvd_grad_buckets_t *b = NULL;
+  hvd_status_t s = hvd_grad_buckets_create(&b, grads, count, bucket_bytes, first_bytes,
+                                           HVD_COMPRESSION_NONE, HVD_AVERAGE);
+  CHECK(s == HVD_OK, "create count=%zu: %s", count, hvd_status_string(s));
+  if (s != HVD_OK) return;
+  size_t per = (bucket_bytes ? bucket_bytes : (25u << 20)) / 4;
+  size_t first = (first_bytes ? first_bytes : (1u << 20)) / 4;
+  if (per == 0) per = 1;
+  if (first == 0) first = 1;
+  size_t rest = count > first ? count - first : 0;
+  size_t want_num = count == 0 ? 0 : 1 + (rest + per - 1) / per;
+  size_t num = hvd_grad_buckets_num(b);
+  CHECK(num == want_num, "count=%zu per=%zu first=%zu: %zu buckets, expected %zu", count,
+        per, first, num, want_num);
+
+  unsigned char *seen = calloc(count + 1, 1);
+  size_t end = count;
+  for (size_t k = 0; k < num; k++) {
+    size_t off, n;
+    hvd_grad_buckets_range(b, k, &off, &n);
+    CHECK(n > 0, "count=%zu bucket %zu is empty", count, k);
+    CHECK(off + n == end, "count=%zu bucket %zu is [%zu,%zu), expected to end at %zu",
+          count, k, off, off + n, end);
+    size_t cap = k == 0 ? first : per;
+    CHECK(n <= cap, "count=%zu bucket %zu has %zu floats > %zu", count, k, n, cap);
+    if (off > 0) CHECK(n == cap, "count=%zu bucket %zu not full (%zu of %zu)", count, k, n, cap);
+    for (size_t i = off; i < off + n && i < count; i++) seen[i]++;
+    end = off;
+  }
+  for (size_t i = 0; i < count; i++)
+    if (seen[i] != 1) {
+      CHECK(0, "count=%zu: element %zu covered %d times", count, i, seen[i]);
+      break;
+    }
+  free(seen);
+  hvd_grad_buckets_free(b);
+  if (count) free(grads);
+}
+
+static void test_layouts(void) {
+  const size_t counts[] = {0, 1, 2, 3, 4, 7, 10, 11, 255, 256, 257, 1000, 1024, 4096,
+                           (1u << 18) + 5, (25u << 18) + (1u << 18)};
+  const size_t sizes[][2] = {{4, 4},       {16, 12},   {40, 8},  {1024, 1024}, {0, 0},
+                             {12, 40},     {1, 1},     {4096, 1024},
+                             {1u << 20, 256 << 10}};
+  for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+    for (size_t j = 0; j < sizeof(sizes) / sizeof(sizes[0]); j++)
+      check_layout(counts[i], sizes[j][0], sizes[j][1]);
+
+  /* The documented example: 10 floats, first 3, then 4 -> [7,10) [3,7) [0,3). */
+  float g[10];
+  hvd_grad_buckets_t *b;
+  CHECK(hvd_grad_buckets_create(&b, g, 10, 16, 12, HVD_COMPRESSION_NONE, HVD_SUM) == HVD_OK,
+        "create example");
+  size_t off, n;
+  CHECK(hvd_grad_buckets_num(b) == 3, "example: %zu buckets", hvd_grad_buckets_num(b));
+  hvd_grad_buckets_range(b, 0, &off, &n);
+  CHECK(off == 7 && n == 3, "example bucket 0 = [%zu,+%zu)", off, n);
+  hvd_grad_buckets_range(b, 1, &off, &n);
+  CHECK(off == 3 && n == 4, "example bucket 1 = [%zu,+%zu)", off, n);
+  hvd_grad_buckets_range(b, 2, &off, &n);
+  CHECK(off == 0 && n == 3, "example bucket 2 = [%zu,+%zu)", off, n);
+  hvd_grad_buckets_free(b);
+
+  /* Bad input. */
+  CHECK(hvd_grad_buckets_create(&b, NULL, 5, 0, 0, HVD_COMPRESSION_NONE, HVD_SUM) ==
+            HVD_ERR_INVALID_ARGUMENT, "NULL grads accepted");
+  CHECK(hvd_grad_buckets_create(&b, g, 10, 0, 0, (hvd_compression_t)7, HVD_SUM) ==
+            HVD_ERR_INVALID_ARGUMENT, "bad compression accepted");
+  CHECK(hvd_grad_buckets_create(&b, g, 10, 0, 0, HVD_COMPRESSION_NONE, (hvd_op_t)42) ==
+            HVD_ERR_INVALID_ARGUMENT, "bad op accepted");
+  CHECK(hvd_grad_buckets_create(NULL, g, 10, 0, 0, HVD_COMPRESSION_NONE, HVD_SUM) ==
+            HVD_ERR_INVALID_ARGUMENT, "NULL out accepted");
+}
+
+/* Gradient of rank r at element i in step t: multiples of 1/8 below 250, so float32
+   sums and averages by 1, 2, 4 ranks are exact (and every input is a float16 number);
+   every 97th is scaled by 1e-4, which float16 cannot hold exactly. */
+static float grad_value(int r, size_t i, int t) {
+  long v = (long)((i * 7919u + (size_t)r * 104729u + (size_t)t * 31u) % 4001u) - 2000;
+  float x = (float)v / 8.0f;
+  if (i % 97 == 0) x *= 1e-4f;   /* small values: float16 relative precision matters */
+  return x;
+}
+
+static void test_allreduce(hvd_compression_t comp, int overlap) {
+  const int size = hvd_size(), rank = hvd_rank();
+  const size_t count = 50000;     /* 200 KB: with 16 KiB buckets, 13 buckets */
+  float *g = malloc(count * sizeof(float));
+  hvd_grad_buckets_t *b;
+  hvd_status_t s = hvd_grad_buckets_create(&b, g, count, 16 << 10, 4 << 10, comp,
+                                           HVD_AVERAGE);
+  CHECK(s == HVD_OK, "create: %s", hvd_status_string(s));
+  if (s != HVD_OK) {
+    free(g);
+    return;
+  }
+  hvd_grad_buckets_set_overlap(b, overlap);
+  const size_t num = hvd_grad_buckets_num(b);
+  const char *what = comp == HVD_COMPRESSION_FP16 ? "fp16" : "fp32";
+  const int steps = 3;
+  for (int t = 0; t < steps; t++) {
+    for (size_t i = 0; i < count; i++) g[i] = grad_value(rank, i, t);
+    /* A backward pass in slices of 3001 floats, from the end. */
+    size_t ready = count;
+    while (ready > 0) {
+      ready = ready > 3001 ? ready - 3001 : 0;
+      s = hvd_grad_buckets_ready(b, ready);
+      CHECK(s == HVD_OK, "%s ready(%zu): %s %s", what, ready, hvd_status_string(s),
+            hvd_last_error());
+      size_t want = 0;
+      if (overlap)
+        while (want < num) {
+          size_t off;
+          hvd_grad_buckets_range(b, want, &off, NULL);
+          if (off < ready) break;
+          want++;
+        }
+      CHECK(hvd_grad_buckets_num_submitted(b) == want,
+            "%s overlap=%d ready_from=%zu: %zu buckets submitted, expected %zu", what,
+            overlap, ready, hvd_grad_buckets_num_submitted(b), want);
+    }
+    s = hvd_grad_buckets_wait(b);
+    CHECK(s == HVD_OK, "%s wait: %s %s", what, hvd_status_string(s), hvd_last_error());
+    CHECK(hvd_grad_buckets_num_submitted(b) == 0, "wait did not end the step");
+
+    size_t bad = 0, differs = 0;
+    double worst = 0;
+    for (size_t i = 0; i < count; i++) {
+      double sum = 0, amax = 0;
+      for (int r = 0; r < size; r++) {
+        double v = grad_value(r, i, t);
+        sum += v;
+        if (fabs(v) > amax) amax = fabs(v);
+      }
+      const float want = (float)(sum / size);
+      if (comp == HVD_COMPRESSION_NONE) {
+        /* The multiples of 1/8 are exact; the scaled-down ones carry float32 rounding
+           of the sum in some order and of the division. */
+        double tol = i % 97 == 0 ? size * ldexp(1.0, -23) * amax : 0.0;
+        if (size & (size - 1)) tol += ldexp(1.0, -23) * fabs(want);   /* sum / 3 */
+        if (fabs((double)g[i] - want) > tol) bad++;
+      } else {
+        /* Each input rounded to half (2^-11 relative), the float32 sum rounded to half,
+           the average rounded to half: at most 3 half-ulps of the largest input, plus
+           the smallest subnormal steps. */
+        double tol = 3.0 * ldexp(1.0, -11) * amax + 3.0 * ldexp(1.0, -24);
+        double err = fabs((double)g[i] - want);
+        if (err > worst) worst = err;
+        if (err > tol) {
+          if (bad < 5)
+            fprintf(stderr, "fp16 element %zu: got %.9g want %.9g tol %.3g\n", i, g[i],
+                    want, tol);
+          bad++;
+        }
+        /* The value came back from float16: it must be a float16 number. */
+        if (coll_half_to_float(coll_float_to_half(g[i])) != g[i]) bad++;
+        if (g[i] != want) differs++;
+      }
+    }
+    CHECK(bad == 0, "%s overlap=%d step %d: %zu of %zu elements wrong", what, overlap, t,
+          bad, count);
+    if (comp == HVD_COMPRESSION_FP16)
+      CHECK(differs > 0, "fp16: every element equals float32; was it compressed?");
+  }
+  hvd_grad_buckets_stats_t st;
+  hvd_grad_buckets_stats(b, &st);
+  const size_t esize = comp == HVD_COMPRESSION_FP16 ? 2 : 4;
+  CHECK(st.steps == (uint64_t)steps, "stats: %llu steps", (unsigned long long)st.steps);
+  CHECK(st.bytes == (uint64_t)steps * count * esize, "stats: %llu bytes",
+        (unsigned long long)st.bytes);
+  CHECK(st.comm_s > 0 && st.blocked_s > 0, "stats: comm %g s blocked %g s", st.comm_s,
+        st.blocked_s);
+  if (!overlap)
+    CHECK(st.comm_s <= st.blocked_s + 1e-9,
+          "no overlap: communication %g s should all be blocked (%g s)", st.comm_s,
+          st.blocked_s);
+  hvd_grad_buckets_reset_stats(b);
+  hvd_grad_buckets_stats(b, &st);
+  CHECK(st.steps == 0 && st.comm_s == 0, "reset_stats");
+  hvd_grad_buckets_free(b);
+  free(g);
+}
+
+int main(void) {
+  test_layouts();
+  hvd_status_t s = hvd_init();
+  if (s != HVD_OK) {
+    fprintf(stderr, "hvd_init: %s %s\n", hvd_status_string(s), hvd_last_error());
+    return 1;
+  }
+  for (int comp = 0; comp < 2; comp++)
+    for (int overlap = 1; overlap >= 0; overlap--)
+      test_allreduce((hvd_compression_t)comp, overlap);
+  int rank = hvd_rank(), size = hvd_size();
+  hvd_shutdown();
+  if (failures) {
+    fprintf(stderr, "rank %d of %d: %d failures\n", rank, size, failures);
+    return 1;
+  }
+  printf("rank %d of %d: grad buckets OK\n", rank, size);
+  return 0;
+}
