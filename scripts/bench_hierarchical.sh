@@ -9,11 +9,14 @@
 # 1. Calibration: bench/allreduce_bench --backend sendrecv (each rank sends to the next
 #    and receives from the previous, both directions at once) between 2 hosts
 #    (-H ns1:1,ns2:1: TCP through the shaped link) and within one host (-H ns1:2: shared
-#    memory). alpha = the least median time of the exchanges of 8..512 bytes; beta = slope between the two largest
-#    sizes (seconds per byte), reported as 1/beta in GB/s.
+#    memory). alpha = the least median time of the exchanges of 8..512 bytes;
+#    beta = slope between the two largest sizes (seconds per byte), shown as 1/beta GB/s.
 # 2. allreduce_bench --backend hvd, flat then hierarchical (--hierarchical-allreduce),
 #    alternated --reps times (A B A B ...); the table gives the median busbw of each and
 #    their ratio, beside the ratio the alpha-beta model predicts from step 1.
+# 3. The model projected to 8, 64 and 512 GPUs (8 per host, one 100 Gbit/s link per
+#    host, NVLink 450 GB/s within a host) for resnet50's gradients (25,557,032 float32
+#    = 102,228,128 bytes), with the measured alphas.
 # Needs root, iproute2, a built tree (make). The machine is shared: expect noise, read
 # the ratios, not the absolute figures.
 set -u
@@ -47,6 +50,8 @@ trap '"$hosts" down >/dev/null 2>&1; rm -rf "$tmp"' EXIT
 trap 'exit 1' INT TERM
 tmp=$(mktemp -d)
 "$hosts" up 2 --rate "$rate" || exit 1
+# A private copy: a rebuild of the tree during the run must not swap the program.
+cp "$bench" "$tmp/allreduce_bench" && bench=$tmp/allreduce_bench || exit 1
 
 # run NAME ARGS...: one allreduce_bench job; keeps its "size busbw time" rows in
 # $tmp/NAME.N (N = repetition); retries once if the job fails (a busy machine can
@@ -105,7 +110,7 @@ done
 #     T = 2 alpha_l + S beta_l + 2 alpha_n + S beta_n
 {
   echo "Flat vs hierarchical allreduce, hvd runtime, 2 hosts x 2 ranks (network namespaces),"
-  echo "links shaped to $rate; float32 sum; median busbw (GB/s) over $reps runs each, alternated;"
+  echo "links shaped to $rate; float32 sum; busbw (GB/s) of the median time over $reps runs each, alternated;"
   echo "$(date -u +%Y-%m-%d), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)."
   echo "Command: sudo scripts/bench_hierarchical.sh --rate $rate --reps $reps --min $min --max $max --iters $iters"
   echo
@@ -114,9 +119,30 @@ done
     printf "intra-host alpha %.1f us, 1/beta %.3f GB/s.\n\n", c * 1e6, 1e-9 / d }'
   echo "| bytes | flat busbw | hierarchical busbw | hier / flat | model hier / flat |"
   echo "|------:|-----------:|-------------------:|------------:|------------------:|"
-  join <(median flat 2) <(median hier 2) | sort -n |
+  # busbw from the median time (the bench prints busbw with 2 decimals only):
+  # busbw = 2(n-1)/n * S / t = 1.5 S / t for n = 4.
+  join <(median flat 3) <(median hier 3) | sort -n |
     awk -v a="$alpha_n" -v b="$beta_n" -v c="$alpha_l" -v d="$beta_l" '{
-      S = $1; tf = 6 * a + 1.5 * S * b; th = 2 * c + S * d + 2 * a + S * b
-      printf "| %d | %.3f | %.3f | %.2f | %.2f |\n", S, $2, $3, ($2 > 0 ? $3 / $2 : 0), tf / th }'
+      S = $1; bf = 1.5 * S / ($2 * 1e3); bh = 1.5 * S / ($3 * 1e3)
+      tf = 6 * a + 1.5 * S * b; th = 2 * c + S * d + 2 * a + S * b
+      printf "| %d | %.3f | %.3f | %.2f | %.2f |\n", S, bf, bh, bh / bf, tf / th }'
+  echo
+  echo "Projection (alpha-beta model, measured alphas; 8 GPUs per host, one 100 Gbit/s link"
+  echo "per host, NVLink 450 GB/s; resnet50 gradients 102,228,128 bytes float32):"
+  echo
+  echo "| GPUs | hosts | flat ring | hierarchical | step time below which communication is exposed (flat / hier) |"
+  echo "|-----:|------:|----------:|-------------:|------------------------------------:|"
+  awk -v an="$alpha_n" -v al="$alpha_l" 'BEGIN {
+    S = 102228128; bn = 1 / 12.5e9; bl = 1 / 450e9; L = 8
+    split("8 64 512", gpus, " ")
+    for (i = 1; i <= 3; i++) {
+      N = gpus[i]; H = N / L
+      if (H == 1) { tf = 2 * (N - 1) * al + 2 * (N - 1) / N * S * bl; th = tf }
+      else {
+        tf = 2 * (N - 1) * an + 2 * (N - 1) / N * S * bn
+        th = 2 * (L - 1) * al + 2 * (L - 1) / L * S * bl + 2 * (H - 1) * an + 2 * (H - 1) / H * S * bn
+      }
+      printf "| %d | %d | %.1f ms | %.1f ms | %.0f / %.0f ms |\n", N, H, tf * 1e3, th * 1e3, 1.5 * tf * 1e3, 1.5 * th * 1e3
+    } }'
 } | tee "$out"
 echo "(written to $out)"
