@@ -9,7 +9,8 @@
    Error per tensor: max|ours - torch| / max(max|torch|, 1e-6), must be < 1e-4; the worst
    is printed per tensor. Tensors of more than 16384 elements are stored sampled (every
    k-th element, k = ceil(numel / 16384)) with the L2 norm of the whole tensor, which must
-   agree within 1e-4 relative too. Run from the repository root. */
+   agree within 1e-4 relative too. Runs with 1 and with 2 threads. Run from the
+   repository root. */
 #include "nn/nn.h"
 
 #include <math.h>
@@ -213,9 +214,12 @@ out:
 }
 
 int main(void) {
-  nn_set_threads(1);
-  run_model("lenet");
-  run_model("resnet20");
+  for (int threads = 1; threads <= 2; threads++) { /* 2: the kernels' threaded paths */
+    nn_set_threads(threads);
+    printf("== %d thread%s\n", threads, threads > 1 ? "s" : "");
+    run_model("lenet");
+    run_model("resnet20");
+  }
   printf("worst relative error over all tensors: %.3g (tolerance %g)\n", worst_overall, TOL);
   if (failures) {
     printf("test_nn_model_step: %d failure(s)\n", failures);
