@@ -71,7 +71,8 @@ static void usage(FILE *f) {
       "  --seed N                  weights and synthetic data (default 1)\n"
       "  --trace_file FILE         rank 0 writes its compute phases (forward, backward,\n"
       "                            allreduce wait, optimizer) of the timed steps as a\n"
-      "                            Chrome trace, on the clock of HVD_TIMELINE\n"
+      "                            Chrome trace (merge it with HVD_TIMELINE's file by\n"
+      "                            scripts/cnn_bench_timeline.py)\n"
       "  --help                    this text\n"
       "Environment: HVD_TIMELINE=file writes a Chrome-trace timeline of the allreduces.\n");
 }
@@ -323,9 +324,9 @@ static float train_step(trainer_t *t, step_trace_t *tr) {
 }
 
 /* Chrome-trace JSON (Perfetto, chrome://tracing): one complete event per phase, in
-   microseconds of CLOCK_MONOTONIC, as HVD_TIMELINE, so the two files can be merged
-   into one view (docs/cnn_bench.md). pid 1 keeps clear of the timeline's pid 0. */
-static int write_trace(const char *path, const step_trace_t *tr, int steps) {
+   microseconds of CLOCK_MONOTONIC. pid 1 keeps clear of the timeline's pid 0. */
+static int write_trace(const char *path, const step_trace_t *tr, int steps,
+                       const double anchor[2]) {
   FILE *f = fopen(path, "w");
   if (f == NULL) {
     fprintf(stderr, "cnn_bench: --trace_file %s: cannot open for writing\n", path);
@@ -333,6 +334,13 @@ static int write_trace(const char *path, const step_trace_t *tr, int steps) {
   }
   fprintf(f, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,"
              "\"args\":{\"name\":\"cnn_bench rank 0 compute\"}}");
+  /* HVD_TIMELINE counts from hvd_init; this event lets a merge line the clocks up
+     (scripts/cnn_bench_timeline.py): its end is just after the runtime's BROADCAST of
+     init.params ends. */
+  if (anchor[1] > 0)
+    fprintf(f, ",\n{\"name\":\"broadcast init.params\",\"cat\":\"anchor\",\"ph\":\"X\","
+               "\"pid\":1,\"tid\":1,\"ts\":%.3f,\"dur\":%.3f}",
+            anchor[0] * 1e6, (anchor[1] - anchor[0]) * 1e6);
   for (int i = 0; i < steps; i++)
     for (int p = 0; p < NUM_PHASES; p++)
       fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"step %d\",\"ph\":\"X\",\"pid\":1,"
@@ -394,9 +402,12 @@ int main(int argc, char **argv) {
   }
 
   /* Same starting point on every rank, as Horovod's broadcast_global_variables. */
+  double anchor[2] = {0, 0};
   if (horovod) {
+    anchor[0] = now_s();
     h = hvd_broadcast("init.params", nn_model_params(t.model), nparams, HVD_FLOAT32, 0);
     if (h != HVD_OK) fail_hvd("broadcast of the initial weights", h);
+    anchor[1] = now_s();
     if (nn_model_num_buffers(t.model) > 0) {
       h = hvd_broadcast("init.buffers", nn_model_buffers(t.model),
                         nn_model_num_buffers(t.model), HVD_FLOAT32, 0);
@@ -510,7 +521,7 @@ int main(int argc, char **argv) {
   }
 
   if (trace) {
-    if (write_trace(o.trace_file, trace, o.num_batches) != 0) return 1;
+    if (write_trace(o.trace_file, trace, o.num_batches, anchor) != 0) return 1;
     free(trace);
   }
   hvd_grad_buckets_free(t.buckets);
