@@ -10,10 +10,10 @@
 #   SCALING_DIR    default build/scaling
 #   ALLREDUCE_LOG  default build/compare_allreduce.txt, e.g. made by
 #                  scripts/compare_allreduce.sh | tee build/compare_allreduce.txt
-#                  Read as: nccl-tests rows (size count type redop time algbw busbw
-#                  #wrong); a line before a block of rows that names a backend (ring,
-#                  hvd, mpi, sendrecv, gloo; e.g. "## backend: mpi" or "# gloo ...")
-#                  starts that backend's series.
+#                  Read as: its table (header "size ring mpi ...", one row of busbw
+#                  per size), or nccl-tests rows (size count type redop time algbw
+#                  busbw #wrong) each block under a line naming its backend (ring,
+#                  hvd, mpi, sendrecv, gloo).
 set -u
 cd "$(dirname "$0")/.."
 dir=${1:-build/scaling}
@@ -45,10 +45,22 @@ if [ -f "$log" ]; then
   /usr/bin/python3 - "$log" "$tmp" <<'PY' || exit 1
 import re, sys
 log, tmp = sys.argv[1], sys.argv[2]
+# Two layouts: compare_allreduce.sh's table (a header "size ring mpi ... ring/mpi ..."
+# then one row per size, busbw per backend, "-" where missing), or nccl-tests rows
+# (size count type redop time algbw busbw #wrong) under a line naming the backend.
 row = re.compile(r"^\s*(\d+)\s+(\d+)\s+\S+\s+\S+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s*$")
 names = ["sendrecv", "gloo", "hvd", "ring", "mpi"]
-series, cur = {}, None
+series, cur, cols = {}, None, None
 for line in open(log):
+    tok = line.split()
+    if tok and tok[0] == "size" and not line.lstrip().startswith("#"):
+        cols = tok[1:]
+        continue
+    if cols and tok and tok[0].isdigit() and len(tok) >= len(cols) + 1:
+        for name, v in zip(cols, tok[1:]):
+            if "/" in name or v == "-": continue
+            series.setdefault(name, []).append((int(tok[0]), float(v)))
+        continue
     m = row.match(line)
     if m:
         if cur is not None:
@@ -69,8 +81,10 @@ PY
   for f in "$tmp"/*.dat; do
     [ -f "$f" ] || continue
     n=$(basename "$f" .dat)
-    case $n in hvd) t="ours (hvd runtime)";; ring) t="ours (ring)";; mpi) t="MPI_Allreduce";;
-               gloo) t="Gloo (PyTorch)";; sendrecv) t="MPI_Sendrecv one way";; *) t=$n;; esac
+    case $n in hvd) t="ours (hvd runtime)";; ring) t="ours (bare ring)";;
+               mpi) t="MPI_Allreduce (allreduce_bench)";; mpi_peer) t="MPI_Allreduce (peer)";;
+               gloo) t="Gloo (PyTorch)";; sendrecv) t="MPI_Sendrecv one way (reference)";;
+               *) t=$n;; esac
     plots="$plots${plots:+, }\"$f\" using (\$1/1048576):2 with linespoints lw 2 title \"$t\""
   done
   if [ -n "$plots" ]; then
