@@ -128,10 +128,18 @@ static void test_allreduce(hvd_compression_t comp, int overlap) {
   const int steps = 3;
   for (int t = 0; t < steps; t++) {
     for (size_t i = 0; i < count; i++) g[i] = grad_value(rank, i, t);
-    /* A backward pass in slices of 3001 floats, from the end. */
+    /* A backward pass: ready_from falls in slices of 3001 floats from the end, and
+       also stops just above and exactly at every bucket boundary. */
     size_t ready = count;
     while (ready > 0) {
-      ready = ready > 3001 ? ready - 3001 : 0;
+      size_t nextr = ready > 3001 ? ready - 3001 : 0;
+      for (size_t k = 0; k < num; k++) {
+        size_t off;
+        hvd_grad_buckets_range(b, k, &off, NULL);
+        if (off + 1 < ready && off + 1 > nextr) nextr = off + 1;
+        else if (off < ready && off > nextr) nextr = off;
+      }
+      ready = nextr;
       s = hvd_grad_buckets_ready(b, ready);
       CHECK(s == HVD_OK, "%s ready(%zu): %s %s", what, ready, hvd_status_string(s),
             hvd_last_error());
