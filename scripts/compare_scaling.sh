@@ -11,7 +11,8 @@
 # Usage: scripts/compare_scaling.sh [OUT_DIR]          (default build/scaling)
 # Environment: MODELS ("lenet resnet20"), BATCH (64), STEPS (timed steps, 20),
 #   WARMUP (3, as the PyTorch peer), REPS (3), BUILD (build), MPIRUN_ARGS (--bind-to none,
-#   as the PyTorch processes are not bound either).
+#   as the PyTorch processes are not bound either), BUCKET_MB / FIRST_BUCKET_MB (cnn_bench's
+#   --bucket_mb / --first_bucket_mb; default: its own, 25 and 1 as PyTorch DDP).
 # Writes OUT_DIR/scaling_raw.tsv (every run), OUT_DIR/scaling_median.tsv (medians),
 # OUT_DIR/scaling_ranks_MODEL.dat (images/sec vs ranks, for scripts/plot_scaling.sh),
 # and prints a markdown table.
@@ -25,6 +26,9 @@ steps=${STEPS:-20}
 warmup=${WARMUP:-3}
 reps=${REPS:-3}
 mpirun_args=${MPIRUN_ARGS:---bind-to none}
+bucket_args=()
+[ -n "${BUCKET_MB:-}" ] && bucket_args+=(--bucket_mb "$BUCKET_MB")
+[ -n "${FIRST_BUCKET_MB:-}" ] && bucket_args+=(--first_bucket_mb "$FIRST_BUCKET_MB")
 peer=/work/shared/tools/peers/torch_ddp_bench.py
 [ -f "$peer" ] || peer=../shared/tools/peers/torch_ddp_bench.py
 py=/usr/bin/python3
@@ -48,7 +52,8 @@ configs="ours1 ours2 none2 nooverlap2 fp16_2 torch1 torch2"
 run_one() {
   local model=$1 cfg=$2 log
   local common=(--model "$model" --batch_size "$batch" --num_batches "$steps"
-                --num_warmup_batches "$warmup" --display_every "$steps" --threads 1)
+                --num_warmup_batches "$warmup" --display_every "$steps" --threads 1
+                ${bucket_args[@]+"${bucket_args[@]}"})
   case $cfg in
     ours1)      log=$(mpirun $mpirun_args -np 1 "$bench" "${common[@]}" 2>&1) ;;
     ours2)      log=$(mpirun $mpirun_args -np 2 "$bench" "${common[@]}" 2>&1) ;;
