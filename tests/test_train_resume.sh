@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Exact resume: a 2-rank run killed with SIGKILL in mid-epoch and resumed from its last
 # checkpoint ends with the same weights, byte for byte, as the uninterrupted run with
-# the same seed and ranks (exported safetensors compared with cmp). SGD with momentum,
-# warm-up and a cosine schedule, so optimizer state, epoch and lr all have to carry over.
+# the same seed and ranks (exported safetensors compared with cmp). Two cases:
+#  - mlp, SGD with momentum, warm-up and a cosine schedule: optimizer state, epoch and
+#    lr have to carry over;
+#  - resnet20 (batch norm: running statistics and num_batches_tracked), Adam, augmentation.
 # The kill is a real SIGKILL that rank 0 sends itself at a chosen global step
 # (HVD_TRAIN_TEST_KILL_AT_STEP), so the test does not depend on timing.
 set -u
@@ -14,39 +16,47 @@ trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 mpi2() { timeout -k 5 120 mpirun -np 2 --oversubscribe "$@"; }
 
-# 1024 synthetic samples, 10% held out: 922 train, 461 per rank, 15 steps of 32 per epoch.
-common=(--model mlp --dataset synthetic --synthetic-samples 1024 --batch-size 32 --epochs 4
-        --seed 7 --threads 1 --lr 0.02 --warmup-epochs 1 --lr-schedule cosine --bucket-mb 0.5)
+# check_case NAME KILL_STEP DONE_EPOCHS EPOCHS FLAGS...: kill at global step KILL_STEP,
+# which lies inside epoch DONE_EPOCHS + 1 (1-based), of a run of EPOCHS epochs.
+check_case() {
+  local name=$1 kill=$2 done=$3 epochs=$4
+  shift 4
+  local d=$tmp/$name
+  mkdir -p "$d"
+  mpi2 "$train" "$@" --epochs "$epochs" --checkpoint-dir "$d/ck_full" --export "$d/full.safetensors" \
+    >"$d/full.log" 2>&1 || { echo "FAIL $name: uninterrupted run:"; cat "$d/full.log"; exit 1; }
+  HVD_TRAIN_TEST_KILL_AT_STEP=$kill mpi2 -x HVD_TRAIN_TEST_KILL_AT_STEP "$train" "$@" \
+    --epochs "$epochs" --checkpoint-dir "$d/ck" --export "$d/killed.safetensors" >"$d/killed.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then
+    echo "FAIL $name: the killed run exited with $rc"; cat "$d/killed.log"; exit 1
+  fi
+  [ -e "$d/killed.safetensors" ] && { echo "FAIL $name: the killed run finished"; exit 1; }
+  grep -q "Epoch $done/$epochs" "$d/killed.log" || { echo "FAIL $name: epoch $done not finished before the kill"; cat "$d/killed.log"; exit 1; }
+  grep -q "Epoch $((done + 1))/$epochs" "$d/killed.log" && { echo "FAIL $name: the kill came after epoch $((done + 1))"; exit 1; }
+  ls "$d/ck" | grep -q tmp && { echo "FAIL $name: a temporary checkpoint file was left behind"; exit 1; }
+  cmp "$d/ck/last.ckpt" "$d/ck/epoch-$(printf %03d "$done").ckpt" || { echo "FAIL $name: last.ckpt is not epoch $done's"; exit 1; }
 
-mpi2 "$train" "${common[@]}" --checkpoint-dir "$tmp/ck_full" --export "$tmp/full.safetensors" \
-  >"$tmp/full.log" 2>&1 || { echo "FAIL uninterrupted run:"; cat "$tmp/full.log"; exit 1; }
+  mpi2 "$train" "$@" --epochs "$epochs" --checkpoint-dir "$d/ck" --resume "$d/ck/last.ckpt" \
+    --export "$d/resumed.safetensors" >"$d/resumed.log" 2>&1 \
+    || { echo "FAIL $name: resumed run:"; cat "$d/resumed.log"; exit 1; }
+  grep -q "resuming .* after epoch $done" "$d/resumed.log" || { echo "FAIL $name: resume message"; cat "$d/resumed.log"; exit 1; }
+  grep -q "Epoch $done/$epochs" "$d/resumed.log" && { echo "FAIL $name: the resumed run repeated an epoch"; exit 1; }
+  if ! cmp "$d/full.safetensors" "$d/resumed.safetensors"; then
+    echo "FAIL $name: resumed weights differ from the uninterrupted run"
+    tail -n 4 "$d/full.log" "$d/resumed.log"
+    exit 1
+  fi
+  local a b
+  a=$(grep '^test accuracy' "$d/full.log"); b=$(grep '^test accuracy' "$d/resumed.log")
+  [ "$a" = "$b" ] || { echo "FAIL $name: $a vs $b"; exit 1; }
+  echo "$name: resumed run matches the uninterrupted one bit for bit ($a)"
+}
 
-# Killed in epoch 3 (0-based 2), step 7 of 15: last.ckpt then holds 2 finished epochs.
-HVD_TRAIN_TEST_KILL_AT_STEP=37 mpi2 -x HVD_TRAIN_TEST_KILL_AT_STEP "$train" "${common[@]}" \
-  --checkpoint-dir "$tmp/ck" --export "$tmp/killed.safetensors" >"$tmp/killed.log" 2>&1
-rc=$?
-if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then
-  echo "FAIL the killed run exited with $rc"; cat "$tmp/killed.log"; exit 1
-fi
-if [ -e "$tmp/killed.safetensors" ]; then echo "FAIL the killed run finished"; exit 1; fi
-grep -q "Epoch 2/4" "$tmp/killed.log" || { echo "FAIL the killed run did not finish epoch 2"; cat "$tmp/killed.log"; exit 1; }
-if grep -q "Epoch 3/4" "$tmp/killed.log"; then echo "FAIL the kill came after epoch 3"; exit 1; fi
-ls "$tmp/ck"
-if ls "$tmp/ck" | grep -q tmp; then echo "FAIL a temporary checkpoint file was left behind"; exit 1; fi
-cmp "$tmp/ck/last.ckpt" "$tmp/ck/epoch-002.ckpt" || { echo "FAIL last.ckpt is not epoch 2's"; exit 1; }
-
-mpi2 "$train" "${common[@]}" --checkpoint-dir "$tmp/ck" --resume "$tmp/ck/last.ckpt" \
-  --export "$tmp/resumed.safetensors" >"$tmp/resumed.log" 2>&1 \
-  || { echo "FAIL resumed run:"; cat "$tmp/resumed.log"; exit 1; }
-grep -q "resuming .* after epoch 2" "$tmp/resumed.log" || { echo "FAIL resume message"; cat "$tmp/resumed.log"; exit 1; }
-if grep -q "Epoch [12]/4" "$tmp/resumed.log"; then echo "FAIL the resumed run repeated epochs"; exit 1; fi
-
-if ! cmp "$tmp/full.safetensors" "$tmp/resumed.safetensors"; then
-  echo "FAIL resumed weights differ from the uninterrupted run"
-  tail -n 4 "$tmp/full.log" "$tmp/resumed.log"
-  exit 1
-fi
-full_acc=$(grep '^test accuracy' "$tmp/full.log")
-res_acc=$(grep '^test accuracy' "$tmp/resumed.log")
-[ "$full_acc" = "$res_acc" ] || { echo "FAIL $full_acc vs $res_acc"; exit 1; }
-echo "resumed run matches the uninterrupted one bit for bit ($full_acc)"
+# 1024 synthetic samples, 10% held out: 922 train, 461 per rank, 15 steps of 32 per epoch;
+# step 37 is step 7 of epoch 3.
+check_case mlp_sgd 37 2 4 --model mlp --dataset synthetic --synthetic-samples 1024 --batch-size 32 \
+  --seed 7 --threads 1 --lr 0.02 --warmup-epochs 1 --lr-schedule cosine --bucket-mb 0.5
+# 160 samples: 144 train, 72 per rank, 5 steps of 16; step 6 is step 1 of epoch 2.
+check_case resnet20_adam 6 1 3 --model resnet20 --dataset synthetic --synthetic-samples 160 \
+  --batch-size 16 --seed 5 --threads 1 --optimizer adam --augment
