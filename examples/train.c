@@ -52,11 +52,16 @@ static void die(const char *fmt, ...) {
   exit(1);
 }
 
+static int g_launched;        /* started by mpirun/hvdrun (a rank variable was set) */
+
 static int env_rank(void) {
   const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "HVD_RANK"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
     const char *v = getenv(vars[i]);
-    if (v && *v) return atoi(v);
+    if (v && *v) {
+      g_launched = 1;
+      return atoi(v);
+    }
   }
   return 0;
 }
@@ -432,7 +437,7 @@ int main(int argc, char **argv) {
     die("--checkpoint-dir %s: cannot create (%s)", o.checkpoint_dir, strerror(errno));
 
   train_progress_t prog;
-  train_progress_init(&prog, rank == 0 && !o.quiet);
+  train_progress_init(&prog, rank == 0 && !o.quiet, g_launched);
   int steps = train_steps_per_epoch(train.n, size, o.batch);
   int shard_b, shard_e;
   train_shard_range(train.n, rank, size, &shard_b, &shard_e);

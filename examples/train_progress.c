@@ -15,9 +15,9 @@ double train_now(void) {
 
 /* Under mpirun a rank's stdout is often a pseudo-terminal of the launcher even when the
    launcher's own output goes to a pipe or file; then the parent's stdout decides. */
-static int stdout_is_terminal(void) {
+static int stdout_is_terminal(int launched) {
   if (!isatty(STDOUT_FILENO)) return 0;
-  if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE") && !getenv("PMIX_RANK")) return 1;
+  if (!launched) return 1;
   char link[64], target[256];
   snprintf(link, sizeof link, "/proc/%d/fd/1", (int)getppid());
   ssize_t n = readlink(link, target, sizeof target - 1);
@@ -26,9 +26,9 @@ static int stdout_is_terminal(void) {
   return strncmp(target, "/dev/pts/", 9) == 0 || strncmp(target, "/dev/tty", 8) == 0;
 }
 
-void train_progress_init(train_progress_t *p, int enabled) {
+void train_progress_init(train_progress_t *p, int enabled, int launched) {
   p->enabled = enabled;
-  p->tty = enabled && stdout_is_terminal();
+  p->tty = enabled && stdout_is_terminal(launched);
 }
 
 void train_progress_begin(train_progress_t *p, int epoch, int epochs, int steps) {

@@ -11,7 +11,9 @@ typedef struct {
   double start, last_draw;
 } train_progress_t;
 
-void train_progress_init(train_progress_t *p, int enabled);
+/* launched: the process was started by mpirun/hvdrun (known before MPI_Init, which may
+   set launcher variables even in a process started alone). */
+void train_progress_init(train_progress_t *p, int enabled, int launched);
 void train_progress_begin(train_progress_t *p, int epoch, int epochs, int steps);
 /* After step (1-based) with running means so far; images_per_sec of all ranks. */
 void train_progress_step(train_progress_t *p, int step, double loss, double acc,
