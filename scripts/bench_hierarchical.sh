@@ -20,7 +20,7 @@
 # Needs root, iproute2, a built tree (make). The machine is shared: expect noise, read
 # the ratios, not the absolute figures.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 build=${HVD_BUILD:-build}
 rate=10gbit reps=3 min=1M max=64M iters=5 out=$build/bench_hierarchical.md
 while [ $# -gt 0 ]; do
@@ -79,7 +79,7 @@ median() {
 }
 
 echo "== calibration: sendrecv across hosts and within a host ($reps repetitions)"
-for r in $(seq 1 "$reps"); do
+for _ in $(seq 1 "$reps"); do
   run cross -np 2 -H ns1:1,ns2:1 "$bench" --backend sendrecv -b 8 -e "$max" -f 8 -n 20 -w 3 || exit 1
   run local -np 2 -H ns1:2 "$bench" --backend sendrecv -b 8 -e "$max" -f 8 -n 20 -w 3 || exit 1
 done
@@ -96,7 +96,7 @@ awk -v a="$alpha_n" -v b="$beta_n" -v c="$alpha_l" -v d="$beta_l" 'BEGIN {
   printf "intra-host (shared memory):  alpha %.1f us, 1/beta %.3f GB/s\n", c * 1e6, 1e-9 / d }'
 
 echo "== flat vs hierarchical, 2 hosts x 2 ranks, A B A B x $reps"
-for r in $(seq 1 "$reps"); do
+for _ in $(seq 1 "$reps"); do
   run flat -np 4 -H ns1:2,ns2:2 "$bench" --backend hvd -b "$min" -e "$max" -f 4 -n "$iters" -w 2 || exit 1
   run hier -np 4 -H ns1:2,ns2:2 --hierarchical-allreduce "$bench" --backend hvd \
     -b "$min" -e "$max" -f 4 -n "$iters" -w 2 || exit 1

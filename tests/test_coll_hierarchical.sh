@@ -4,7 +4,7 @@
 # The fake hosts are cut out of one machine by rank (see test_coll_hierarchical.c);
 # tests/test_netns_hierarchical.sh runs the same program on real (namespace) hosts.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 build=${HVD_BUILD:-build}
 bin=$build/tests/test_coll_hierarchical
 if [ ! -x "$bin" ]; then echo "SKIP: $bin is not built (run make)"; exit 77; fi

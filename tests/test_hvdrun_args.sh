@@ -6,7 +6,7 @@
 # program's. Then the argv hvdrun builds (--dry-run) for hostfiles in both dialects,
 # binding defaults, --start-timeout, and MPICH's spelling of the same options.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 build=${HVD_BUILD:-build}
 hvdrun=$build/hvdrun
 # The ranks must see exactly the variables hvdrun sets: none inherited from here.

@@ -4,7 +4,7 @@
 # the local topology, whose counts must equal hwloc-calc's and nproc's, and a placement
 # of one rank per core that gives every rank its own cores.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 build=${HVD_BUILD:-build}
 hvdrun=$build/hvdrun
 if [ ! -x "$hvdrun" ]; then echo "SKIP: $hvdrun is not built (run make)"; exit 77; fi

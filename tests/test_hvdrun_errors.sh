@@ -3,7 +3,7 @@
 # a bad command line or configuration, 127 for a missing program or launcher) and the
 # message on stderr names the problem. Nothing here starts MPI.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 build=${HVD_BUILD:-build}
 hvdrun=$build/hvdrun
 if [ ! -x "$hvdrun" ]; then echo "SKIP: $hvdrun is not built (run make)"; exit 77; fi

@@ -3,7 +3,7 @@
 # through hvdrun and through plain mpirun, with the same output (allreduce of rank+1
 # over 2 ranks: 3 on every rank).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 build=${HVD_BUILD:-build}
 hvdrun=$build/hvdrun
 bin=$build/examples/hello_allreduce

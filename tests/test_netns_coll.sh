@@ -4,7 +4,7 @@
 # cross level over TCP between namespaces; results bit-equal to the flat ring (see
 # test_coll_hierarchical.c). Needs root and network namespaces; skips otherwise.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 build=${HVD_BUILD:-build}
 hvdrun=$build/hvdrun
 bin=$build/tests/test_coll_hierarchical

@@ -4,7 +4,7 @@
 # both through hvdrun -H ns1:2,ns2:2 and through plain mpirun with the agent.
 # Needs root and network namespaces; skips otherwise. Removes its hosts on every exit.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 build=${HVD_BUILD:-build}
 hvdrun=$build/hvdrun
 hosts=scripts/netns-hosts.sh

@@ -7,7 +7,7 @@
 # In hierarchical mode the runtime must not report that it ignored the setting.
 # Needs root and network namespaces; skips otherwise. Removes its hosts on every exit.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 build=${HVD_BUILD:-build}
 hvdrun=$build/hvdrun
 hello=$build/examples/hello_allreduce
