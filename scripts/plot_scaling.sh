@@ -26,12 +26,13 @@ made=0
 for dat in "$dir"/scaling_ranks_*.dat; do
   [ -f "$dat" ] || continue
   model=$(basename "$dat" .dat); model=${model#scaling_ranks_}
+  when=$(date -r "$dat" +%F)
   gnuplot <<EOF || exit 1
-set terminal pngcairo size 640,420 noenhanced
+set terminal pngcairo size 640,480 noenhanced
 set output "$img/scaling_$model.png"
-set title "$model, batch 64 per rank, 1 thread per rank (CPU)"
+set title "$model, batch 64 per rank, 1 thread per rank, CPU ($when)"
 set xlabel "ranks"; set ylabel "total images/sec"
-set xtics 1; set xrange [0.8:2.2]; set yrange [0:*]; set key top left; set grid
+set xtics 1; set xrange [0.8:2.2]; set yrange [0:*]; set key outside below; set grid
 plot "$dat" using 1:4 with linespoints lw 2 title "no communication (ceiling)", \
      "$dat" using 1:2 with linespoints lw 2 title "ours (hvd, horovod)", \
      "$dat" using 1:3 with linespoints lw 2 title "PyTorch DDP (Gloo)"
@@ -89,11 +90,11 @@ PY
   done
   if [ -n "$plots" ]; then
     gnuplot <<EOF || exit 1
-set terminal pngcairo size 640,420 noenhanced
+set terminal pngcairo size 640,480 noenhanced
 set output "$img/allreduce_busbw.png"
 set title "allreduce float32, 2 ranks, this machine"
 set xlabel "message size (MiB)"; set ylabel "busbw (GB/s)"
-set logscale x 2; set yrange [0:*]; set key top left; set grid
+set logscale x 2; set yrange [0:*]; set key outside below; set grid
 plot $plots
 EOF
     echo "plot_scaling: wrote $img/allreduce_busbw.png"
