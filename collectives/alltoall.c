@@ -31,9 +31,13 @@ coll_status_t coll_alltoall(coll_transport_t *t, const void *sendbuf, void *recv
     st = t->ops->irecv(t, from, dst + (size_t)from * bs, bs, COLL_TAG_ALLTOALL, &rreq);
     if (st != COLL_OK) break;
     st = t->ops->isend(t, to, src + (size_t)to * bs, bs, COLL_TAG_ALLTOALL, &sreq);
-    coll_status_t s1 = t->ops->wait(t, &rreq);
-    coll_status_t s2 = st == COLL_OK ? t->ops->wait(t, &sreq) : st;
-    st = s1 != COLL_OK ? s1 : s2;
+    if (st != COLL_OK) { /* never wait for a receive whose partner we failed */
+      coll_abandon(t, &rreq);
+      break;
+    }
+    st = t->ops->wait(t, &rreq);
+    if (st == COLL_OK) st = t->ops->wait(t, &sreq);
+    else coll_abandon(t, &sreq);
   }
   coll_temp_release(&copy);
   return st;

@@ -13,9 +13,13 @@ coll_status_t coll_barrier(coll_transport_t *t) {
     st = t->ops->irecv(t, (r - d + N) % N, &in, 1, COLL_TAG_BARRIER, &rreq);
     if (st != COLL_OK) break;
     st = t->ops->isend(t, (r + d) % N, &out, 1, COLL_TAG_BARRIER, &sreq);
-    coll_status_t s1 = t->ops->wait(t, &rreq);
-    coll_status_t s2 = st == COLL_OK ? t->ops->wait(t, &sreq) : st;
-    st = s1 != COLL_OK ? s1 : s2;
+    if (st != COLL_OK) { /* never wait for a receive whose partner we failed */
+      coll_abandon(t, &rreq);
+      break;
+    }
+    st = t->ops->wait(t, &rreq);
+    if (st == COLL_OK) st = t->ops->wait(t, &sreq);
+    else coll_abandon(t, &sreq);
   }
   return st;
 }

@@ -63,12 +63,13 @@ coll_status_t coll_broadcast(coll_transport_t *t, void *buf, size_t count, coll_
         if (st == COLL_OK) posted++;
       }
     }
-    /* On failure, release the receives still posted into buf. */
-    for (; received < posted; received++) t->ops->wait(t, &recvs[received % BCAST_DEPTH]);
+    /* On failure, give up the receives still posted into buf (never wait: the peer
+       that failed will not send them). */
+    for (; received < posted; received++) coll_abandon(t, &recvs[received % BCAST_DEPTH]);
   }
   for (size_t c = 0; c < nsent; c++) {
-    coll_status_t s2 = t->ops->wait(t, &sends[c]);
-    if (st == COLL_OK) st = s2;
+    if (st == COLL_OK) st = t->ops->wait(t, &sends[c]);
+    else coll_abandon(t, &sends[c]);
   }
 #undef CHUNK
 #undef CHUNK_BYTES

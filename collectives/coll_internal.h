@@ -52,6 +52,14 @@ typedef struct {
 coll_status_t coll_temp_get(coll_transport_t *t, int slot, size_t bytes, coll_temp_t *tmp);
 void coll_temp_release(coll_temp_t *tmp);
 
+/* Gives up on a started request without waiting for it (error paths: after a failure
+   the peer may never complete it, and waiting would hang). A receive will no longer
+   write into its buffer; a send's buffer may still be read by the transport, so the
+   caller keeps it alive if it can. For transports that are not ours this waits. */
+void coll_abandon(coll_transport_t *t, coll_request_t *req);
+void coll_inproc_abandon(coll_transport_t *t, coll_request_t *req);
+void coll_mpi_abandon(coll_transport_t *t, coll_request_t *req);
+
 /* The transport ops, so coll_transport_is_ours can recognise them. */
 extern const coll_transport_ops_t coll_inproc_ops;
 extern const coll_transport_ops_t coll_mpi_ops;

@@ -25,12 +25,15 @@ static coll_status_t send_recv(coll_transport_t *t, int peer, const void *sbuf, 
   if (st != COLL_OK) return st;
   st = t->ops->isend(t, peer, sbuf, bytes, COLL_TAG_RECURSIVE_DOUBLING, &sreq);
   if (st != COLL_OK) {
-    t->ops->wait(t, &rreq);
+    coll_abandon(t, &rreq);
     return st;
   }
-  coll_status_t s1 = t->ops->wait(t, &rreq);
-  coll_status_t s2 = t->ops->wait(t, &sreq);
-  return s1 != COLL_OK ? s1 : s2;
+  st = t->ops->wait(t, &rreq);
+  if (st != COLL_OK) {
+    coll_abandon(t, &sreq);
+    return st;
+  }
+  return t->ops->wait(t, &sreq);
 }
 
 static coll_status_t send_only(coll_transport_t *t, int peer, const void *buf, size_t bytes) {

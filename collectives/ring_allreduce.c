@@ -143,16 +143,14 @@ coll_status_t coll_ring_run(coll_transport_t *t, const coll_ring_plan_t *p) {
 #undef POST_RECV
 
   /* Drain: on success every send must complete before the caller may touch its buffers.
-     On failure keep the first error, but still wait what we can (a cancelled transport
-     returns at once). */
+     On failure the peers may never complete what is in flight: give it up instead of
+     waiting (which could hang). */
   for (size_t i = 0; i < nsend0 + nrecv; i++) {
-    coll_status_t s2 = finish(t, &sends[i]);
-    if (st == COLL_OK) st = s2;
+    if (st == COLL_OK) st = finish(t, &sends[i]);
+    else if (sends[i].live) coll_abandon(t, &sends[i].req), sends[i].live = 0;
   }
-  for (int i = 0; i < RING_DEPTH; i++) {
-    coll_status_t s2 = finish(t, &recvs[i]);
-    if (st == COLL_OK) st = s2;
-  }
+  for (int i = 0; i < RING_DEPTH; i++)
+    if (recvs[i].live) coll_abandon(t, &recvs[i].req), recvs[i].live = 0;
   coll_temp_release(&staging);
   free(mem);
   free(nchunks);

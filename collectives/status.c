@@ -123,3 +123,10 @@ void coll_temp_release(coll_temp_t *tmp) {
   tmp->ptr = NULL;
   tmp->owned = 0;
 }
+
+void coll_abandon(coll_transport_t *t, coll_request_t *req) {
+  if (!t || !req) return;
+  if (t->ops == &coll_inproc_ops) coll_inproc_abandon(t, req);
+  else if (t->ops == &coll_mpi_ops) coll_mpi_abandon(t, req);
+  else t->ops->wait(t, req);
+}

@@ -200,6 +200,18 @@ static coll_status_t inproc_wait(coll_transport_t *t, coll_request_t *req) {
   return s;
 }
 
+void coll_inproc_abandon(coll_transport_t *t, coll_request_t *req) {
+  inproc_req_t *q = (inproc_req_t *)req;
+  inproc_recv_t *r = q->recv;
+  if (!r) return; /* sends are complete when started */
+  inproc_world_t *w = world_of(t);
+  pthread_mutex_lock(&w->lock);
+  if (!r->done) unpost(w, r);
+  pthread_mutex_unlock(&w->lock);
+  free(r);
+  q->recv = NULL;
+}
+
 static void inproc_destroy(coll_transport_t *t) {
   if (!t) return;
   inproc_impl_t *impl = t->impl;

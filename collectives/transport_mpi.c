@@ -156,6 +156,13 @@ static coll_status_t mpi_wait(coll_transport_t *t, coll_request_t *req) {
   return COLL_OK;
 }
 
+void coll_mpi_abandon(coll_transport_t *t, coll_request_t *req) {
+  (void)t;
+  mpi_req_t *q = (mpi_req_t *)req;
+  abandon(q);
+  q->n = 0;
+}
+
 static void mpi_destroy(coll_transport_t *t) {
   if (!t) return;
   mpi_impl_t *impl = t->impl;
