@@ -58,9 +58,11 @@ for line in open(log):
         cols = tok[1:]
         continue
     if cols and tok and tok[0].isdigit() and len(tok) >= len(cols) + 1:
+        if len(tok) != len(cols) + 1: continue      # a garbled row: skip it whole
         for name, v in zip(cols, tok[1:]):
             if "/" in name or v == "-": continue
-            series.setdefault(name, []).append((int(tok[0]), float(v)))
+            try: series.setdefault(name, []).append((int(tok[0]), float(v)))
+            except ValueError: pass
         continue
     m = row.match(line)
     if m:
@@ -92,7 +94,7 @@ PY
     gnuplot <<EOF || exit 1
 set terminal pngcairo size 640,480 noenhanced
 set output "$img/allreduce_busbw.png"
-set title "allreduce float32, 2 ranks, this machine"
+set title "allreduce float32, 2 ranks, this machine ($(date -r "$log" +%F))"
 set xlabel "message size (MiB)"; set ylabel "busbw (GB/s)"
 set logscale x 2; set yrange [0:*]; set key outside below; set grid
 plot $plots
