@@ -12,7 +12,9 @@
 # Environment: MODELS ("lenet resnet20"), BATCH (64), STEPS (timed steps, 20),
 #   WARMUP (3, as the PyTorch peer), REPS (3), BUILD (build), MPIRUN_ARGS (--bind-to none,
 #   as the PyTorch processes are not bound either), BUCKET_MB / FIRST_BUCKET_MB (cnn_bench's
-#   --bucket_mb / --first_bucket_mb; default: its own, 25 and 1 as PyTorch DDP).
+#   --bucket_mb / --first_bucket_mb; default: its own, 25 and 1 as PyTorch DDP), CONFIGS
+#   (a subset of the names below, e.g. CONFIGS="ours2 nooverlap2"; the table shows nan for
+#   the others).
 # Writes OUT_DIR/scaling_raw.tsv (every run), OUT_DIR/scaling_median.tsv (medians),
 # OUT_DIR/scaling_ranks_MODEL.dat (images/sec vs ranks, for scripts/plot_scaling.sh),
 # and prints a markdown table.
@@ -46,7 +48,7 @@ mkdir -p "$out"
 raw=$out/scaling_raw.tsv
 printf 'model\tconfig\trep\timages_per_sec\thidden_pct\n' >"$raw"
 
-configs="ours1 ours2 none2 nooverlap2 fp16_2 torch1 torch2"
+configs=${CONFIGS:-ours1 ours2 none2 nooverlap2 fp16_2 torch1 torch2}
 
 # run_one MODEL CONFIG -> prints "images/sec hidden%" ("nan" where absent)
 run_one() {
@@ -74,6 +76,7 @@ run_one() {
   echo "$ips ${hidden:-nan}"
 }
 
+# ours1 ours2 none2 nooverlap2 fp16_2 torch1 torch2: see run_one.
 for model in $models; do
   for rep in $(seq 1 "$reps"); do
     for cfg in $configs; do
