@@ -69,7 +69,10 @@ size_t nn_conv2d_workspace_floats(const nn_conv2d_shape_t *s) {
 }
 
 /* Number of batch chunks to run in parallel (1: OpenBLAS threads each GEMM instead). */
+int nn_conv2d_batch_split = 1;
+
 static int conv_chunks(const nn_conv2d_shape_t *s) {
+  if (!nn_conv2d_batch_split) return 1;
   int t = nn_parallel_workers(s->n);
   if (t > conv_slots(s)) return 1;
   return t;

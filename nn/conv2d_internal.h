@@ -10,4 +10,8 @@
 extern size_t nn_conv2d_block_bytes;
 extern int nn_conv2d_block_min_cols;
 
+/* 1 (default): split the batch over nn's threads, each GEMM single-threaded; 0: one
+   sample at a time with OpenBLAS threading each GEMM (kept for measurements). */
+extern int nn_conv2d_batch_split;
+
 #endif

@@ -537,6 +537,31 @@ static void check_threads_agree(void) {
     free(out[1][k]);
   }
   free(x); free(w); free(dyc); free(dyp); free(dyb); free(g); free(b); free(ws); free(am);
+
+  /* Linear above its threading threshold: column blocks per thread. */
+  int n = 16, in = 300, nout = 260;
+  float *lx = frand((size_t)n * in), *lw = frand((size_t)nout * in), *lb = frand(nout),
+        *ldy = frand((size_t)n * nout);
+  float *lo[2][4];
+  for (int t = 0; t < 2; t++) {
+    nn_set_threads(t + 1);
+    lo[t][0] = calloc((size_t)n * nout, 4);
+    lo[t][1] = calloc((size_t)n * in, 4);
+    lo[t][2] = calloc((size_t)nout * in, 4);
+    lo[t][3] = calloc(nout, 4);
+    nn_linear_forward(n, in, nout, lx, lw, lb, lo[t][0]);
+    nn_linear_backward(n, in, nout, lx, lw, ldy, lo[t][1], lo[t][2], lo[t][3]);
+  }
+  const char *lnames[4] = {"linear y", "linear dx", "linear dw", "linear db"};
+  size_t lsizes[4] = {(size_t)n * nout, (size_t)n * in, (size_t)nout * in, (size_t)nout};
+  for (int k = 0; k < 4; k++) {
+    double *ref = to_d(lo[0][k], lsizes[k]);
+    compare(lnames[k], lo[1][k], NULL, ref, lsizes[k], 1e-5);
+    free(ref);
+    free(lo[0][k]);
+    free(lo[1][k]);
+  }
+  free(lx); free(lw); free(lb); free(ldy);
 }
 
 static void run_all(void) {
