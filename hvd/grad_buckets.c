@@ -14,6 +14,7 @@
    FP16 compression (Horovod's Compression.fp16): a bucket is cast into a float16
    staging array when it is submitted, reduced as HVD_FLOAT16, and cast back in wait(). */
 #include "hvd/hvd.h"
+#include "hvd/hvd_internal.h"
 #include "collectives/coll.h"
 
 #include <stdio.h>
@@ -109,14 +110,20 @@ static void from_half(float *g, const uint16_t *h, size_t n) {
 hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, size_t count,
                                      size_t bucket_bytes, size_t first_bucket_bytes,
                                      hvd_compression_t compression, hvd_op_t op) {
-  if (out == NULL) return HVD_ERR_INVALID_ARGUMENT;
+  if (out == NULL)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_grad_buckets_create: out is NULL");
   *out = NULL;
-  if (grads == NULL && count > 0) return HVD_ERR_INVALID_ARGUMENT;
+  if (grads == NULL && count > 0)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                         "hvd_grad_buckets_create: grads is NULL with count %zu", count);
   if (compression != HVD_COMPRESSION_NONE && compression != HVD_COMPRESSION_FP16)
-    return HVD_ERR_INVALID_ARGUMENT;
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                         "hvd_grad_buckets_create: compression %d is neither "
+                         "HVD_COMPRESSION_NONE nor HVD_COMPRESSION_FP16", (int)compression);
   if (op != HVD_SUM && op != HVD_AVERAGE && op != HVD_MIN && op != HVD_MAX &&
       op != HVD_PRODUCT)
-    return HVD_ERR_INVALID_ARGUMENT;
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_grad_buckets_create: op %d is not "
+                         "an hvd_op_t", (int)op);
   size_t per = (bucket_bytes ? bucket_bytes : DEFAULT_BUCKET_BYTES) / sizeof(float);
   size_t first = (first_bucket_bytes ? first_bucket_bytes : DEFAULT_FIRST_BUCKET_BYTES) /
                  sizeof(float);
@@ -124,7 +131,7 @@ hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, siz
   if (first == 0) first = 1;
 
   hvd_grad_buckets_t *b = calloc(1, sizeof(*b));
-  if (b == NULL) return HVD_ERR_NO_MEMORY;
+  if (b == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_grad_buckets_create: out of memory");
   b->grads = grads;
   b->count = count;
   b->compression = compression;
@@ -143,7 +150,8 @@ hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, siz
     b->buckets = calloc(num, sizeof(bucket_t));
     if (b->buckets == NULL) {
       free(b);
-      return HVD_ERR_NO_MEMORY;
+      return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_grad_buckets_create: out of memory for "
+                           "%zu buckets", num);
     }
   }
   size_t end = count;
@@ -159,7 +167,8 @@ hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, siz
     if (b->half == NULL) {
       free(b->buckets);
       free(b);
-      return HVD_ERR_NO_MEMORY;
+      return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_grad_buckets_create: out of memory for "
+                           "the %zu-byte float16 staging buffer", count * sizeof(uint16_t));
     }
   }
   *out = b;
@@ -245,7 +254,8 @@ static void poll_in_flight(hvd_grad_buckets_t *b) {
 }
 
 hvd_status_t hvd_grad_buckets_ready(hvd_grad_buckets_t *b, size_t ready_from) {
-  if (b == NULL) return HVD_ERR_INVALID_ARGUMENT;
+  if (b == NULL)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_grad_buckets_ready: b is NULL");
   if (!b->overlap) return HVD_OK;
   while (b->next < b->num && b->buckets[b->next].offset >= ready_from) {
     hvd_status_t s = submit(b, b->next);
@@ -264,7 +274,8 @@ void hvd_grad_buckets_on_ready(void *b, size_t ready_from) {
 }
 
 hvd_status_t hvd_grad_buckets_wait(hvd_grad_buckets_t *b) {
-  if (b == NULL) return HVD_ERR_INVALID_ARGUMENT;
+  if (b == NULL)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_grad_buckets_wait: b is NULL");
   double t0 = now_s();
   poll_in_flight(b);
   /* Submit what is left even after an error: the other ranks may be waiting for these

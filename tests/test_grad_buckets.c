@@ -92,6 +92,8 @@ static void test_layouts(void) {
   /* Bad input. */
   CHECK(hvd_grad_buckets_create(&b, NULL, 5, 0, 0, HVD_COMPRESSION_NONE, HVD_SUM) ==
             HVD_ERR_INVALID_ARGUMENT, "NULL grads accepted");
+  CHECK(strstr(hvd_last_error(), "grads is NULL with count 5") != NULL,
+        "message for NULL grads: \"%s\"", hvd_last_error());
   CHECK(hvd_grad_buckets_create(&b, g, 10, 0, 0, (hvd_compression_t)7, HVD_SUM) ==
             HVD_ERR_INVALID_ARGUMENT, "bad compression accepted");
   CHECK(hvd_grad_buckets_create(&b, g, 10, 0, 0, HVD_COMPRESSION_NONE, (hvd_op_t)42) ==
