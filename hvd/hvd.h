@@ -93,7 +93,8 @@ size_t hvd_dtype_size(hvd_dtype_t dtype);
    for the same (count, sizes). Bucket K is allreduced under the name "grad.bucket.K", so
    one set of buckets may be in flight at a time per process.
    Per step: hvd_grad_buckets_ready() from nn's grad-ready callback (or not at all),
-   then hvd_grad_buckets_wait() before the optimizer step. */
+   then hvd_grad_buckets_wait() before the optimizer step. One object is used by one
+   thread at a time (the one running backward). */
 typedef enum { HVD_COMPRESSION_NONE = 0, HVD_COMPRESSION_FP16 = 1 } hvd_compression_t;
 
 typedef struct hvd_grad_buckets hvd_grad_buckets_t;
