@@ -46,11 +46,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 mkdir -p "$out"
 raw=$out/scaling_raw.tsv
-printf 'model\tconfig\trep\timages_per_sec\thidden_pct\n' >"$raw"
+printf 'model\tconfig\trep\timages_per_sec\thidden_pct\tblocked_ms\tcomm_ms\n' >"$raw"
 
 configs=${CONFIGS:-ours1 ours2 none2 nooverlap2 fp16_2 torch1 torch2}
 
-# run_one MODEL CONFIG -> prints "images/sec hidden%" ("nan" where absent)
+# run_one MODEL CONFIG -> prints "images/sec hidden% blocked_ms comm_ms" ("nan" where
+# absent); blocked = communication not overlapped, per step (cnn_bench's last line)
 run_one() {
   local model=$1 cfg=$2 log
   local common=(--model "$model" --batch_size "$batch" --num_batches "$steps"
@@ -65,23 +66,26 @@ run_one() {
     torch1)     log=$(OMP_NUM_THREADS=1 $py "$peer" "$model" "$batch" "$steps" 1 1 2>&1) ;;
     torch2)     log=$(OMP_NUM_THREADS=1 $py "$peer" "$model" "$batch" "$steps" 2 1 2>&1) ;;
   esac
-  local ips hidden
+  local ips hidden blocked comm
   ips=$(sed -n 's/^total images\/sec: \([0-9.]*\).*/\1/p' <<<"$log" | tail -n 1)
   hidden=$(sed -n 's/^communication hidden: \([0-9.]*\)%.*/\1/p' <<<"$log" | tail -n 1)
+  blocked=$(sed -n 's/^communication hidden: .*not overlapped \([0-9.]*\) ms of \([0-9.]*\) ms.*/\1/p' <<<"$log" | tail -n 1)
+  comm=$(sed -n 's/^communication hidden: .*not overlapped \([0-9.]*\) ms of \([0-9.]*\) ms.*/\2/p' <<<"$log" | tail -n 1)
   if [ -z "$ips" ]; then
     echo "compare_scaling: $model $cfg gave no total:" >&2
     tail -n 5 <<<"$log" >&2
     ips=nan
   fi
-  echo "$ips ${hidden:-nan}"
+  echo "$ips ${hidden:-nan} ${blocked:-nan} ${comm:-nan}"
 }
 
 # ours1 ours2 none2 nooverlap2 fp16_2 torch1 torch2: see run_one.
 for model in $models; do
   for rep in $(seq 1 "$reps"); do
     for cfg in $configs; do
-      read -r ips hidden < <(run_one "$model" "$cfg")
-      printf '%s\t%s\t%s\t%s\t%s\n' "$model" "$cfg" "$rep" "$ips" "$hidden" >>"$raw"
+      read -r ips hidden blocked comm < <(run_one "$model" "$cfg")
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$cfg" "$rep" "$ips" "$hidden" \
+        "$blocked" "$comm" >>"$raw"
       echo "  $model rep $rep $cfg: $ips images/sec (hidden $hidden%)" >&2
     done
   done
@@ -92,10 +96,16 @@ $py - "$raw" "$out" "$batch" "$steps" "$reps" <<'PY'
 import math, statistics, sys, datetime
 raw, out, batch, steps, reps = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 rows = [l.rstrip("\n").split("\t") for l in open(raw)][1:]
-vals, hid = {}, {}
-for model, cfg, rep, ips, h in rows:
+vals, hid, cost = {}, {}, {}
+for model, cfg, rep, ips, h, blocked, comm in rows:
     if ips != "nan": vals.setdefault((model, cfg), []).append(float(ips))
     if h != "nan": hid.setdefault((model, cfg), []).append(float(h))
+    if ips != "nan" and blocked != "nan":
+        # share of the step spent blocked on communication: blocked / step time, with
+        # the step time from the total (ranks * batch / total images/sec)
+        ranks = 1 if cfg.endswith("1") else 2
+        step_ms = 1e3 * ranks * int(batch) / float(ips)
+        cost.setdefault((model, cfg), []).append(100 * float(blocked) / step_ms)
 def med(d, k):
     return statistics.median(d[k]) if k in d else float("nan")
 models = list(dict.fromkeys(r[0] for r in rows))
@@ -119,14 +129,15 @@ print("| model | ours np=1 | ours np=2 | none np=2 (ceiling) | np=2 no overlap |
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for m in models:
     print("| %s | " % m + " | ".join("%.1f" % med(vals, (m, c)) for c in cfgs) + " |")
-print("\n| model | ours/DDP at np=2 (goal >= 1.2) | scaling efficiency ours | scaling efficiency none | ours/none efficiency (goal >= 0.95) | overlap on/off | fp16 on/off | communication hidden (ours, fp16) |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
+print("\n| model | ours/DDP at np=2 (goal >= 1.2) | scaling efficiency ours | scaling efficiency none | ours/none efficiency (goal >= 0.95) | overlap on/off | fp16 on/off | communication hidden (ours, fp16) | step blocked on communication (ours, no overlap, fp16) |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for m in models:
     g = lambda c: med(vals, (m, c))
     eff_ours = g("ours2") / 2 / g("ours1")
     eff_none = g("none2") / 2 / g("ours1")
-    print("| %s | %.2f | %.1f%% | %.1f%% | %.2f | %.2f | %.2f | %.0f%%, %.0f%% |" % (
+    print("| %s | %.2f | %.1f%% | %.1f%% | %.2f | %.2f | %.2f | %.0f%%, %.0f%% | %.1f%%, %.1f%%, %.1f%% |" % (
         m, g("ours2") / g("torch2"), 100 * eff_ours, 100 * eff_none, eff_ours / eff_none,
         g("ours2") / g("nooverlap2"), g("fp16_2") / g("ours2"),
-        med(hid, (m, "ours2")), med(hid, (m, "fp16_2"))))
+        med(hid, (m, "ours2")), med(hid, (m, "fp16_2")), med(cost, (m, "ours2")),
+        med(cost, (m, "nooverlap2")), med(cost, (m, "fp16_2"))))
 PY
