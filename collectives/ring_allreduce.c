@@ -61,10 +61,11 @@ coll_status_t coll_ring_run(coll_transport_t *t, const coll_ring_plan_t *p) {
     free(nchunks);
     return coll_fail(t, COLL_ERR_NO_MEMORY, "ring: out of memory for a %zu-op schedule", nrecv);
   }
+  /* Most-aligned first: ops and pointers are 8-aligned, ring_req_t only 4. */
   ring_op_t *ops = (ring_op_t *)mem;
-  ring_req_t *sends = (ring_req_t *)(ops + nrecv);       /* step 0: [0, nsend0), then 1 per op */
-  ring_req_t *recvs = sends + nsend0 + nrecv;            /* RING_DEPTH slots */
-  ring_req_t **reader = (ring_req_t **)(recvs + RING_DEPTH); /* last send reading work[cid] */
+  ring_req_t **reader = (ring_req_t **)(ops + nrecv); /* last send reading work[cid] */
+  ring_req_t *sends = (ring_req_t *)(reader + total_chunks); /* step 0: [0, nsend0), then 1 per op */
+  ring_req_t *recvs = sends + nsend0 + nrecv;                /* RING_DEPTH slots */
 
   size_t k = 0;
   for (int s = 0; s < p->nsteps; s++) {

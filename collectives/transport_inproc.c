@@ -81,8 +81,8 @@ static void deliver(inproc_recv_t *r, const void *data, size_t bytes) {
   r->done = 1;
 }
 
-static coll_status_t inproc_isend(coll_transport_t *t, int peer, const void *buf, size_t bytes,
-                                  int tag, coll_request_t *req) {
+static coll_status_t inproc_isend_aligned(coll_transport_t *t, int peer, const void *buf, size_t bytes,
+                                  int tag, void *req) {
   coll_status_t s = check_peer(t, peer, buf, bytes, req);
   if (s != COLL_OK) return s;
   inproc_world_t *w = world_of(t);
@@ -119,8 +119,8 @@ static coll_status_t inproc_isend(coll_transport_t *t, int peer, const void *buf
   return COLL_OK;
 }
 
-static coll_status_t inproc_irecv(coll_transport_t *t, int peer, void *buf, size_t bytes,
-                                  int tag, coll_request_t *req) {
+static coll_status_t inproc_irecv_aligned(coll_transport_t *t, int peer, void *buf, size_t bytes,
+                                  int tag, void *req) {
   coll_status_t s = check_peer(t, peer, buf, bytes, req);
   if (s != COLL_OK) return s;
   inproc_world_t *w = world_of(t);
@@ -161,7 +161,7 @@ static void unpost(inproc_world_t *w, inproc_recv_t *r) {
     }
 }
 
-static coll_status_t inproc_wait(coll_transport_t *t, coll_request_t *req) {
+static coll_status_t inproc_wait_aligned(coll_transport_t *t, void *req) {
   if (!req) return coll_fail(t, COLL_ERR_ARG, "inproc: wait on a NULL request");
   inproc_req_t *q = (inproc_req_t *)req;
   inproc_recv_t *r = q->recv;
@@ -200,7 +200,7 @@ static coll_status_t inproc_wait(coll_transport_t *t, coll_request_t *req) {
   return s;
 }
 
-void coll_inproc_abandon(coll_transport_t *t, coll_request_t *req) {
+static void inproc_abandon_aligned(coll_transport_t *t, void *req) {
   inproc_req_t *q = (inproc_req_t *)req;
   inproc_recv_t *r = q->recv;
   if (!r) return; /* sends are complete when started */
@@ -210,6 +210,41 @@ void coll_inproc_abandon(coll_transport_t *t, coll_request_t *req) {
   pthread_mutex_unlock(&w->lock);
   free(r);
   q->recv = NULL;
+}
+
+/* coll_request_t is a byte array (alignment 1): the state is copied to and from an
+   aligned local rather than accessed in place. */
+#define REQ_LOAD(q, req) memcpy(&(q), (req), sizeof(q))
+static coll_status_t inproc_isend(coll_transport_t *t, int peer, const void *buf, size_t bytes,
+                                  int tag, coll_request_t *req) {
+  if (!req) return coll_fail(t, COLL_ERR_ARG, "inproc: isend with a NULL request");
+  inproc_req_t q = {NULL, COLL_OK};
+  coll_status_t s = inproc_isend_aligned(t, peer, buf, bytes, tag, &q);
+  memcpy(req, &q, sizeof q);
+  return s;
+}
+static coll_status_t inproc_irecv(coll_transport_t *t, int peer, void *buf, size_t bytes,
+                                  int tag, coll_request_t *req) {
+  if (!req) return coll_fail(t, COLL_ERR_ARG, "inproc: irecv with a NULL request");
+  inproc_req_t q = {NULL, COLL_OK};
+  coll_status_t s = inproc_irecv_aligned(t, peer, buf, bytes, tag, &q);
+  memcpy(req, &q, sizeof q);
+  return s;
+}
+static coll_status_t inproc_wait(coll_transport_t *t, coll_request_t *req) {
+  if (!req) return coll_fail(t, COLL_ERR_ARG, "inproc: wait on a NULL request");
+  inproc_req_t q;
+  REQ_LOAD(q, req);
+  coll_status_t s = inproc_wait_aligned(t, &q);
+  memcpy(req, &q, sizeof q);
+  return s;
+}
+void coll_inproc_abandon(coll_transport_t *t, coll_request_t *req) {
+  if (!req) return;
+  inproc_req_t q;
+  REQ_LOAD(q, req);
+  inproc_abandon_aligned(t, &q);
+  memcpy(req, &q, sizeof q);
 }
 
 static void inproc_destroy(coll_transport_t *t) {

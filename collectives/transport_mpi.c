@@ -60,7 +60,7 @@ static coll_status_t check_args(coll_transport_t *t, int peer, const void *buf, 
 
 /* Starts one message as up to two MPI requests (blocks + remainder). */
 static coll_status_t start(coll_transport_t *t, int is_recv, int peer, void *buf, size_t bytes,
-                           int tag, coll_request_t *req) {
+                           int tag, void *req) {
   coll_status_t s = check_args(t, peer, buf, bytes, tag, req);
   if (s != COLL_OK) return s;
   mpi_impl_t *impl = t->impl;
@@ -92,16 +92,6 @@ static coll_status_t start(coll_transport_t *t, int is_recv, int peer, void *buf
   return COLL_OK;
 }
 
-static coll_status_t mpi_isend(coll_transport_t *t, int peer, const void *buf, size_t bytes,
-                               int tag, coll_request_t *req) {
-  return start(t, 0, peer, (void *)buf, bytes, tag, req);
-}
-
-static coll_status_t mpi_irecv(coll_transport_t *t, int peer, void *buf, size_t bytes, int tag,
-                               coll_request_t *req) {
-  return start(t, 1, peer, buf, bytes, tag, req);
-}
-
 /* Gives up on a request after cancel: a receive is cancelled (so it never writes into a
    buffer the caller is about to free); both are then freed, completing in the background. */
 static void abandon(mpi_req_t *q) {
@@ -112,7 +102,7 @@ static void abandon(mpi_req_t *q) {
     }
 }
 
-static coll_status_t mpi_wait(coll_transport_t *t, coll_request_t *req) {
+static coll_status_t mpi_wait_aligned(coll_transport_t *t, void *req) {
   if (!req) return coll_fail(t, COLL_ERR_ARG, "mpi: wait on a NULL request");
   mpi_req_t *q = (mpi_req_t *)req;
   const char *what = q->is_recv ? "receive" : "send";
@@ -156,11 +146,42 @@ static coll_status_t mpi_wait(coll_transport_t *t, coll_request_t *req) {
   return COLL_OK;
 }
 
+/* coll_request_t is a byte array (alignment 1): the state is copied to and from an
+   aligned local rather than accessed in place. */
+static coll_status_t mpi_isend(coll_transport_t *t, int peer, const void *buf, size_t bytes,
+                               int tag, coll_request_t *req) {
+  if (!req) return coll_fail(t, COLL_ERR_ARG, "mpi: isend with a NULL request");
+  mpi_req_t q;
+  memset(&q, 0, sizeof q);
+  coll_status_t s = start(t, 0, peer, (void *)buf, bytes, tag, &q);
+  memcpy(req, &q, sizeof q);
+  return s;
+}
+static coll_status_t mpi_irecv(coll_transport_t *t, int peer, void *buf, size_t bytes, int tag,
+                               coll_request_t *req) {
+  if (!req) return coll_fail(t, COLL_ERR_ARG, "mpi: irecv with a NULL request");
+  mpi_req_t q;
+  memset(&q, 0, sizeof q);
+  coll_status_t s = start(t, 1, peer, buf, bytes, tag, &q);
+  memcpy(req, &q, sizeof q);
+  return s;
+}
+static coll_status_t mpi_wait(coll_transport_t *t, coll_request_t *req) {
+  if (!req) return coll_fail(t, COLL_ERR_ARG, "mpi: wait on a NULL request");
+  mpi_req_t q;
+  memcpy(&q, req, sizeof q);
+  coll_status_t s = mpi_wait_aligned(t, &q);
+  memcpy(req, &q, sizeof q);
+  return s;
+}
 void coll_mpi_abandon(coll_transport_t *t, coll_request_t *req) {
   (void)t;
-  mpi_req_t *q = (mpi_req_t *)req;
-  abandon(q);
-  q->n = 0;
+  if (!req) return;
+  mpi_req_t q;
+  memcpy(&q, req, sizeof q);
+  abandon(&q);
+  q.n = 0;
+  memcpy(req, &q, sizeof q);
 }
 
 static void mpi_destroy(coll_transport_t *t) {
