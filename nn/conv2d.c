@@ -51,10 +51,27 @@ static int conv_slots(const nn_conv2d_shape_t *s) {
   return s->n < CONV_MAX_SLOTS ? s->n : CONV_MAX_SLOTS;
 }
 
-/* Floats of one slot: the im2col buffer, then a private dW and db. */
+/* Output rows per im2col block: the block's col buffer is kept near 192 KB so that it
+   stays in the L2 cache between im2col and the GEMMs that read it (a whole sample's col
+   for resnet20's first stage is 576 KB), but a block has at least 256 output positions:
+   narrower GEMMs lose more to OpenBLAS's call and packing overhead than they gain. */
+size_t nn_conv2d_block_bytes = 192u << 10;
+int nn_conv2d_block_min_cols = 256;
+
+static int conv_row_block(const nn_conv2d_shape_t *s) {
+  size_t row_bytes = (size_t)s->c_in * s->kh * s->kw * s->w_out * sizeof(float);
+  size_t rows = nn_conv2d_block_bytes / (row_bytes ? row_bytes : 1);
+  size_t min_rows = ((size_t)nn_conv2d_block_min_cols + s->w_out - 1) / s->w_out;
+  if (rows < min_rows) rows = min_rows;
+  if (rows < 1) rows = 1;
+  return rows > (size_t)s->h_out ? s->h_out : (int)rows;
+}
+
+/* Floats of one slot: the im2col buffer (one block of output rows), then a private dW
+   and db. */
 static size_t conv_col_floats(const nn_conv2d_shape_t *s) {
   if (conv_is_direct(s)) return 0;
-  return (size_t)s->c_in * s->kh * s->kw * (size_t)s->h_out * s->w_out;
+  return (size_t)s->c_in * s->kh * s->kw * (size_t)conv_row_block(s) * s->w_out;
 }
 static size_t conv_slot_floats(const nn_conv2d_shape_t *s) {
   size_t k = (size_t)s->c_in * s->kh * s->kw;
@@ -162,22 +179,6 @@ static void col2im_add(const nn_conv2d_shape_t *s, const float *col, float *dx, 
       }
     }
   }
-}
-
-/* Output rows per im2col block: the block's col buffer is kept near 192 KB so that it
-   stays in the L2 cache between im2col and the GEMMs that read it (a whole sample's col
-   for resnet20's first stage is 576 KB), but a block has at least 256 output positions:
-   narrower GEMMs lose more to OpenBLAS's call and packing overhead than they gain. */
-size_t nn_conv2d_block_bytes = 192u << 10;
-int nn_conv2d_block_min_cols = 256;
-
-static int conv_row_block(const nn_conv2d_shape_t *s) {
-  size_t row_bytes = (size_t)s->c_in * s->kh * s->kw * s->w_out * sizeof(float);
-  size_t rows = nn_conv2d_block_bytes / (row_bytes ? row_bytes : 1);
-  size_t min_rows = ((size_t)nn_conv2d_block_min_cols + s->w_out - 1) / s->w_out;
-  if (rows < min_rows) rows = min_rows;
-  if (rows < 1) rows = 1;
-  return rows > (size_t)s->h_out ? s->h_out : (int)rows;
 }
 
 typedef struct {
