@@ -2,7 +2,7 @@
 
    Forward, per sample i:   col[K][P] = im2col(x_i)        K = c_in*kh*kw, P = h_out*w_out
                             y_i[c_out][P] = W[c_out][K] col (+ b)
-   Backward, per sample i:  dW += dy_i col^T;  db += sum_p dy_i;
+   Backward, per sample i:  dW^T += col dy_i^T (added into dW at the end);  db += sum_p dy_i;
                             dcol = W^T dy_i;   dx_i += col2im(dcol)
    A 1x1 stride-1 unpadded convolution is a plain GEMM on x_i: no im2col, and dx_i is
    accumulated straight from W^T dy_i.
@@ -10,8 +10,8 @@
    Threads: the batch is cut into contiguous chunks, one per worker, each running
    single-threaded OpenBLAS on its own im2col buffer (a slot of the caller's workspace).
    For these small per-sample GEMMs this beats letting OpenBLAS split each one. Weight
-   gradients of chunk t > 0 go to the slot's private dW/db and are summed into dw/db at
-   the end in chunk order, so results depend only on the thread count, not on timing.
+   gradients of chunk t go to the slot's private dW^T (and db for t > 0) and are summed
+   into dw/db at the end in chunk order, so results depend only on the thread count, not on timing.
    With one sample, or more threads than slots, OpenBLAS threads each GEMM instead. */
 #include "nn/nn.h"
 #include "nn/conv2d_internal.h"
@@ -259,18 +259,19 @@ static void conv_backward_chunk(void *vjob, int t, int worker) {
   const size_t xs = (size_t)s->c_in * s->h_in * s->w_in, ys = (size_t)Co * P;
   float *slot = j->ws ? j->ws + (size_t)t * conv_slot_floats(s) : NULL;
   float *col = slot;
-  /* Chunk 0 accumulates straight into dw/db; the others into their slot (zeroed). */
-  float *dw = j->dw, *db = j->db;
-  if (t > 0) {
-    float *priv = slot + conv_col_floats(s);
-    if (dw) {
-      dw = priv;
-      memset(dw, 0, sizeof(float) * (size_t)Co * K);
-    }
-    if (db) {
-      db = priv + (size_t)Co * K;
-      memset(db, 0, sizeof(float) * (size_t)Co);
-    }
+  /* Every chunk accumulates the transposed weight gradient dW^T[K][Co] in its slot
+     (col dy^T runs about twice as fast in OpenBLAS as dy col^T when c_out is small);
+     the caller adds the transposes into dw. Chunk 0 adds db straight into db, the
+     others into their slot. */
+  float *priv = slot ? slot + conv_col_floats(s) : NULL;
+  float *dwt = NULL, *db = j->db;
+  if (j->dw) {
+    dwt = priv;
+    memset(dwt, 0, sizeof(float) * (size_t)Co * K);
+  }
+  if (t > 0 && db) {
+    db = priv + (size_t)Co * K;
+    memset(db, 0, sizeof(float) * (size_t)Co);
   }
   const int direct = conv_is_direct(s), rb = conv_row_block(s);
   int i0 = (int)((long)s->n * t / j->chunks), i1 = (int)((long)s->n * (t + 1) / j->chunks);
@@ -286,9 +287,9 @@ static void conv_backward_chunk(void *vjob, int t, int worker) {
       }
     }
     if (direct) {
-      if (dw)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Co, K, P, 1.0f, dyi, P, xi, P,
-                    1.0f, dw, K);
+      if (dwt)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, K, Co, P, 1.0f, xi, P, dyi, P,
+                    1.0f, dwt, Co);
       if (j->dx)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, Co, 1.0f, j->w, K, dyi, P,
                     1.0f, j->dx + (size_t)i * xs, P);
@@ -297,10 +298,10 @@ static void conv_backward_chunk(void *vjob, int t, int worker) {
     for (int oh0 = 0; oh0 < s->h_out; oh0 += rb) {
       int oh1 = oh0 + rb < s->h_out ? oh0 + rb : s->h_out, nb = (oh1 - oh0) * s->w_out;
       const float *dyb = dyi + (size_t)oh0 * s->w_out;
-      if (dw) {
+      if (dwt) {
         im2col(s, xi, col, oh0, oh1);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Co, K, nb, 1.0f, dyb, P, col, nb,
-                    1.0f, dw, K);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, K, Co, nb, 1.0f, col, nb, dyb, P,
+                    1.0f, dwt, Co);
       }
       if (j->dx) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, nb, Co, 1.0f, j->w, K, dyb, P,
@@ -319,23 +320,26 @@ nn_status_t nn_conv2d_backward(const nn_conv2d_shape_t *s, const float *x, const
   if (!dy || (dw && !x) || (dx && !w))
     return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward: dy, x (for dw) or w (for dx) is NULL");
   conv_job_t job = {s, x, w, NULL, dy, NULL, dx, dw, db, workspace, conv_chunks(s)};
-  if (!workspace && (job.chunks > 1 || (!conv_is_direct(s) && (dx || dw))))
+  if (!workspace && (job.chunks > 1 || dw || (!conv_is_direct(s) && dx)))
     return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward: workspace is NULL");
   if (job.chunks > 1) {
     nn_blas_single_begin();
     nn_parallel_for(job.chunks, conv_backward_chunk, &job);
     nn_blas_single_end();
-    /* Sum the private weight gradients of chunks 1.. in order. */
-    const size_t kw = (size_t)s->c_out * s->c_in * s->kh * s->kw;
-    for (int t = 1; t < job.chunks; t++) {
-      const float *priv = workspace + (size_t)t * conv_slot_floats(s) + conv_col_floats(s);
-      if (dw)
-        for (size_t k = 0; k < kw; k++) dw[k] += priv[k];
-      if (db)
-        for (int c = 0; c < s->c_out; c++) db[c] += priv[kw + c];
-    }
   } else {
     conv_backward_chunk(&job, 0, 0);
+  }
+  /* Add each chunk's dW^T and db, in chunk order (deterministic for a thread count). */
+  const int K = s->c_in * s->kh * s->kw, Co = s->c_out;
+  for (int t = 0; t < job.chunks; t++) {
+    const float *priv = workspace + (size_t)t * conv_slot_floats(s) + conv_col_floats(s);
+    if (dw)
+      for (int co = 0; co < Co; co++) {
+        float *dr = dw + (size_t)co * K;
+        for (int k = 0; k < K; k++) dr[k] += priv[(size_t)k * Co + co];
+      }
+    if (db && t > 0)
+      for (int c = 0; c < Co; c++) db[c] += priv[(size_t)Co * K + c];
   }
   return NN_OK;
 }
