@@ -9,6 +9,9 @@
    linear need their inputs, not their outputs), and flatten is a view. */
 #include "nn/model_internal.h"
 #include "nn/simd_internal.h"
+#ifdef HVD_WITH_CUDA
+#include "nn/cuda/model_cuda.h"   /* models moved by nn_model_to_device */
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -424,6 +427,9 @@ nn_status_t nn_model_finish(nn_model_t *m) {
 
 void nn_model_free(nn_model_t *m) {
   if (!m) return;
+#ifdef HVD_WITH_CUDA
+  nn_cuda_model_free(m);
+#endif
   for (int i = 0; i < m->num_layers; i++) {
     nn_layer_t *l = &m->layers[i];
     if (!l->is_view) {
@@ -473,6 +479,9 @@ const nn_slice_t *nn_model_slice(const nn_model_t *m, int i) {
 }
 
 const float *nn_model_logits(const nn_model_t *m) {
+#ifdef HVD_WITH_CUDA
+  if (m->cuda) return nn_cuda_model_logits_host(m);
+#endif
   return m->layers[m->num_layers - 1].out;
 }
 
@@ -592,6 +601,9 @@ nn_status_t nn_model_forward(nn_model_t *m, const float *x, int n, int training)
   if (n <= 0 || n > m->cfg.batch)
     return nn_set_error(NN_ERR_ARG, "nn_model_forward: batch of %d samples, the model "
                         "was created for 1..%d", n, m->cfg.batch);
+#ifdef HVD_WITH_CUDA
+  if (m->cuda) return nn_cuda_model_forward(m, x, n, training);
+#endif
   m->have_loss = 0;
   memcpy(m->input, x, (size_t)n * m->in_c * m->in_h * m->in_w * sizeof(float));
   for (int i = 0; i < m->num_layers; i++) {
@@ -612,6 +624,9 @@ nn_status_t nn_model_forward(nn_model_t *m, const float *x, int n, int training)
 nn_status_t nn_model_loss(nn_model_t *m, const int32_t *labels, float *loss,
                           int *correct) {
   if (!m || !labels) return nn_set_error(NN_ERR_ARG, "nn_model_loss: NULL argument");
+#ifdef HVD_WITH_CUDA
+  if (m->cuda) return nn_cuda_model_loss(m, labels, loss, correct);
+#endif
   if (m->last_n == 0)
     return nn_set_error(NN_ERR_ARG, "nn_model_loss: no forward pass to take the loss of");
   for (int i = 0; i < m->last_n; i++)
@@ -696,6 +711,9 @@ nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ct
   if (!m->last_training)
     return nn_set_error(NN_ERR_ARG, "nn_model_backward: the last forward was not in "
                         "training mode (batch norm saved no statistics)");
+#ifdef HVD_WITH_CUDA
+  if (m->cuda) return nn_cuda_model_backward(m, on_ready, ctx);
+#endif
   int n = m->last_n;
   /* Kernels add into gradients: start from zero. */
   memset(m->grads, 0, m->num_params * sizeof(float));

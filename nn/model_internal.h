@@ -81,6 +81,7 @@ struct nn_model {
   int last_training;
   int have_loss;          /* nn_model_loss ran after the last forward                  */
   uint64_t dropout_step;  /* forward passes in training mode, for dropout masks        */
+  void *cuda;             /* device state when on the GPU (nn/cuda/model_cuda.c), else NULL */
 };
 
 /* ---- graph construction (model.c), used by the builders in models.c ----

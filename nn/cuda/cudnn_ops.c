@@ -1,0 +1,380 @@
+/* nn/cuda/cudnn_ops.c: convolution, batch norm and pooling through cuDNN (NCHW, float).
+
+   Convolutions: descriptors and algorithms are chosen once per shape (and TF32 setting)
+   with cuDNN's heuristics (cudnnGet*Algorithm_v7: the first algorithm that is supported
+   and fits in NN_CUDNN_WORKSPACE_MB, default 1024) and kept in a small cache; the
+   workspace is the context's, grown to the largest need. Backward uses beta = 1 so dx,
+   dw and db are ADDED to, as the CPU reference does.
+
+   Batch norm: cudnnBatchNormalization* in SPATIAL mode. cuDNN updates the running
+   statistics as running = (1 - f) * running + f * batch with the unbiased batch variance,
+   which is PyTorch's rule with f = momentum; the saved mean and inverse standard
+   deviation are the same quantities as the CPU kernel's save_mean/save_invstd. */
+#include "nn/cuda/cuda_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONV_CACHE_MAX 256
+
+typedef struct {
+  nn_conv2d_shape_t shape;
+  int tf32;
+  cudnnTensorDescriptor_t x, y, bias;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t conv;
+  cudnnConvolutionFwdAlgo_t fwd;
+  cudnnConvolutionBwdDataAlgo_t bwd_data;
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+  size_t ws_fwd, ws_bwd_data, ws_bwd_filter;
+} conv_plan_t;
+
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static conv_plan_t *cache[CONV_CACHE_MAX];
+static int cache_n;
+
+static size_t ws_limit(void) {
+  const char *e = getenv("NN_CUDNN_WORKSPACE_MB");
+  long mb = e ? atol(e) : 1024;
+  if (mb < 0) mb = 0;
+  return (size_t)mb << 20;
+}
+
+static int same_shape(const nn_conv2d_shape_t *a, const nn_conv2d_shape_t *b) {
+  return a->n == b->n && a->c_in == b->c_in && a->h_in == b->h_in && a->w_in == b->w_in &&
+         a->c_out == b->c_out && a->kh == b->kh && a->kw == b->kw &&
+         a->stride_h == b->stride_h && a->stride_w == b->stride_w && a->pad_h == b->pad_h &&
+         a->pad_w == b->pad_w;
+}
+
+static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv_plan_t *p) {
+  const cudnnDataType_t f = CUDNN_DATA_FLOAT;
+  NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
+  NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
+  NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias));
+  NN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
+  NN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
+  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, f, s->n, s->c_in,
+                                            s->h_in, s->w_in));
+  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, f, s->n, s->c_out,
+                                            s->h_out, s->w_out));
+  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, f, 1, s->c_out, 1, 1));
+  NN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, f, CUDNN_TENSOR_NCHW, s->c_out, s->c_in,
+                                            s->kh, s->kw));
+  NN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, s->pad_h, s->pad_w, s->stride_h,
+                                                 s->stride_w, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                 f));
+  /* FMA math is strict fp32; TENSOR_OP math lets cuDNN use TF32 tensor cores. */
+  NN_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, p->tf32 ? CUDNN_TENSOR_OP_MATH
+                                                              : CUDNN_FMA_MATH));
+  const size_t limit = ws_limit();
+  int got = 0, i;
+  cudnnConvolutionFwdAlgoPerf_t fp[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  NN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(c->cudnn, p->x, p->w, p->conv, p->y,
+                                                        CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                        &got, fp));
+  for (i = 0; i < got; i++)
+    if (fp[i].status == CUDNN_STATUS_SUCCESS && fp[i].memory <= limit) break;
+  if (i == got)
+    return nn_set_error(NN_ERR_BACKEND, "%s:%d: cuDNN has no forward convolution algorithm "
+                        "for this shape within %zu MiB of workspace", __FILE__, __LINE__,
+                        limit >> 20);
+  p->fwd = fp[i].algo;
+  p->ws_fwd = fp[i].memory;
+  cudnnConvolutionBwdDataAlgoPerf_t dp[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  NN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+      c->cudnn, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, dp));
+  for (i = 0; i < got; i++)
+    if (dp[i].status == CUDNN_STATUS_SUCCESS && dp[i].memory <= limit) break;
+  if (i == got)
+    return nn_set_error(NN_ERR_BACKEND, "%s:%d: cuDNN has no backward-data algorithm for "
+                        "this shape", __FILE__, __LINE__);
+  p->bwd_data = dp[i].algo;
+  p->ws_bwd_data = dp[i].memory;
+  cudnnConvolutionBwdFilterAlgoPerf_t wp[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  NN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      c->cudnn, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, wp));
+  for (i = 0; i < got; i++)
+    if (wp[i].status == CUDNN_STATUS_SUCCESS && wp[i].memory <= limit) break;
+  if (i == got)
+    return nn_set_error(NN_ERR_BACKEND, "%s:%d: cuDNN has no backward-filter algorithm for "
+                        "this shape", __FILE__, __LINE__);
+  p->bwd_filter = wp[i].algo;
+  p->ws_bwd_filter = wp[i].memory;
+  return NN_OK;
+}
+
+static void plan_free(conv_plan_t *p) {
+  if (p->x) cudnnDestroyTensorDescriptor(p->x);
+  if (p->y) cudnnDestroyTensorDescriptor(p->y);
+  if (p->bias) cudnnDestroyTensorDescriptor(p->bias);
+  if (p->w) cudnnDestroyFilterDescriptor(p->w);
+  if (p->conv) cudnnDestroyConvolutionDescriptor(p->conv);
+  free(p);
+}
+
+static nn_status_t conv_plan(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s0,
+                             conv_plan_t **out) {
+  nn_conv2d_shape_t s = *s0;
+  if (nn_conv2d_shape(&s) != NN_OK) return NN_ERR_ARG;
+  pthread_mutex_lock(&cache_mu);
+  for (int i = 0; i < cache_n; i++)
+    if (cache[i]->tf32 == c->tf32 && same_shape(&cache[i]->shape, &s)) {
+      *out = cache[i];
+      pthread_mutex_unlock(&cache_mu);
+      return NN_OK;
+    }
+  conv_plan_t *p = calloc(1, sizeof *p);
+  nn_status_t st = p ? NN_OK : nn_set_error(NN_ERR_NO_MEMORY, "conv plan: out of memory");
+  if (p) {
+    p->shape = s;
+    p->tf32 = c->tf32;
+    st = plan_build(c, &s, p);
+  }
+  if (st == NN_OK) {
+    if (cache_n == CONV_CACHE_MAX) { /* full: drop the oldest */
+      plan_free(cache[0]);
+      memmove(cache, cache + 1, (CONV_CACHE_MAX - 1) * sizeof cache[0]);
+      cache_n--;
+    }
+    cache[cache_n++] = p;
+    *out = p;
+  } else if (p) {
+    plan_free(p);
+  }
+  pthread_mutex_unlock(&cache_mu);
+  return st;
+}
+
+nn_status_t nn_conv2d_forward_cuda(const nn_conv2d_shape_t *s, const float *x,
+                                   const float *w, const float *b, float *y) {
+  if (!s || !x || !w || !y)
+    return nn_set_error(NN_ERR_ARG, "nn_conv2d_forward_cuda: NULL argument");
+  nn_cuda_ctx_t *c;
+  nn_status_t st = nn_cuda_ctx(&c);
+  if (st != NN_OK) return st;
+  conv_plan_t *p;
+  if ((st = conv_plan(c, s, &p)) != NN_OK) {
+    if (st == NN_ERR_ARG) return nn_set_error(st, "nn_conv2d_forward_cuda: empty output");
+    return st;
+  }
+  void *ws = NULL;
+  if ((st = nn_cuda_workspace(c, p->ws_fwd, &ws)) != NN_OK) return st;
+  const float one = 1.0f, zero = 0.0f;
+  NN_CUDNN_CHECK(cudnnConvolutionForward(c->cudnn, &one, p->x, x, p->w, w, p->conv, p->fwd,
+                                         ws, p->ws_fwd, &zero, p->y, y));
+  if (b) NN_CUDNN_CHECK(cudnnAddTensor(c->cudnn, &one, p->bias, b, &one, p->y, y));
+  return NN_OK;
+}
+
+nn_status_t nn_conv2d_backward_cuda(const nn_conv2d_shape_t *s, const float *x,
+                                    const float *w, const float *dy, float *dx, float *dw,
+                                    float *db) {
+  if (!s || !dy) return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward_cuda: NULL argument");
+  nn_cuda_ctx_t *c;
+  nn_status_t st = nn_cuda_ctx(&c);
+  if (st != NN_OK) return st;
+  conv_plan_t *p;
+  if ((st = conv_plan(c, s, &p)) != NN_OK) {
+    if (st == NN_ERR_ARG) return nn_set_error(st, "nn_conv2d_backward_cuda: empty output");
+    return st;
+  }
+  size_t need = p->ws_bwd_data > p->ws_bwd_filter ? p->ws_bwd_data : p->ws_bwd_filter;
+  void *ws = NULL;
+  if ((st = nn_cuda_workspace(c, need, &ws)) != NN_OK) return st;
+  const float one = 1.0f;
+  if (db) NN_CUDNN_CHECK(cudnnConvolutionBackwardBias(c->cudnn, &one, p->y, dy, &one,
+                                                      p->bias, db));
+  if (dw) NN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(c->cudnn, &one, p->x, x, p->y, dy,
+                                                        p->conv, p->bwd_filter, ws,
+                                                        p->ws_bwd_filter, &one, p->w, dw));
+  if (dx) NN_CUDNN_CHECK(cudnnConvolutionBackwardData(c->cudnn, &one, p->w, w, p->y, dy,
+                                                      p->conv, p->bwd_data, ws,
+                                                      p->ws_bwd_data, &one, p->x, dx));
+  return NN_OK;
+}
+
+/* ---- batch norm ---- */
+
+typedef struct {
+  cudnnTensorDescriptor_t x, param;
+} bn_desc_t;
+
+static void bn_free(bn_desc_t *d) {
+  if (d->x) cudnnDestroyTensorDescriptor(d->x);
+  if (d->param) cudnnDestroyTensorDescriptor(d->param);
+}
+
+static nn_status_t bn_desc(const nn_batchnorm2d_shape_t *s, bn_desc_t *d) {
+  d->x = d->param = NULL;
+  if (!s || s->n < 1 || s->c < 1 || s->h < 1 || s->w < 1)
+    return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): bad shape");
+  if (s->eps < CUDNN_BN_MIN_EPSILON)
+    return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): eps %g below cuDNN's minimum %g",
+                        (double)s->eps, (double)CUDNN_BN_MIN_EPSILON);
+  NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->x));
+  NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->param));
+  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s->n,
+                                            s->c, s->h, s->w));
+  NN_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(d->param, d->x, CUDNN_BATCHNORM_SPATIAL));
+  return NN_OK;
+}
+
+nn_status_t nn_batchnorm2d_forward_train_cuda(const nn_batchnorm2d_shape_t *s,
+                                              const float *x, const float *gamma,
+                                              const float *beta, float *running_mean,
+                                              float *running_var, float *y,
+                                              float *save_mean, float *save_invstd) {
+  nn_cuda_ctx_t *c;
+  nn_status_t st = nn_cuda_ctx(&c);
+  if (st != NN_OK) return st;
+  bn_desc_t d;
+  st = bn_desc(s, &d);
+  if (st == NN_OK) {
+    const float one = 1.0f, zero = 0.0f;
+    cudnnStatus_t e = cudnnBatchNormalizationForwardTraining(
+        c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x, x, d.x, y, d.param, gamma, beta,
+        (double)s->momentum, running_mean, running_var, (double)s->eps, save_mean,
+        save_invstd);
+    if (e != CUDNN_STATUS_SUCCESS)
+      st = nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationForwardTraining",
+                        cudnnGetErrorString(e));
+  }
+  bn_free(&d);
+  return st;
+}
+
+nn_status_t nn_batchnorm2d_forward_infer_cuda(const nn_batchnorm2d_shape_t *s,
+                                              const float *x, const float *gamma,
+                                              const float *beta, const float *running_mean,
+                                              const float *running_var, float *y) {
+  nn_cuda_ctx_t *c;
+  nn_status_t st = nn_cuda_ctx(&c);
+  if (st != NN_OK) return st;
+  bn_desc_t d;
+  st = bn_desc(s, &d);
+  if (st == NN_OK) {
+    const float one = 1.0f, zero = 0.0f;
+    cudnnStatus_t e = cudnnBatchNormalizationForwardInference(
+        c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x, x, d.x, y, d.param, gamma, beta,
+        running_mean, running_var, (double)s->eps);
+    if (e != CUDNN_STATUS_SUCCESS)
+      st = nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationForwardInference",
+                        cudnnGetErrorString(e));
+  }
+  bn_free(&d);
+  return st;
+}
+
+nn_status_t nn_batchnorm2d_backward_cuda(const nn_batchnorm2d_shape_t *s, const float *x,
+                                         const float *gamma, const float *save_mean,
+                                         const float *save_invstd, const float *dy,
+                                         float *dx, float *dgamma, float *dbeta) {
+  if (!dx || !dgamma || !dbeta)
+    return nn_set_error(NN_ERR_ARG, "nn_batchnorm2d_backward_cuda: dx, dgamma and dbeta "
+                        "are all required (cuDNN computes them together)");
+  nn_cuda_ctx_t *c;
+  nn_status_t st = nn_cuda_ctx(&c);
+  if (st != NN_OK) return st;
+  bn_desc_t d;
+  st = bn_desc(s, &d);
+  if (st == NN_OK) {
+    const float one = 1.0f;
+    /* beta = 1 for data and parameters: add into dx, dgamma, dbeta. */
+    cudnnStatus_t e = cudnnBatchNormalizationBackward(
+        c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &one, &one, &one, d.x, x, d.x, dy, d.x, dx,
+        d.param, gamma, dgamma, dbeta, (double)s->eps, save_mean, save_invstd);
+    if (e != CUDNN_STATUS_SUCCESS)
+      st = nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationBackward",
+                        cudnnGetErrorString(e));
+  }
+  bn_free(&d);
+  return st;
+}
+
+/* ---- pooling ---- */
+
+typedef struct {
+  cudnnTensorDescriptor_t x, y;
+  cudnnPoolingDescriptor_t pool;
+} pool_desc_t;
+
+static void pool_free(pool_desc_t *d) {
+  if (d->x) cudnnDestroyTensorDescriptor(d->x);
+  if (d->y) cudnnDestroyTensorDescriptor(d->y);
+  if (d->pool) cudnnDestroyPoolingDescriptor(d->pool);
+}
+
+static nn_status_t pool_desc(const nn_pool2d_shape_t *s0, cudnnPoolingMode_t mode,
+                             pool_desc_t *d) {
+  memset(d, 0, sizeof *d);
+  if (!s0) return nn_set_error(NN_ERR_ARG, "pool2d (CUDA): NULL shape");
+  nn_pool2d_shape_t s = *s0;
+  if (nn_pool2d_shape(&s) != NN_OK) return NN_ERR_ARG;
+  NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->x));
+  NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->y));
+  NN_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&d->pool));
+  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s.n,
+                                            s.c, s.h_in, s.w_in));
+  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s.n,
+                                            s.c, s.h_out, s.w_out));
+  NN_CUDNN_CHECK(cudnnSetPooling2dDescriptor(d->pool, mode, CUDNN_NOT_PROPAGATE_NAN, s.kh,
+                                             s.kw, s.pad_h, s.pad_w, s.stride_h,
+                                             s.stride_w));
+  return NN_OK;
+}
+
+static nn_status_t pool_forward(const nn_pool2d_shape_t *s, cudnnPoolingMode_t mode,
+                                const float *x, float *y) {
+  nn_cuda_ctx_t *c;
+  nn_status_t st = nn_cuda_ctx(&c);
+  if (st != NN_OK) return st;
+  pool_desc_t d;
+  st = pool_desc(s, mode, &d);
+  if (st == NN_OK) {
+    const float one = 1.0f, zero = 0.0f;
+    cudnnStatus_t e = cudnnPoolingForward(c->cudnn, d.pool, &one, d.x, x, &zero, d.y, y);
+    if (e != CUDNN_STATUS_SUCCESS)
+      st = nn_cuda_fail(__FILE__, __LINE__, "cudnnPoolingForward", cudnnGetErrorString(e));
+  }
+  pool_free(&d);
+  return st;
+}
+
+static nn_status_t pool_backward(const nn_pool2d_shape_t *s, cudnnPoolingMode_t mode,
+                                 const float *x, const float *y, const float *dy,
+                                 float *dx) {
+  nn_cuda_ctx_t *c;
+  nn_status_t st = nn_cuda_ctx(&c);
+  if (st != NN_OK) return st;
+  pool_desc_t d;
+  st = pool_desc(s, mode, &d);
+  if (st == NN_OK) {
+    const float one = 1.0f;
+    cudnnStatus_t e = cudnnPoolingBackward(c->cudnn, d.pool, &one, d.y, y, d.y, dy, d.x, x,
+                                           &one, d.x, dx);
+    if (e != CUDNN_STATUS_SUCCESS)
+      st = nn_cuda_fail(__FILE__, __LINE__, "cudnnPoolingBackward", cudnnGetErrorString(e));
+  }
+  pool_free(&d);
+  return st;
+}
+
+nn_status_t nn_maxpool2d_forward_cuda(const nn_pool2d_shape_t *s, const float *x, float *y) {
+  return pool_forward(s, CUDNN_POOLING_MAX_DETERMINISTIC, x, y);
+}
+
+nn_status_t nn_maxpool2d_backward_cuda(const nn_pool2d_shape_t *s, const float *x,
+                                       const float *y, const float *dy, float *dx) {
+  return pool_backward(s, CUDNN_POOLING_MAX_DETERMINISTIC, x, y, dy, dx);
+}
+
+nn_status_t nn_avgpool2d_forward_cuda(const nn_pool2d_shape_t *s, const float *x, float *y) {
+  return pool_forward(s, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, x, y);
+}
+
+nn_status_t nn_avgpool2d_backward_cuda(const nn_pool2d_shape_t *s, const float *x,
+                                       const float *y, const float *dy, float *dx) {
+  return pool_backward(s, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, x, y, dy, dx);
+}

@@ -1,0 +1,85 @@
+/* nn/cuda/elementwise.c: the public _cuda entry points of nn's own kernels
+   (kernels.cu): argument checks, the context's stream, launch errors. */
+#include "nn/cuda/cuda_internal.h"
+
+#define GET_CTX(c)                             \
+  nn_cuda_ctx_t *c;                            \
+  do {                                         \
+    nn_status_t s_ = nn_cuda_ctx(&c);          \
+    if (s_ != NN_OK) return s_;                \
+  } while (0)
+
+nn_status_t nn_relu_forward_cuda(size_t count, const float *x, float *y) {
+  GET_CTX(c);
+  NN_CUDA_CHECK(nn_cuk_relu_forward(c->stream, count, x, y));
+  return NN_OK;
+}
+
+nn_status_t nn_relu_backward_cuda(size_t count, const float *y, const float *dy, float *dx) {
+  GET_CTX(c);
+  NN_CUDA_CHECK(nn_cuk_relu_backward(c->stream, count, y, dy, dx));
+  return NN_OK;
+}
+
+nn_status_t nn_add_forward_cuda(size_t count, const float *a, const float *b, float *y) {
+  GET_CTX(c);
+  NN_CUDA_CHECK(nn_cuk_add_forward(c->stream, count, a, b, y));
+  return NN_OK;
+}
+
+nn_status_t nn_add_backward_cuda(size_t count, const float *dy, float *da, float *db) {
+  GET_CTX(c);
+  NN_CUDA_CHECK(nn_cuk_add_backward(c->stream, count, dy, da, db));
+  return NN_OK;
+}
+
+nn_status_t nn_accumulate_cuda(size_t count, const float *dy, float *dx) {
+  GET_CTX(c);
+  NN_CUDA_CHECK(nn_cuk_accumulate(c->stream, count, dy, dx));
+  return NN_OK;
+}
+
+nn_status_t nn_global_avgpool_forward_cuda(int n, int c_, int hw, const float *x, float *y) {
+  if (n < 1 || c_ < 1 || hw < 1)
+    return nn_set_error(NN_ERR_ARG, "nn_global_avgpool_forward_cuda: bad shape");
+  GET_CTX(c);
+  NN_CUDA_CHECK(nn_cuk_gap_forward(c->stream, n, c_, hw, x, y));
+  return NN_OK;
+}
+
+nn_status_t nn_global_avgpool_backward_cuda(int n, int c_, int hw, const float *dy,
+                                            float *dx) {
+  if (n < 1 || c_ < 1 || hw < 1)
+    return nn_set_error(NN_ERR_ARG, "nn_global_avgpool_backward_cuda: bad shape");
+  GET_CTX(c);
+  NN_CUDA_CHECK(nn_cuk_gap_backward(c->stream, n, c_, hw, dy, dx));
+  return NN_OK;
+}
+
+nn_status_t nn_dropout_forward_cuda(size_t count, float p, uint64_t seed, uint64_t step,
+                                    const float *x, float *y, uint8_t *mask) {
+  GET_CTX(c);
+  NN_CUDA_CHECK(nn_cuk_dropout_forward(c->stream, count, p, seed, step, x, y, mask));
+  return NN_OK;
+}
+
+nn_status_t nn_dropout_backward_cuda(size_t count, float p, const uint8_t *mask,
+                                     const float *dy, float *dx) {
+  GET_CTX(c);
+  NN_CUDA_CHECK(nn_cuk_dropout_backward(c->stream, count, p, mask, dy, dx));
+  return NN_OK;
+}
+
+nn_status_t nn_softmax_cross_entropy_cuda(int n, int k, const float *logits,
+                                          const int32_t *labels, float *loss_dev,
+                                          int *correct_dev, float *dlogits) {
+  if (n < 1 || k < 1)
+    return nn_set_error(NN_ERR_ARG, "nn_softmax_cross_entropy_cuda: bad shape n=%d k=%d",
+                        n, k);
+  if (!logits || !labels)
+    return nn_set_error(NN_ERR_ARG, "nn_softmax_cross_entropy_cuda: NULL logits or labels");
+  GET_CTX(c);
+  NN_CUDA_CHECK(nn_cuk_softmax_xent(c->stream, n, k, logits, labels, loss_dev, correct_dev,
+                                    dlogits));
+  return NN_OK;
+}

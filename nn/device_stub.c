@@ -1,0 +1,68 @@
+/* nn/device_stub.c: the device API of nn/nn_cuda.h in a build without CUDA
+   (HVD_WITH_CUDA unset): every call says the build lacks CUDA, so programs can call it
+   unconditionally and fall back to the CPU. With CUDA, nn/cuda/ defines these. */
+#ifndef HVD_WITH_CUDA
+#include "nn/nn_cuda.h"
+
+#include <stddef.h>
+
+static nn_status_t no_cuda(const char *fn) {
+  return nn_set_error(NN_ERR_UNSUPPORTED, "%s: this build has no CUDA (make CUDA=1)", fn);
+}
+
+int nn_cuda_available(void) { return 0; }
+const char *nn_cuda_info(void) { return "CUDA: not in this build"; }
+int nn_cuda_device_count(void) { return 0; }
+nn_status_t nn_cuda_set_device(int device) {
+  (void)device;
+  return no_cuda("nn_cuda_set_device");
+}
+void *nn_cuda_stream(void) { return NULL; }
+nn_status_t nn_cuda_synchronize(void) { return no_cuda("nn_cuda_synchronize"); }
+void nn_cuda_set_tf32(int on) { (void)on; }
+int nn_cuda_is_device_ptr(const void *p) {
+  (void)p;
+  return 0;
+}
+
+nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
+  (void)m;
+  if (device == NN_DEVICE_CPU) return NN_OK;
+  return no_cuda("nn_model_to_device");
+}
+nn_device_t nn_model_device(const nn_model_t *m) {
+  (void)m;
+  return NN_DEVICE_CPU;
+}
+float *nn_model_device_params(nn_model_t *m) {
+  (void)m;
+  return NULL;
+}
+float *nn_model_device_grads(nn_model_t *m) {
+  (void)m;
+  return NULL;
+}
+const float *nn_model_device_logits(const nn_model_t *m) {
+  (void)m;
+  return NULL;
+}
+nn_status_t nn_model_sync_to_host(nn_model_t *m) {
+  (void)m;
+  return NN_OK;
+}
+nn_status_t nn_model_sync_to_device(nn_model_t *m) {
+  (void)m;
+  return NN_OK;
+}
+nn_status_t nn_cuda_optim_create(nn_cuda_optim_t **out, const nn_optim_config_t *cfg,
+                                 size_t count) {
+  (void)cfg;
+  (void)count;
+  if (out) *out = NULL;
+  return no_cuda("nn_cuda_optim_create");
+}
+void nn_cuda_optim_free(nn_cuda_optim_t *o) { (void)o; }
+#else
+/* ISO C forbids an empty translation unit. */
+typedef int nn_device_stub_unused_t;
+#endif
