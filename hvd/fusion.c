@@ -133,6 +133,39 @@ static hvd_status_t run_allreduce(struct hvd_request **reqs, const hvd_response_
   return s;
 }
 
+/* In-place host allreduce, for device.c's staging when the build has CUDA but no NCCL. */
+static hvd_status_t host_allreduce(void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
+                                   char *msg, size_t len) {
+  hvd_status_t s = from_coll(allreduce(buf, buf, count, dtype, op));
+  if (s != HVD_OK) snprintf(msg, len, "rank %d: %s", hvd_g.rank, transport_error());
+  return s;
+}
+
+/* Allreduce of reqs[0..n) in CUDA device memory (device.c: NCCL, fusion in device
+   memory). */
+static hvd_status_t run_allreduce_device(struct hvd_request **reqs,
+                                         const hvd_response_t *resp, int n, char *msg,
+                                         size_t len) {
+  double t0 = hvd_now_us();
+  hvd_status_t s = hvd_device_allreduce(reqs, n, host_allreduce, msg, len);
+  double t1 = hvd_now_us();
+  if (hvd_g.timeline)
+    for (int i = 0; i < n; i++) {
+      timeline(&resp[i], reqs[i]->key, "NEGOTIATE", resp[i].first_seen_us, resp[i].ready_us, 0);
+      timeline(&resp[i], reqs[i]->key, "QUEUE", resp[i].ready_us, t0, 0);
+      timeline(&resp[i], reqs[i]->key, "NCCL_ALLREDUCE", t0, t1,
+               reqs[i]->count * hvd_dtype_size(reqs[i]->dtype));
+    }
+  pthread_mutex_lock(&hvd_g.mu);
+  for (int i = 0; i < n; i++) hvd_request_complete(reqs[i], s, msg);
+  pthread_mutex_unlock(&hvd_g.mu);
+  return s;
+}
+
+static int on_device(const struct hvd_request *r) {
+  return hvd_device_is_device_ptr(r->recvbuf) || hvd_device_is_device_ptr(r->sendbuf);
+}
+
 static hvd_status_t run_allgather(struct hvd_request *r, const hvd_response_t *resp,
                                   char *msg, size_t len, int *agreed) {
   size_t es = hvd_dtype_size(r->dtype);
@@ -186,7 +219,11 @@ static hvd_status_t run_single(struct hvd_request *r, const hvd_response_t *resp
   double t0 = hvd_now_us();
   coll_status_t cs = COLL_OK;
   size_t bytes = r->count * hvd_dtype_size(r->dtype);
-  if (r->kind == HVD_KIND_BROADCAST) {
+  if (r->kind == HVD_KIND_BROADCAST && on_device(r)) {
+    hvd_status_t ds = hvd_device_broadcast(r, msg, len);
+    complete(r, ds, msg);
+    return ds;
+  } else if (r->kind == HVD_KIND_BROADCAST) {
     if (r->count > 0)
       cs = coll_broadcast(hvd_g.world, r->recvbuf, r->count, (coll_dtype_t)r->dtype, r->root);
   } else {
@@ -250,16 +287,19 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
     if (r->kind == HVD_KIND_ALLREDUCE) {
       size_t es = hvd_dtype_size(r->dtype);
       size_t bytes = r->count * es;
+      int dev = on_device(r);
       int j = i + 1;
       /* Grow the group while the next response is a compatible allreduce that fits. */
       if (bytes <= threshold && bytes > 0)
         while (j < n && resp[j].status == HVD_OK && reqs[j]->kind == HVD_KIND_ALLREDUCE &&
                reqs[j]->dtype == r->dtype && reqs[j]->op == r->op &&
-               reqs[j]->count > 0 && bytes + reqs[j]->count * es <= threshold) {
+               reqs[j]->count > 0 && bytes + reqs[j]->count * es <= threshold &&
+               on_device(reqs[j]) == dev) {
           bytes += reqs[j]->count * es;
           j++;
         }
-      fatal = run_allreduce(&reqs[i], &resp[i], j - i, msg, len);
+      fatal = dev ? run_allreduce_device(&reqs[i], &resp[i], j - i, msg, len)
+                  : run_allreduce(&reqs[i], &resp[i], j - i, msg, len);
       i = j;
     } else if (r->kind == HVD_KIND_ALLGATHER) {
       fatal = run_allgather(r, &resp[i], msg, len, fatal_agreed);

@@ -85,6 +85,11 @@ size_t hvd_dtype_size(hvd_dtype_t dtype);
    start with a control character, are HVD_ERR_INVALID_ARGUMENT. */
 #define HVD_NAME_MAX 255
 
+/* CUDA: collectives on device buffers run on hvd's own stream after waiting for the
+   work queued so far on this stream (a cudaStream_t, e.g. nn_cuda_stream()); NULL (the
+   default) means the legacy default stream. A no-op in a build without CUDA. */
+void hvd_cuda_set_stream(void *stream);
+
 /* ---- gradient buckets (hvd/grad_buckets.c) ----
    Allreduce of a flat float32 gradient buffer in fixed buckets, overlapped with backward
    (PyTorch DDP / Horovod style). Buckets are ranges of the buffer laid out from its END

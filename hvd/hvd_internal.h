@@ -186,6 +186,18 @@ const double *hvd_coordinator_emitted_times(const hvd_coordinator_t *c);
 hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t len,
                          int *fatal_agreed);
 
+/* device.c: collectives on CUDA device memory (background thread). Without CUDA in the
+   build, no pointer is device memory. host_allreduce (in place, host memory) is used
+   only to stage when the build has CUDA but no NCCL. */
+int hvd_device_is_device_ptr(const void *p);
+typedef hvd_status_t (*hvd_host_allreduce_fn)(void *buf, size_t count, hvd_dtype_t dtype,
+                                              hvd_op_t op, char *msg, size_t len);
+hvd_status_t hvd_device_allreduce(struct hvd_request **reqs, int n,
+                                  hvd_host_allreduce_fn host_allreduce, char *msg,
+                                  size_t len);
+hvd_status_t hvd_device_broadcast(struct hvd_request *r, char *msg, size_t len);
+void hvd_device_shutdown(void);   /* after the background thread ended */
+
 /* background.c */
 void *hvd_background_main(void *arg);
 
