@@ -66,8 +66,15 @@ static int env_rank(void) {
   return 0;
 }
 
+/* A runtime failure (a peer lost, a stall, a mismatch) can show on any rank, so every
+   rank reports it, naming itself. */
 static void hvd_check(hvd_status_t s, const char *what) {
-  if (s != HVD_OK) die("%s failed: %s (%s)", what, hvd_status_string(s), hvd_last_error());
+  if (s == HVD_OK) return;
+  fprintf(stderr, "train: rank %d: %s failed: %s (%s)\n", g_rank, what, hvd_status_string(s),
+          hvd_last_error());
+  fflush(stderr);
+  if (g_hvd_up) hvd_shutdown();
+  exit(1);
 }
 
 static void nn_check(nn_status_t s, const char *what) {
