@@ -12,7 +12,8 @@
    "grad.bucket.K".
 
    FP16 compression (Horovod's Compression.fp16): a bucket is cast into a float16
-   staging array when it is submitted, reduced as HVD_FLOAT16, and cast back in wait(). */
+   staging array when it is submitted, reduced as HVD_FLOAT16, and cast back in wait()
+   (an average is a float16 sum divided by the rank count in float32 after the cast). */
 #include "hvd/hvd.h"
 #include "hvd/hvd_internal.h"
 #include "collectives/coll.h"
@@ -71,11 +72,13 @@ __attribute__((target("avx,f16c"))) static void to_half_f16c(uint16_t *h, const 
   for (; i < n; i++) h[i] = coll_float_to_half(g[i]);
 }
 __attribute__((target("avx,f16c"))) static void from_half_f16c(float *g, const uint16_t *h,
-                                                               size_t n) {
+                                                               size_t n, float div) {
+  const __m256 d = _mm256_set1_ps(div);
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(g + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
-  for (; i < n; i++) g[i] = coll_half_to_float(h[i]);
+    _mm256_storeu_ps(g + i, _mm256_div_ps(_mm256_cvtph_ps(_mm_loadu_si128(
+                                              (const __m128i *)(h + i))), d));
+  for (; i < n; i++) g[i] = coll_half_to_float(h[i]) / div;
 }
 #endif
 
@@ -97,14 +100,16 @@ static void to_half(uint16_t *h, const float *g, size_t n) {
   for (size_t i = 0; i < n; i++) h[i] = coll_float_to_half(g[i]);
 }
 
-static void from_half(float *g, const uint16_t *h, size_t n) {
+/* g = h / div (div: the rank count for an average, else 1). */
+static void from_half(float *g, const uint16_t *h, size_t n, int div) {
+  const float d = div > 0 ? (float)div : 1.0f;
 #if GB_HAVE_F16C
   if (have_f16c()) {
-    from_half_f16c(g, h, n);
+    from_half_f16c(g, h, n, d);
     return;
   }
 #endif
-  for (size_t i = 0; i < n; i++) g[i] = coll_half_to_float(h[i]);
+  for (size_t i = 0; i < n; i++) g[i] = coll_half_to_float(h[i]) / d;
 }
 
 hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, size_t count,
@@ -219,7 +224,10 @@ static hvd_status_t submit(hvd_grad_buckets_t *b, size_t k) {
   if (b->compression == HVD_COMPRESSION_FP16) {
     uint16_t *h = b->half + bk->offset;
     to_half(h, b->grads + bk->offset, bk->count);
-    s = hvd_allreduce_async(name, h, h, bk->count, HVD_FLOAT16, b->op, &bk->req);
+    /* AVERAGE as a float16 SUM, divided after the cast back: one float16 rounding
+       fewer, and the division runs vectorised in float32 here. */
+    hvd_op_t op = b->op == HVD_AVERAGE ? HVD_SUM : b->op;
+    s = hvd_allreduce_async(name, h, h, bk->count, HVD_FLOAT16, op, &bk->req);
     b->stats.bytes += bk->count * sizeof(uint16_t);
   } else {
     float *g = b->grads + bk->offset;
@@ -292,7 +300,8 @@ hvd_status_t hvd_grad_buckets_wait(hvd_grad_buckets_t *b) {
       bk->t_done = now_s();
     }
     if (b->compression == HVD_COMPRESSION_FP16)
-      from_half(b->grads + bk->offset, b->half + bk->offset, bk->count);
+      from_half(b->grads + bk->offset, b->half + bk->offset, bk->count,
+                b->op == HVD_AVERAGE ? hvd_size() : 1);
   }
   double t1 = now_s();
   b->stats.blocked_s += t1 - t0;
