@@ -1,0 +1,97 @@
+"""scripts/gpu_check/torch_bench.py: PyTorch eager ResNet-50 training images/sec on the
+same GPU, for the GPU check: channels-last, SGD momentum 0.9, cross-entropy, synthetic
+data on the device, cudnn.benchmark on; precisions fp32 (TF32 off), tf32 and amp (fp16
+autocast + GradScaler). Prints "RESULT torch resnet50 <precision> <batch> <images/sec>".
+ResNet-50 is torchvision's when importable, else the same architecture defined here."""
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, width, stride, down):
+        super().__init__()
+        cout = width * 4
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                         nn.BatchNorm2d(cout)) if down else None)
+
+    def forward(self, x):
+        idt = x if self.downsample is None else self.downsample(x)
+        y = self.relu(self.bn1(self.conv1(x)))
+        y = self.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return self.relu(y + idt)
+
+
+def resnet50(num_classes=1000):
+    try:
+        import torchvision
+        return torchvision.models.resnet50(num_classes=num_classes)
+    except Exception:
+        pass
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+              nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for b in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if b == 0 else 1, b == 0))
+            cin = width * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, num_classes)]
+    return nn.Sequential(*layers)
+
+
+def bench(precision, batch, steps, warm=5):
+    tf32 = precision in ("tf32", "amp")
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
+    dev = torch.device("cuda")
+    model = resnet50().to(dev).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    loss_fn = nn.CrossEntropyLoss()
+    x = torch.randn(batch, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (batch,), device=dev)
+    amp = precision == "amp"
+    scaler = torch.cuda.amp.GradScaler(enabled=amp)
+    t0 = None
+    for s in range(warm + steps):
+        if s == warm:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    torch.cuda.synchronize()
+    ips = batch * steps / (time.perf_counter() - t0)
+    print(f"RESULT torch resnet50 {precision} {batch} {ips:.1f}", flush=True)
+    del model, opt, x, y
+    torch.cuda.empty_cache()
+
+
+def main():
+    batch = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+    precisions = sys.argv[3].split(",") if len(sys.argv) > 3 else ["fp32", "tf32", "amp"]
+    if not torch.cuda.is_available():
+        print("skipped: torch sees no CUDA device")
+        sys.exit(77)
+    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+          f"{torch.cuda.get_device_name(0)}", flush=True)
+    for p in precisions:
+        bench(p, batch, steps)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+/* scripts/gpu_check/train_bench.c: images/sec of nn's GPU training step for the GPU
+   check: forward, loss, backward, SGD (momentum 0.9) on synthetic data already in device
+   memory (as the PyTorch side does), after warm-up steps; prints
+   "RESULT hvd <model> <precision> <batch> <images/sec>".
+   Usage: train_bench MODEL BATCH STEPS fp32|tf32 */
+#include "nn/nn.h"
+#include "nn/nn_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define OK(expr)                                                                   \
+  do {                                                                             \
+    nn_status_t s_ = (expr);                                                       \
+    if (s_ != NN_OK) {                                                             \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, nn_last_error()); \
+      return 1;                                                                    \
+    }                                                                              \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 5) {
+    fprintf(stderr, "usage: %s MODEL BATCH STEPS fp32|tf32\n", argv[0]);
+    return 2;
+  }
+  const char *name = argv[1], *prec = argv[4];
+  int batch = atoi(argv[2]), steps = atoi(argv[3]);
+  printf("%s\n", nn_cuda_info());
+  if (!nn_cuda_available()) {
+    printf("skipped: no CUDA device\n");
+    return 77;
+  }
+  nn_cuda_set_tf32(strcmp(prec, "tf32") == 0);
+  nn_model_config_t cfg = {batch, 1, 0, 0, 0, 0};
+  nn_model_t *m;
+  OK(nn_model_create(&m, name, &cfg));
+  OK(nn_model_to_device(m, NN_DEVICE_CUDA));
+  int c, h, w;
+  nn_model_input_shape(m, &c, &h, &w);
+  size_t nx = (size_t)batch * c * h * w;
+  float *hx = malloc(nx * sizeof(float));
+  int32_t *hl = malloc((size_t)batch * sizeof(int32_t));
+  if (!hx || !hl) return 1;
+  for (size_t i = 0; i < nx; i++) hx[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+  for (int i = 0; i < batch; i++) hl[i] = i % nn_model_num_classes(m);
+  float *dx;
+  int32_t *dl;
+  OK(nn_cuda_malloc((void **)&dx, nx * sizeof(float)));
+  OK(nn_cuda_malloc((void **)&dl, (size_t)batch * sizeof(int32_t)));
+  OK(nn_cuda_to_device(dx, hx, nx * sizeof(float)));
+  OK(nn_cuda_to_device(dl, hl, (size_t)batch * sizeof(int32_t)));
+  nn_optim_config_t oc = {NN_OPTIM_SGD, 0.9f, 0, 1e-4f, 0, 0, 0};
+  nn_cuda_optim_t *o;
+  OK(nn_cuda_optim_create(&o, &oc, nn_model_num_params(m)));
+  int warm = 5;
+  double t0 = 0;
+  float loss = 0;
+  for (int s = 0; s < warm + steps; s++) {
+    if (s == warm) {
+      OK(nn_cuda_synchronize());
+      t0 = now_s();
+    }
+    OK(nn_model_forward(m, dx, batch, 1));
+    OK(nn_model_loss(m, dl, NULL, NULL));  /* no host round trip */
+    OK(nn_model_backward(m, NULL, NULL));
+    OK(nn_cuda_optim_step(o, nn_model_device_params(m), nn_model_device_grads(m), 0.01f));
+  }
+  OK(nn_cuda_synchronize());
+  double t = now_s() - t0;
+  OK(nn_model_loss(m, dl, &loss, NULL));
+  printf("loss after %d steps: %.4f\n", warm + steps, (double)loss);
+  printf("RESULT hvd %s %s %d %.1f\n", name, prec, batch, (double)batch * steps / t);
+  nn_cuda_optim_free(o);
+  nn_cuda_free(dx);
+  nn_cuda_free(dl);
+  nn_model_free(m);
+  free(hx);
+  free(hl);
+  return 0;
+}
