@@ -50,12 +50,13 @@ run_one() { # name rep -> rows "size busbw" in $out/name.rep
     gloo) timeout 600 /usr/bin/python3 "$peers/gloo_allreduce_peer.py" "$np" "$lo" "$hi" ;;
     # Same method as the peers: in place, best of 3 timed loops of 20 iterations below
     # 32 MiB, 5 from 32 MiB up.
-    *) local mid=33554432
+    *) local mid=33554432 place=--inplace
+       [ "$name" = sendrecv ] && place= # a send and a receive need two buffers
        if [ "$lo" -lt $mid ]; then
-         timeout 600 mpirun -np "$np" "$bench" -b "$lo" -e $(( hi < mid ? hi : mid / 2 )) -n 20 -w 3 -r 3 --inplace --backend "$name"
+         timeout 600 mpirun -np "$np" "$bench" -b "$lo" -e $(( hi < mid ? hi : mid / 2 )) -n 20 -w 3 -r 3 $place --backend "$name"
        fi
        if [ "$hi" -ge $mid ]; then
-         timeout 600 mpirun -np "$np" "$bench" -b $(( lo > mid ? lo : mid )) -e "$hi" -n 5 -w 1 -r 3 --inplace --backend "$name"
+         timeout 600 mpirun -np "$np" "$bench" -b $(( lo > mid ? lo : mid )) -e "$hi" -n 5 -w 1 -r 3 $place --backend "$name"
        fi ;;
   esac 2>"$f.err" | awk '$1 ~ /^[0-9]+$/ { print $1, $7 }' >"$f"
   [ -s "$f" ] || { echo "# $name failed:"; sed 's/^/#   /' "$f.err" | tail -5; }
