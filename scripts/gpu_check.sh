@@ -6,7 +6,7 @@
 # clearly labelled in scripts/gpu_check/stub/: a single-process MPI (hvd at size 1) and a
 # plain C SGEMM for the CPU reference. Then:
 #   1. every layer's GPU forward/backward against the CPU reference (tests/test_cuda_layers)
-#   2. whole training steps GPU vs CPU: mlp, lenet, resnet20, vgg16, resnet50
+#   2. whole training steps GPU vs CPU: mlp, lenet, resnet20, alexnet, resnet50
 #      (tests/test_cuda_model_step)
 #   3. hvd_allreduce/broadcast of device memory at size 1 through NCCL
 #      (tests/test_cuda_hvd_allreduce)
@@ -177,11 +177,11 @@ check "3. hvd_allreduce device memory, NCCL" 60 "$OUT/hvd_allreduce.log" "$BLD/t
 declare -A IPS
 for prec in fp32 tf32; do
   b=$BATCH
-  run_step "4. hvd resnet50 $prec batch $b" 90 "$OUT/bench_hvd_$prec.log" "$BLD/train_bench" resnet50 "$b" "$STEPS" "$prec"
+  run_step "4. hvd resnet50 $prec batch $b" 90 "$OUT/bench_hvd_$prec.log" env NN_CUDNN_FIND=1 "$BLD/train_bench" resnet50 "$b" "$STEPS" "$prec"
   rc=$?
   if [ "$rc" -ne 0 ] && grep -qi "memory" "$OUT/bench_hvd_$prec.log"; then
     b=$((BATCH / 2))
-    run_step "4. hvd resnet50 $prec batch $b (retry)" 90 "$OUT/bench_hvd_${prec}_b$b.log" "$BLD/train_bench" resnet50 "$b" "$STEPS" "$prec"
+    run_step "4. hvd resnet50 $prec batch $b (retry)" 90 "$OUT/bench_hvd_${prec}_b$b.log" env NN_CUDNN_FIND=1 "$BLD/train_bench" resnet50 "$b" "$STEPS" "$prec"
     rc=$?
     cat "$OUT/bench_hvd_${prec}_b$b.log" >> "$OUT/bench_hvd_$prec.log"
   fi

@@ -2,7 +2,7 @@
    model on the CPU (same seed, same batch): logits and loss of the training forward,
    every gradient, the parameters after an SGD-with-momentum step on each side (CPU
    nn_optim vs nn_cuda_optim), batch-norm running statistics, and the logits of an
-   evaluation forward afterwards. Models: mlp, lenet, resnet20, vgg16 (dropout: the GPU
+   evaluation forward afterwards. Models: mlp, lenet, resnet20, alexnet (dropout: the GPU
    draws the CPU's mask) and resnet50 at 64x64. Exits 77 without a CUDA device.
    Optional argument: a comma-separated list of model names. */
 #include "nn/nn.h"
@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
   nn_cuda_set_tf32(0);
   static const case_t cases[] = {
       {"mlp", 16, 0, 1e-4},      {"lenet", 16, 0, 1e-4},  {"resnet20", 8, 0, 1e-3},
-      {"vgg16", 2, 64, 1e-3},    {"resnet50", 2, 64, 2e-3},
+      {"alexnet", 2, 0, 1e-3},   {"resnet50", 2, 64, 2e-3},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (argc > 1 && !strstr(argv[1], cases[i].name)) continue;

@@ -1,8 +1,9 @@
 /* nn/cuda/cudnn_ops.c: convolution, batch norm and pooling through cuDNN (NCHW, float).
 
    Convolutions: descriptors and algorithms are chosen once per shape (and TF32 setting)
-   with cuDNN's heuristics (cudnnGet*Algorithm_v7: the first algorithm that is supported
-   and fits in NN_CUDNN_WORKSPACE_MB, default 1024) and kept in a small cache; the
+   with cuDNN's heuristics (cudnnGet*Algorithm_v7), or timed with cudnnFind* when
+   NN_CUDNN_FIND=1: the first (best) algorithm that is supported and fits in
+   NN_CUDNN_WORKSPACE_MB (default 1024); plans are kept in a small cache; the
    workspace is the context's, grown to the largest need. Backward uses beta = 1 so dx,
    dw and db are ADDED to, as the CPU reference does.
 
@@ -41,6 +42,13 @@ static size_t ws_limit(void) {
   return (size_t)mb << 20;
 }
 
+/* NN_CUDNN_FIND=1: time the algorithms once per shape (cudnnFind*, as PyTorch's
+   cudnn.benchmark) instead of trusting the heuristics. */
+static int use_find(void) {
+  const char *e = getenv("NN_CUDNN_FIND");
+  return e && e[0] == '1';
+}
+
 static int same_shape(const nn_conv2d_shape_t *a, const nn_conv2d_shape_t *b) {
   return a->n == b->n && a->c_in == b->c_in && a->h_in == b->h_in && a->w_in == b->w_in &&
          a->c_out == b->c_out && a->kh == b->kh && a->kw == b->kw &&
@@ -71,9 +79,15 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
   const size_t limit = ws_limit();
   int got = 0, i;
   cudnnConvolutionFwdAlgoPerf_t fp[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  NN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(c->cudnn, p->x, p->w, p->conv, p->y,
+  const int timed = use_find();
+  if (timed)
+    NN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(c->cudnn, p->x, p->w, p->conv, p->y,
                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                         &got, fp));
+  else
+    NN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(c->cudnn, p->x, p->w, p->conv, p->y,
+                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                          &got, fp));
   for (i = 0; i < got; i++)
     if (fp[i].status == CUDNN_STATUS_SUCCESS && fp[i].memory <= limit) break;
   if (i == got)
@@ -83,8 +97,12 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
   p->fwd = fp[i].algo;
   p->ws_fwd = fp[i].memory;
   cudnnConvolutionBwdDataAlgoPerf_t dp[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-  NN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-      c->cudnn, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, dp));
+  if (timed)
+    NN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(
+        c->cudnn, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, dp));
+  else
+    NN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        c->cudnn, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, dp));
   for (i = 0; i < got; i++)
     if (dp[i].status == CUDNN_STATUS_SUCCESS && dp[i].memory <= limit) break;
   if (i == got)
@@ -93,8 +111,12 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
   p->bwd_data = dp[i].algo;
   p->ws_bwd_data = dp[i].memory;
   cudnnConvolutionBwdFilterAlgoPerf_t wp[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  NN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-      c->cudnn, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, wp));
+  if (timed)
+    NN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(
+        c->cudnn, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, wp));
+  else
+    NN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        c->cudnn, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, wp));
   for (i = 0; i < got; i++)
     if (wp[i].status == CUDNN_STATUS_SUCCESS && wp[i].memory <= limit) break;
   if (i == got)
