@@ -2,8 +2,10 @@
    at a given batch, forward and backward, so kernel changes can be measured (and put side
    by side with bench/torch_layer_bench.py, the same shapes in PyTorch).
    Usage: nn_layer_bench [--threads N] [--batch N] [--reps N] [--filter SUBSTRING]
+   [--min] [--winograd 0|1] [--wino-tiles N]   (--min: fastest rep; conv2d knobs, see nn/conv2d_internal.h)
    Prints the median milliseconds of forward and backward per layer. Not a test. */
 #include "nn/nn.h"
+#include "nn/conv2d_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,13 +57,19 @@ static const layer_t layers[] = {
 int main(int argc, char **argv) {
   int threads = 1, batch = 64, reps = 20;
   const char *filter = NULL;
+  int use_min = 0; /* --min: fastest rep instead of the median (for a loaded machine) */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
+    else if (!strcmp(argv[i], "--min")) use_min = 1;
+    else if (!strcmp(argv[i], "--winograd") && i + 1 < argc) nn_conv2d_winograd = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--wino-tiles") && i + 1 < argc)
+      nn_wino_group_tiles = atoi(argv[++i]);
     else {
       printf("usage: %s [--threads N] [--batch N] [--reps N] [--filter SUBSTRING]\n"
+           "       [--min] [--winograd 0|1] [--wino-tiles N]\n"
              "Median ms of forward and backward per kernel on resnet20/lenet layer shapes.\n",
              argv[0]);
       return strcmp(argv[i], "--help") == 0 ? 0 : 2;
@@ -133,9 +141,10 @@ int main(int argc, char **argv) {
     }
     qsort(tf, reps, sizeof *tf, cmp_d);
     qsort(tb, reps, sizeof *tb, cmp_d);
-    printf("%-32s %9.3f %9.3f\n", L->name, tf[reps / 2], tb[reps / 2]);
-    sum_f += tf[reps / 2];
-    sum_b += tb[reps / 2];
+    int at = use_min ? 0 : reps / 2;
+    printf("%-32s %9.3f %9.3f\n", L->name, tf[at], tb[at]);
+    sum_f += tf[at];
+    sum_b += tb[at];
     free(x); free(dx); free(y); free(dy); free(w); free(dw); free(ws); free(p1); free(p2);
     free(p3); free(p4); free(am);
   }

@@ -19,6 +19,7 @@
 #include "nn/threads_internal.h"
 
 #include <cblas.h>
+#include <stddef.h>
 #include <string.h>
 
 /* Workspace slots: at most this many batch chunks run at once. */
@@ -73,16 +74,47 @@ static size_t conv_col_floats(const nn_conv2d_shape_t *s) {
   if (conv_is_direct(s)) return 0;
   return (size_t)s->c_in * s->kh * s->kw * (size_t)conv_row_block(s) * s->w_out;
 }
+/* 3x3 stride-1 convolutions run forward and input gradient by Winograd F(2x2, 3x3)
+   (nn/conv_winograd.c); the weight gradient stays im2col + GEMM. */
+int nn_conv2d_winograd = 1;
+/* With few channels the transforms cost more than the GEMM time they save (resnet20's
+   16-channel 32x32 layers run about 2x slower by Winograd), so it needs at least this
+   many input and output channels. */
+int nn_conv2d_wino_min_channels = 32;
+
+static int conv_is_wino(const nn_conv2d_shape_t *s) {
+  return nn_conv2d_winograd && s->kh == 3 && s->kw == 3 && s->stride_h == 1 &&
+         s->stride_w == 1 && s->pad_h <= 2 && s->pad_w <= 2 &&
+         s->c_in >= nn_conv2d_wino_min_channels && s->c_out >= nn_conv2d_wino_min_channels;
+}
+/* Forward plan, and the plan of the input gradient: conv(dy, flipped w^T, pad 2 - pad). */
+static void conv_wino_plans(const nn_conv2d_shape_t *s, nn_wino_t *fwd, nn_wino_t *bwd) {
+  nn_wino_plan(fwd, s->n, s->c_in, s->c_out, s->h_in, s->w_in, s->pad_h, s->pad_w);
+  nn_wino_plan(bwd, s->n, s->c_out, s->c_in, s->h_out, s->w_out, 2 - s->pad_h, 2 - s->pad_w);
+}
+
 static size_t conv_slot_floats(const nn_conv2d_shape_t *s) {
   size_t k = (size_t)s->c_in * s->kh * s->kw;
   size_t v = conv_col_floats(s) + (size_t)s->c_out * k + (size_t)s->c_out;
+  if (conv_is_wino(s)) {
+    nn_wino_t f, b;
+    conv_wino_plans(s, &f, &b);
+    if (nn_wino_slot_floats(&f) > v) v = nn_wino_slot_floats(&f);
+    if (nn_wino_slot_floats(&b) > v) v = nn_wino_slot_floats(&b);
+  }
   return (v + 15) & ~(size_t)15;  /* keep every slot 64-byte aligned relative to the base */
+}
+
+/* After the slots: the Winograd-transformed weights, shared by all slots. */
+static float *conv_wino_u(const nn_conv2d_shape_t *s, float *ws) {
+  return ws + (size_t)conv_slots(s) * conv_slot_floats(s);
 }
 
 size_t nn_conv2d_workspace_floats(const nn_conv2d_shape_t *s) {
   nn_conv2d_shape_t t = *s;
   if (nn_conv2d_shape(&t) != NN_OK) return 0;
-  return (size_t)conv_slots(&t) * conv_slot_floats(&t);
+  size_t u = conv_is_wino(&t) ? 16 * (size_t)t.c_in * t.c_out : 0;
+  return (size_t)conv_slots(&t) * conv_slot_floats(&t) + u;
 }
 
 /* Number of batch chunks to run in parallel (1: OpenBLAS threads each GEMM instead). */
@@ -123,6 +155,7 @@ static inline void row_add(float *d, const float *s, int n) {
 static void im2col(const nn_conv2d_shape_t *s, const float *x, float *col, int oh0, int oh1) {
   const int H = s->h_in, W = s->w_in, Wo = s->w_out;
   const int sh = s->stride_h, sw = s->stride_w, ph = s->pad_h, pw = s->pad_w;
+  const int flat = sh == 1 && sw == 1 && Wo == W;
   for (int c = 0; c < s->c_in; c++) {
     const float *xc = x + (size_t)c * H * W;
     for (int i = 0; i < s->kh; i++) {
@@ -132,6 +165,26 @@ static void im2col(const nn_conv2d_shape_t *s, const float *x, float *col, int o
         int hi = (W - 1 + pw - j) >= 0 ? (W - 1 + pw - j) / sw + 1 : 0;
         if (hi > Wo) hi = Wo;
         if (lo > hi) lo = hi;
+        if (flat) {
+          /* Stride 1 and w_out == w_in: the rows oh in [oa, ob) that read inside the
+             image are one shifted copy of the plane; the cells that wrapped around to a
+             neighbouring row (ow outside [lo, hi)) are zeroed afterwards. */
+          int oa = ph - i > oh0 ? ph - i : oh0, ob = H + ph - i < oh1 ? H + ph - i : oh1;
+          if (ob < oa) ob = oa;
+          if (oa > oh0) row_zero(col, (oa - oh0) * Wo);
+          if (ob < oh1) row_zero(col + (size_t)(ob - oh0) * Wo, (oh1 - ob) * Wo);
+          float *d = col + (size_t)(oa - oh0) * Wo;
+          const float *src = xc + (ptrdiff_t)(oa - ph + i) * W;
+          long n = (long)(ob - oa) * W, sk = j - pw;
+          if (sk < 0) n += sk; else n -= sk;
+          if (n > 0) row_copy(d + (sk < 0 ? -sk : 0), src + (sk > 0 ? sk : 0), (int)n);
+          for (int oh = oa; oh < ob; oh++, d += Wo) {
+            for (int ow = 0; ow < lo; ow++) d[ow] = 0.0f;
+            for (int ow = hi; ow < Wo; ow++) d[ow] = 0.0f;
+          }
+          col += (size_t)(oh1 - oh0) * Wo;
+          continue;
+        }
         for (int oh = oh0; oh < oh1; oh++, col += Wo) {
           int ih = oh * sh - ph + i;
           if (ih < 0 || ih >= H) {
@@ -153,11 +206,11 @@ static void im2col(const nn_conv2d_shape_t *s, const float *x, float *col, int o
 }
 
 /* dx[c][ih][iw] += col[...] for every cell im2col copied (the transpose of im2col),
-   output rows [oh0, oh1). */
-static void col2im_add(const nn_conv2d_shape_t *s, const float *col, float *dx, int oh0,
-                       int oh1) {
+   output rows [oh0, oh1). Clobbers the cells of col that im2col zeroes. */
+static void col2im_add(const nn_conv2d_shape_t *s, float *col, float *dx, int oh0, int oh1) {
   const int H = s->h_in, W = s->w_in, Wo = s->w_out;
   const int sh = s->stride_h, sw = s->stride_w, ph = s->pad_h, pw = s->pad_w;
+  const int flat = sh == 1 && sw == 1 && Wo == W;
   for (int c = 0; c < s->c_in; c++) {
     float *dc = dx + (size_t)c * H * W;
     for (int i = 0; i < s->kh; i++) {
@@ -166,6 +219,24 @@ static void col2im_add(const nn_conv2d_shape_t *s, const float *col, float *dx, 
         int hi = (W - 1 + pw - j) >= 0 ? (W - 1 + pw - j) / sw + 1 : 0;
         if (hi > Wo) hi = Wo;
         if (lo > hi) lo = hi;
+        if (flat) {
+          /* The transpose of im2col's shifted copy: zero the wrapped cells of col, then
+             one shifted add over the rows that lie inside the image. */
+          int oa = ph - i > oh0 ? ph - i : oh0, ob = H + ph - i < oh1 ? H + ph - i : oh1;
+          float *c0 = col + (size_t)(oa - oh0) * Wo;
+          for (int oh = oa; oh < ob; oh++) {
+            float *r = col + (size_t)(oh - oh0) * Wo;
+            for (int ow = 0; ow < lo; ow++) r[ow] = 0.0f;
+            for (int ow = hi; ow < Wo; ow++) r[ow] = 0.0f;
+          }
+          float *dst = dc + (ptrdiff_t)(oa - ph + i) * W;
+          long n = (long)(ob - oa) * W, sk = j - pw;
+          if (sk < 0) n += sk; else n -= sk;
+          if (ob > oa && n > 0)
+            row_add(dst + (sk > 0 ? sk : 0), c0 + (sk < 0 ? -sk : 0), (int)n);
+          col += (size_t)(oh1 - oh0) * Wo;
+          continue;
+        }
         for (int oh = oh0; oh < oh1; oh++, col += Wo) {
           int ih = oh * sh - ph + i;
           if (ih < 0 || ih >= H) continue;
@@ -223,6 +294,35 @@ static void conv_forward_chunk(void *vjob, int t, int worker) {
   }
 }
 
+typedef struct {
+  const nn_wino_t *p;
+  const float *x, *u, *b;
+  float *y, *ws;
+  size_t slot;
+  int accumulate, chunks;
+} wino_job_t;
+
+static void conv_wino_chunk(void *vjob, int t, int worker) {
+  (void)worker;
+  const wino_job_t *j = vjob;
+  int i0 = (int)((long)j->p->n * t / j->chunks), i1 = (int)((long)j->p->n * (t + 1) / j->chunks);
+  nn_wino_run(j->p, j->x, j->u, j->b, j->accumulate, j->y, j->ws + (size_t)t * j->slot, i0, i1);
+}
+
+/* y (+)= Winograd conv of x by u over the batch, split as the GEMM path splits it. */
+static void conv_wino_parallel(const nn_conv2d_shape_t *s, const nn_wino_t *p, const float *x,
+                               const float *u, const float *b, int accumulate, float *y,
+                               float *ws) {
+  wino_job_t job = {p, x, u, b, y, ws, conv_slot_floats(s), accumulate, conv_chunks(s)};
+  if (job.chunks > 1) {
+    nn_blas_single_begin();
+    nn_parallel_for(job.chunks, conv_wino_chunk, &job);
+    nn_blas_single_end();
+  } else {
+    conv_wino_chunk(&job, 0, 0);
+  }
+}
+
 static nn_status_t conv_check(const nn_conv2d_shape_t *s, const char *what) {
   if (!s) return nn_set_error(NN_ERR_ARG, "%s: shape is NULL", what);
   nn_conv2d_shape_t t = *s;
@@ -240,6 +340,14 @@ nn_status_t nn_conv2d_forward(const nn_conv2d_shape_t *s, const float *x, const 
   if (st != NN_OK) return st;
   if (!x || !w || !y || (!workspace && !conv_is_direct(s)))
     return nn_set_error(NN_ERR_ARG, "nn_conv2d_forward: x, w, y or workspace is NULL");
+  if (conv_is_wino(s)) {
+    nn_wino_t f, bw;
+    conv_wino_plans(s, &f, &bw);
+    float *u = conv_wino_u(s, workspace);
+    nn_wino_filter(&f, w, 0, u);
+    conv_wino_parallel(s, &f, x, u, b, 0, y, workspace);
+    return NN_OK;
+  }
   conv_job_t job = {s, x, w, b, NULL, y, NULL, NULL, NULL, workspace, conv_chunks(s)};
   if (job.chunks > 1) {
     nn_blas_single_begin();
@@ -319,7 +427,9 @@ nn_status_t nn_conv2d_backward(const nn_conv2d_shape_t *s, const float *x, const
   if (st != NN_OK) return st;
   if (!dy || (dw && !x) || (dx && !w))
     return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward: dy, x (for dw) or w (for dx) is NULL");
-  conv_job_t job = {s, x, w, NULL, dy, NULL, dx, dw, db, workspace, conv_chunks(s)};
+  const int wino_dx = dx && conv_is_wino(s);
+  conv_job_t job = {s, x, w, NULL, dy, NULL, wino_dx ? NULL : dx, dw, db, workspace,
+                    conv_chunks(s)};
   if (!workspace && (job.chunks > 1 || dw || (!conv_is_direct(s) && dx)))
     return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward: workspace is NULL");
   if (job.chunks > 1) {
@@ -340,6 +450,13 @@ nn_status_t nn_conv2d_backward(const nn_conv2d_shape_t *s, const float *x, const
       }
     if (db && t > 0)
       for (int c = 0; c < Co; c++) db[c] += priv[(size_t)Co * K + c];
+  }
+  if (wino_dx) {  /* after the sums above: the Winograd pass reuses the slots */
+    nn_wino_t f, bw;
+    conv_wino_plans(s, &f, &bw);
+    float *u = conv_wino_u(s, workspace);
+    nn_wino_filter(&bw, w, 1, u);
+    conv_wino_parallel(s, &bw, dy, u, NULL, 1, dx, workspace);
   }
   return NN_OK;
 }

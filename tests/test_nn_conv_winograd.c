@@ -1,0 +1,125 @@
+/* tests/test_nn_conv_winograd.c: conv2d's Winograd F(2x2, 3x3) path (forward and input
+   gradient) against its im2col + GEMM path on the same data: odd and even sizes, pads
+   0..2, non-square planes, bias or not, 1 and 2 threads, sample groups that do not divide
+   the batch; and two runs of the same call must be bit-identical. */
+#include "nn/nn.h"
+#include "nn/conv2d_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+static float *rnd(size_t n, unsigned *seed) {
+  float *p = malloc(n * sizeof *p);
+  for (size_t i = 0; i < n; i++) {
+    *seed = *seed * 1103515245u + 12345u;
+    p[i] = (float)((*seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+  }
+  return p;
+}
+
+/* max |a - b| / max |b| */
+static double rel_err(const float *a, const float *b, size_t n) {
+  double d = 0, m = 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)a[i] - b[i]);
+    if (e > d) d = e;
+    if (fabs(b[i]) > m) m = fabs(b[i]);
+  }
+  return d / m;
+}
+
+typedef struct { float *y, *dx, *dw, *db; } result_t;
+
+static void run(const nn_conv2d_shape_t *s, int wino, const float *x, const float *w,
+                const float *b, const float *dy, result_t *r) {
+  nn_conv2d_winograd = wino;
+  size_t ny = (size_t)s->n * s->c_out * s->h_out * s->w_out;
+  size_t nx = (size_t)s->n * s->c_in * s->h_in * s->w_in;
+  size_t nw = (size_t)s->c_out * s->c_in * 9;
+  float *ws = calloc(nn_conv2d_workspace_floats(s) + 1, sizeof(float));
+  r->y = calloc(ny, sizeof(float));
+  r->dx = calloc(nx, sizeof(float));
+  r->dw = calloc(nw, sizeof(float));
+  r->db = calloc((size_t)s->c_out, sizeof(float));
+  for (size_t i = 0; i < nx; i++) r->dx[i] = 0.25f;  /* backward accumulates into dx */
+  if (nn_conv2d_forward(s, x, w, b, r->y, ws) != NN_OK ||
+      nn_conv2d_backward(s, x, w, dy, r->dx, r->dw, r->db, ws) != NN_OK) {
+    printf("FAIL: conv2d call failed: %s\n", nn_last_error());
+    failures++;
+  }
+  free(ws);
+}
+
+static void free_result(result_t *r) {
+  free(r->y);
+  free(r->dx);
+  free(r->dw);
+  free(r->db);
+}
+
+static void check(int n, int ci, int co, int h, int w, int ph, int pw, int bias) {
+  nn_conv2d_shape_t s = {n, ci, h, w, co, 3, 3, 1, 1, ph, pw, 0, 0};
+  if (nn_conv2d_shape(&s) != NN_OK) {
+    printf("FAIL: bad test shape\n");
+    failures++;
+    return;
+  }
+  unsigned seed = 1234u + (unsigned)(n * 7 + ci * 13 + co * 17 + h * 19 + w * 23 + ph * 29 + pw);
+  size_t ny = (size_t)n * co * s.h_out * s.w_out, nx = (size_t)n * ci * h * w;
+  size_t nw = (size_t)co * ci * 9;
+  float *x = rnd(nx, &seed), *wt = rnd(nw, &seed), *b = bias ? rnd((size_t)co, &seed) : NULL;
+  float *dy = rnd(ny, &seed);
+  result_t ref, got, again;
+  run(&s, 0, x, wt, b, dy, &ref);
+  run(&s, 1, x, wt, b, dy, &got);
+  run(&s, 1, x, wt, b, dy, &again);
+  double ey = rel_err(got.y, ref.y, ny), ex = rel_err(got.dx, ref.dx, nx);
+  double ew = rel_err(got.dw, ref.dw, nw), eb = rel_err(got.db, ref.db, (size_t)co);
+  int same = !memcmp(got.y, again.y, ny * sizeof(float)) &&
+             !memcmp(got.dx, again.dx, nx * sizeof(float)) &&
+             !memcmp(got.dw, again.dw, nw * sizeof(float));
+  int ok = ey < 1e-5 && ex < 1e-5 && ew < 1e-5 && eb < 1e-5 && same;
+  printf("%s n=%d %dx%dx%d -> %d pad %dx%d bias %d: rel err y %.1e dx %.1e dw %.1e db %.1e%s\n",
+         ok ? "  ok" : "FAIL", n, ci, h, w, co, ph, pw, bias, ey, ex, ew, eb,
+         same ? "" : " (two runs differ)");
+  if (!ok) failures++;
+  free_result(&ref);
+  free_result(&got);
+  free_result(&again);
+  free(x);
+  free(wt);
+  free(b);
+  free(dy);
+}
+
+int main(void) {
+  nn_conv2d_wino_min_channels = 1;  /* small shapes here */
+  for (int threads = 1; threads <= 2; threads++) {
+    nn_set_threads(threads);
+    printf("===== %d thread%s =====\n", threads, threads > 1 ? "s" : "");
+    check(3, 2, 3, 5, 6, 1, 1, 1);    /* odd height: a half tile row */
+    check(2, 3, 2, 7, 7, 0, 0, 0);    /* no padding: 5x5 output */
+    check(2, 2, 4, 6, 9, 2, 2, 1);    /* pad 2: output larger than input */
+    check(3, 4, 3, 4, 11, 1, 0, 0);   /* different pads, 11 wide: partial vectors */
+    check(5, 5, 6, 8, 8, 1, 1, 1);    /* resnet-like */
+    check(4, 3, 2, 1, 1, 1, 1, 0);    /* 1x1 plane */
+    int tiles = nn_wino_group_tiles;
+    nn_wino_group_tiles = 1;          /* one sample per group */
+    check(3, 3, 3, 6, 6, 1, 1, 1);
+    nn_wino_group_tiles = 20;         /* groups of 2 samples over a batch of 5 */
+    check(5, 3, 4, 6, 6, 1, 1, 0);
+    nn_wino_group_tiles = tiles;
+    check(9, 32, 32, 16, 16, 1, 1, 0); /* resnet20's shapes, smaller batch */
+    check(9, 64, 64, 8, 8, 1, 1, 1);
+  }
+  if (failures) {
+    printf("%d checks FAILED\n", failures);
+    return 1;
+  }
+  printf("all winograd checks passed\n");
+  return 0;
+}
