@@ -44,25 +44,26 @@ LAUNCH_SRC := $(wildcard launcher/*.c)
 
 # ---- CUDA (nn/cuda, NCCL allreduce of device memory) ----
 # CUDA=0 forces off; CUDA=1 insists (fails clearly when nvcc or a library is missing);
-# CUDA=auto turns it on when nvcc and the cuDNN, cuBLAS and NCCL headers are
-# found (the default is 0 until the CUDA build is known good). The CPU-only build is
-# unchanged when off. The CUDA runtime is linked statically
+# CUDA=auto (the default) turns it on when nvcc and the cuDNN, cuBLAS and NCCL headers
+# are found. The CPU-only build is unchanged when off. Objects depend on
+# $(BUILD)/config.cuda, so switching CUDA on or off rebuilds everything. The CUDA runtime is linked statically
 # (libcudart_static) so binaries start on machines without a GPU driver; cuDNN, cuBLAS
 # and NCCL load without one too. Device code: sm_90 and sm_80 SASS plus compute_90 PTX.
-CUDA      ?= 0
+CUDA      ?= auto
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
+NVCC_OK   := $(if $(NVCC),$(shell test -x '$(NVCC)' && echo 1))
 CUDA_HDRS := $(and $(wildcard $(CUDA_HOME)/include/cudnn.h),$(wildcard $(CUDA_HOME)/include/nccl.h),$(wildcard $(CUDA_HOME)/include/cublas_v2.h))
 ifeq ($(CUDA),1)
-  ifeq ($(NVCC),)
-    $(error CUDA=1 but nvcc was found neither in PATH nor in $(CUDA_HOME)/bin (set CUDA_HOME or NVCC))
+  ifneq ($(NVCC_OK),1)
+    $(error CUDA=1 but no nvcc: '$(NVCC)' is not an executable, and none was found in PATH or $(CUDA_HOME)/bin (set CUDA_HOME or NVCC))
   endif
   ifeq ($(CUDA_HDRS),)
     $(error CUDA=1 but cudnn.h, nccl.h or cublas_v2.h is missing under $(CUDA_HOME)/include)
   endif
   USE_CUDA := 1
 else ifeq ($(CUDA),auto)
-  USE_CUDA := $(if $(and $(NVCC),$(CUDA_HDRS)),1)
+  USE_CUDA := $(if $(and $(NVCC_OK),$(CUDA_HDRS)),1)
 endif
 ifeq ($(USE_CUDA),1)
   CUDA_DEFS    := -DHVD_WITH_CUDA=1 -DHVD_WITH_CUDNN=1 -DHVD_WITH_CUBLAS=1 -DHVD_WITH_NCCL=1
@@ -78,6 +79,9 @@ ifeq ($(USE_CUDA),1)
   NN_CU_SRC    := $(wildcard nn/cuda/*.cu)
 endif
 
+CONFIG_STAMP := $(BUILD)/config.cuda
+$(shell mkdir -p $(BUILD) && (echo 'USE_CUDA=$(USE_CUDA)' | cmp -s - $(CONFIG_STAMP) || echo 'USE_CUDA=$(USE_CUDA)' > $(CONFIG_STAMP)))
+
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
 
@@ -92,11 +96,11 @@ HVDRUN := $(if $(LAUNCH_SRC),$(BUILD)/hvdrun)
 .PHONY: all test run deps clean
 all: $(LIBNN) $(LIBHVD) $(BUILD)/hvd.pc $(TESTS) $(BENCHES) $(EXAMPLES) $(TRAIN) $(HVDRUN)
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu
+$(BUILD)/obj/%.cu.o: %.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 

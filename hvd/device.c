@@ -42,11 +42,24 @@ static struct {
 
 static void detect(void) {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
     (void)cudaGetLastError();
     n = 0;
   }
   device_count = n;
+  /* Said once, at HVD_LOG_LEVEL=info: a CUDA build without a GPU runs on the CPU. */
+  if (n == 0)
+    hvd_log(HVD_LOG_INFO, "CUDA: no device (%s); all buffers are host memory",
+            e == cudaSuccess ? "none found" : cudaGetErrorString(e));
+  else
+    hvd_log(HVD_LOG_INFO, "CUDA: %d device(s); device buffers are reduced with %s", n,
+#ifdef HVD_WITH_NCCL
+            "NCCL"
+#else
+            "pinned host staging and the CPU ring"
+#endif
+    );
 }
 
 int hvd_device_is_device_ptr(const void *p) {
