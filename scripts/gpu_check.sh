@@ -73,7 +73,7 @@ NVCC=${NVCC:-$(command -v nvcc || echo "$CUDA_HOME/bin/nvcc")}
 CUDA_HOME=$(cd "$(dirname "$NVCC")/.." && pwd)
 PYNV=$("$PY" -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]) + "/nvidia")' 2>/dev/null)
 SEARCH="${CUDNN_HOME:-} ${NCCL_HOME:-} $CUDA_HOME $CUDA_HOME/targets/x86_64-linux /usr /usr/local"
-for d in "$PYNV"/*; do [ -d "$d" ] && SEARCH="$SEARCH $d"; done
+if [ -n "$PYNV" ]; then for d in "$PYNV"/*; do [ -d "$d" ] && SEARCH="$SEARCH $d"; done; fi
 find_hdr() { # directory holding header $1
   local d s
   for d in $SEARCH; do
@@ -87,7 +87,7 @@ find_lib() { # path of lib$1.so or lib$1.so.N
   local d s f
   for d in $SEARCH; do
     for s in lib64 lib lib/x86_64-linux-gnu; do
-      for f in "$d/$s/lib$1.so" "$d/$s"/lib"$1".so.[0-9]*; do
+      for f in "$d/$s/lib$1.so" "$d/$s/lib$1".so.[0-9]*; do
         [ -f "$f" ] && { echo "$f"; return 0; }
       done
     done
