@@ -5,7 +5,10 @@
    Backward, per sample i:  dW^T += col dy_i^T (added into dW at the end);  db += sum_p dy_i;
                             dcol = W^T dy_i;   dx_i += col2im(dcol)
    A 1x1 stride-1 unpadded convolution is a plain GEMM on x_i: no im2col, and dx_i is
-   accumulated straight from W^T dy_i.
+   accumulated straight from W^T dy_i. 3x3 and 5x5 stride-1 convolutions with at least
+   nn_conv2d_wino_min_channels channels each way compute y and dx by Winograd
+   (nn/conv_winograd.c: 2.25x / 2.8x fewer multiplications) and dW through the same
+   transforms.
 
    Threads: the batch is cut into contiguous chunks, one per worker, each running
    single-threaded OpenBLAS on its own im2col buffer (a slot of the caller's workspace).
@@ -74,8 +77,8 @@ static size_t conv_col_floats(const nn_conv2d_shape_t *s) {
   if (conv_is_direct(s)) return 0;
   return (size_t)s->c_in * s->kh * s->kw * (size_t)conv_row_block(s) * s->w_out;
 }
-/* 3x3 stride-1 convolutions run forward and input gradient by Winograd F(2x2, 3x3)
-   (nn/conv_winograd.c); the weight gradient stays im2col + GEMM. */
+/* 3x3 and 5x5 stride-1 convolutions run forward, input and weight gradient by Winograd
+   F(2x2, 3x3) / F(2x2, 5x5) (nn/conv_winograd.c). */
 int nn_conv2d_winograd = 1;
 /* With few channels the transforms cost more than the GEMM time they save (resnet20's
    16-channel 32x32 layers run about 2x slower by Winograd), so it needs at least this
@@ -83,14 +86,16 @@ int nn_conv2d_winograd = 1;
 int nn_conv2d_wino_min_channels = 32;
 
 static int conv_is_wino(const nn_conv2d_shape_t *s) {
-  return nn_conv2d_winograd && s->kh == 3 && s->kw == 3 && s->stride_h == 1 &&
-         s->stride_w == 1 && s->pad_h <= 2 && s->pad_w <= 2 &&
+  return nn_conv2d_winograd && (s->kh == 3 || s->kh == 5) && s->kw == s->kh &&
+         s->stride_h == 1 && s->stride_w == 1 && s->pad_h < s->kh && s->pad_w < s->kw &&
          s->c_in >= nn_conv2d_wino_min_channels && s->c_out >= nn_conv2d_wino_min_channels;
 }
-/* Forward plan, and the plan of the input gradient: conv(dy, flipped w^T, pad 2 - pad). */
+/* Forward plan, and the plan of the input gradient: conv(dy, flipped w^T, pad k-1 - pad). */
 static void conv_wino_plans(const nn_conv2d_shape_t *s, nn_wino_t *fwd, nn_wino_t *bwd) {
-  nn_wino_plan(fwd, s->n, s->c_in, s->c_out, s->h_in, s->w_in, s->pad_h, s->pad_w);
-  nn_wino_plan(bwd, s->n, s->c_out, s->c_in, s->h_out, s->w_out, 2 - s->pad_h, 2 - s->pad_w);
+  const int r = s->kh;
+  nn_wino_plan(fwd, r, s->n, s->c_in, s->c_out, s->h_in, s->w_in, s->pad_h, s->pad_w);
+  nn_wino_plan(bwd, r, s->n, s->c_out, s->c_in, s->h_out, s->w_out, r - 1 - s->pad_h,
+               r - 1 - s->pad_w);
 }
 
 static size_t conv_slot_floats(const nn_conv2d_shape_t *s) {
@@ -99,7 +104,8 @@ static size_t conv_slot_floats(const nn_conv2d_shape_t *s) {
   if (conv_is_wino(s)) {
     nn_wino_t f, b;
     conv_wino_plans(s, &f, &b);
-    if (nn_wino_slot_floats(&f) > v) v = nn_wino_slot_floats(&f);
+    if (nn_wino_slot_floats(&f) + nn_wino_du_floats(&f) > v)
+      v = nn_wino_slot_floats(&f) + nn_wino_du_floats(&f);
     if (nn_wino_slot_floats(&b) > v) v = nn_wino_slot_floats(&b);
   }
   return (v + 15) & ~(size_t)15;  /* keep every slot 64-byte aligned relative to the base */
@@ -113,7 +119,7 @@ static float *conv_wino_u(const nn_conv2d_shape_t *s, float *ws) {
 size_t nn_conv2d_workspace_floats(const nn_conv2d_shape_t *s) {
   nn_conv2d_shape_t t = *s;
   if (nn_conv2d_shape(&t) != NN_OK) return 0;
-  size_t u = conv_is_wino(&t) ? 16 * (size_t)t.c_in * t.c_out : 0;
+  size_t u = conv_is_wino(&t) ? (size_t)(t.kh + 1) * (t.kh + 1) * t.c_in * t.c_out : 0;
   return (size_t)conv_slots(&t) * conv_slot_floats(&t) + u;
 }
 
@@ -323,6 +329,23 @@ static void conv_wino_parallel(const nn_conv2d_shape_t *s, const nn_wino_t *p, c
   }
 }
 
+typedef struct {
+  const nn_wino_t *p;
+  const float *x, *dy;
+  float *ws;
+  size_t slot, du_off;
+  int chunks;
+} wino_dw_job_t;
+
+/* Transformed weight gradient of chunk t into its slot (after the Winograd scratch). */
+static void conv_wino_dw_chunk(void *vjob, int t, int worker) {
+  (void)worker;
+  const wino_dw_job_t *j = vjob;
+  int i0 = (int)((long)j->p->n * t / j->chunks), i1 = (int)((long)j->p->n * (t + 1) / j->chunks);
+  float *slot = j->ws + (size_t)t * j->slot;
+  nn_wino_dweight_run(j->p, j->x, j->dy, slot + j->du_off, slot, i0, i1);
+}
+
 static nn_status_t conv_check(const nn_conv2d_shape_t *s, const char *what) {
   if (!s) return nn_set_error(NN_ERR_ARG, "%s: shape is NULL", what);
   nn_conv2d_shape_t t = *s;
@@ -427,8 +450,8 @@ nn_status_t nn_conv2d_backward(const nn_conv2d_shape_t *s, const float *x, const
   if (st != NN_OK) return st;
   if (!dy || (dw && !x) || (dx && !w))
     return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward: dy, x (for dw) or w (for dx) is NULL");
-  const int wino_dx = dx && conv_is_wino(s);
-  conv_job_t job = {s, x, w, NULL, dy, NULL, wino_dx ? NULL : dx, dw, db, workspace,
+  const int wino = conv_is_wino(s);
+  conv_job_t job = {s, x, w, NULL, dy, NULL, wino ? NULL : dx, wino ? NULL : dw, db, workspace,
                     conv_chunks(s)};
   if (!workspace && (job.chunks > 1 || dw || (!conv_is_direct(s) && dx)))
     return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward: workspace is NULL");
@@ -443,7 +466,7 @@ nn_status_t nn_conv2d_backward(const nn_conv2d_shape_t *s, const float *x, const
   const int K = s->c_in * s->kh * s->kw, Co = s->c_out;
   for (int t = 0; t < job.chunks; t++) {
     const float *priv = workspace + (size_t)t * conv_slot_floats(s) + conv_col_floats(s);
-    if (dw)
+    if (job.dw)
       for (int co = 0; co < Co; co++) {
         float *dr = dw + (size_t)co * K;
         for (int k = 0; k < K; k++) dr[k] += priv[(size_t)k * Co + co];
@@ -451,9 +474,23 @@ nn_status_t nn_conv2d_backward(const nn_conv2d_shape_t *s, const float *x, const
     if (db && t > 0)
       for (int c = 0; c < Co; c++) db[c] += priv[(size_t)Co * K + c];
   }
-  if (wino_dx) {  /* after the sums above: the Winograd pass reuses the slots */
-    nn_wino_t f, bw;
-    conv_wino_plans(s, &f, &bw);
+  /* The Winograd passes come after the sums above: they reuse the slots. */
+  nn_wino_t f, bw;
+  if (wino) conv_wino_plans(s, &f, &bw);
+  if (wino && dw) {
+    wino_dw_job_t dj = {&f, x, dy, workspace, conv_slot_floats(s), nn_wino_slot_floats(&f),
+                        job.chunks};
+    if (dj.chunks > 1) {
+      nn_blas_single_begin();
+      nn_parallel_for(dj.chunks, conv_wino_dw_chunk, &dj);
+      nn_blas_single_end();
+    } else {
+      conv_wino_dw_chunk(&dj, 0, 0);
+    }
+    for (int t = 0; t < dj.chunks; t++)  /* chunk order: deterministic */
+      nn_wino_dweight_finish(&f, workspace + (size_t)t * dj.slot + dj.du_off, dw);
+  }
+  if (wino && dx) {
     float *u = conv_wino_u(s, workspace);
     nn_wino_filter(&bw, w, 1, u);
     conv_wino_parallel(s, &bw, dy, u, NULL, 1, dx, workspace);

@@ -14,29 +14,38 @@ extern int nn_conv2d_block_min_cols;
    sample at a time with OpenBLAS threading each GEMM (kept for measurements). */
 extern int nn_conv2d_batch_split;
 
-/* Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions (nn/conv_winograd.c). A plan is a
-   convolution of n samples x[ci][h][w] padded by ph/pw into y[co][ho][wo]. */
+/* Winograd F(2x2, 3x3) and F(2x2, 5x5) for stride-1 convolutions (nn/conv_winograd.c).
+   A plan is a convolution of n samples x[ci][h][w] padded by ph/pw with an r x r kernel
+   (r = 3 or 5) into y[co][ho][wo]. */
 typedef struct {
-  int n, ci, co, h, w, ph, pw, ho, wo;
+  int r, n, ci, co, h, w, ph, pw, ho, wo;
   int th, tw, tw4, hp, wp; /* tiles; the padded plane's size */
-  int g;                   /* samples per group (one set of 16 GEMMs) */
+  int g;                   /* samples per group (one set of (r+1)^2 GEMMs) */
 } nn_wino_t;
 
-/* 1 (default): 3x3 stride-1 convs (pad <= 2) use Winograd; 0: im2col + GEMM. */
+/* 1 (default): 3x3 and 5x5 stride-1 convs (pad < kernel) run forward and input gradient
+   by Winograd; 0: im2col + GEMM. */
 extern int nn_conv2d_winograd;
 /* ... when c_in and c_out are both at least this (fewer: the transforms dominate). */
 extern int nn_conv2d_wino_min_channels;
 /* Tiles per group of samples: the N dimension of the 16 GEMMs. */
 extern int nn_wino_group_tiles;
 
-void nn_wino_plan(nn_wino_t *p, int n, int ci, int co, int h, int w, int ph, int pw);
+void nn_wino_plan(nn_wino_t *p, int r, int n, int ci, int co, int h, int w, int ph, int pw);
 /* Floats of one thread's scratch. */
 size_t nn_wino_slot_floats(const nn_wino_t *p);
-/* Transformed weights u[16][co][ci] (16 * co * ci floats) from w[co][ci][3][3], or with
-   flip = 1 from the flipped, transposed w[ci][co][3][3] (for the input gradient). */
+/* Transformed weights u[(r+1)^2][co][ci] from w[co][ci][r][r], or with flip = 1 from the
+   flipped, transposed w[ci][co][r][r] (for the input gradient). */
 void nn_wino_filter(const nn_wino_t *p, const float *w, int flip, float *u);
 /* y[i] (+)= conv(x[i]) (+ bias) for the samples i in [i0, i1); ws: one slot. */
 void nn_wino_run(const nn_wino_t *p, const float *x, const float *u, const float *bias,
                  int accumulate, float *y, float *ws, int i0, int i1);
+/* Weight gradient (plan of the forward conv): du (nn_wino_du_floats) = the transformed
+   dW of samples [i0, i1) of x and dy; nn_wino_dweight_finish adds its inverse into
+   dw[co][ci][r][r]. */
+size_t nn_wino_du_floats(const nn_wino_t *p);
+void nn_wino_dweight_run(const nn_wino_t *p, const float *x, const float *dy, float *du,
+                         float *ws, int i0, int i1);
+void nn_wino_dweight_finish(const nn_wino_t *p, const float *du, float *dw);
 
 #endif

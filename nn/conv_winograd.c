@@ -1,17 +1,20 @@
-/* nn/conv_winograd.c: 3x3 stride-1 convolution by Winograd F(2x2, 3x3).
+/* nn/conv_winograd.c: stride-1 3x3 and 5x5 convolutions by Winograd F(2x2, 3x3) and
+   F(2x2, 5x5).
 
-   Each 2x2 output tile is computed from a 4x4 input tile with 16 multiplications per
-   (input, output) channel pair instead of 36: the input tiles are transformed
-   (V = B^T d B), each of the 16 transformed positions e becomes one GEMM
+   Each 2x2 output tile is computed from an n x n input tile (n = r + 1 for an r x r
+   kernel) with n*n multiplications per (input, output) channel pair instead of 4*r*r
+   (16 instead of 36 for 3x3, 36 instead of 100 for 5x5): the input tiles are transformed
+   (V = B^T d B), each of the n*n transformed positions e becomes one GEMM
    M_e[co][t] = U_e[co][ci] V_e[ci][t] over the tiles t of a group of samples, and the
-   output tiles are transformed back (Y = A^T M A). The GEMMs are OpenBLAS, so the
-   2.25x fewer multiplications turn into about that much less GEMM time; the transforms
-   are SSE vectors over 4 tiles of a tile row.
+   output tiles are transformed back (Y = A^T M A). The GEMMs are OpenBLAS; the
+   transforms are SSE vectors over 4 tiles of a tile row.
 
-   Used for conv2d forward and for conv2d's input gradient, which for a 3x3 stride-1
-   convolution is again one: dx = conv(dy, w flipped and transposed, pad 2 - pad).
-   Accuracy: the transforms only add, subtract and halve, so results stay within a few
-   float32 ulps of the direct sum (the tests compare with PyTorch at 1e-4). */
+   Used for conv2d forward and for conv2d's input gradient, which for a stride-1
+   convolution is again one: dx = conv(dy, w flipped and transposed, pad r - 1 - pad).
+   Matrices: Toom-Cook at the points 0, 1, -1 (, 2, -2) and infinity (B^T and G checked
+   to give A^T((G g) . (B^T d)) = the correlation of d and g). Accuracy: within a few
+   float32 ulps of the direct sum for 3x3 and about 1e-6 relative for 5x5 (the tests
+   compare with the im2col path and with PyTorch). */
 #include "nn/conv2d_internal.h"
 #include "nn/simd_internal.h"
 
@@ -29,7 +32,8 @@
 /* Tiles per GEMM: a group of whole samples with about this many tiles. */
 int nn_wino_group_tiles = 128;
 
-void nn_wino_plan(nn_wino_t *p, int n, int ci, int co, int h, int w, int ph, int pw) {
+void nn_wino_plan(nn_wino_t *p, int r, int n, int ci, int co, int h, int w, int ph, int pw) {
+  p->r = r;
   p->n = n;
   p->ci = ci;
   p->co = co;
@@ -37,8 +41,8 @@ void nn_wino_plan(nn_wino_t *p, int n, int ci, int co, int h, int w, int ph, int
   p->w = w;
   p->ph = ph;
   p->pw = pw;
-  p->ho = h + 2 * ph - 2;
-  p->wo = w + 2 * pw - 2;
+  p->ho = h + 2 * ph - (r - 1);
+  p->wo = w + 2 * pw - (r - 1);
   p->th = (p->ho + 1) / 2;
   p->tw = (p->wo + 1) / 2;
   int g = nn_wino_group_tiles / (p->th * p->tw);
@@ -46,99 +50,166 @@ void nn_wino_plan(nn_wino_t *p, int n, int ci, int co, int h, int w, int ph, int
   if (g > n) g = n;
   p->g = g;
   p->tw4 = (p->tw + 3) & ~3;
-  p->hp = 2 * p->th + 2;
-  p->wp = 2 * p->tw4 + 2;
+  /* tile rows read plane rows up to 2*th + r - 2, and 4 tiles from column 2b read up to
+     column 2b + r + 6 (two 4-float loads per pair of tile columns) */
+  p->hp = 2 * p->th + r - 1;
+  p->wp = 2 * p->tw4 + r - 1;
 }
 
 static size_t wino_tiles(const nn_wino_t *p) { return (size_t)p->g * p->th * p->tw; }
 
 size_t nn_wino_slot_floats(const nn_wino_t *p) {
-  size_t t = wino_tiles(p);
+  size_t t = wino_tiles(p), e = (size_t)(p->r + 1) * (p->r + 1);
   /* padded plane, V, M (+4: the output transform reads a partial vector past the end) */
-  return (size_t)p->hp * p->wp + 16 * (size_t)p->ci * t + 16 * (size_t)p->co * t + 4 + 16;
+  return (size_t)p->hp * p->wp + e * (size_t)p->ci * t + e * (size_t)p->co * t + 4 + 16;
 }
 
+/* G for F(2, 3) and F(2, 5) (n x r). */
+static const double wino_g3[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+static const double wino_g5[6][5] = {
+    {0.25, 0, 0, 0, 0},
+    {-1.0 / 6, -1.0 / 6, -1.0 / 6, -1.0 / 6, -1.0 / 6},
+    {-1.0 / 6, 1.0 / 6, -1.0 / 6, 1.0 / 6, -1.0 / 6},
+    {1.0 / 24, 1.0 / 12, 1.0 / 6, 1.0 / 3, 2.0 / 3},
+    {1.0 / 24, -1.0 / 12, 1.0 / 6, -1.0 / 3, 2.0 / 3},
+    {0, 0, 0, 0, 1}};
+
+static double wino_gm(int r, int i, int k) { return r == 3 ? wino_g3[i][k] : wino_g5[i][k]; }
+
 /* U_e[co][ci] = (G g G^T)_e with g = w[co][ci] (flip = 0), or for the input gradient
-   (flip = 1, the plan's ci/co being the conv's c_out/c_in) g[r][c] = w[ci][co][2-r][2-c]. */
+   (flip = 1, the plan's ci/co being the conv's c_out/c_in) g[y][x] = w[ci][co][r-1-y][r-1-x]. */
 void nn_wino_filter(const nn_wino_t *p, const float *w, int flip, float *u) {
+  const int r = p->r, n = r + 1, rr = r * r;
   const size_t cc = (size_t)p->co * p->ci;
   for (int o = 0; o < p->co; o++) {
     for (int i = 0; i < p->ci; i++) {
-      float g[3][3];
-      const float *src = flip ? w + ((size_t)i * p->co + o) * 9 : w + ((size_t)o * p->ci + i) * 9;
-      for (int r = 0; r < 3; r++)
-        for (int c = 0; c < 3; c++) g[r][c] = flip ? src[(2 - r) * 3 + (2 - c)] : src[r * 3 + c];
-      float t[4][3]; /* G g */
-      for (int c = 0; c < 3; c++) {
-        t[0][c] = g[0][c];
-        t[1][c] = 0.5f * (g[0][c] + g[1][c] + g[2][c]);
-        t[2][c] = 0.5f * (g[0][c] - g[1][c] + g[2][c]);
-        t[3][c] = g[2][c];
-      }
-      for (int r = 0; r < 4; r++) {
-        float v[4] = {t[r][0], 0.5f * (t[r][0] + t[r][1] + t[r][2]),
-                      0.5f * (t[r][0] - t[r][1] + t[r][2]), t[r][2]};
-        for (int c = 0; c < 4; c++) u[(size_t)(r * 4 + c) * cc + (size_t)o * p->ci + i] = v[c];
-      }
+      double g[5][5], t[6][5];
+      const float *src = flip ? w + ((size_t)i * p->co + o) * rr : w + ((size_t)o * p->ci + i) * rr;
+      for (int y = 0; y < r; y++)
+        for (int x = 0; x < r; x++)
+          g[y][x] = flip ? src[(r - 1 - y) * r + (r - 1 - x)] : src[y * r + x];
+      for (int a = 0; a < n; a++)
+        for (int x = 0; x < r; x++) {
+          double acc = 0;
+          for (int y = 0; y < r; y++) acc += wino_gm(r, a, y) * g[y][x];
+          t[a][x] = acc;
+        }
+      for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++) {
+          double acc = 0;
+          for (int x = 0; x < r; x++) acc += t[a][x] * wino_gm(r, b, x);
+          u[(size_t)(a * n + b) * cc + (size_t)o * p->ci + i] = (float)acc;
+        }
     }
   }
 }
 
-/* Samples [i0, i0 + gn): transforms, 16 GEMMs, inverse transforms. */
-static void wino_group(const nn_wino_t *p, const float *x, const float *u, const float *bias,
-                       int accumulate, float *y, float *ws, int gn) {
+/* out[i*os] = (B^T in)[i] for in[j*is], j < n. */
+static inline void wino_bt(int r, const nn_v4f *in, int is, nn_v4f *out, int os) {
+  if (r == 3) {
+    nn_v4f i0 = in[0], i1 = in[is], i2 = in[2 * is], i3 = in[3 * is];
+    out[0] = i0 - i2;
+    out[os] = i1 + i2;
+    out[2 * os] = i2 - i1;
+    out[3 * os] = i1 - i3;
+  } else {
+    nn_v4f i0 = in[0], i1 = in[is], i2 = in[2 * is], i3 = in[3 * is], i4 = in[4 * is],
+           i5 = in[5 * is];
+    const nn_v4f c2 = nn_v4_set1(2.0f), c4 = nn_v4_set1(4.0f), c5 = nn_v4_set1(5.0f);
+    nn_v4f a = i4 - c4 * i2, b = i3 - c4 * i1, c = i4 - i2, d = c2 * (i3 - i1);
+    out[0] = c4 * i0 - c5 * i2 + i4;
+    out[os] = a + b;
+    out[2 * os] = a - b;
+    out[3 * os] = c + d;
+    out[4 * os] = c - d;
+    out[5 * os] = c4 * i1 - c5 * i3 + i5;
+  }
+}
+
+/* (A^T in)[0] and [1] for in[j*is], j < n. */
+/* out[b*os] = (A y)[b] = A^T[0][b] y0 + A^T[1][b] y1, b < n: the transpose of wino_at. */
+static inline void wino_a(int r, nn_v4f y0, nn_v4f y1, nn_v4f *out, int os) {
+  out[0] = y0;
+  out[os] = y0 + y1;
+  out[2 * os] = y0 - y1;
+  if (r == 3) {
+    out[3 * os] = -y1;
+  } else {
+    const nn_v4f c2 = nn_v4_set1(2.0f);
+    out[3 * os] = y0 + c2 * y1;
+    out[4 * os] = y0 - c2 * y1;
+    out[5 * os] = y1;
+  }
+}
+
+static inline void wino_at(int r, const nn_v4f *in, int is, nn_v4f *o0, nn_v4f *o1) {
+  if (r == 3) {
+    *o0 = in[0] + in[is] + in[2 * is];
+    *o1 = in[is] - in[2 * is] - in[3 * is];
+  } else {
+    nn_v4f p1 = in[is] + in[2 * is], m1 = in[is] - in[2 * is];
+    nn_v4f p2 = in[3 * is] + in[4 * is], m2 = in[3 * is] - in[4 * is];
+    *o0 = in[0] + p1 + p2;
+    *o1 = m1 + nn_v4_set1(2.0f) * m2 + in[5 * is];
+  }
+}
+
+/* V[e][ci][t] = (B^T d B)_e for the input tiles t of samples [0, gn) of x. The padding
+   of the plane stays zero: every channel copies its rows into the same interior. */
+static void wino_input(const nn_wino_t *p, const float *x, float *plane, float *V, int gn) {
+  const int r = p->r, n = r + 1;
   const int th = p->th, tw = p->tw, hp = p->hp, wp = p->wp, H = p->h, W = p->w;
   const size_t T = (size_t)gn * th * tw, st = (size_t)th * tw;
-  float *plane = ws;
-  float *V = plane + (size_t)hp * wp;
-  float *M = V + 16 * (size_t)p->ci * T;
-  /* Input transform. */
   memset(plane, 0, sizeof(float) * (size_t)hp * wp);
   for (int q = 0; q < gn; q++) {
     for (int c = 0; c < p->ci; c++) {
       const float *xc = x + ((size_t)q * p->ci + c) * H * W;
-      for (int r = 0; r < H; r++) memcpy(plane + (size_t)(r + p->ph) * wp + p->pw, xc + (size_t)r * W, sizeof(float) * W);
+      for (int i = 0; i < H; i++)
+        memcpy(plane + (size_t)(i + p->ph) * wp + p->pw, xc + (size_t)i * W, sizeof(float) * W);
       for (int a = 0; a < th; a++) {
         for (int b = 0; b < tw; b += 4) {
-          nn_v4f d[4][4];
-          for (int r = 0; r < 4; r++) {
-            const float *row = plane + (size_t)(2 * a + r) * wp + 2 * b;
-            nn_v4f l0 = nn_v4_load(row), l1 = nn_v4_load(row + 4);
-            nn_v4f m0 = nn_v4_load(row + 2), m1 = nn_v4_load(row + 6);
-            d[r][0] = NN_V4_EVENS(l0, l1);
-            d[r][1] = NN_V4_ODDS(l0, l1);
-            d[r][2] = NN_V4_EVENS(m0, m1);
-            d[r][3] = NN_V4_ODDS(m0, m1);
+          nn_v4f d[6][6], t[6][6], v[6][6];
+          for (int i = 0; i < n; i++) {
+            const float *row = plane + (size_t)(2 * a + i) * wp + 2 * b;
+            for (int k = 0; k < n; k += 2) {
+              nn_v4f l0 = nn_v4_load(row + k), l1 = nn_v4_load(row + k + 4);
+              d[i][k] = NN_V4_EVENS(l0, l1);
+              d[i][k + 1] = NN_V4_ODDS(l0, l1);
+            }
           }
-          nn_v4f t[4][4];
-          for (int k = 0; k < 4; k++) {
-            t[0][k] = d[0][k] - d[2][k];
-            t[1][k] = d[1][k] + d[2][k];
-            t[2][k] = d[2][k] - d[1][k];
-            t[3][k] = d[1][k] - d[3][k];
-          }
+          for (int k = 0; k < n; k++) wino_bt(r, &d[0][k], 6, &t[0][k], 6);
+          for (int i = 0; i < n; i++) wino_bt(r, &t[i][0], 1, &v[i][0], 1);
           size_t off = (size_t)q * st + (size_t)a * tw + b;
           int nv = tw - b < 4 ? tw - b : 4;
-          for (int r = 0; r < 4; r++) {
-            nn_v4f v[4] = {t[r][0] - t[r][2], t[r][1] + t[r][2], t[r][2] - t[r][1],
-                           t[r][1] - t[r][3]};
-            for (int k = 0; k < 4; k++) {
-              float *dst = V + ((size_t)(r * 4 + k) * p->ci + c) * T + off;
+          for (int i = 0; i < n; i++) {
+            for (int k = 0; k < n; k++) {
+              float *dst = V + ((size_t)(i * n + k) * p->ci + c) * T + off;
               if (nv == 4) {
-                nn_v4_store(dst, v[k]);
+                nn_v4_store(dst, v[i][k]);
               } else {
-                for (int l = 0; l < nv; l++) dst[l] = v[k][l];
+                for (int l = 0; l < nv; l++) dst[l] = v[i][k][l];
               }
             }
           }
         }
       }
     }
-    /* the rows copied above are overwritten by the next plane; the padding stays zero */
   }
-  /* The 16 GEMMs. */
+}
+
+/* Samples [i0, i0 + gn): transforms, n*n GEMMs, inverse transforms. */
+static void wino_group(const nn_wino_t *p, const float *x, const float *u, const float *bias,
+                       int accumulate, float *y, float *ws, int gn) {
+  const int r = p->r, n = r + 1, ne = n * n;
+  const int th = p->th, tw = p->tw, hp = p->hp, wp = p->wp;
+  const size_t T = (size_t)gn * th * tw, st = (size_t)th * tw;
+  float *plane = ws;
+  float *V = plane + (size_t)hp * wp;
+  float *M = V + (size_t)ne * p->ci * T;
+  wino_input(p, x, plane, V, gn);
+  /* The n*n GEMMs. */
   const size_t cc = (size_t)p->co * p->ci;
-  for (int e = 0; e < 16; e++)
+  for (int e = 0; e < ne; e++)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->co, (int)T, p->ci, 1.0f,
                 u + e * cc, p->ci, V + (size_t)e * p->ci * T, (int)T, 0.0f,
                 M + (size_t)e * p->co * T, (int)T);
@@ -152,18 +223,15 @@ static void wino_group(const nn_wino_t *p, const float *x, const float *u, const
       for (int a = 0; a < th; a++) {
         for (int b = 0; b < tw; b += 4) {
           const float *mp = mo + (size_t)a * tw + b;
-          nn_v4f m[16];
-          for (int e = 0; e < 16; e++) m[e] = nn_v4_load(mp + e * ms);
-          nn_v4f s0[4], s1[4];
-          for (int k = 0; k < 4; k++) {
-            s0[k] = m[k] + m[4 + k] + m[8 + k];
-            s1[k] = m[4 + k] - m[8 + k] - m[12 + k];
-          }
-          nn_v4f o00 = s0[0] + s0[1] + s0[2] + bv, o01 = s0[1] - s0[2] - s0[3] + bv;
-          nn_v4f o10 = s1[0] + s1[1] + s1[2] + bv, o11 = s1[1] - s1[2] - s1[3] + bv;
+          nn_v4f m[36], s0[6], s1[6];
+          for (int e = 0; e < ne; e++) m[e] = nn_v4_load(mp + e * ms);
+          for (int k = 0; k < n; k++) wino_at(r, &m[k], n, &s0[k], &s1[k]);
+          nn_v4f o00, o01, o10, o11;
+          wino_at(r, s0, 1, &o00, &o01);
+          wino_at(r, s1, 1, &o10, &o11);
           int ncol = p->wo - 2 * b < 8 ? p->wo - 2 * b : 8;
           for (int i = 0; i < 2 && 2 * a + i < p->ho; i++) {
-            nn_v4f e0 = i ? o10 : o00, e1 = i ? o11 : o01;
+            nn_v4f e0 = (i ? o10 : o00) + bv, e1 = (i ? o11 : o01) + bv;
             nn_v4f lo = WINO_LO(e0, e1), hi = WINO_HI(e0, e1);
             float *yr = yo + (size_t)(2 * a + i) * p->wo + 2 * b;
             if (ncol == 8) {
@@ -192,5 +260,90 @@ void nn_wino_run(const nn_wino_t *p, const float *x, const float *u, const float
   for (int i = i0; i < i1; i += p->g) {
     int gn = i1 - i < p->g ? i1 - i : p->g;
     wino_group(p, x + (size_t)i * xs, u, bias, accumulate, y + (size_t)i * ys, ws, gn);
+  }
+}
+
+size_t nn_wino_du_floats(const nn_wino_t *p) {
+  return (size_t)(p->r + 1) * (p->r + 1) * p->co * p->ci;
+}
+
+/* Weight gradient: y = A^T (U . V) A per tile and U = G g G^T give
+   dU_e = sum over tiles (A dy A^T)_e V_e and dg = G^T dU G. Samples [0, gn). */
+static void wino_dweight_group(const nn_wino_t *p, const float *x, const float *dy, float *du,
+                               float *ws, int gn) {
+  const int r = p->r, n = r + 1, ne = n * n;
+  const int th = p->th, tw = p->tw, wp = p->wp;
+  const size_t T = (size_t)gn * th * tw, st = (size_t)th * tw;
+  float *plane = ws;
+  float *V = plane + (size_t)p->hp * wp;
+  float *D = V + (size_t)ne * p->ci * T;
+  wino_input(p, x, plane, V, gn);
+  /* dy tiles (2x2, zero past the output's edge) to D[e][co][t] = (A dy A^T)_e. */
+  memset(plane, 0, sizeof(float) * (size_t)p->hp * wp);
+  for (int q = 0; q < gn; q++) {
+    for (int o = 0; o < p->co; o++) {
+      const float *dyo = dy + ((size_t)q * p->co + o) * p->ho * p->wo;
+      for (int i = 0; i < p->ho; i++)
+        memcpy(plane + (size_t)i * wp, dyo + (size_t)i * p->wo, sizeof(float) * p->wo);
+      for (int a = 0; a < th; a++) {
+        for (int b = 0; b < tw; b += 4) {
+          nn_v4f z[2][6], v[6][6];
+          for (int i = 0; i < 2; i++) {
+            const float *row = plane + (size_t)(2 * a + i) * wp + 2 * b;
+            nn_v4f l0 = nn_v4_load(row), l1 = nn_v4_load(row + 4);
+            wino_a(r, NN_V4_EVENS(l0, l1), NN_V4_ODDS(l0, l1), z[i], 1);
+          }
+          for (int k = 0; k < n; k++) wino_a(r, z[0][k], z[1][k], &v[0][k], 6);
+          size_t off = (size_t)q * st + (size_t)a * tw + b;
+          int nv = tw - b < 4 ? tw - b : 4;
+          for (int i = 0; i < n; i++) {
+            for (int k = 0; k < n; k++) {
+              float *dst = D + ((size_t)(i * n + k) * p->co + o) * T + off;
+              if (nv == 4) {
+                nn_v4_store(dst, v[i][k]);
+              } else {
+                for (int l = 0; l < nv; l++) dst[l] = v[i][k][l];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  const size_t cc = (size_t)p->co * p->ci;
+  for (int e = 0; e < ne; e++)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->co, p->ci, (int)T, 1.0f,
+                D + (size_t)e * p->co * T, (int)T, V + (size_t)e * p->ci * T, (int)T, 1.0f,
+                du + e * cc, p->ci);
+}
+
+void nn_wino_dweight_run(const nn_wino_t *p, const float *x, const float *dy, float *du,
+                         float *ws, int i0, int i1) {
+  const size_t xs = (size_t)p->ci * p->h * p->w, ys = (size_t)p->co * p->ho * p->wo;
+  memset(du, 0, sizeof(float) * nn_wino_du_floats(p));
+  for (int i = i0; i < i1; i += p->g) {
+    int gn = i1 - i < p->g ? i1 - i : p->g;
+    wino_dweight_group(p, x + (size_t)i * xs, dy + (size_t)i * ys, du, ws, gn);
+  }
+}
+
+void nn_wino_dweight_finish(const nn_wino_t *p, const float *du, float *dw) {
+  const int r = p->r, n = r + 1, rr = r * r;
+  const size_t cc = (size_t)p->co * p->ci;
+  for (size_t oi = 0; oi < cc; oi++) {
+    double t[6][5];
+    for (int a = 0; a < n; a++)
+      for (int x = 0; x < r; x++) {
+        double acc = 0;
+        for (int b = 0; b < n; b++) acc += (double)du[(size_t)(a * n + b) * cc + oi] * wino_gm(r, b, x);
+        t[a][x] = acc;
+      }
+    float *d = dw + oi * rr;
+    for (int y = 0; y < r; y++)
+      for (int x = 0; x < r; x++) {
+        double acc = 0;
+        for (int a = 0; a < n; a++) acc += wino_gm(r, a, y) * t[a][x];
+        d[y * r + x] += (float)acc;
+      }
   }
 }

@@ -1,4 +1,4 @@
-/* tests/test_nn_conv_winograd.c: conv2d's Winograd F(2x2, 3x3) path (forward and input
+/* tests/test_nn_conv_winograd.c: conv2d's Winograd F(2x2, 3x3) and F(2x2, 5x5) paths (forward and input
    gradient) against its im2col + GEMM path on the same data: odd and even sizes, pads
    0..2, non-square planes, bias or not, 1 and 2 threads, sample groups that do not divide
    the batch; and two runs of the same call must be bit-identical. */
@@ -39,7 +39,7 @@ static void run(const nn_conv2d_shape_t *s, int wino, const float *x, const floa
   nn_conv2d_winograd = wino;
   size_t ny = (size_t)s->n * s->c_out * s->h_out * s->w_out;
   size_t nx = (size_t)s->n * s->c_in * s->h_in * s->w_in;
-  size_t nw = (size_t)s->c_out * s->c_in * 9;
+  size_t nw = (size_t)s->c_out * s->c_in * s->kh * s->kw;
   float *ws = calloc(nn_conv2d_workspace_floats(s) + 1, sizeof(float));
   r->y = calloc(ny, sizeof(float));
   r->dx = calloc(nx, sizeof(float));
@@ -61,16 +61,16 @@ static void free_result(result_t *r) {
   free(r->db);
 }
 
-static void check(int n, int ci, int co, int h, int w, int ph, int pw, int bias) {
-  nn_conv2d_shape_t s = {n, ci, h, w, co, 3, 3, 1, 1, ph, pw, 0, 0};
+static void check(int k, int n, int ci, int co, int h, int w, int ph, int pw, int bias) {
+  nn_conv2d_shape_t s = {n, ci, h, w, co, k, k, 1, 1, ph, pw, 0, 0};
   if (nn_conv2d_shape(&s) != NN_OK) {
     printf("FAIL: bad test shape\n");
     failures++;
     return;
   }
-  unsigned seed = 1234u + (unsigned)(n * 7 + ci * 13 + co * 17 + h * 19 + w * 23 + ph * 29 + pw);
+  unsigned seed = 1234u + (unsigned)(k * 3 + n * 7 + ci * 13 + co * 17 + h * 19 + w * 23 + ph * 29 + pw);
   size_t ny = (size_t)n * co * s.h_out * s.w_out, nx = (size_t)n * ci * h * w;
-  size_t nw = (size_t)co * ci * 9;
+  size_t nw = (size_t)co * ci * k * k;
   float *x = rnd(nx, &seed), *wt = rnd(nw, &seed), *b = bias ? rnd((size_t)co, &seed) : NULL;
   float *dy = rnd(ny, &seed);
   result_t ref, got, again;
@@ -82,9 +82,12 @@ static void check(int n, int ci, int co, int h, int w, int ph, int pw, int bias)
   int same = !memcmp(got.y, again.y, ny * sizeof(float)) &&
              !memcmp(got.dx, again.dx, nx * sizeof(float)) &&
              !memcmp(got.dw, again.dw, nw * sizeof(float));
-  int ok = ey < 1e-5 && ex < 1e-5 && ew < 1e-5 && eb < 1e-5 && same;
-  printf("%s n=%d %dx%dx%d -> %d pad %dx%d bias %d: rel err y %.1e dx %.1e dw %.1e db %.1e%s\n",
-         ok ? "  ok" : "FAIL", n, ci, h, w, co, ph, pw, bias, ey, ex, ew, eb,
+  /* F(2x2, 5x5)'s transforms have larger coefficients (4, 5, 1/6, 2/3): its dW, a sum
+     over every tile, is about 1e-5 off; F(2x2, 3x3) stays below 1e-6. */
+  const double tol = k == 5 ? 5e-5 : 1e-5;
+  int ok = ey < tol && ex < tol && ew < tol && eb < tol && same;
+  printf("%s %dx%d n=%d %dx%dx%d -> %d pad %dx%d bias %d: rel err y %.1e dx %.1e dw %.1e db %.1e%s\n",
+         ok ? "  ok" : "FAIL", k, k, n, ci, h, w, co, ph, pw, bias, ey, ex, ew, eb,
          same ? "" : " (two runs differ)");
   if (!ok) failures++;
   free_result(&ref);
@@ -101,20 +104,24 @@ int main(void) {
   for (int threads = 1; threads <= 2; threads++) {
     nn_set_threads(threads);
     printf("===== %d thread%s =====\n", threads, threads > 1 ? "s" : "");
-    check(3, 2, 3, 5, 6, 1, 1, 1);    /* odd height: a half tile row */
-    check(2, 3, 2, 7, 7, 0, 0, 0);    /* no padding: 5x5 output */
-    check(2, 2, 4, 6, 9, 2, 2, 1);    /* pad 2: output larger than input */
-    check(3, 4, 3, 4, 11, 1, 0, 0);   /* different pads, 11 wide: partial vectors */
-    check(5, 5, 6, 8, 8, 1, 1, 1);    /* resnet-like */
-    check(4, 3, 2, 1, 1, 1, 1, 0);    /* 1x1 plane */
+    check(3, 3, 2, 3, 5, 6, 1, 1, 1);    /* odd height: a half tile row */
+    check(3, 2, 3, 2, 7, 7, 0, 0, 0);    /* no padding: 5x5 output */
+    check(3, 2, 2, 4, 6, 9, 2, 2, 1);    /* pad 2: output larger than input */
+    check(3, 3, 4, 3, 4, 11, 1, 0, 0);   /* different pads, 11 wide: partial vectors */
+    check(3, 5, 5, 6, 8, 8, 1, 1, 1);    /* resnet-like */
+    check(3, 4, 3, 2, 1, 1, 1, 1, 0);    /* 1x1 plane */
     int tiles = nn_wino_group_tiles;
     nn_wino_group_tiles = 1;          /* one sample per group */
-    check(3, 3, 3, 6, 6, 1, 1, 1);
+    check(3, 3, 3, 3, 6, 6, 1, 1, 1);
     nn_wino_group_tiles = 20;         /* groups of 2 samples over a batch of 5 */
-    check(5, 3, 4, 6, 6, 1, 1, 0);
+    check(3, 5, 3, 4, 6, 6, 1, 1, 0);
     nn_wino_group_tiles = tiles;
-    check(9, 32, 32, 16, 16, 1, 1, 0); /* resnet20's shapes, smaller batch */
-    check(9, 64, 64, 8, 8, 1, 1, 1);
+    check(3, 9, 32, 32, 16, 16, 1, 1, 0); /* resnet20's shapes, smaller batch */
+    check(3, 9, 64, 64, 8, 8, 1, 1, 1);
+    check(5, 3, 2, 3, 7, 9, 2, 2, 1);   /* 5x5 */
+    check(5, 2, 3, 2, 6, 6, 0, 0, 0);   /* 5x5 unpadded: 2x2 output */
+    check(5, 3, 2, 4, 5, 10, 4, 1, 1);  /* 5x5, pad 4 and 1 */
+    check(5, 5, 32, 64, 14, 14, 2, 2, 1); /* lenet conv2, smaller batch */
   }
   if (failures) {
     printf("%d checks FAILED\n", failures);
