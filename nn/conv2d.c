@@ -84,11 +84,19 @@ int nn_conv2d_winograd = 1;
    16-channel 32x32 layers run about 2x slower by Winograd), so it needs at least this
    many input and output channels. */
 int nn_conv2d_wino_min_channels = 32;
+/* Memory: every slot holds a group's transformed tiles and a transformed dW
+   ((k+1)^2 c_in c_out floats), so Winograd is kept to at most 128 channels each way and
+   to planes of at most nn_wino_group_tiles 2x2 tiles (resnet20's and lenet's layers fit,
+   resnet50's 56x56 and 512-channel layers stay on im2col). */
+int nn_conv2d_wino_max_channels = 128;
 
 static int conv_is_wino(const nn_conv2d_shape_t *s) {
+  int tiles = ((s->h_out + 1) / 2) * ((s->w_out + 1) / 2);
   return nn_conv2d_winograd && (s->kh == 3 || s->kh == 5) && s->kw == s->kh &&
          s->stride_h == 1 && s->stride_w == 1 && s->pad_h < s->kh && s->pad_w < s->kw &&
-         s->c_in >= nn_conv2d_wino_min_channels && s->c_out >= nn_conv2d_wino_min_channels;
+         s->c_in >= nn_conv2d_wino_min_channels && s->c_out >= nn_conv2d_wino_min_channels &&
+         s->c_in <= nn_conv2d_wino_max_channels && s->c_out <= nn_conv2d_wino_max_channels &&
+         tiles <= nn_wino_group_tiles;
 }
 /* Forward plan, and the plan of the input gradient: conv(dy, flipped w^T, pad k-1 - pad). */
 static void conv_wino_plans(const nn_conv2d_shape_t *s, nn_wino_t *fwd, nn_wino_t *bwd) {

@@ -28,6 +28,8 @@ typedef struct {
 extern int nn_conv2d_winograd;
 /* ... when c_in and c_out are both at least this (fewer: the transforms dominate). */
 extern int nn_conv2d_wino_min_channels;
+/* ... and at most this many (memory), on planes of at most nn_wino_group_tiles tiles. */
+extern int nn_conv2d_wino_max_channels;
 /* Tiles per group of samples: the N dimension of the 16 GEMMs. */
 extern int nn_wino_group_tiles;
 

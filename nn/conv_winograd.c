@@ -9,12 +9,15 @@
    output tiles are transformed back (Y = A^T M A). The GEMMs are OpenBLAS; the
    transforms are SSE vectors over 4 tiles of a tile row.
 
-   Used for conv2d forward and for conv2d's input gradient, which for a stride-1
-   convolution is again one: dx = conv(dy, w flipped and transposed, pad r - 1 - pad).
+   Used for conv2d forward; for conv2d's input gradient, which for a stride-1
+   convolution is again one: dx = conv(dy, w flipped and transposed, pad r - 1 - pad);
+   and for the weight gradient through the same transforms (nn_wino_dweight_run).
+   Deterministic: no reduction depends on timing.
    Matrices: Toom-Cook at the points 0, 1, -1 (, 2, -2) and infinity (B^T and G checked
    to give A^T((G g) . (B^T d)) = the correlation of d and g). Accuracy: within a few
-   float32 ulps of the direct sum for 3x3 and about 1e-6 relative for 5x5 (the tests
-   compare with the im2col path and with PyTorch). */
+   float32 ulps of the direct sum for 3x3; for 5x5 about 3e-6 (y, dx) and 1e-5 (dw) of
+   the largest value (tests/test_nn_conv_winograd.c compares with the im2col path, the
+   model tests with PyTorch). */
 #include "nn/conv2d_internal.h"
 #include "nn/simd_internal.h"
 
@@ -30,7 +33,7 @@
 #endif
 
 /* Tiles per GEMM: a group of whole samples with about this many tiles. */
-int nn_wino_group_tiles = 128;
+int nn_wino_group_tiles = 64;
 
 void nn_wino_plan(nn_wino_t *p, int r, int n, int ci, int co, int h, int w, int ph, int pw) {
   p->r = r;
@@ -58,10 +61,24 @@ void nn_wino_plan(nn_wino_t *p, int r, int n, int ci, int co, int h, int w, int 
 
 static size_t wino_tiles(const nn_wino_t *p) { return (size_t)p->g * p->th * p->tw; }
 
+/* Floats from one transformed position e to the next in V[e][ci][t] and M[e][co][t]:
+   the transforms write (read) all (r+1)^2 of them at once, and a distance of a multiple
+   of 4 KB would put them all in one L1 set (16 KB apart for 32 channels x 128 tiles:
+   2x slower transforms); 16 floats more shifts each to its own cache line set. */
+static size_t wino_sv(const nn_wino_t *p) { return (size_t)p->ci * wino_tiles(p) + 16; }
+static size_t wino_sm(const nn_wino_t *p) { return (size_t)p->co * wino_tiles(p) + 16; }
+
 size_t nn_wino_slot_floats(const nn_wino_t *p) {
-  size_t t = wino_tiles(p), e = (size_t)(p->r + 1) * (p->r + 1);
+  size_t e = (size_t)(p->r + 1) * (p->r + 1);
   /* padded plane, V, M (+4: the output transform reads a partial vector past the end) */
-  return (size_t)p->hp * p->wp + e * (size_t)p->ci * t + e * (size_t)p->co * t + 4 + 16;
+  return (size_t)p->hp * p->wp + e * wino_sv(p) + e * wino_sm(p) + 4 + 16;
+}
+
+/* d[0, n) = s[0, n): rows of 8 to 32 floats, where a call to memcpy costs more. */
+static inline void wino_copy(float *d, const float *s, int n) {
+  int i = 0;
+  for (; i + 4 <= n; i += 4) nn_v4_store(d + i, nn_v4_load(s + i));
+  for (; i < n; i++) d[i] = s[i];
 }
 
 /* G for F(2, 3) and F(2, 5) (n x r). */
@@ -159,13 +176,13 @@ static inline void wino_at(int r, const nn_v4f *in, int is, nn_v4f *o0, nn_v4f *
 static void wino_input(const nn_wino_t *p, const float *x, float *plane, float *V, int gn) {
   const int r = p->r, n = r + 1;
   const int th = p->th, tw = p->tw, hp = p->hp, wp = p->wp, H = p->h, W = p->w;
-  const size_t T = (size_t)gn * th * tw, st = (size_t)th * tw;
+  const size_t T = (size_t)gn * th * tw, st = (size_t)th * tw, sv = wino_sv(p);
   memset(plane, 0, sizeof(float) * (size_t)hp * wp);
   for (int q = 0; q < gn; q++) {
     for (int c = 0; c < p->ci; c++) {
       const float *xc = x + ((size_t)q * p->ci + c) * H * W;
       for (int i = 0; i < H; i++)
-        memcpy(plane + (size_t)(i + p->ph) * wp + p->pw, xc + (size_t)i * W, sizeof(float) * W);
+        wino_copy(plane + (size_t)(i + p->ph) * wp + p->pw, xc + (size_t)i * W, W);
       for (int a = 0; a < th; a++) {
         for (int b = 0; b < tw; b += 4) {
           nn_v4f d[6][6], t[6][6], v[6][6];
@@ -183,7 +200,7 @@ static void wino_input(const nn_wino_t *p, const float *x, float *plane, float *
           int nv = tw - b < 4 ? tw - b : 4;
           for (int i = 0; i < n; i++) {
             for (int k = 0; k < n; k++) {
-              float *dst = V + ((size_t)(i * n + k) * p->ci + c) * T + off;
+              float *dst = V + (size_t)(i * n + k) * sv + (size_t)c * T + off;
               if (nv == 4) {
                 nn_v4_store(dst, v[i][k]);
               } else {
@@ -205,16 +222,15 @@ static void wino_group(const nn_wino_t *p, const float *x, const float *u, const
   const size_t T = (size_t)gn * th * tw, st = (size_t)th * tw;
   float *plane = ws;
   float *V = plane + (size_t)hp * wp;
-  float *M = V + (size_t)ne * p->ci * T;
+  const size_t sv = wino_sv(p), ms = wino_sm(p);
+  float *M = V + (size_t)ne * sv;
   wino_input(p, x, plane, V, gn);
   /* The n*n GEMMs. */
   const size_t cc = (size_t)p->co * p->ci;
   for (int e = 0; e < ne; e++)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->co, (int)T, p->ci, 1.0f,
-                u + e * cc, p->ci, V + (size_t)e * p->ci * T, (int)T, 0.0f,
-                M + (size_t)e * p->co * T, (int)T);
+                u + e * cc, p->ci, V + (size_t)e * sv, (int)T, 0.0f, M + (size_t)e * ms, (int)T);
   /* Output transform. */
-  const size_t ms = (size_t)p->co * T;
   for (int q = 0; q < gn; q++) {
     for (int o = 0; o < p->co; o++) {
       float *yo = y + ((size_t)q * p->co + o) * p->ho * p->wo;
@@ -276,7 +292,8 @@ static void wino_dweight_group(const nn_wino_t *p, const float *x, const float *
   const size_t T = (size_t)gn * th * tw, st = (size_t)th * tw;
   float *plane = ws;
   float *V = plane + (size_t)p->hp * wp;
-  float *D = V + (size_t)ne * p->ci * T;
+  const size_t sv = wino_sv(p), sd = wino_sm(p);
+  float *D = V + (size_t)ne * sv;
   wino_input(p, x, plane, V, gn);
   /* dy tiles (2x2, zero past the output's edge) to D[e][co][t] = (A dy A^T)_e. */
   memset(plane, 0, sizeof(float) * (size_t)p->hp * wp);
@@ -284,7 +301,7 @@ static void wino_dweight_group(const nn_wino_t *p, const float *x, const float *
     for (int o = 0; o < p->co; o++) {
       const float *dyo = dy + ((size_t)q * p->co + o) * p->ho * p->wo;
       for (int i = 0; i < p->ho; i++)
-        memcpy(plane + (size_t)i * wp, dyo + (size_t)i * p->wo, sizeof(float) * p->wo);
+        wino_copy(plane + (size_t)i * wp, dyo + (size_t)i * p->wo, p->wo);
       for (int a = 0; a < th; a++) {
         for (int b = 0; b < tw; b += 4) {
           nn_v4f z[2][6], v[6][6];
@@ -298,7 +315,7 @@ static void wino_dweight_group(const nn_wino_t *p, const float *x, const float *
           int nv = tw - b < 4 ? tw - b : 4;
           for (int i = 0; i < n; i++) {
             for (int k = 0; k < n; k++) {
-              float *dst = D + ((size_t)(i * n + k) * p->co + o) * T + off;
+              float *dst = D + (size_t)(i * n + k) * sd + (size_t)o * T + off;
               if (nv == 4) {
                 nn_v4_store(dst, v[i][k]);
               } else {
@@ -313,7 +330,7 @@ static void wino_dweight_group(const nn_wino_t *p, const float *x, const float *
   const size_t cc = (size_t)p->co * p->ci;
   for (int e = 0; e < ne; e++)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->co, p->ci, (int)T, 1.0f,
-                D + (size_t)e * p->co * T, (int)T, V + (size_t)e * p->ci * T, (int)T, 1.0f,
+                D + (size_t)e * sd, (int)T, V + (size_t)e * sv, (int)T, 1.0f,
                 du + e * cc, p->ci);
 }
 

@@ -73,6 +73,15 @@ static void check(int k, int n, int ci, int co, int h, int w, int ph, int pw, in
   size_t nw = (size_t)co * ci * k * k;
   float *x = rnd(nx, &seed), *wt = rnd(nw, &seed), *b = bias ? rnd((size_t)co, &seed) : NULL;
   float *dy = rnd(ny, &seed);
+  /* Winograd needs extra workspace: a way to see that the path under test is taken. */
+  nn_conv2d_winograd = 0;
+  size_t ws_gemm = nn_conv2d_workspace_floats(&s);
+  nn_conv2d_winograd = 1;
+  if (nn_conv2d_workspace_floats(&s) == ws_gemm) {
+    printf("FAIL: %dx%d n=%d %dx%dx%d -> %d does not take the Winograd path\n", k, k, n, ci, h,
+           w, co);
+    failures++;
+  }
   result_t ref, got, again;
   run(&s, 0, x, wt, b, dy, &ref);
   run(&s, 1, x, wt, b, dy, &got);
@@ -111,7 +120,7 @@ int main(void) {
     check(3, 5, 5, 6, 8, 8, 1, 1, 1);    /* resnet-like */
     check(3, 4, 3, 2, 1, 1, 1, 1, 0);    /* 1x1 plane */
     int tiles = nn_wino_group_tiles;
-    nn_wino_group_tiles = 1;          /* one sample per group */
+    nn_wino_group_tiles = 9;          /* one sample (3x3 tiles) per group */
     check(3, 3, 3, 3, 6, 6, 1, 1, 1);
     nn_wino_group_tiles = 20;         /* groups of 2 samples over a batch of 5 */
     check(3, 5, 3, 4, 6, 6, 1, 1, 0);
