@@ -127,7 +127,12 @@ static float *conv_wino_u(const nn_conv2d_shape_t *s, float *ws) {
 size_t nn_conv2d_workspace_floats(const nn_conv2d_shape_t *s) {
   nn_conv2d_shape_t t = *s;
   if (nn_conv2d_shape(&t) != NN_OK) return 0;
-  size_t u = conv_is_wino(&t) ? (size_t)(t.kh + 1) * (t.kh + 1) * t.c_in * t.c_out : 0;
+  size_t u = 0;
+  if (conv_is_wino(&t)) {
+    nn_wino_t f, b;
+    conv_wino_plans(&t, &f, &b);
+    u = nn_wino_u_floats(&f);
+  }
   return (size_t)conv_slots(&t) * conv_slot_floats(&t) + u;
 }
 

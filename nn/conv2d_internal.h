@@ -36,6 +36,8 @@ extern int nn_wino_group_tiles;
 void nn_wino_plan(nn_wino_t *p, int r, int n, int ci, int co, int h, int w, int ph, int pw);
 /* Floats of one thread's scratch. */
 size_t nn_wino_slot_floats(const nn_wino_t *p);
+/* Floats of the transformed weights (and of a transformed dW). */
+size_t nn_wino_u_floats(const nn_wino_t *p);
 /* Transformed weights u[(r+1)^2][co][ci] from w[co][ci][r][r], or with flip = 1 from the
    flipped, transposed w[ci][co][r][r] (for the input gradient). */
 void nn_wino_filter(const nn_wino_t *p, const float *w, int flip, float *u);

@@ -93,11 +93,20 @@ static const double wino_g5[6][5] = {
 
 static double wino_gm(int r, int i, int k) { return r == 3 ? wino_g3[i][k] : wino_g5[i][k]; }
 
+/* Floats from one transformed position to the next in U and dU (co*ci, and 16 more for
+   the reason of wino_sv). */
+static size_t wino_su(const nn_wino_t *p) { return (size_t)p->co * p->ci + 16; }
+
+size_t nn_wino_u_floats(const nn_wino_t *p) { return (size_t)(p->r + 1) * (p->r + 1) * wino_su(p); }
+
 /* U_e[co][ci] = (G g G^T)_e with g = w[co][ci] (flip = 0), or for the input gradient
    (flip = 1, the plan's ci/co being the conv's c_out/c_in) g[y][x] = w[ci][co][r-1-y][r-1-x]. */
 void nn_wino_filter(const nn_wino_t *p, const float *w, int flip, float *u) {
   const int r = p->r, n = r + 1, rr = r * r;
-  const size_t cc = (size_t)p->co * p->ci;
+  const size_t su = wino_su(p);
+  double gm[6][5];
+  for (int a = 0; a < n; a++)
+    for (int y = 0; y < r; y++) gm[a][y] = wino_gm(r, a, y);
   for (int o = 0; o < p->co; o++) {
     for (int i = 0; i < p->ci; i++) {
       double g[5][5], t[6][5];
@@ -108,14 +117,15 @@ void nn_wino_filter(const nn_wino_t *p, const float *w, int flip, float *u) {
       for (int a = 0; a < n; a++)
         for (int x = 0; x < r; x++) {
           double acc = 0;
-          for (int y = 0; y < r; y++) acc += wino_gm(r, a, y) * g[y][x];
+          for (int y = 0; y < r; y++) acc += gm[a][y] * g[y][x];
           t[a][x] = acc;
         }
+      float *uo = u + (size_t)o * p->ci + i;
       for (int a = 0; a < n; a++)
         for (int b = 0; b < n; b++) {
           double acc = 0;
-          for (int x = 0; x < r; x++) acc += t[a][x] * wino_gm(r, b, x);
-          u[(size_t)(a * n + b) * cc + (size_t)o * p->ci + i] = (float)acc;
+          for (int x = 0; x < r; x++) acc += t[a][x] * gm[b][x];
+          uo[(size_t)(a * n + b) * su] = (float)acc;
         }
     }
   }
@@ -226,10 +236,10 @@ static void wino_group(const nn_wino_t *p, const float *x, const float *u, const
   float *M = V + (size_t)ne * sv;
   wino_input(p, x, plane, V, gn);
   /* The n*n GEMMs. */
-  const size_t cc = (size_t)p->co * p->ci;
+  const size_t su = wino_su(p);
   for (int e = 0; e < ne; e++)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->co, (int)T, p->ci, 1.0f,
-                u + e * cc, p->ci, V + (size_t)e * sv, (int)T, 0.0f, M + (size_t)e * ms, (int)T);
+                u + e * su, p->ci, V + (size_t)e * sv, (int)T, 0.0f, M + (size_t)e * ms, (int)T);
   /* Output transform. */
   for (int q = 0; q < gn; q++) {
     for (int o = 0; o < p->co; o++) {
@@ -279,9 +289,7 @@ void nn_wino_run(const nn_wino_t *p, const float *x, const float *u, const float
   }
 }
 
-size_t nn_wino_du_floats(const nn_wino_t *p) {
-  return (size_t)(p->r + 1) * (p->r + 1) * p->co * p->ci;
-}
+size_t nn_wino_du_floats(const nn_wino_t *p) { return nn_wino_u_floats(p); }
 
 /* Weight gradient: y = A^T (U . V) A per tile and U = G g G^T give
    dU_e = sum over tiles (A dy A^T)_e V_e and dg = G^T dU G. Samples [0, gn). */
@@ -327,11 +335,11 @@ static void wino_dweight_group(const nn_wino_t *p, const float *x, const float *
       }
     }
   }
-  const size_t cc = (size_t)p->co * p->ci;
+  const size_t su = wino_su(p);
   for (int e = 0; e < ne; e++)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->co, p->ci, (int)T, 1.0f,
                 D + (size_t)e * sd, (int)T, V + (size_t)e * sv, (int)T, 1.0f,
-                du + e * cc, p->ci);
+                du + e * su, p->ci);
 }
 
 void nn_wino_dweight_run(const nn_wino_t *p, const float *x, const float *dy, float *du,
@@ -346,20 +354,23 @@ void nn_wino_dweight_run(const nn_wino_t *p, const float *x, const float *dy, fl
 
 void nn_wino_dweight_finish(const nn_wino_t *p, const float *du, float *dw) {
   const int r = p->r, n = r + 1, rr = r * r;
-  const size_t cc = (size_t)p->co * p->ci;
+  const size_t cc = (size_t)p->co * p->ci, su = wino_su(p);
+  double gm[6][5];
+  for (int a = 0; a < n; a++)
+    for (int y = 0; y < r; y++) gm[a][y] = wino_gm(r, a, y);
   for (size_t oi = 0; oi < cc; oi++) {
     double t[6][5];
     for (int a = 0; a < n; a++)
       for (int x = 0; x < r; x++) {
         double acc = 0;
-        for (int b = 0; b < n; b++) acc += (double)du[(size_t)(a * n + b) * cc + oi] * wino_gm(r, b, x);
+        for (int b = 0; b < n; b++) acc += (double)du[(size_t)(a * n + b) * su + oi] * gm[b][x];
         t[a][x] = acc;
       }
     float *d = dw + oi * rr;
     for (int y = 0; y < r; y++)
       for (int x = 0; x < r; x++) {
         double acc = 0;
-        for (int a = 0; a < n; a++) acc += wino_gm(r, a, y) * t[a][x];
+        for (int a = 0; a < n; a++) acc += gm[a][y] * t[a][x];
         d[y * r + x] += (float)acc;
       }
   }
