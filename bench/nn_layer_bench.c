@@ -2,7 +2,7 @@
    at a given batch, forward and backward, so kernel changes can be measured (and put side
    by side with bench/torch_layer_bench.py, the same shapes in PyTorch).
    Usage: nn_layer_bench [--threads N] [--batch N] [--reps N] [--filter SUBSTRING]
-   [--min] [--winograd 0|1] [--wino-min C] [--wino-tiles N]   (--min: fastest rep; conv2d knobs, see nn/conv2d_internal.h)
+   [--min] [--winograd 0|1] [--wino-min C] [--wino-tiles N] [--block-kb K]   (--min: fastest rep; conv2d knobs, see nn/conv2d_internal.h)
    Prints the median milliseconds of forward and backward per layer. Not a test. */
 #include "nn/nn.h"
 #include "nn/conv2d_internal.h"
@@ -65,13 +65,15 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
     else if (!strcmp(argv[i], "--min")) use_min = 1;
     else if (!strcmp(argv[i], "--winograd") && i + 1 < argc) nn_conv2d_winograd = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--block-kb") && i + 1 < argc)
+      nn_conv2d_block_bytes = (size_t)atoi(argv[++i]) << 10;
     else if (!strcmp(argv[i], "--wino-min") && i + 1 < argc)
       nn_conv2d_wino_min_channels = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--wino-tiles") && i + 1 < argc)
       nn_wino_group_tiles = atoi(argv[++i]);
     else {
       printf("usage: %s [--threads N] [--batch N] [--reps N] [--filter SUBSTRING]\n"
-           "       [--min] [--winograd 0|1] [--wino-min C] [--wino-tiles N]\n"
+           "       [--min] [--winograd 0|1] [--wino-min C] [--wino-tiles N] [--block-kb K]\n"
              "Median ms of forward and backward per kernel on resnet20/lenet layer shapes.\n",
              argv[0]);
       return strcmp(argv[i], "--help") == 0 ? 0 : 2;

@@ -68,7 +68,10 @@ static int conv_row_block(const nn_conv2d_shape_t *s) {
   size_t min_rows = ((size_t)nn_conv2d_block_min_cols + s->w_out - 1) / s->w_out;
   if (rows < min_rows) rows = min_rows;
   if (rows < 1) rows = 1;
-  return rows > (size_t)s->h_out ? s->h_out : (int)rows;
+  if (rows >= (size_t)s->h_out) return s->h_out;
+  /* Equal blocks: 32 rows in blocks of 10 would leave a last GEMM of 2 rows, slow. */
+  size_t blocks = (s->h_out + rows - 1) / rows;
+  return (int)((s->h_out + blocks - 1) / blocks);
 }
 
 /* Floats of one slot: the im2col buffer (one block of output rows), then a private dW
