@@ -101,31 +101,50 @@ size_t nn_wino_u_floats(const nn_wino_t *p) { return (size_t)(p->r + 1) * (p->r 
 
 /* U_e[co][ci] = (G g G^T)_e with g = w[co][ci] (flip = 0), or for the input gradient
    (flip = 1, the plan's ci/co being the conv's c_out/c_in) g[y][x] = w[ci][co][r-1-y][r-1-x]. */
+/* G as float vectors: gv[a][y] = G[a][y] in every lane. */
+static void wino_gv(int r, nn_v4f gv[6][5]) {
+  for (int a = 0; a <= r; a++)
+    for (int y = 0; y < r; y++) gv[a][y] = nn_v4_set1((float)wino_gm(r, a, y));
+}
+
 void nn_wino_filter(const nn_wino_t *p, const float *w, int flip, float *u) {
   const int r = p->r, n = r + 1, rr = r * r;
   const size_t su = wino_su(p);
-  double gm[6][5];
-  for (int a = 0; a < n; a++)
-    for (int y = 0; y < r; y++) gm[a][y] = wino_gm(r, a, y);
+  nn_v4f gv[6][5];
+  wino_gv(r, gv);
+  /* Four consecutive input channels i at a time: U's 16 floats per (e, o) row are then
+     written as vectors. */
   for (int o = 0; o < p->co; o++) {
-    for (int i = 0; i < p->ci; i++) {
-      double g[5][5], t[6][5];
-      const float *src = flip ? w + ((size_t)i * p->co + o) * rr : w + ((size_t)o * p->ci + i) * rr;
+    for (int i0 = 0; i0 < p->ci; i0 += 4) {
+      int nl = p->ci - i0 < 4 ? p->ci - i0 : 4;
+      nn_v4f g[5][5], t[6][5];
       for (int y = 0; y < r; y++)
-        for (int x = 0; x < r; x++)
-          g[y][x] = flip ? src[(r - 1 - y) * r + (r - 1 - x)] : src[y * r + x];
+        for (int x = 0; x < r; x++) {
+          float v[4] = {0, 0, 0, 0};
+          for (int l = 0; l < nl; l++) {
+            int i = i0 + l;
+            v[l] = flip ? w[((size_t)i * p->co + o) * rr + (r - 1 - y) * r + (r - 1 - x)]
+                        : w[((size_t)o * p->ci + i) * rr + y * r + x];
+          }
+          g[y][x] = nn_v4_load(v);
+        }
       for (int a = 0; a < n; a++)
         for (int x = 0; x < r; x++) {
-          double acc = 0;
-          for (int y = 0; y < r; y++) acc += gm[a][y] * g[y][x];
+          nn_v4f acc = gv[a][0] * g[0][x];
+          for (int y = 1; y < r; y++) acc += gv[a][y] * g[y][x];
           t[a][x] = acc;
         }
-      float *uo = u + (size_t)o * p->ci + i;
+      float *uo = u + (size_t)o * p->ci + i0;
       for (int a = 0; a < n; a++)
         for (int b = 0; b < n; b++) {
-          double acc = 0;
-          for (int x = 0; x < r; x++) acc += t[a][x] * gm[b][x];
-          uo[(size_t)(a * n + b) * su] = (float)acc;
+          nn_v4f acc = t[a][0] * gv[b][0];
+          for (int x = 1; x < r; x++) acc += t[a][x] * gv[b][x];
+          float *d = uo + (size_t)(a * n + b) * su;
+          if (nl == 4) {
+            nn_v4_store(d, acc);
+          } else {
+            for (int l = 0; l < nl; l++) d[l] = acc[l];
+          }
         }
     }
   }
@@ -355,23 +374,33 @@ void nn_wino_dweight_run(const nn_wino_t *p, const float *x, const float *dy, fl
 void nn_wino_dweight_finish(const nn_wino_t *p, const float *du, float *dw) {
   const int r = p->r, n = r + 1, rr = r * r;
   const size_t cc = (size_t)p->co * p->ci, su = wino_su(p);
-  double gm[6][5];
-  for (int a = 0; a < n; a++)
-    for (int y = 0; y < r; y++) gm[a][y] = wino_gm(r, a, y);
-  for (size_t oi = 0; oi < cc; oi++) {
-    double t[6][5];
+  nn_v4f gv[6][5];
+  wino_gv(r, gv);
+  /* Four consecutive (o, i) pairs at a time: dU's rows are read as vectors. */
+  for (size_t oi = 0; oi < cc; oi += 4) {
+    int nl = cc - oi < 4 ? (int)(cc - oi) : 4;
+    nn_v4f m[36], t[6][5];
+    for (int e = 0; e < n * n; e++) {
+      const float *src = du + (size_t)e * su + oi;
+      if (nl == 4) {
+        m[e] = nn_v4_load(src);
+      } else {
+        float v[4] = {0, 0, 0, 0};
+        for (int l = 0; l < nl; l++) v[l] = src[l];
+        m[e] = nn_v4_load(v);
+      }
+    }
     for (int a = 0; a < n; a++)
       for (int x = 0; x < r; x++) {
-        double acc = 0;
-        for (int b = 0; b < n; b++) acc += (double)du[(size_t)(a * n + b) * su + oi] * gm[b][x];
+        nn_v4f acc = m[a * n] * gv[0][x];
+        for (int b = 1; b < n; b++) acc += m[a * n + b] * gv[b][x];
         t[a][x] = acc;
       }
-    float *d = dw + oi * rr;
     for (int y = 0; y < r; y++)
       for (int x = 0; x < r; x++) {
-        double acc = 0;
-        for (int a = 0; a < n; a++) acc += gm[a][y] * t[a][x];
-        d[y * r + x] += (float)acc;
+        nn_v4f acc = gv[0][y] * t[0][x];
+        for (int a = 1; a < n; a++) acc += gv[a][y] * t[a][x];
+        for (int l = 0; l < nl; l++) dw[(oi + l) * rr + y * r + x] += acc[l];
       }
   }
 }
