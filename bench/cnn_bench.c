@@ -9,9 +9,16 @@
    batch made once per rank and reused every step, so no input pipeline is timed and the
    loss goes down.
 
+   --device gpu (a build with CUDA, on a machine with a GPU): local rank i drives GPU i;
+   the model, its gradients and the optimizer state live in device memory, the gradient
+   buckets are allreduced there (NCCL), and the synthetic batch (host memory) is copied
+   up by nn_model_forward each step. Everything the tf_cnn_benchmarks format does not
+   have (which GPU, why there is none) goes to stderr so stdout keeps that format.
+
    Usage: mpirun -np 2 build/cnn_bench --model resnet20 --batch_size 64 --num_batches 20 */
 #include "hvd/hvd.h"
 #include "nn/nn.h"
+#include "nn/nn_cuda.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -27,6 +34,7 @@ typedef struct {
   int num_warmup_batches;
   int display_every;
   const char *device;
+  int gpu;                   /* --device gpu */
   const char *variable_update;
   int use_fp16;
   const char *data_format;
@@ -52,11 +60,12 @@ static void usage(FILE *f) {
       "  --num_batches N           timed steps (default 100)\n"
       "  --num_warmup_batches N    untimed steps first (default 10)\n"
       "  --display_every N         print a Step line every N steps (default 10)\n"
-      "  --device cpu|gpu          (default cpu; gpu needs the CUDA backend)\n"
+      "  --device cpu|gpu          (default cpu; gpu needs a build with CUDA and a GPU:\n"
+      "                            local rank i uses GPU i)\n"
       "  --variable_update horovod|none\n"
       "                            horovod: average gradients over ranks (default);\n"
       "                            none: independent replicas, the no-communication ceiling\n"
-      "  --use_fp16                float16 compute (GPU only)\n"
+      "  --use_fp16                float16 compute (not implemented yet: an error)\n"
       "  --data_format NCHW        (the only layout of nn)\n"
       "  --optimizer sgd|momentum  SGD with momentum (default sgd)\n"
       "  --init_learning_rate X    (default 0.01)\n"
@@ -110,6 +119,16 @@ static int parse_bool(const char *flag, const char *v) {
   if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0")) return 0;
   die_flag(flag, v, "true or false");
   return 0;
+}
+
+/* nn_cuda_info() without its "; running on CPU" tail, for the --device gpu error (that
+   run does not go on on the CPU). */
+static const char *cuda_reason(void) {
+  static char buf[512];
+  snprintf(buf, sizeof buf, "%s", nn_cuda_info());
+  char *tail = strstr(buf, "; running on CPU");
+  if (tail) *tail = '\0';
+  return buf;
 }
 
 static void parse_args(int argc, char **argv, options_t *o) {
@@ -183,19 +202,30 @@ static void parse_args(int argc, char **argv, options_t *o) {
   }
 
   /* Values that parse but this build cannot run. */
-  if (strcmp(o->device, "cpu") != 0) {
-    if (!strcmp(o->device, "gpu"))
-      fprintf(stderr, "cnn_bench: --device gpu: this build has no CUDA backend (nn was "
-                      "not built with CUDA); use --device cpu\n");
-    else
-      fprintf(stderr, "cnn_bench: bad value '%s' for --device: expected cpu or gpu\n",
-              o->device);
+  if (!strcmp(o->device, "gpu")) {
+    o->gpu = 1;
+  } else if (strcmp(o->device, "cpu") != 0) {
+    fprintf(stderr, "cnn_bench: bad value '%s' for --device: expected cpu or gpu\n",
+            o->device);
+    exit(2);
+  }
+  /* nn_cuda_available() only asks cudaGetDeviceCount (nothing in a build without CUDA),
+     so it is safe before MPI is up; its info names the reason (no CUDA in this build,
+     no device, driver too old). */
+  if (o->gpu && !nn_cuda_available()) {
+    fprintf(stderr, "cnn_bench: --device gpu: no usable GPU (%s); use --device cpu\n",
+            cuda_reason());
     exit(2);
   }
   if (o->use_fp16) {
-    fprintf(stderr, "cnn_bench: --use_fp16: float16 compute needs --device gpu; the CPU "
-                    "backend computes in float32 (use --fp16-allreduce to compress only "
-                    "the gradient allreduce)\n");
+    fprintf(stderr, "cnn_bench: --use_fp16: float16 compute (mixed precision) is not "
+                    "implemented yet; nn computes in float32 (--fp16-allreduce compresses "
+                    "only the gradient allreduce, on --device cpu)\n");
+    exit(2);
+  }
+  if (o->gpu && o->fp16_allreduce) {
+    fprintf(stderr, "cnn_bench: --fp16-allreduce with --device gpu: float16 compression of "
+                    "device gradients is not implemented yet (hvd casts on the host)\n");
     exit(2);
   }
   if (strcmp(o->variable_update, "horovod") != 0 && strcmp(o->variable_update, "none") != 0)
@@ -270,6 +300,18 @@ static void perf(const double *times, int n, int batch, double *mean, double *un
 
 static int rank_g = 0;
 
+/* nn/device_stub.c (a build without CUDA) does not define nn_cuda_optim_step, so the
+   call is compiled only with CUDA; without it --device gpu stops in parse_args. */
+static nn_status_t gpu_optim_step(nn_cuda_optim_t *o, float *params, const float *grads,
+                                  float lr) {
+#ifdef HVD_WITH_CUDA
+  return nn_cuda_optim_step(o, params, grads, lr);
+#else
+  (void)o, (void)params, (void)grads, (void)lr;
+  return nn_set_error(NN_ERR_UNSUPPORTED, "nn_cuda_optim_step: this build has no CUDA");
+#endif
+}
+
 static void fail_nn(const char *what, nn_status_t s) {
   fprintf(stderr, "cnn_bench: rank %d: %s failed: %s: %s\n", rank_g, what,
           nn_status_string(s), nn_last_error());
@@ -290,7 +332,8 @@ typedef struct { double start[NUM_PHASES + 1]; } step_trace_t;
 
 typedef struct {
   nn_model_t *model;
-  nn_optim_t *optim;
+  nn_optim_t *optim;             /* --device cpu */
+  nn_cuda_optim_t *cuda_optim;   /* --device gpu: state in device memory */
   hvd_grad_buckets_t *buckets;   /* NULL without communication */
   const float *images;
   const int32_t *labels;
@@ -317,8 +360,18 @@ static float train_step(trainer_t *t, step_trace_t *tr) {
     if (h != HVD_OK) fail_hvd("gradient allreduce", h);
   }
   tr->start[PHASE_UPDATE] = now_s();
-  s = nn_optim_step(t->optim, nn_model_params(t->model), nn_model_grads(t->model), t->lr);
-  if (s != NN_OK) fail_nn("optimizer step", s);
+  if (t->cuda_optim) {
+    s = gpu_optim_step(t->cuda_optim, nn_model_device_params(t->model),
+                       nn_model_device_grads(t->model), t->lr);
+    if (s != NN_OK) fail_nn("optimizer step (GPU)", s);
+    /* Kernels run asynchronously: wait so the step time holds the whole step (the
+       loss above already waited for forward). */
+    s = nn_cuda_synchronize();
+    if (s != NN_OK) fail_nn("synchronising the GPU", s);
+  } else {
+    s = nn_optim_step(t->optim, nn_model_params(t->model), nn_model_grads(t->model), t->lr);
+    if (s != NN_OK) fail_nn("optimizer step", s);
+  }
   tr->start[NUM_PHASES] = now_s();
   return loss;
 }
@@ -371,6 +424,23 @@ int main(int argc, char **argv) {
   const int rank = hvd_rank(), size = hvd_size();
   rank_g = rank;
   if (o.threads > 0) nn_set_threads(o.threads);
+#ifdef HVD_WITH_CUDA
+  /* A CUDA build on a machine without a usable GPU: say once that it runs on the CPU
+     (stderr: stdout keeps tf_cnn_benchmarks' format). */
+  if (rank == 0 && !nn_cuda_available()) {
+    fprintf(stderr, "cnn_bench: %s\n", nn_cuda_info());
+    fflush(stderr);
+  }
+#endif
+  if (o.gpu) {
+    /* Before any other CUDA work of this process: local rank i drives GPU i. */
+    nn_status_t ds = nn_cuda_set_device(hvd_local_rank());
+    if (ds != NN_OK) fail_nn("selecting the GPU", ds);
+    if (rank == 0) {
+      fprintf(stderr, "cnn_bench: %s\n", nn_cuda_info());
+      fflush(stderr);
+    }
+  }
 
   if (rank == 0) {
     printf("Model:       %s\n", o.model);
@@ -380,7 +450,7 @@ int main(int argc, char **argv) {
     printf("             %d per device\n", o.batch_size);
     printf("Num batches: %d\n", o.num_batches);
     printf("Devices:     [");
-    for (int r = 0; r < size; r++) printf("%s'cpu:%d'", r ? ", " : "", r);
+    for (int r = 0; r < size; r++) printf("%s'%s:%d'", r ? ", " : "", o.gpu ? "gpu" : "cpu", r);
     printf("]\n");
     printf("Data format: %s\n", o.data_format);
     printf("Optimizer:   %s\n", o.optimizer);
@@ -414,6 +484,13 @@ int main(int argc, char **argv) {
       if (h != HVD_OK) fail_hvd("broadcast of the initial buffers", h);
     }
   }
+  /* The broadcast went through the host arrays; moving to the device copies them up
+     (parameters, buffers, counters), so every rank starts on the GPU from rank 0's
+     weights. */
+  if (o.gpu) {
+    s = nn_model_to_device(t.model, NN_DEVICE_CUDA);
+    if (s != NN_OK) fail_nn("moving the model to the GPU", s);
+  }
 
   /* One synthetic batch per rank, made once: truncated-normal images, uniform labels. */
   int c, hh, w;
@@ -440,11 +517,20 @@ int main(int argc, char **argv) {
   oc.kind = NN_OPTIM_SGD;
   oc.momentum = o.momentum;
   oc.weight_decay = o.weight_decay;
-  s = nn_optim_create(&t.optim, &oc, nparams);
-  if (s != NN_OK) fail_nn("creating the optimizer", s);
+  if (o.gpu) {
+    s = nn_cuda_optim_create(&t.cuda_optim, &oc, nparams);
+    if (s != NN_OK) fail_nn("creating the optimizer (GPU)", s);
+    /* The allreduce of a bucket waits for the kernels queued on nn's stream so far
+       (backward's gradients of that bucket) instead of for the whole device. */
+    hvd_cuda_set_stream(nn_cuda_stream());
+  } else {
+    s = nn_optim_create(&t.optim, &oc, nparams);
+    if (s != NN_OK) fail_nn("creating the optimizer", s);
+  }
 
   if (horovod) {
-    h = hvd_grad_buckets_create(&t.buckets, nn_model_grads(t.model), nparams,
+    float *grads = o.gpu ? nn_model_device_grads(t.model) : nn_model_grads(t.model);
+    h = hvd_grad_buckets_create(&t.buckets, grads, nparams,
                                 (size_t)(o.bucket_mb * 1048576.0),
                                 (size_t)(o.first_bucket_mb * 1048576.0),
                                 o.fp16_allreduce ? HVD_COMPRESSION_FP16
@@ -526,6 +612,7 @@ int main(int argc, char **argv) {
   }
   hvd_grad_buckets_free(t.buckets);
   nn_optim_free(t.optim);
+  nn_cuda_optim_free(t.cuda_optim);
   nn_model_free(t.model);
   free(times);
   free(images);

@@ -10,6 +10,11 @@
        before the optimizer step;
      - validation loss and accuracy are sums and counts allreduced over the ranks;
      - only rank 0 prints and writes files.
+   --device gpu: the model, its gradients and the optimizer state live on GPU local_rank
+   (nn_model_to_device, nn_cuda_optim), the buckets are allreduced in device memory
+   (NCCL); the data stays on the host and nn_model_forward copies each batch up. The host
+   arrays of the model and of the CPU optimizer object are the mirror that broadcasts,
+   checkpoints, best weights and --export read: synced once per epoch and before export.
    Flags: train_flags.c; data: train_data.c; checkpoints: train_checkpoint.c; callbacks
    (EarlyStopping, ModelCheckpoint, CSV): train_callbacks.c; TensorBoard:
    train_tfevents.c; progress display: train_progress.c. */
@@ -31,6 +36,7 @@
 #include "examples/train_tfevents.h"
 #include "hvd/hvd.h"
 #include "nn/nn.h"
+#include "nn/nn_cuda.h"
 
 /* ---- errors: one line on stderr from rank 0, then a non-zero exit on every rank ---- */
 
@@ -81,6 +87,65 @@ static void nn_check(nn_status_t s, const char *what) {
   if (s != NN_OK) die("%s: %s", what, nn_last_error());
 }
 
+/* GPU failures (out of device memory, a missing device for this local rank) can differ
+   between ranks, so the rank that sees one reports it. */
+static void nn_check_rank(nn_status_t s, const char *what) {
+  if (s == NN_OK) return;
+  fprintf(stderr, "train: rank %d: %s failed: %s (%s)\n", g_rank, what, nn_status_string(s),
+          nn_last_error());
+  fflush(stderr);
+  if (g_hvd_up) hvd_shutdown();
+  exit(1);
+}
+
+/* Device calls that nn/device_stub.c (a build without CUDA) does not define: compiled
+   only with CUDA. Without it --device gpu stops before hvd_init, so the other branch is
+   never taken. */
+#ifdef HVD_WITH_CUDA
+#define GPU_OR_UNSUPPORTED(call, name) return call
+#else
+#define GPU_OR_UNSUPPORTED(call, name) \
+  return nn_set_error(NN_ERR_UNSUPPORTED, "%s: this build has no CUDA", name)
+#endif
+static nn_status_t gpu_to_host(float *dst, const float *src, size_t count) {
+  (void)dst, (void)src, (void)count;
+  GPU_OR_UNSUPPORTED(nn_cuda_to_host(dst, src, count * sizeof(float)), "nn_cuda_to_host");
+}
+static nn_status_t gpu_to_device(float *dst, const float *src, size_t count) {
+  (void)dst, (void)src, (void)count;
+  GPU_OR_UNSUPPORTED(nn_cuda_to_device(dst, src, count * sizeof(float)), "nn_cuda_to_device");
+}
+static nn_status_t gpu_zero(float *p, size_t count) {
+  (void)p, (void)count;
+  GPU_OR_UNSUPPORTED(nn_cuda_memset0(p, count * sizeof(float)), "nn_cuda_memset0");
+}
+static nn_status_t gpu_optim_step(nn_cuda_optim_t *o, float *params, const float *grads,
+                                  float lr) {
+  (void)o, (void)params, (void)grads, (void)lr;
+  GPU_OR_UNSUPPORTED(nn_cuda_optim_step(o, params, grads, lr), "nn_cuda_optim_step");
+}
+static nn_status_t gpu_optim_state_to_host(nn_cuda_optim_t *o, float *state, size_t count,
+                                           int64_t *step) {
+  (void)o, (void)state, (void)count, (void)step;
+  GPU_OR_UNSUPPORTED(nn_cuda_optim_state_to_host(o, state, count, step),
+                     "nn_cuda_optim_state_to_host");
+}
+static nn_status_t gpu_optim_state_to_device(nn_cuda_optim_t *o, const float *state,
+                                             size_t count, int64_t step) {
+  (void)o, (void)state, (void)count, (void)step;
+  GPU_OR_UNSUPPORTED(nn_cuda_optim_state_to_device(o, state, count, step),
+                     "nn_cuda_optim_state_to_device");
+}
+
+/* nn_cuda_info() without its "; running on CPU" tail, for the --device gpu error. */
+static const char *cuda_reason(void) {
+  static char buf[512];
+  snprintf(buf, sizeof buf, "%s", nn_cuda_info());
+  char *tail = strstr(buf, "; running on CPU");
+  if (tail) *tail = '\0';
+  return buf;
+}
+
 /* ---- gradient averaging: nn's grad-ready callback feeds hvd's buckets ----
    nn's loss is the mean over the local batch. The global mean gradient is
    sum_r n_r g_r / N; with an AVERAGE over `size` ranks each rank contributes
@@ -88,7 +153,7 @@ static void nn_check(nn_status_t s, const char *what) {
    possibly the last of an epoch), so the scale is applied only when it is not 1. */
 typedef struct {
   hvd_grad_buckets_t *buckets;
-  float *grads;
+  float *grads;                /* host gradients; only read when scale != 1 (CPU) */
   float scale;
   size_t scaled_from;          /* [scaled_from, count) already scaled */
   hvd_status_t status;
@@ -305,6 +370,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (o.threads > 0) nn_set_threads(o.threads);
+  const int gpu = strcmp(o.device, "gpu") == 0;
+  /* nn_cuda_available() only asks cudaGetDeviceCount (nothing without CUDA in the
+     build): safe before MPI is up, and every rank fails the same way. */
+  if (gpu && !nn_cuda_available())
+    die("--device gpu: no usable GPU (%s); use --device cpu", cuda_reason());
+  if (gpu && o.fp16_allreduce)
+    die("--fp16-allreduce with --device gpu: float16 compression of device gradients is "
+        "not implemented yet (hvd casts on the host)");
 
   /* Probe the model's input shape (synthetic data takes it; real data must match it). */
   nn_model_config_t probe_cfg = {.batch = 1, .seed = o.seed};
@@ -336,6 +409,22 @@ int main(int argc, char **argv) {
   int rank = hvd_rank(), size = hvd_size();
   g_rank = rank;
   if (train.n < size) die("%d training samples cannot feed %d ranks", train.n, size);
+#ifdef HVD_WITH_CUDA
+  /* A CUDA build on a machine without a usable GPU: say so once (the reason, and that
+     it runs on the CPU). */
+  if (rank == 0 && !o.quiet && !nn_cuda_available()) {
+    printf("train: %s\n", nn_cuda_info());
+    fflush(stdout);
+  }
+#endif
+  if (gpu) {
+    /* Before any other CUDA work of this process: local rank i drives GPU i. */
+    nn_check_rank(nn_cuda_set_device(hvd_local_rank()), "selecting the GPU");
+    if (rank == 0 && !o.quiet) {
+      printf("train: %s; local rank i uses GPU i\n", nn_cuda_info());
+      fflush(stdout);
+    }
+  }
 
   nn_model_config_t cfg = {.batch = o.batch, .seed = o.seed, .num_classes = train.num_classes,
                            .in_channels = train.c, .in_height = train.h, .in_width = train.w};
@@ -398,12 +487,29 @@ int main(int argc, char **argv) {
   bcast("init.buffers", nn_model_buffers(model), nb, HVD_FLOAT32);
   bcast("init.counters", nn_model_counters(model), (size_t)ncounters, HVD_INT64);
 
+  /* --device gpu: everything above went through the host arrays (rank 0's weights, or
+     the checkpoint's weights and optimizer state); moving to the device copies them up.
+     The CPU optimizer object stays as the host mirror of the state for checkpoints. */
+  nn_cuda_optim_t *cuda_optim = NULL;
+  float *dparams = NULL, *dgrads = NULL;
+  if (gpu) {
+    nn_check_rank(nn_model_to_device(model, NN_DEVICE_CUDA), "moving the model to the GPU");
+    nn_check_rank(nn_cuda_optim_create(&cuda_optim, &ocfg, np), "optimizer (GPU)");
+    nn_check_rank(gpu_optim_state_to_device(cuda_optim, ostate, optn,
+                                                *nn_optim_step_count(optim)),
+                  "optimizer state to the GPU");
+    dparams = nn_model_device_params(model);
+    dgrads = nn_model_device_grads(model);
+    /* A bucket's allreduce waits for the kernels queued on nn's stream (backward). */
+    hvd_cuda_set_stream(nn_cuda_stream());
+  }
+
   /* Gradient buckets: fixed ranges of the flat gradient buffer, the same on all ranks. */
   size_t bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
   if (bucket_bytes < sizeof(float)) bucket_bytes = sizeof(float);
   size_t first_bytes = bucket_bytes < 1048576 ? bucket_bytes : 1048576;
   hvd_grad_buckets_t *buckets = NULL;
-  hvd_check(hvd_grad_buckets_create(&buckets, grads, np, bucket_bytes, first_bytes,
+  hvd_check(hvd_grad_buckets_create(&buckets, gpu ? dgrads : grads, np, bucket_bytes, first_bytes,
                                     o.fp16_allreduce ? HVD_COMPRESSION_FP16 : HVD_COMPRESSION_NONE,
                                     HVD_AVERAGE),
             "gradient buckets");
@@ -483,21 +589,40 @@ int main(int argc, char **argv) {
         nn_check(nn_model_forward(model, x, n, 1), "forward");
         nn_check(nn_model_loss(model, y, &loss, &correct), "loss");
         gs.scale = (float)((double)size * n / total);
-        nn_check(nn_model_backward(model, grad_ready, &gs), "backward");
+        if (gpu && gs.scale != 1.0f) {
+          /* An uneven tail step on the GPU (at most once per epoch): no scaling kernel,
+             so scale through the host copy of the gradients, then submit them all. */
+          nn_check(nn_model_backward(model, NULL, NULL), "backward");
+          nn_check_rank(gpu_to_host(grads, dgrads, np),
+                        "gradients to the host");
+          for (size_t i = 0; i < np; i++) grads[i] *= gs.scale;
+          nn_check_rank(gpu_to_device(dgrads, grads, np),
+                        "gradients to the GPU");
+          gs.scale = 1.0f;
+        } else {
+          nn_check(nn_model_backward(model, grad_ready, &gs), "backward");
+        }
         grad_ready(&gs, 0);   /* whatever the callback has not covered yet */
         sums[0] += (double)loss * n;
         sums[1] += correct;
         sums[2] += n;
       } else {
         /* An empty tail step still joins every allreduce, with zeros. */
-        memset(grads, 0, np * sizeof(float));
+        if (gpu)
+          nn_check_rank(gpu_zero(dgrads, np), "zeroing the gradients");
+        else
+          memset(grads, 0, np * sizeof(float));
         gs.scale = 1.0f;
         grad_ready(&gs, 0);
       }
       if (gs.status != HVD_OK) hvd_check(gs.status, "gradient allreduce");
       hvd_check(hvd_grad_buckets_wait(buckets), "gradient allreduce");
       last_lr = nn_lr_at(&sched, epoch + (double)s / steps);
-      nn_check(nn_optim_step(optim, params, grads, (float)last_lr), "optimizer step");
+      if (gpu)
+        nn_check_rank(gpu_optim_step(cuda_optim, dparams, dgrads, (float)last_lr),
+                      "optimizer step (GPU)");
+      else
+        nn_check(nn_optim_step(optim, params, grads, (float)last_lr), "optimizer step");
       if (prog.tty && sums[2] > 0) {
         double el = train_now() - t0;
         train_progress_step(&prog, s + 1, sums[0] / sums[2], sums[1] / sums[2],
@@ -509,11 +634,23 @@ int main(int argc, char **argv) {
               "allreduce of metrics");
     double loss = sums[2] > 0 ? sums[0] / sums[2] : 0, acc = sums[2] > 0 ? sums[1] / sums[2] : 0;
     double ips = train_s > 0 ? sums[2] / train_s : 0; /* all ranks together */
+    /* --device gpu: refresh the host mirror (weights, buffers; optimizer state when
+       checkpoints are written) that the buffer average, best weights and checkpoints
+       below read. */
+    if (gpu) {
+      nn_check_rank(nn_model_sync_to_host(model), "copying the model to the host");
+      if (o.checkpoint_dir)
+        nn_check_rank(gpu_optim_state_to_host(cuda_optim, ostate, optn,
+                                                  nn_optim_step_count(optim)),
+                      "copying the optimizer state to the host");
+    }
     /* Batch-norm statistics drift apart on each rank's shard: average them so every
        rank (and every checkpoint) holds the same model. */
     if (nb > 0)
       hvd_check(hvd_allreduce("epoch.buffers", nn_model_buffers(model), nn_model_buffers(model),
                               nb, HVD_FLOAT32, HVD_AVERAGE), "allreduce of buffers");
+    if (gpu && nb > 0)
+      nn_check_rank(nn_model_sync_to_device(model), "copying the averaged buffers to the GPU");
     if (ncounters > 0)
       hvd_check(hvd_allreduce("epoch.counters", nn_model_counters(model),
                               nn_model_counters(model), (size_t)ncounters, HVD_INT64, HVD_MAX),
@@ -585,10 +722,14 @@ int main(int argc, char **argv) {
     memcpy(params, run.best_params, np * sizeof(float));
     memcpy(nn_model_buffers(model), run.best_buffers, nb * sizeof(float));
     restored = 1;
+    if (gpu) nn_check_rank(nn_model_sync_to_device(model), "copying the best weights to the GPU");
   }
   eval_t t = evaluate(model, &test, &bo, o.batch, rank, size, x, y, idx, "test.metrics");
   if (rank == 0) {
-    if (o.export_path) nn_check(nn_model_save_safetensors(model, o.export_path), "--export");
+    if (o.export_path) {
+      if (gpu) nn_check_rank(nn_model_sync_to_host(model), "copying the model to the host");
+      nn_check(nn_model_save_safetensors(model, o.export_path), "--export");
+    }
     double secs = run.st[ST_TRAIN_SECONDS];
     double total_ips = secs > 0 ? run.st[ST_TRAIN_IMAGES] / secs : 0; /* all ranks */
     printf("---------------------------------------------------------------\n");
@@ -618,6 +759,7 @@ int main(int argc, char **argv) {
   train_csv_close(&csv);
   hvd_grad_buckets_free(buckets);
   nn_optim_free(optim);
+  nn_cuda_optim_free(cuda_optim);
   nn_model_free(model);
   free(run.best_params);
   free(run.best_buffers);

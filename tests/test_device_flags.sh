@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# --device of build/cnn_bench and build/train on a machine without a usable GPU:
+#   - --device gpu exits non-zero with ONE line naming the flag and the problem ("no
+#     usable GPU", with nn_cuda_info()'s reason), also under mpirun -np 2 for train (only
+#     rank 0 reports a flag error); --use_fp16 of cnn_bench says it is not implemented;
+#   - in a CUDA build, rank 0 says once that there is no usable GPU and it runs on the CPU
+#     (cnn_bench: on stderr, so stdout keeps the tf_cnn_benchmarks format; train: on
+#     stdout), and a build without CUDA prints no such line.
+# With a GPU present this check does not apply (the GPU paths are checked by
+# scripts/gpu_check.sh): skipped.
+set -u
+build=${HVD_BUILD:-build}
+bench=$build/cnn_bench
+train=$build/train
+for b in "$bench" "$train"; do
+  [ -x "$b" ] || { echo "skipped: $b not built"; exit 77; }
+done
+command -v mpirun >/dev/null || { echo "skipped: mpirun not found"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cuda=0
+grep -q '^USE_CUDA=1$' "$build/config.cuda" 2>/dev/null && cuda=1
+
+# A GPU makes --device gpu legal: nothing of this test applies.
+timeout -k 5 60 "$bench" --device gpu --model trivial --batch_size 2 --num_batches 1 \
+  --num_warmup_batches 0 >"$tmp/probe" 2>&1
+if [ $? -eq 0 ]; then echo "skipped: a usable GPU is present (see scripts/gpu_check.sh)"; exit 77; fi
+
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# expect_one_line NAME PATTERN... -- CMD...: non-zero exit (not a timeout), exactly one
+# non-empty line of output (stdout and stderr), matching every PATTERN (fixed strings).
+# With only='REGEX' set, only the lines matching REGEX count (mpirun adds its own).
+expect_one_line() {
+  local name=$1; shift
+  local pats=()
+  while [ "$1" != "--" ]; do pats+=("$1"); shift; done
+  shift
+  timeout -k 5 60 "$@" >"$tmp/out" 2>&1
+  local rc=$?
+  grep -E -- "${only:-.}" "$tmp/out" >"$tmp/lines"
+  local n
+  n=$(grep -c . "$tmp/lines")
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    fail "$name: exit status $rc"; cat "$tmp/out"; return
+  fi
+  if [ "$n" -ne 1 ]; then fail "$name: $n lines of output, expected 1:"; cat "$tmp/out"; return; fi
+  for p in "${pats[@]}"; do
+    grep -qF -- "$p" "$tmp/lines" || { fail "$name: no '$p' in: $(cat "$tmp/lines")"; return; }
+  done
+  echo "ok   $name: $(cat "$tmp/lines")"
+}
+
+expect_one_line "cnn_bench --device gpu" "cnn_bench: --device gpu" "no usable GPU" "CUDA" -- \
+  "$bench" --device gpu
+expect_one_line "cnn_bench --use_fp16" "--use_fp16" "not implemented" -- "$bench" --use_fp16
+expect_one_line "train --device gpu" "train: --device gpu" "no usable GPU" "CUDA" -- \
+  "$train" --device gpu --dataset synthetic
+only='^train: ' expect_one_line "train --device gpu, 2 ranks" "train: --device gpu" "no usable GPU" -- \
+  mpirun -np 2 "$train" --device gpu --dataset synthetic
+expect_one_line "train --device tpu" "--device" "tpu" -- "$train" --device tpu
+
+# The CPU fallback line: once, from rank 0, and only in a CUDA build.
+want=$cuda
+timeout -k 5 120 mpirun -np 2 "$bench" --model lenet --batch_size 4 --num_batches 2 \
+  --num_warmup_batches 1 --threads 1 >"$tmp/bench.out" 2>"$tmp/bench.err"
+rc=$?
+if [ $rc -ne 0 ]; then
+  fail "cnn_bench on 2 ranks exited $rc"; cat "$tmp/bench.out" "$tmp/bench.err"
+else
+  n=$(grep -c '^cnn_bench: CUDA: no device .*; running on CPU$' "$tmp/bench.err")
+  [ "$n" -eq "$want" ] || { fail "cnn_bench: $n CPU-fallback lines on stderr, expected $want:"; cat "$tmp/bench.err"; }
+  grep -q 'CUDA' "$tmp/bench.out" && fail "cnn_bench: CUDA line on stdout (breaks the format)"
+  [ "$(head -n 1 "$tmp/bench.out")" = "Model:       lenet" ] \
+    || fail "cnn_bench: stdout does not start with the info block: $(head -n 1 "$tmp/bench.out")"
+  grep -q "^Devices:     \['cpu:0', 'cpu:1'\]$" "$tmp/bench.out" || fail "cnn_bench: Devices line"
+  [ "$n" -eq "$want" ] && echo "ok   cnn_bench: $n CPU-fallback line(s) on stderr, stdout format starts intact"
+fi
+timeout -k 5 120 mpirun -np 2 "$train" --model mlp --dataset synthetic --synthetic-samples 256 \
+  --epochs 1 --threads 1 >"$tmp/train.out" 2>"$tmp/train.err"
+rc=$?
+if [ $rc -ne 0 ]; then
+  fail "train on 2 ranks exited $rc"; cat "$tmp/train.out" "$tmp/train.err"
+else
+  n=$(grep -c '^train: CUDA: no device .*; running on CPU$' "$tmp/train.out")
+  [ "$n" -eq "$want" ] || { fail "train: $n CPU-fallback lines on stdout, expected $want:"; cat "$tmp/train.out"; }
+  grep -q '^test accuracy: ' "$tmp/train.out" || fail "train: no test accuracy line"
+  [ "$n" -eq "$want" ] && echo "ok   train: $n CPU-fallback line(s) on stdout"
+fi
+
+[ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
+echo "device flags OK (CUDA build: $cuda)"
