@@ -496,7 +496,7 @@ int main(int argc, char **argv) {
     nn_check_rank(nn_model_to_device(model, NN_DEVICE_CUDA), "moving the model to the GPU");
     nn_check_rank(nn_cuda_optim_create(&cuda_optim, &ocfg, np), "optimizer (GPU)");
     nn_check_rank(gpu_optim_state_to_device(cuda_optim, ostate, optn,
-                                                *nn_optim_step_count(optim)),
+                                            *nn_optim_step_count(optim)),
                   "optimizer state to the GPU");
     dparams = nn_model_device_params(model);
     dgrads = nn_model_device_grads(model);
@@ -593,11 +593,9 @@ int main(int argc, char **argv) {
           /* An uneven tail step on the GPU (at most once per epoch): no scaling kernel,
              so scale through the host copy of the gradients, then submit them all. */
           nn_check(nn_model_backward(model, NULL, NULL), "backward");
-          nn_check_rank(gpu_to_host(grads, dgrads, np),
-                        "gradients to the host");
+          nn_check_rank(gpu_to_host(grads, dgrads, np), "gradients to the host");
           for (size_t i = 0; i < np; i++) grads[i] *= gs.scale;
-          nn_check_rank(gpu_to_device(dgrads, grads, np),
-                        "gradients to the GPU");
+          nn_check_rank(gpu_to_device(dgrads, grads, np), "gradients to the GPU");
           gs.scale = 1.0f;
         } else {
           nn_check(nn_model_backward(model, grad_ready, &gs), "backward");
@@ -641,7 +639,7 @@ int main(int argc, char **argv) {
       nn_check_rank(nn_model_sync_to_host(model), "copying the model to the host");
       if (o.checkpoint_dir)
         nn_check_rank(gpu_optim_state_to_host(cuda_optim, ostate, optn,
-                                                  nn_optim_step_count(optim)),
+                                              nn_optim_step_count(optim)),
                       "copying the optimizer state to the host");
     }
     /* Batch-norm statistics drift apart on each rank's shard: average them so every
