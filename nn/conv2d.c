@@ -218,7 +218,13 @@ static void im2col(const nn_conv2d_shape_t *s, const float *x, float *col, int o
           if (sw == 1) {
             row_copy(col + lo, xr + lo, hi - lo);
           } else {
-            for (int ow = lo; ow < hi; ow++) col[ow] = xr[(size_t)ow * sw];
+            int ow = lo;
+            if (sw == 2) /* even lanes of 8; the last read stays before x[.][ih][2*(hi-1)] */
+              for (; ow + 4 < hi; ow += 4) {
+                const float *src = xr + (size_t)ow * 2;
+                nn_v4_store(col + ow, NN_V4_EVENS(nn_v4_load(src), nn_v4_load(src + 4)));
+              }
+            for (; ow < hi; ow++) col[ow] = xr[(size_t)ow * sw];
           }
           for (int ow = hi; ow < Wo; ow++) col[ow] = 0.0f;
         }

@@ -1,7 +1,8 @@
 /* tests/test_nn_conv_winograd.c: conv2d's Winograd F(2x2, 3x3) and F(2x2, 5x5) paths (forward and input
    gradient) against its im2col + GEMM path on the same data: odd and even sizes, pads
    0..2, non-square planes, bias or not, 1 and 2 threads, sample groups that do not divide
-   the batch; and two runs of the same call must be bit-identical. */
+   the batch; and two runs of the same call must be bit-identical. Also conv2d's stride-2
+   im2col rows against a direct sum. */
 #include "nn/nn.h"
 #include "nn/conv2d_internal.h"
 
@@ -108,6 +109,47 @@ static void check(int k, int n, int ci, int co, int h, int w, int ph, int pw, in
   free(dy);
 }
 
+/* The stride-2 im2col rows (vector path for rows longer than 4) against a direct sum. */
+static void check_stride2(int n, int ci, int co, int h, int w, int k, int pad) {
+  nn_conv2d_shape_t s = {n, ci, h, w, co, k, k, 2, 2, pad, pad, 0, 0};
+  if (nn_conv2d_shape(&s) != NN_OK) {
+    printf("FAIL: bad test shape\n");
+    failures++;
+    return;
+  }
+  unsigned seed = 99u + (unsigned)(h * 31 + w);
+  size_t nx = (size_t)n * ci * h * w, nw = (size_t)co * ci * k * k;
+  size_t ny = (size_t)n * co * s.h_out * s.w_out;
+  float *x = rnd(nx, &seed), *wt = rnd(nw, &seed), *y = calloc(ny, sizeof(float));
+  float *ws = calloc(nn_conv2d_workspace_floats(&s) + 1, sizeof(float));
+  if (nn_conv2d_forward(&s, x, wt, NULL, y, ws) != NN_OK) failures++;
+  double worst = 0;
+  for (int i = 0; i < n; i++)
+    for (int o = 0; o < co; o++)
+      for (int oh = 0; oh < s.h_out; oh++)
+        for (int ow = 0; ow < s.w_out; ow++) {
+          double acc = 0;
+          for (int c = 0; c < ci; c++)
+            for (int a = 0; a < k; a++)
+              for (int b = 0; b < k; b++) {
+                int ih = oh * 2 - pad + a, iw = ow * 2 - pad + b;
+                if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+                acc += (double)x[(((size_t)i * ci + c) * h + ih) * w + iw] *
+                       wt[(((size_t)o * ci + c) * k + a) * k + b];
+              }
+          double e = fabs(acc - y[(((size_t)i * co + o) * s.h_out + oh) * s.w_out + ow]);
+          if (e > worst) worst = e;
+        }
+  int ok = worst < 1e-5;
+  printf("%s stride 2 %dx%d n=%d %dx%dx%d -> %d pad %d: max abs err %.1e\n", ok ? "  ok" : "FAIL",
+         k, k, n, ci, h, w, co, pad, worst);
+  if (!ok) failures++;
+  free(x);
+  free(wt);
+  free(y);
+  free(ws);
+}
+
 int main(void) {
   nn_conv2d_wino_min_channels = 1;  /* small shapes here */
   for (int threads = 1; threads <= 2; threads++) {
@@ -132,6 +174,9 @@ int main(void) {
     check(5, 3, 2, 4, 5, 10, 4, 1, 1);  /* 5x5, pad 4 and 1 */
     check(5, 5, 32, 64, 14, 14, 2, 2, 1); /* lenet conv2, smaller batch */
   }
+  check_stride2(2, 3, 4, 32, 32, 3, 1);  /* resnet20's downsampling conv, 16 wide */
+  check_stride2(2, 3, 4, 19, 23, 3, 1);  /* odd sizes: vector and scalar tails */
+  check_stride2(2, 3, 4, 17, 21, 1, 0);  /* 1x1 stride 2 */
   if (failures) {
     printf("%d checks FAILED\n", failures);
     return 1;
