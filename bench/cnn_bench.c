@@ -300,18 +300,6 @@ static void perf(const double *times, int n, int batch, double *mean, double *un
 
 static int rank_g = 0;
 
-/* nn/device_stub.c (a build without CUDA) does not define nn_cuda_optim_step, so the
-   call is compiled only with CUDA; without it --device gpu stops in parse_args. */
-static nn_status_t gpu_optim_step(nn_cuda_optim_t *o, float *params, const float *grads,
-                                  float lr) {
-#ifdef HVD_WITH_CUDA
-  return nn_cuda_optim_step(o, params, grads, lr);
-#else
-  (void)o, (void)params, (void)grads, (void)lr;
-  return nn_set_error(NN_ERR_UNSUPPORTED, "nn_cuda_optim_step: this build has no CUDA");
-#endif
-}
-
 static void fail_nn(const char *what, nn_status_t s) {
   fprintf(stderr, "cnn_bench: rank %d: %s failed: %s: %s\n", rank_g, what,
           nn_status_string(s), nn_last_error());
@@ -361,7 +349,7 @@ static float train_step(trainer_t *t, step_trace_t *tr) {
   }
   tr->start[PHASE_UPDATE] = now_s();
   if (t->cuda_optim) {
-    s = gpu_optim_step(t->cuda_optim, nn_model_device_params(t->model),
+    s = nn_cuda_optim_step(t->cuda_optim, nn_model_device_params(t->model),
                        nn_model_device_grads(t->model), t->lr);
     if (s != NN_OK) fail_nn("optimizer step (GPU)", s);
     /* Kernels run asynchronously: wait so the step time holds the whole step (the

@@ -98,43 +98,16 @@ static void nn_check_rank(nn_status_t s, const char *what) {
   exit(1);
 }
 
-/* Device calls that nn/device_stub.c (a build without CUDA) does not define: compiled
-   only with CUDA. Without it --device gpu stops before hvd_init, so the other branch is
-   never taken. */
-#ifdef HVD_WITH_CUDA
-#define GPU_OR_UNSUPPORTED(call, name) return call
-#else
-#define GPU_OR_UNSUPPORTED(call, name) \
-  return nn_set_error(NN_ERR_UNSUPPORTED, "%s: this build has no CUDA", name)
-#endif
+/* Device copies in floats (nn_cuda_* count bytes). In a build without CUDA they return
+   NN_ERR_UNSUPPORTED, and --device gpu stops before hvd_init anyway. */
 static nn_status_t gpu_to_host(float *dst, const float *src, size_t count) {
-  (void)dst, (void)src, (void)count;
-  GPU_OR_UNSUPPORTED(nn_cuda_to_host(dst, src, count * sizeof(float)), "nn_cuda_to_host");
+  return nn_cuda_to_host(dst, src, count * sizeof(float));
 }
 static nn_status_t gpu_to_device(float *dst, const float *src, size_t count) {
-  (void)dst, (void)src, (void)count;
-  GPU_OR_UNSUPPORTED(nn_cuda_to_device(dst, src, count * sizeof(float)), "nn_cuda_to_device");
+  return nn_cuda_to_device(dst, src, count * sizeof(float));
 }
 static nn_status_t gpu_zero(float *p, size_t count) {
-  (void)p, (void)count;
-  GPU_OR_UNSUPPORTED(nn_cuda_memset0(p, count * sizeof(float)), "nn_cuda_memset0");
-}
-static nn_status_t gpu_optim_step(nn_cuda_optim_t *o, float *params, const float *grads,
-                                  float lr) {
-  (void)o, (void)params, (void)grads, (void)lr;
-  GPU_OR_UNSUPPORTED(nn_cuda_optim_step(o, params, grads, lr), "nn_cuda_optim_step");
-}
-static nn_status_t gpu_optim_state_to_host(nn_cuda_optim_t *o, float *state, size_t count,
-                                           int64_t *step) {
-  (void)o, (void)state, (void)count, (void)step;
-  GPU_OR_UNSUPPORTED(nn_cuda_optim_state_to_host(o, state, count, step),
-                     "nn_cuda_optim_state_to_host");
-}
-static nn_status_t gpu_optim_state_to_device(nn_cuda_optim_t *o, const float *state,
-                                             size_t count, int64_t step) {
-  (void)o, (void)state, (void)count, (void)step;
-  GPU_OR_UNSUPPORTED(nn_cuda_optim_state_to_device(o, state, count, step),
-                     "nn_cuda_optim_state_to_device");
+  return nn_cuda_memset0(p, count * sizeof(float));
 }
 
 /* nn_cuda_info() without its "; running on CPU" tail, for the --device gpu error. */
@@ -495,7 +468,7 @@ int main(int argc, char **argv) {
   if (gpu) {
     nn_check_rank(nn_model_to_device(model, NN_DEVICE_CUDA), "moving the model to the GPU");
     nn_check_rank(nn_cuda_optim_create(&cuda_optim, &ocfg, np), "optimizer (GPU)");
-    nn_check_rank(gpu_optim_state_to_device(cuda_optim, ostate, optn,
+    nn_check_rank(nn_cuda_optim_state_to_device(cuda_optim, ostate, optn,
                                             *nn_optim_step_count(optim)),
                   "optimizer state to the GPU");
     dparams = nn_model_device_params(model);
@@ -617,7 +590,7 @@ int main(int argc, char **argv) {
       hvd_check(hvd_grad_buckets_wait(buckets), "gradient allreduce");
       last_lr = nn_lr_at(&sched, epoch + (double)s / steps);
       if (gpu)
-        nn_check_rank(gpu_optim_step(cuda_optim, dparams, dgrads, (float)last_lr),
+        nn_check_rank(nn_cuda_optim_step(cuda_optim, dparams, dgrads, (float)last_lr),
                       "optimizer step (GPU)");
       else
         nn_check(nn_optim_step(optim, params, grads, (float)last_lr), "optimizer step");
@@ -638,7 +611,7 @@ int main(int argc, char **argv) {
     if (gpu) {
       nn_check_rank(nn_model_sync_to_host(model), "copying the model to the host");
       if (o.checkpoint_dir)
-        nn_check_rank(gpu_optim_state_to_host(cuda_optim, ostate, optn,
+        nn_check_rank(nn_cuda_optim_state_to_host(cuda_optim, ostate, optn,
                                               nn_optim_step_count(optim)),
                       "copying the optimizer state to the host");
     }

@@ -62,6 +62,39 @@ nn_status_t nn_cuda_optim_create(nn_cuda_optim_t **out, const nn_optim_config_t 
   return no_cuda("nn_cuda_optim_create");
 }
 void nn_cuda_optim_free(nn_cuda_optim_t *o) { (void)o; }
+nn_status_t nn_cuda_malloc(void **p, size_t bytes) {
+  (void)bytes;
+  if (p) *p = NULL;
+  return no_cuda("nn_cuda_malloc");
+}
+void nn_cuda_free(void *p) { (void)p; }
+nn_status_t nn_cuda_to_device(void *dst, const void *src, size_t bytes) {
+  (void)dst, (void)src, (void)bytes;
+  return no_cuda("nn_cuda_to_device");
+}
+nn_status_t nn_cuda_to_host(void *dst, const void *src, size_t bytes) {
+  (void)dst, (void)src, (void)bytes;
+  return no_cuda("nn_cuda_to_host");
+}
+nn_status_t nn_cuda_memset0(void *p, size_t bytes) {
+  (void)p, (void)bytes;
+  return no_cuda("nn_cuda_memset0");
+}
+nn_status_t nn_cuda_optim_step(nn_cuda_optim_t *o, float *params_dev,
+                               const float *grads_dev, float lr) {
+  (void)o, (void)params_dev, (void)grads_dev, (void)lr;
+  return no_cuda("nn_cuda_optim_step");
+}
+nn_status_t nn_cuda_optim_state_to_host(nn_cuda_optim_t *o, float *state, size_t count,
+                                        int64_t *step) {
+  (void)o, (void)state, (void)count, (void)step;
+  return no_cuda("nn_cuda_optim_state_to_host");
+}
+nn_status_t nn_cuda_optim_state_to_device(nn_cuda_optim_t *o, const float *state,
+                                          size_t count, int64_t step) {
+  (void)o, (void)state, (void)count, (void)step;
+  return no_cuda("nn_cuda_optim_state_to_device");
+}
 #else
 /* ISO C forbids an empty translation unit. */
 typedef int nn_device_stub_unused_t;
