@@ -12,18 +12,7 @@ hosts=scripts/netns-hosts.sh
 skip() { echo "SKIP: $*"; exit 77; }
 [ -x "$hvdrun" ] || skip "$hvdrun is not built (run make)"
 [ -x "$bin" ] || skip "$bin is not built (run make)"
-[ "$(id -u)" -eq 0 ] || skip "simulated hosts need root (network namespaces, a bridge)"
-command -v ip >/dev/null || skip "ip (iproute2) is not installed"
-command -v unshare >/dev/null || skip "unshare (util-linux) is not installed"
-command -v mpirun >/dev/null || skip "mpirun is not installed"
-probe=hvdprobe$$
-ip netns add "$probe" 2>/tmp/$probe.err || skip "ip netns add is not permitted here: $(cat /tmp/$probe.err)"
-ip netns del "$probe"; rm -f /tmp/$probe.err
-unshare --uts true 2>/dev/null || skip "unshare --uts is not permitted here"
-exec 9>/run/hvd-netns.lock
-flock -w 240 9 || { echo "FAIL: another job holds /run/hvd-netns.lock for over 240 s"; exit 1; }
-trap '"$hosts" down >/dev/null 2>&1' EXIT
-trap 'exit 1' INT TERM
+. tests/netns_prelude.sh
 
 "$hosts" up 2 || { echo "FAIL: netns-hosts.sh up 2"; exit 1; }
 out=$(timeout -k 5 90 "$hvdrun" -np 4 -H ns1:2,ns2:2 "$bin" 2>&1)
