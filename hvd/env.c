@@ -81,6 +81,21 @@ hvd_status_t hvd_config_load(hvd_config_t *c, char *err, size_t errlen) {
     }
   }
 
+  /* Horovod's HOROVOD_THREAD_AFFINITY: one core id per local rank, comma-separated.
+     Checked here for form; init checks that there is an entry for this rank. */
+  if ((v = env_get("THREAD_AFFINITY", used, sizeof(used)))) {
+    size_t len = strlen(v);
+    int ok = len < sizeof(c->thread_affinity) && v[0] != ',' && v[len - 1] != ',';
+    for (size_t i = 0; ok && i < len; i++)
+      ok = (v[i] >= '0' && v[i] <= '9') || (v[i] == ',' && v[i + 1] != ',');
+    if (!ok) {
+      snprintf(err, errlen, "%s=\"%s\": expected core ids, one per local rank, "
+               "comma-separated (e.g. 0,1)", used, v);
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+    strcpy(c->thread_affinity, v);
+  }
+
   c->log_level = HVD_LOG_WARNING;
   if ((v = env_get("LOG_LEVEL", used, sizeof(used)))) {
     const char *names[] = {"trace", "debug", "info", "warning", "error"};

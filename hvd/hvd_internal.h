@@ -70,6 +70,8 @@ typedef struct {
   double stall_shutdown_s;      /* <= 0: never                                       */
   int hierarchical;
   int log_level;
+  char thread_affinity[256];    /* "c0,c1,...": core of local rank i's background
+                                   thread; "" = inherit the rank's binding            */
 } hvd_config_t;
 
 /* env.c: reads HVD_* (or HOROVOD_*) variables; a malformed value is an error. */

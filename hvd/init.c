@@ -12,6 +12,9 @@
    every host runs the same number of ranks). */
 #include "hvd/hvd_internal.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +123,43 @@ static hvd_status_t topology(void) {
   return s;
 }
 
+/* Where the background thread runs. By default it inherits the rank's binding, which
+   the launcher sets (hvdrun: one core or core set per rank, mpirun's --bind-to), so it
+   shares the rank's cores and memory node and never lands on another rank's core.
+   HVD_THREAD_AFFINITY (Horovod's HOROVOD_THREAD_AFFINITY) pins the background thread of
+   local rank i to the i-th core of its comma-separated list instead. */
+static hvd_status_t background_thread_placement(pthread_attr_t *attr) {
+  const char *list = hvd_g.cfg.thread_affinity;
+  if (!list[0]) return HVD_OK;
+  const char *p = list;
+  for (int i = 0; i < hvd_g.local_rank && p; i++) {
+    p = strchr(p, ',');
+    if (p) p++;
+  }
+  if (!p)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                         "hvd_init: HVD_THREAD_AFFINITY=\"%s\" has no entry for local rank "
+                         "%d (give one core id per local rank, %d in all)",
+                         list, hvd_g.local_rank, hvd_g.local_size);
+  long core = strtol(p, NULL, 10);
+  long ncores = sysconf(_SC_NPROCESSORS_CONF);
+  if (core >= CPU_SETSIZE || (ncores > 0 && core >= ncores))
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                         "hvd_init: HVD_THREAD_AFFINITY=\"%s\": core %ld of local rank %d "
+                         "does not exist (this machine has %ld)",
+                         list, core, hvd_g.local_rank, ncores);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET((int)core, &set);
+  int e = pthread_attr_setaffinity_np(attr, sizeof(set), &set);
+  if (e != 0)
+    return hvd_set_error(HVD_ERR_BACKEND,
+                         "hvd_init: pinning the background thread to core %ld failed: %s",
+                         core, strerror(e));
+  hvd_log(HVD_LOG_INFO, "background thread pinned to core %ld (HVD_THREAD_AFFINITY)", core);
+  return HVD_OK;
+}
+
 hvd_status_t hvd_init(void) {
   pthread_mutex_lock(&init_mu);
   if (atomic_load(&hvd_g_initialized)) {
@@ -191,11 +231,22 @@ hvd_status_t hvd_init(void) {
     hvd_g.ninflight = 0;
     atomic_store(&hvd_g.queued, 0);
     pthread_mutex_unlock(&hvd_g.mu);
-    int e = pthread_create(&hvd_g.thread, NULL, hvd_background_main, NULL);
-    if (e != 0) {
-      pthread_cond_destroy(&hvd_g.work_cv);
-      s = hvd_set_error(HVD_ERR_BACKEND, "hvd_init: pthread_create failed: %s", strerror(e));
+    pthread_attr_t attr;
+    int e = pthread_attr_init(&attr);
+    if (e == 0) {
+      s = background_thread_placement(&attr);
+      if (s == HVD_OK) {
+        e = pthread_create(&hvd_g.thread, &attr, hvd_background_main, NULL);
+        if (e != 0)
+          s = hvd_set_error(HVD_ERR_BACKEND, "hvd_init: pthread_create failed: %s",
+                            strerror(e));
+      }
+      pthread_attr_destroy(&attr);
+    } else {
+      s = hvd_set_error(HVD_ERR_BACKEND, "hvd_init: pthread_attr_init failed: %s",
+                        strerror(e));
     }
+    if (s != HVD_OK) pthread_cond_destroy(&hvd_g.work_cv);
   }
   if (s != HVD_OK) {
     release();

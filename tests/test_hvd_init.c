@@ -2,10 +2,40 @@
    MPI singleton, size 1). Before init everything is HVD_ERR_NOT_INITIALIZED and the
    topology is -1; a malformed HVD_/HOROVOD_ variable fails init with a message; init
    gives size 1; a second init is a no-op; every dtype/op reduces to itself (AVERAGE
-   divides by 1); after shutdown calls are HVD_ERR_NOT_INITIALIZED again. */
+   divides by 1); HVD_THREAD_AFFINITY pins the background thread; after shutdown calls
+   are HVD_ERR_NOT_INITIALIZED again. */
 #include "hvd_test.h"
 
+#include <dirent.h>
 #include <stdint.h>
+#include <unistd.h>
+
+/* How many threads of this process other than the calling one may run only on the
+   cores "want" (as /proc prints Cpus_allowed_list). */
+static int other_threads_pinned_to(const char *want) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int found = 0;
+  long self = (long)gettid();
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.' || atol(e->d_name) == self) continue;
+    char path[300], line[256];
+    snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    while (fgets(line, sizeof(line), f))
+      if (strncmp(line, "Cpus_allowed_list:", 18) == 0) {
+        char *v = line + 18;
+        while (*v == ' ' || *v == '\t') v++;
+        v[strcspn(v, "\n")] = '\0';
+        if (strcmp(v, want) == 0) found++;
+      }
+    fclose(f);
+  }
+  closedir(d);
+  return found;
+}
 
 int main(void) {
   if (hvd_test_is_rank()) {
@@ -48,10 +78,19 @@ int main(void) {
   CHECK_STATUS(hvd_init(), HVD_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hvd_last_error(), "HOROVOD_LOG_LEVEL") != NULL, "message: %s", hvd_last_error());
   unsetenv("HOROVOD_LOG_LEVEL");
+  setenv("HOROVOD_THREAD_AFFINITY", "0,,1", 1);
+  CHECK_STATUS(hvd_init(), HVD_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(hvd_last_error(), "HOROVOD_THREAD_AFFINITY=\"0,,1\"") != NULL, "message: %s",
+        hvd_last_error());
+  unsetenv("HOROVOD_THREAD_AFFINITY");
   CHECK(!hvd_initialized(), "a failed init left the runtime initialized");
 
-  /* init alone */
+  /* init alone, the background thread pinned to core 0 */
+  setenv("HVD_THREAD_AFFINITY", "0", 1);
   CHECK_OK(hvd_init());
+  CHECK(other_threads_pinned_to("0") >= 1, "no thread runs on core 0 alone after "
+        "HVD_THREAD_AFFINITY=0");
+  unsetenv("HVD_THREAD_AFFINITY");
   CHECK_OK(hvd_init());
   CHECK(hvd_initialized(), "not initialized");
   CHECK(hvd_rank() == 0 && hvd_size() == 1 && hvd_local_rank() == 0 && hvd_local_size() == 1 &&
