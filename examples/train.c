@@ -176,6 +176,7 @@ static eval_t evaluate(nn_model_t *m, const train_dataset_t *d, const train_batc
 enum {
   ST_EPOCHS_DONE, ST_ES_BEST, ST_ES_BEST_EPOCH, ST_ES_WAIT, ST_CK_BEST, ST_CK_BEST_EPOCH,
   ST_BEST_VAL_ACC, ST_BEST_VAL_ACC_EPOCH, ST_TRAIN_SECONDS, ST_TRAIN_IMAGES, ST_HAVE_BEST,
+  ST_DROPOUT_STEP, /* nn's dropout mask counter: a resumed run draws the same masks */
   ST_COUNT
 };
 
@@ -200,6 +201,7 @@ static void checkpoint_meta(const run_t *r, char *buf, size_t len) {
 }
 
 static void save_checkpoint(run_t *r, const char *path) {
+  r->st[ST_DROPOUT_STEP] = (double)nn_model_dropout_step(r->model);
   size_t optn = 0;
   float *opt = nn_optim_state(r->optim, &optn);
   int ncounters = 0;
@@ -445,6 +447,7 @@ int main(int argc, char **argv) {
     bcast("resume.optim.state", ostate, optn, HVD_FLOAT32);
     bcast("resume.optim.step", nn_optim_step_count(optim), 1, HVD_INT64);
     bcast("resume.state", run.st, ST_COUNT, HVD_FLOAT64);
+    nn_model_set_dropout_step(model, (uint64_t)run.st[ST_DROPOUT_STEP]);
     if (run.best_params && run.st[ST_HAVE_BEST] != 0) {
       bcast("resume.best.params", run.best_params, np, HVD_FLOAT32);
       bcast("resume.best.buffers", run.best_buffers, nb, HVD_FLOAT32);

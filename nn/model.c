@@ -278,6 +278,12 @@ int nn_model_add_linear(nn_model_t *m, const char *name, int in, int out, int bi
   return layer_index(m);
 }
 
+uint64_t nn_model_dropout_step(const nn_model_t *m) { return m ? m->dropout_step : 0; }
+
+void nn_model_set_dropout_step(nn_model_t *m, uint64_t step) {
+  if (m) m->dropout_step = step;
+}
+
 int nn_model_add_dropout(nn_model_t *m, const char *name, int in, float p) {
   nn_layer_t *l = push_layer(m, NN_LAYER_DROPOUT, name, in);
   if (!l) return NN_LAYER_ERROR;

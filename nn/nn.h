@@ -205,6 +205,10 @@ int64_t *nn_model_counters(nn_model_t *m);        /* num_batches_tracked values 
    statistics for batch norm and enables dropout. The logits stay inside the model. */
 nn_status_t nn_model_forward(nn_model_t *m, const float *x, int n, int training);
 const float *nn_model_logits(const nn_model_t *m);  /* [n][num_classes] of the last forward */
+/* Training-mode forward passes so far. Dropout masks are drawn from (seed, this count),
+   so a checkpoint saves it and a resumed run sets it back to draw the same masks. */
+uint64_t nn_model_dropout_step(const nn_model_t *m);
+void nn_model_set_dropout_step(nn_model_t *m, uint64_t step);
 /* Softmax cross-entropy of the last forward against labels; prepares backward. */
 nn_status_t nn_model_loss(nn_model_t *m, const int32_t *labels, float *loss, int *correct);
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Exact resume: a 2-rank run killed with SIGKILL in mid-epoch and resumed from its last
 # checkpoint ends with the same weights, byte for byte, as the uninterrupted run with
-# the same seed and ranks (exported safetensors compared with cmp). Two cases:
+# the same seed and ranks (exported safetensors compared with cmp). Three cases:
 #  - mlp, SGD with momentum, warm-up and a cosine schedule: optimizer state, epoch and
 #    lr have to carry over;
-#  - resnet20 (batch norm: running statistics and num_batches_tracked), Adam, augmentation.
+#  - resnet20 (batch norm: running statistics and num_batches_tracked), Adam, augmentation;
+#  - alexnet (dropout: the mask counter has to carry over).
 # The kill is a real SIGKILL that rank 0 sends itself at a chosen global step
 # (HVD_TRAIN_TEST_KILL_AT_STEP), so the test does not depend on timing.
 set -u
@@ -60,3 +61,7 @@ check_case mlp_sgd 37 2 4 --model mlp --dataset synthetic --synthetic-samples 10
 # 160 samples: 144 train, 72 per rank, 5 steps of 16; step 6 is step 1 of epoch 2.
 check_case resnet20_adam 6 1 3 --model resnet20 --dataset synthetic --synthetic-samples 160 \
   --batch-size 16 --seed 5 --threads 1 --optimizer adam --augment
+# Dropout (alexnet): nn's mask counter must carry over. 24 samples: 22 train, 11 per
+# rank, 3 steps of 4; step 5 is step 2 of epoch 2.
+check_case alexnet_dropout 5 1 3 --model alexnet --dataset synthetic --synthetic-samples 24 \
+  --batch-size 4 --seed 3 --threads 1 --lr 0.001
