@@ -165,31 +165,6 @@ static double expected(size_t i, int n, coll_op_t op) {
   }
   return acc;
 }
-static void put(void *buf, size_t i, coll_dtype_t d, double v) {
-  switch (d) {
-    case COLL_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case COLL_FLOAT64: ((double *)buf)[i] = v; break;
-    case COLL_FLOAT16: ((uint16_t *)buf)[i] = coll_float_to_half((float)v); break;
-    case COLL_BFLOAT16: ((uint16_t *)buf)[i] = coll_float_to_bfloat16((float)v); break;
-    case COLL_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case COLL_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case COLL_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case COLL_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  }
-}
-static double get(const void *buf, size_t i, coll_dtype_t d) {
-  switch (d) {
-    case COLL_FLOAT32: return ((const float *)buf)[i];
-    case COLL_FLOAT64: return ((const double *)buf)[i];
-    case COLL_FLOAT16: return coll_half_to_float(((const uint16_t *)buf)[i]);
-    case COLL_BFLOAT16: return coll_bfloat16_to_float(((const uint16_t *)buf)[i]);
-    case COLL_INT8: return ((const int8_t *)buf)[i];
-    case COLL_UINT8: return ((const uint8_t *)buf)[i];
-    case COLL_INT32: return ((const int32_t *)buf)[i];
-    case COLL_INT64: return (double)((const int64_t *)buf)[i];
-  }
-  return 0;
-}
 
 /* ---- flags ---- */
 static size_t parse_size(const char *s) {
@@ -343,13 +318,13 @@ int main(int argc, char **argv) {
     size_t count = (size_t)fb / es;
     if (count == 0) continue;
     size_t bytes = count * es;
-    for (size_t i = 0; i < count; i++) put(sendbuf, i, b.dtype, input(b.rank, i, b.size, b.op));
+    for (size_t i = 0; i < count; i++) coll_element_set(sendbuf, i, b.dtype, input(b.rank, i, b.size, b.op));
     void *rb = inplace ? (void *)sendbuf : (void *)recvbuf;
     double best = 1e30;
     for (int rep = 0; rep < reps && !failed; rep++) {
       for (int w = 0; w < warmup && !failed; w++)
         if (inplace) {
-          for (size_t i = 0; i < count; i++) put(sendbuf, i, b.dtype, input(b.rank, i, b.size, b.op));
+          for (size_t i = 0; i < count; i++) coll_element_set(sendbuf, i, b.dtype, input(b.rank, i, b.size, b.op));
           failed = b.backend->run(&b, sendbuf, rb, count, err, sizeof err);
         } else {
           failed = b.backend->run(&b, sendbuf, rb, count, err, sizeof err);
@@ -364,14 +339,14 @@ int main(int argc, char **argv) {
     }
     /* Check one fresh run (in place, the timed loop has reduced the result again). */
     if (!failed && inplace) {
-      for (size_t i = 0; i < count; i++) put(sendbuf, i, b.dtype, input(b.rank, i, b.size, b.op));
+      for (size_t i = 0; i < count; i++) coll_element_set(sendbuf, i, b.dtype, input(b.rank, i, b.size, b.op));
       failed = b.backend->run(&b, sendbuf, rb, count, err, sizeof err);
     }
     long wrong = 0;
     int left = (b.rank - 1 + b.size) % b.size;
     for (size_t i = 0; i < count && !failed; i++) {
       double want = b.backend->is_allreduce ? expected(i, b.size, b.op) : input(left, i, b.size, b.op);
-      wrong += get(rb, i, b.dtype) != want;
+      wrong += coll_element_get(rb, i, b.dtype) != want;
     }
     int any_failed = 0;
     MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

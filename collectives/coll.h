@@ -49,6 +49,12 @@ float coll_half_to_float(uint16_t h);
 uint16_t coll_float_to_bfloat16(float f);
 float coll_bfloat16_to_float(uint16_t b);
 
+/* Element i of buf as a double, and set from a double (float16/bfloat16 round to
+   nearest even, integers truncate); an invalid dtype reads NaN and writes nothing. For
+   programs that fill buffers with known values and check results exactly. */
+double coll_element_get(const void *buf, size_t i, coll_dtype_t dtype);
+void coll_element_set(void *buf, size_t i, coll_dtype_t dtype, double v);
+
 /* ---- transport ---- */
 /* Storage for one outstanding send or receive; a transport keeps its own state in it. */
 typedef struct { unsigned char opaque[64]; } coll_request_t;

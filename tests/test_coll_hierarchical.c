@@ -72,17 +72,6 @@ static int expected_value(size_t i, coll_op_t op)
   return acc;
 }
 
-static double get(const void *buf, size_t i, coll_dtype_t dtype)
-{
-  switch (dtype) {
-  case COLL_FLOAT32: return ((const float *)buf)[i];
-  case COLL_FLOAT64: return ((const double *)buf)[i];
-  case COLL_FLOAT16: return coll_half_to_float(((const uint16_t *)buf)[i]);
-  case COLL_INT32: return ((const int32_t *)buf)[i];
-  case COLL_INT64: return (double)((const int64_t *)buf)[i];
-  default: return 0;
-  }
-}
 
 static void run_case(coll_transport_t *world, coll_transport_t *local,
                      coll_transport_t *cross, size_t count, coll_dtype_t dtype,
@@ -109,11 +98,11 @@ static void run_case(coll_transport_t *world, coll_transport_t *local,
 
   size_t wrong = 0, first = 0;
   for (size_t i = 0; i < count; i++) {
-    if (get(hier, i, dtype) != (double)expected_value(i, op)) { if (!wrong) first = i; wrong++; }
+    if (coll_element_get(hier, i, dtype) != (double)expected_value(i, op)) { if (!wrong) first = i; wrong++; }
   }
   CHECK(wrong == 0, "%s count %zu op %d in_place %d: %zu wrong elements, first at %zu: "
         "got %g expected %d", coll_dtype_name(dtype), count, (int)op, in_place, wrong,
-        first, get(hier, first, dtype), expected_value(first, op));
+        first, coll_element_get(hier, first, dtype), expected_value(first, op));
   CHECK(memcmp(hier, flat, count * es) == 0,
         "%s count %zu op %d: hierarchical differs from the flat ring bit-wise",
         coll_dtype_name(dtype), count, (int)op);

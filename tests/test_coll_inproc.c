@@ -24,32 +24,6 @@ static int failures = 0;
     }                                                                 \
   } while (0)
 
-/* ---- typed access, so one test body covers every dtype ---- */
-static void put(void *buf, size_t i, coll_dtype_t d, double v) {
-  switch (d) {
-    case COLL_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case COLL_FLOAT64: ((double *)buf)[i] = v; break;
-    case COLL_FLOAT16: ((uint16_t *)buf)[i] = coll_float_to_half((float)v); break;
-    case COLL_BFLOAT16: ((uint16_t *)buf)[i] = coll_float_to_bfloat16((float)v); break;
-    case COLL_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case COLL_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case COLL_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case COLL_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  }
-}
-static double get(const void *buf, size_t i, coll_dtype_t d) {
-  switch (d) {
-    case COLL_FLOAT32: return ((const float *)buf)[i];
-    case COLL_FLOAT64: return ((const double *)buf)[i];
-    case COLL_FLOAT16: return coll_half_to_float(((const uint16_t *)buf)[i]);
-    case COLL_BFLOAT16: return coll_bfloat16_to_float(((const uint16_t *)buf)[i]);
-    case COLL_INT8: return ((const int8_t *)buf)[i];
-    case COLL_UINT8: return ((const uint8_t *)buf)[i];
-    case COLL_INT32: return ((const int32_t *)buf)[i];
-    case COLL_INT64: return (double)((const int64_t *)buf)[i];
-  }
-  return NAN;
-}
 static int is_unsigned(coll_dtype_t d) { return d == COLL_UINT8; }
 
 /* Input of rank r at element i, chosen so every op's exact result fits every dtype:
@@ -101,7 +75,7 @@ static coll_status_t allreduce_rank(coll_transport_t *t, void *arg) {
   size_t es = coll_dtype_size(j->dtype), n = j->count;
   unsigned char *send = malloc(n * es + 1), *recv = malloc(n * es + 1);
   if (!send || !recv) return COLL_ERR_NO_MEMORY;
-  for (size_t i = 0; i < n; i++) put(send, i, j->dtype, input(t->rank, i, t->size, j->dtype, j->op));
+  for (size_t i = 0; i < n; i++) coll_element_set(send, i, j->dtype, input(t->rank, i, t->size, j->dtype, j->op));
   memset(recv, 0xAB, n * es + 1);
   const void *sb = send;
   void *rb = recv;
@@ -116,11 +90,11 @@ static coll_status_t allreduce_rank(coll_transport_t *t, void *arg) {
   if (st == COLL_OK) {
     int wrong = 0;
     for (size_t i = 0; i < n; i++)
-      if (get(recv, i, j->dtype) != expected(i, t->size, j->dtype, j->op)) wrong++;
+      if (coll_element_get(recv, i, j->dtype) != expected(i, t->size, j->dtype, j->op)) wrong++;
     if (recv[n * es] != 0xAB) wrong++; /* wrote past the end */
     if (!j->inplace)
       for (size_t i = 0; i < n; i++) /* sendbuf untouched */
-        if (get(send, i, j->dtype) != input(t->rank, i, t->size, j->dtype, j->op)) wrong++;
+        if (coll_element_get(send, i, j->dtype) != input(t->rank, i, t->size, j->dtype, j->op)) wrong++;
     j->wrong += wrong;
   } else {
     fprintf(stderr, "rank %d: %s\n", t->rank, t->error);

@@ -18,18 +18,6 @@ static int value(int rank, size_t i, int salt) {
   return (int)((i * 7 + (size_t)rank * 3 + (size_t)salt) % 3) + 1;
 }
 
-static void put(void *buf, size_t i, hvd_dtype_t dt, double v) {
-  switch (dt) {
-    case HVD_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case HVD_FLOAT64: ((double *)buf)[i] = v; break;
-    case HVD_FLOAT16: ((uint16_t *)buf)[i] = coll_float_to_half((float)v); break;
-    case HVD_BFLOAT16: ((uint16_t *)buf)[i] = coll_float_to_bfloat16((float)v); break;
-    case HVD_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case HVD_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case HVD_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case HVD_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  }
-}
 
 /* The exact expected value of result element i. */
 static double expected(size_t i, hvd_dtype_t dt, hvd_op_t op, int salt) {
@@ -56,7 +44,7 @@ static double expected(size_t i, hvd_dtype_t dt, hvd_op_t op, int salt) {
 }
 
 static void fill(void *buf, size_t n, hvd_dtype_t dt, int salt) {
-  for (size_t i = 0; i < n; i++) put(buf, i, dt, value(R, i, salt));
+  for (size_t i = 0; i < n; i++) coll_element_set(buf, i, (coll_dtype_t)dt, value(R, i, salt));
 }
 
 static void verify(const void *got, size_t n, hvd_dtype_t dt, hvd_op_t op, int salt,
@@ -64,7 +52,7 @@ static void verify(const void *got, size_t n, hvd_dtype_t dt, hvd_op_t op, int s
   size_t es = hvd_dtype_size(dt), wrong = 0, first = 0;
   for (size_t i = 0; i < n; i++) {
     unsigned char want[8];
-    put(want, 0, dt, expected(i, dt, op, salt));
+    coll_element_set(want, 0, (coll_dtype_t)dt, expected(i, dt, op, salt));
     if (memcmp(want, (const char *)got + i * es, es) != 0 && wrong++ == 0) first = i;
   }
   CHECK(wrong == 0, "%s: %zu of %zu elements wrong (first at %zu, expected %g)", what,
