@@ -10,16 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
-#define CHECK(cond, ...)                                         \
-  do {                                                           \
-    if (!(cond)) {                                               \
-      failures++;                                                \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);       \
-      fprintf(stderr, __VA_ARGS__);                              \
-      fprintf(stderr, "\n");                                     \
-    }                                                            \
-  } while (0)
+#include "tests/check.h"
 
 /* Layout of one (count, bucket, first) case against the rules in hvd.h. */
 static void check_layout(size_t count, size_t bucket_bytes, size_t first_bytes) {

@@ -23,21 +23,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/check.h"
+
 #define DIR "tests/fixtures/models/"
 #define TOL 1e-4
 
-static int failures = 0;
 static char tmpdir[256];
-
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                 \
-      printf(__VA_ARGS__);                                        \
-      printf("\n");                                               \
-      failures++;                                                 \
-    }                                                             \
-  } while (0)
 
 static nn_model_t *make(const char *name, int batch, int classes, uint64_t seed) {
   nn_model_config_t cfg = {.batch = batch, .seed = seed, .num_classes = classes};

@@ -19,22 +19,13 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "tests/check.h"
+
 #define DIR "tests/fixtures/models/"
 #define SAMPLE_MAX 16384
 #define TOL 1e-4
 
-static int failures = 0;
 static double worst_overall = 0;
-
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                 \
-      printf(__VA_ARGS__);                                        \
-      printf("\n");                                               \
-      failures++;                                                 \
-    }                                                             \
-  } while (0)
 
 /* ---- the generator of scripts/fixtures_models.py:gen_tensor ---- */
 static uint64_t splitmix_fin(uint64_t x) {

@@ -10,19 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tests/check.h"
+
 #define FIX "tests/fixtures/models/optim.safetensors"
-
-static int failures = 0;
-
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                 \
-      printf(__VA_ARGS__);                                        \
-      printf("\n");                                               \
-      failures++;                                                 \
-    }                                                             \
-  } while (0)
 
 static const nn_st_tensor_t *need(const nn_st_file_t *f, const char *name,
                                   nn_st_dtype_t dt, size_t numel) {

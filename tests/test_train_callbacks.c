@@ -7,16 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, ...)                                                      \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                    \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, "\n");                                                  \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
+#include "tests/check.h"
 
 /* Feeds values until the callback says stop; returns the epoch it stopped at or -1. */
 static int run(const char *monitor, double min_delta, int patience, const double *v, int n,

@@ -5,16 +5,7 @@
    The module is compiled into this test directly. */
 #include "examples/train_checkpoint.c"
 
-static int failures;
-#define CHECK(cond, ...)                                                      \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                    \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, "\n");                                                  \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
+#include "tests/check.h"
 
 static void copy_file(const char *from, const char *to, long truncate_to, int append) {
   FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");

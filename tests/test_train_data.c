@@ -9,16 +9,7 @@
 #include <math.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, ...)                                                      \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                    \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, "\n");                                                  \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
+#include "tests/check.h"
 
 static char tmpdir[256];
 
