@@ -95,6 +95,16 @@ nn_status_t nn_cuda_optim_state_to_device(nn_cuda_optim_t *o, const float *state
   (void)o, (void)state, (void)count, (void)step;
   return no_cuda("nn_cuda_optim_state_to_device");
 }
+nn_status_t nn_model_optim_step_cuda(nn_model_t *m, nn_cuda_optim_t *o, float lr) {
+  (void)m, (void)o, (void)lr;
+  return no_cuda("nn_model_optim_step_cuda");
+}
+nn_status_t nn_model_loss_scale(nn_model_t *m, float *scale, int64_t *skipped_steps) {
+  (void)m;
+  if (scale) *scale = 1.0f;
+  if (skipped_steps) *skipped_steps = 0;
+  return NN_OK;
+}
 #else
 /* ISO C forbids an empty translation unit. */
 typedef int nn_device_stub_unused_t;

@@ -278,6 +278,48 @@ int nn_model_add_linear(nn_model_t *m, const char *name, int in, int out, int bi
   return layer_index(m);
 }
 
+const char *nn_precision_name(nn_precision_t p) {
+  switch (p) {
+  case NN_PRECISION_FP32: return "fp32";
+  case NN_PRECISION_FP16: return "fp16";
+  case NN_PRECISION_BF16: return "bf16";
+  }
+  return "unknown";
+}
+
+nn_status_t nn_model_set_precision(nn_model_t *m, const nn_precision_config_t *cfg) {
+  if (!m) return nn_set_error(NN_ERR_ARG, "nn_model_set_precision: NULL model");
+  if (m->cuda)
+    return nn_set_error(NN_ERR_ARG, "nn_model_set_precision: the model is already on the "
+                        "device; set the precision before nn_model_to_device");
+  nn_precision_config_t c = {NN_PRECISION_FP32, 0, 0, 0, 0, 0};
+  if (cfg) c = *cfg;
+  if (c.precision != NN_PRECISION_FP32 && c.precision != NN_PRECISION_FP16 &&
+      c.precision != NN_PRECISION_BF16)
+    return nn_set_error(NN_ERR_ARG, "nn_model_set_precision: unknown precision %d",
+                        (int)c.precision);
+  if (c.precision == NN_PRECISION_BF16 && c.init_scale == 0.0f && !c.static_scale)
+    c.static_scale = 1;   /* bf16 has float32's range: no scaling unless asked */
+  if (c.init_scale == 0.0f) c.init_scale = c.precision == NN_PRECISION_FP16 ? 65536.0f : 1.0f;
+  if (c.growth_factor == 0.0f) c.growth_factor = 2.0f;
+  if (c.backoff_factor == 0.0f) c.backoff_factor = 0.5f;
+  if (c.growth_interval == 0) c.growth_interval = 2000;
+  if (!isfinite(c.init_scale) || c.init_scale <= 0.0f || !isfinite(c.growth_factor) ||
+      c.growth_factor < 1.0f || !(c.backoff_factor > 0.0f && c.backoff_factor < 1.0f) ||
+      c.growth_interval < 1)
+    return nn_set_error(NN_ERR_ARG, "nn_model_set_precision: bad loss scaling "
+                        "(init_scale %g > 0, growth_factor %g >= 1, 0 < backoff_factor %g "
+                        "< 1, growth_interval %d >= 1 expected)", (double)c.init_scale,
+                        (double)c.growth_factor, (double)c.backoff_factor,
+                        c.growth_interval);
+  m->precision = c;
+  return NN_OK;
+}
+
+nn_precision_t nn_model_precision(const nn_model_t *m) {
+  return m ? m->precision.precision : NN_PRECISION_FP32;
+}
+
 uint64_t nn_model_dropout_step(const nn_model_t *m) { return m ? m->dropout_step : 0; }
 
 void nn_model_set_dropout_step(nn_model_t *m, uint64_t step) {
@@ -610,6 +652,10 @@ nn_status_t nn_model_forward(nn_model_t *m, const float *x, int n, int training)
 #ifdef HVD_WITH_CUDA
   if (m->cuda) return nn_cuda_model_forward(m, x, n, training);
 #endif
+  if (m->precision.precision != NN_PRECISION_FP32)
+    return nn_set_error(NN_ERR_UNSUPPORTED, "nn_model_forward: %s (mixed precision) needs "
+                        "the model on the CUDA device; on the CPU nn computes in float32",
+                        nn_precision_name(m->precision.precision));
   m->have_loss = 0;
   memcpy(m->input, x, (size_t)n * m->in_c * m->in_h * m->in_w * sizeof(float));
   for (int i = 0; i < m->num_layers; i++) {

@@ -82,6 +82,7 @@ struct nn_model {
   int have_loss;          /* nn_model_loss ran after the last forward                  */
   uint64_t dropout_step;  /* forward passes in training mode, for dropout masks        */
   void *cuda;             /* device state when on the GPU (nn/cuda/model_cuda.c), else NULL */
+  nn_precision_config_t precision; /* defaults filled in; used by nn_model_to_device */
 };
 
 /* ---- graph construction (model.c), used by the builders in models.c ----

@@ -221,6 +221,30 @@ typedef void (*nn_grad_ready_fn)(void *ctx, size_t ready_from);
 /* Zeroes grads[], then back-propagates the last loss. on_ready may be NULL. */
 nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ctx);
 
+/* ---- mixed precision (models on the CUDA device only) ----
+   fp16/bf16: activations, convolution and GEMM inputs in half precision with float32
+   accumulation (tensor cores); float32 master weights, gradients (what hvd reduces),
+   batch-norm statistics and optimizer state. The loss is scaled before backward so that
+   small float16 gradients do not flush to zero; nn_model_optim_step_cuda unscales them,
+   skips the update when any is inf/NaN and adapts the scale (PyTorch's GradScaler
+   rules), all on the device without waiting for it. */
+typedef enum { NN_PRECISION_FP32 = 0, NN_PRECISION_FP16 = 1, NN_PRECISION_BF16 = 2 }
+    nn_precision_t;
+typedef struct {
+  nn_precision_t precision;
+  float init_scale;      /* 0: 65536 for fp16, 1 for bf16                            */
+  float growth_factor;   /* 0: 2                                                    */
+  float backoff_factor;  /* 0: 0.5                                                  */
+  int growth_interval;   /* 0: 2000 finite steps before the scale grows              */
+  int static_scale;      /* 1: keep init_scale (default for bf16, whose range is fp32's) */
+} nn_precision_config_t;
+/* Records the precision; call before nn_model_to_device (NN_ERR_ARG after it). A model
+   that stays on the CPU computes in float32 only: its forward then fails with
+   NN_ERR_UNSUPPORTED. NULL cfg means fp32. */
+nn_status_t nn_model_set_precision(nn_model_t *m, const nn_precision_config_t *cfg);
+nn_precision_t nn_model_precision(const nn_model_t *m);
+const char *nn_precision_name(nn_precision_t p);    /* "fp32", "fp16", "bf16" */
+
 /* Per-layer timing (seconds of the last forward/backward), for profiles. */
 int nn_model_num_layers(const nn_model_t *m);
 const char *nn_model_layer_name(const nn_model_t *m, int i);

@@ -135,6 +135,18 @@ const float *nn_model_device_logits(const nn_model_t *m);
 nn_status_t nn_model_sync_to_host(nn_model_t *m);    /* params, buffers, counters */
 nn_status_t nn_model_sync_to_device(nn_model_t *m);
 
+/* ---- a training step's update for a model on the device ----
+   fp32: nn_cuda_optim_step on the model's parameters and gradients. fp16/bf16 (mixed
+   precision, nn_model_set_precision): divides the gradients by the loss scale, skips the
+   update when any gradient is inf or NaN, updates the float32 master weights and adapts
+   the loss scale (backoff after an overflow, growth after growth_interval clean steps).
+   Everything is enqueued on nn's stream: nothing waits for the GPU. Call it after the
+   gradients are reduced (hvd_grad_buckets_wait / hvd_allreduce). */
+nn_status_t nn_model_optim_step_cuda(nn_model_t *m, nn_cuda_optim_t *o, float lr);
+/* The current loss scale and how many updates were skipped for inf/NaN gradients so far
+   (1 and 0 in fp32). Waits for the GPU: for logs, not for every step. */
+nn_status_t nn_model_loss_scale(nn_model_t *m, float *scale, int64_t *skipped_steps);
+
 #ifdef __cplusplus
 }
 #endif

@@ -457,3 +457,16 @@ nn_status_t nn_cuda_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, voi
   m->have_loss = 0;
   return NN_OK;
 }
+
+/* Placeholder until mixed precision lands: fp32 only. */
+nn_status_t nn_model_optim_step_cuda(nn_model_t *m, nn_cuda_optim_t *o, float lr) {
+  if (!m || !m->cuda) return nn_set_error(NN_ERR_ARG, "nn_model_optim_step_cuda: model not on the device");
+  return nn_cuda_optim_step(o, CM(m)->params, CM(m)->grads, lr);
+}
+
+nn_status_t nn_model_loss_scale(nn_model_t *m, float *scale, int64_t *skipped_steps) {
+  (void)m;
+  if (scale) *scale = 1.0f;
+  if (skipped_steps) *skipped_steps = 0;
+  return NN_OK;
+}
