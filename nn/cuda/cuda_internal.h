@@ -5,6 +5,7 @@
 #ifndef NN_CUDA_INTERNAL_H
 #define NN_CUDA_INTERNAL_H
 
+#include "nn/cuda/amp_rules.h"   /* nn_cuda_amp_t and its update rule */
 #include "nn/nn_cuda.h"
 
 #include <cublas_v2.h>
@@ -54,33 +55,105 @@ nn_status_t nn_cuda_fail(const char *file, int line, const char *call, const cha
 /* After a kernel launch: launch errors (bad configuration, no kernel image). */
 #define NN_CUDA_CHECK_LAUNCH() NN_CUDA_CHECK(cudaGetLastError())
 
-/* Kernel launchers (kernels.cu), all on stream. Return cudaGetLastError(). */
-cudaError_t nn_cuk_relu_forward(cudaStream_t st, size_t n, const float *x, float *y);
-cudaError_t nn_cuk_relu_backward(cudaStream_t st, size_t n, const float *y,
-                                 const float *dy, float *dx);
-cudaError_t nn_cuk_add_forward(cudaStream_t st, size_t n, const float *a, const float *b,
-                               float *y);
-cudaError_t nn_cuk_add_backward(cudaStream_t st, size_t n, const float *dy, float *da,
-                                float *db);
-cudaError_t nn_cuk_accumulate(cudaStream_t st, size_t n, const float *dy, float *dx);
-cudaError_t nn_cuk_gap_forward(cudaStream_t st, int n, int c, int hw, const float *x,
-                               float *y);
-cudaError_t nn_cuk_gap_backward(cudaStream_t st, int n, int c, int hw, const float *dy,
-                                float *dx);
-cudaError_t nn_cuk_bias_add(cudaStream_t st, int n, int out, const float *b, float *y);
-cudaError_t nn_cuk_bias_grad(cudaStream_t st, int n, int out, const float *dy, float *db);
-cudaError_t nn_cuk_dropout_forward(cudaStream_t st, size_t n, float p, uint64_t seed,
-                                   uint64_t step, const float *x, float *y, uint8_t *mask);
-cudaError_t nn_cuk_dropout_backward(cudaStream_t st, size_t n, float p,
-                                    const uint8_t *mask, const float *dy, float *dx);
-cudaError_t nn_cuk_softmax_xent(cudaStream_t st, int n, int k, const float *logits,
-                                const int32_t *labels, float *loss, int *correct,
-                                float *dlogits);
+/* Device-side scalars of an optimizer step (optim_cuda.c): computed by a one-thread
+   kernel so that a step skipped for inf/NaN gradients needs no host round trip. */
+typedef struct {
+  long long step;         /* updates applied so far (torch.optim's state step)      */
+  float step_size;        /* Adam: lr / (1 - beta1^step)                            */
+  float bc2_sqrt;         /* Adam: sqrt(1 - beta2^step)                             */
+  int skip;               /* this step is skipped                                   */
+} nn_cuda_optim_dev_t;
+
+
+/* Element size and library types of activations in a precision. */
+size_t nn_cuda_elem_size(nn_precision_t p);
+cudnnDataType_t nn_cudnn_type(nn_precision_t p);
+cudaDataType_t nn_cublas_type(nn_precision_t p);
+
+/* Typed layer entry points: activations (x, y, dx, dy) in precision p; weights and
+   their gradients too for convolution and linear; batch-norm parameters, statistics
+   and their gradients always float (cuDNN's rule for half inputs). The float public
+   functions of nn_cuda.h are these with NN_PRECISION_FP32. */
+nn_status_t nn_conv2d_forward_cuda_p(nn_precision_t p, const nn_conv2d_shape_t *s,
+                                     const void *x, const void *w, const void *b, void *y);
+nn_status_t nn_conv2d_backward_cuda_p(nn_precision_t p, const nn_conv2d_shape_t *s,
+                                      const void *x, const void *w, const void *dy, void *dx,
+                                      void *dw, void *db);
+nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_precision_t p,
+                                                const nn_batchnorm2d_shape_t *s,
+                                                const void *x, const float *gamma,
+                                                const float *beta, float *running_mean,
+                                                float *running_var, void *y,
+                                                float *save_mean, float *save_invstd);
+nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_precision_t p,
+                                                const nn_batchnorm2d_shape_t *s,
+                                                const void *x, const float *gamma,
+                                                const float *beta, const float *running_mean,
+                                                const float *running_var, void *y);
+nn_status_t nn_batchnorm2d_backward_cuda_p(nn_precision_t p, const nn_batchnorm2d_shape_t *s,
+                                           const void *x, const float *gamma,
+                                           const float *save_mean, const float *save_invstd,
+                                           const void *dy, void *dx, float *dgamma,
+                                           float *dbeta);
+nn_status_t nn_pool2d_forward_cuda_p(nn_precision_t p, int max, const nn_pool2d_shape_t *s,
+                                     const void *x, void *y);
+nn_status_t nn_pool2d_backward_cuda_p(nn_precision_t p, int max, const nn_pool2d_shape_t *s,
+                                      const void *x, const void *y, const void *dy, void *dx);
+nn_status_t nn_linear_forward_cuda_p(nn_precision_t p, int n, int in, int out, const void *x,
+                                     const void *w, const void *b, void *y);
+nn_status_t nn_linear_backward_cuda_p(nn_precision_t p, int n, int in, int out,
+                                      const void *x, const void *w, const void *dy, void *dx,
+                                      void *dw, void *db);
+/* One optimizer step; skip_dev (device int, may be NULL): when it holds non-zero at the
+   time the step runs on the GPU, nothing changes (not even the step count). */
+nn_status_t nn_cuda_optim_step_skip(nn_cuda_optim_t *o, float *params_dev,
+                                    const float *grads_dev, float lr, const int *skip_dev);
+size_t nn_cuda_optim_count(const nn_cuda_optim_t *o);   /* parameters it was made for */
+
+/* Kernel launchers (kernels.cu), all on stream st, activations in precision p.
+   Return cudaGetLastError(). */
+cudaError_t nn_cuk_relu_forward(cudaStream_t st, nn_precision_t p, size_t n, const void *x,
+                                void *y);
+cudaError_t nn_cuk_relu_backward(cudaStream_t st, nn_precision_t p, size_t n, const void *y,
+                                 const void *dy, void *dx);
+cudaError_t nn_cuk_add_forward(cudaStream_t st, nn_precision_t p, size_t n, const void *a,
+                               const void *b, void *y);
+cudaError_t nn_cuk_add_backward(cudaStream_t st, nn_precision_t p, size_t n, const void *dy,
+                                void *da, void *db);
+cudaError_t nn_cuk_accumulate(cudaStream_t st, nn_precision_t p, size_t n, const void *dy,
+                              void *dx);
+cudaError_t nn_cuk_gap_forward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                               const void *x, void *y);
+cudaError_t nn_cuk_gap_backward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                const void *dy, void *dx);
+cudaError_t nn_cuk_bias_add(cudaStream_t st, nn_precision_t p, int n, int out, const void *b,
+                            void *y);
+cudaError_t nn_cuk_bias_grad(cudaStream_t st, nn_precision_t p, int n, int out,
+                             const void *dy, void *db);
+cudaError_t nn_cuk_dropout_forward(cudaStream_t st, nn_precision_t prec, size_t n, float p,
+                                   uint64_t seed, uint64_t step, const void *x, void *y,
+                                   uint8_t *mask);
+cudaError_t nn_cuk_dropout_backward(cudaStream_t st, nn_precision_t prec, size_t n, float p,
+                                    const uint8_t *mask, const void *dy, void *dx);
+/* dlogits = scale * d(mean loss)/d(logits); scale (device float) may be NULL for 1. */
+cudaError_t nn_cuk_softmax_xent(cudaStream_t st, nn_precision_t p, int n, int k,
+                                const void *logits, const int32_t *labels, float *loss,
+                                int *correct, void *dlogits, const float *scale);
+cudaError_t nn_cuk_cast_from_float(cudaStream_t st, nn_precision_t p, size_t n,
+                                   const float *x, void *y);
+cudaError_t nn_cuk_cast_to_float(cudaStream_t st, nn_precision_t p, size_t n, const void *x,
+                                 float *y);
+cudaError_t nn_cuk_optim_prepare(cudaStream_t st, nn_cuda_optim_dev_t *d, const int *skip,
+                                 int adam, double b1, double b2, float lr);
 cudaError_t nn_cuk_sgd(cudaStream_t st, size_t n, float *p, const float *g, float *buf,
-                       float lr, float wd, float mom, int nesterov);
+                       float lr, float wd, float mom, int nesterov,
+                       const nn_cuda_optim_dev_t *od);
 cudaError_t nn_cuk_adam(cudaStream_t st, size_t n, float *p, const float *g, float *m,
-                        float *v, float step_size, float bc2_sqrt, float b1, float b2,
-                        float eps, float decay, float l2);
+                        float *v, float b1, float b2, float eps, float decay, float l2,
+                        const nn_cuda_optim_dev_t *od);
+cudaError_t nn_cuk_amp_unscale(cudaStream_t st, size_t n, float *g, nn_cuda_amp_t *a);
+cudaError_t nn_cuk_amp_update(cudaStream_t st, nn_cuda_amp_t *a, float growth, float backoff,
+                              int interval, int static_scale);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,6 @@
-/* nn/cuda/cudnn_ops.c: convolution, batch norm and pooling through cuDNN (NCHW, float).
+/* nn/cuda/cudnn_ops.c: convolution, batch norm and pooling through cuDNN (NCHW), in
+   float32 or, for mixed precision, with float16/bfloat16 data and float32 accumulation
+   (tensor cores; cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations).
 
    Convolutions: descriptors and algorithms are chosen once per shape (and TF32 setting)
    with cuDNN's heuristics (cudnnGet*Algorithm_v7), or timed with cudnnFind* when
@@ -22,6 +24,7 @@
 typedef struct {
   nn_conv2d_shape_t shape;
   int tf32;
+  nn_precision_t prec;
   cudnnTensorDescriptor_t x, y, bias;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t conv;
@@ -57,7 +60,7 @@ static int same_shape(const nn_conv2d_shape_t *a, const nn_conv2d_shape_t *b) {
 }
 
 static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv_plan_t *p) {
-  const cudnnDataType_t f = CUDNN_DATA_FLOAT;
+  const cudnnDataType_t f = nn_cudnn_type(p->prec);
   NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
   NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
   NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias));
@@ -72,10 +75,12 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
                                             s->kh, s->kw));
   NN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, s->pad_h, s->pad_w, s->stride_h,
                                                  s->stride_w, 1, 1, CUDNN_CROSS_CORRELATION,
-                                                 f));
-  /* FMA math is strict fp32; TENSOR_OP math lets cuDNN use TF32 tensor cores. */
-  NN_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, p->tf32 ? CUDNN_TENSOR_OP_MATH
-                                                              : CUDNN_FMA_MATH));
+                                                 CUDNN_DATA_FLOAT));
+  /* The convolution accumulates in float32 whatever the data type. FMA math is strict
+     fp32; TENSOR_OP math lets cuDNN use tensor cores (TF32 for float data). */
+  NN_CUDNN_CHECK(cudnnSetConvolutionMathType(
+      p->conv, p->tf32 || p->prec != NN_PRECISION_FP32 ? CUDNN_TENSOR_OP_MATH
+                                                       : CUDNN_FMA_MATH));
   const size_t limit = ws_limit();
   int got = 0, i;
   cudnnConvolutionFwdAlgoPerf_t fp[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -136,13 +141,14 @@ static void plan_free(conv_plan_t *p) {
   free(p);
 }
 
-static nn_status_t conv_plan(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s0,
-                             conv_plan_t **out) {
+static nn_status_t conv_plan(nn_cuda_ctx_t *c, nn_precision_t prec,
+                             const nn_conv2d_shape_t *s0, conv_plan_t **out) {
   nn_conv2d_shape_t s = *s0;
   if (nn_conv2d_shape(&s) != NN_OK) return NN_ERR_ARG;
   pthread_mutex_lock(&cache_mu);
   for (int i = 0; i < cache_n; i++)
-    if (cache[i]->tf32 == c->tf32 && same_shape(&cache[i]->shape, &s)) {
+    if (cache[i]->tf32 == c->tf32 && cache[i]->prec == prec &&
+        same_shape(&cache[i]->shape, &s)) {
       *out = cache[i];
       pthread_mutex_unlock(&cache_mu);
       return NN_OK;
@@ -152,6 +158,7 @@ static nn_status_t conv_plan(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s0,
   if (p) {
     p->shape = s;
     p->tf32 = c->tf32;
+    p->prec = prec;
     st = plan_build(c, &s, p);
   }
   if (st == NN_OK) {
@@ -169,15 +176,15 @@ static nn_status_t conv_plan(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s0,
   return st;
 }
 
-nn_status_t nn_conv2d_forward_cuda(const nn_conv2d_shape_t *s, const float *x,
-                                   const float *w, const float *b, float *y) {
+nn_status_t nn_conv2d_forward_cuda_p(nn_precision_t prec, const nn_conv2d_shape_t *s,
+                                     const void *x, const void *w, const void *b, void *y) {
   if (!s || !x || !w || !y)
     return nn_set_error(NN_ERR_ARG, "nn_conv2d_forward_cuda: NULL argument");
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK) return st;
   conv_plan_t *p;
-  if ((st = conv_plan(c, s, &p)) != NN_OK) {
+  if ((st = conv_plan(c, prec, s, &p)) != NN_OK) {
     if (st == NN_ERR_ARG) return nn_set_error(st, "nn_conv2d_forward_cuda: empty output");
     return st;
   }
@@ -190,15 +197,20 @@ nn_status_t nn_conv2d_forward_cuda(const nn_conv2d_shape_t *s, const float *x,
   return NN_OK;
 }
 
-nn_status_t nn_conv2d_backward_cuda(const nn_conv2d_shape_t *s, const float *x,
-                                    const float *w, const float *dy, float *dx, float *dw,
-                                    float *db) {
+nn_status_t nn_conv2d_forward_cuda(const nn_conv2d_shape_t *s, const float *x,
+                                   const float *w, const float *b, float *y) {
+  return nn_conv2d_forward_cuda_p(NN_PRECISION_FP32, s, x, w, b, y);
+}
+
+nn_status_t nn_conv2d_backward_cuda_p(nn_precision_t prec, const nn_conv2d_shape_t *s,
+                                      const void *x, const void *w, const void *dy, void *dx,
+                                      void *dw, void *db) {
   if (!s || !dy) return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward_cuda: NULL argument");
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK) return st;
   conv_plan_t *p;
-  if ((st = conv_plan(c, s, &p)) != NN_OK) {
+  if ((st = conv_plan(c, prec, s, &p)) != NN_OK) {
     if (st == NN_ERR_ARG) return nn_set_error(st, "nn_conv2d_backward_cuda: empty output");
     return st;
   }
@@ -217,6 +229,12 @@ nn_status_t nn_conv2d_backward_cuda(const nn_conv2d_shape_t *s, const float *x,
   return NN_OK;
 }
 
+nn_status_t nn_conv2d_backward_cuda(const nn_conv2d_shape_t *s, const float *x,
+                                    const float *w, const float *dy, float *dx, float *dw,
+                                    float *db) {
+  return nn_conv2d_backward_cuda_p(NN_PRECISION_FP32, s, x, w, dy, dx, dw, db);
+}
+
 /* ---- batch norm ---- */
 
 typedef struct {
@@ -228,7 +246,8 @@ static void bn_free(bn_desc_t *d) {
   if (d->param) cudnnDestroyTensorDescriptor(d->param);
 }
 
-static nn_status_t bn_desc(const nn_batchnorm2d_shape_t *s, bn_desc_t *d) {
+static nn_status_t bn_desc(nn_precision_t prec, const nn_batchnorm2d_shape_t *s,
+                           bn_desc_t *d) {
   d->x = d->param = NULL;
   if (!s || s->n < 1 || s->c < 1 || s->h < 1 || s->w < 1)
     return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): bad shape");
@@ -237,22 +256,24 @@ static nn_status_t bn_desc(const nn_batchnorm2d_shape_t *s, bn_desc_t *d) {
                         (double)s->eps, (double)CUDNN_BN_MIN_EPSILON);
   NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->x));
   NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->param));
-  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s->n,
-                                            s->c, s->h, s->w));
+  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, nn_cudnn_type(prec),
+                                            s->n, s->c, s->h, s->w));
+  /* float for float, half and bfloat16 data: statistics and parameters stay float32. */
   NN_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(d->param, d->x, CUDNN_BATCHNORM_SPATIAL));
   return NN_OK;
 }
 
-nn_status_t nn_batchnorm2d_forward_train_cuda(const nn_batchnorm2d_shape_t *s,
-                                              const float *x, const float *gamma,
-                                              const float *beta, float *running_mean,
-                                              float *running_var, float *y,
-                                              float *save_mean, float *save_invstd) {
+nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_precision_t prec,
+                                                const nn_batchnorm2d_shape_t *s,
+                                                const void *x, const float *gamma,
+                                                const float *beta, float *running_mean,
+                                                float *running_var, void *y,
+                                                float *save_mean, float *save_invstd) {
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK) return st;
   bn_desc_t d;
-  st = bn_desc(s, &d);
+  st = bn_desc(prec, s, &d);
   if (st == NN_OK) {
     const float one = 1.0f, zero = 0.0f;
     cudnnStatus_t e = cudnnBatchNormalizationForwardTraining(
@@ -267,15 +288,16 @@ nn_status_t nn_batchnorm2d_forward_train_cuda(const nn_batchnorm2d_shape_t *s,
   return st;
 }
 
-nn_status_t nn_batchnorm2d_forward_infer_cuda(const nn_batchnorm2d_shape_t *s,
-                                              const float *x, const float *gamma,
-                                              const float *beta, const float *running_mean,
-                                              const float *running_var, float *y) {
+nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_precision_t prec,
+                                                const nn_batchnorm2d_shape_t *s,
+                                                const void *x, const float *gamma,
+                                                const float *beta, const float *running_mean,
+                                                const float *running_var, void *y) {
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK) return st;
   bn_desc_t d;
-  st = bn_desc(s, &d);
+  st = bn_desc(prec, s, &d);
   if (st == NN_OK) {
     const float one = 1.0f, zero = 0.0f;
     cudnnStatus_t e = cudnnBatchNormalizationForwardInference(
@@ -289,10 +311,11 @@ nn_status_t nn_batchnorm2d_forward_infer_cuda(const nn_batchnorm2d_shape_t *s,
   return st;
 }
 
-nn_status_t nn_batchnorm2d_backward_cuda(const nn_batchnorm2d_shape_t *s, const float *x,
-                                         const float *gamma, const float *save_mean,
-                                         const float *save_invstd, const float *dy,
-                                         float *dx, float *dgamma, float *dbeta) {
+nn_status_t nn_batchnorm2d_backward_cuda_p(nn_precision_t prec,
+                                           const nn_batchnorm2d_shape_t *s, const void *x, const float *gamma,
+                                           const float *save_mean, const float *save_invstd,
+                                           const void *dy, void *dx, float *dgamma,
+                                           float *dbeta) {
   if (!dx || !dgamma || !dbeta)
     return nn_set_error(NN_ERR_ARG, "nn_batchnorm2d_backward_cuda: dx, dgamma and dbeta "
                         "are all required (cuDNN computes them together)");
@@ -300,7 +323,7 @@ nn_status_t nn_batchnorm2d_backward_cuda(const nn_batchnorm2d_shape_t *s, const 
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK) return st;
   bn_desc_t d;
-  st = bn_desc(s, &d);
+  st = bn_desc(prec, s, &d);
   if (st == NN_OK) {
     const float one = 1.0f;
     /* beta = 1 for data and parameters: add into dx, dgamma, dbeta. */
@@ -313,6 +336,32 @@ nn_status_t nn_batchnorm2d_backward_cuda(const nn_batchnorm2d_shape_t *s, const 
   }
   bn_free(&d);
   return st;
+}
+
+nn_status_t nn_batchnorm2d_forward_train_cuda(const nn_batchnorm2d_shape_t *s,
+                                              const float *x, const float *gamma,
+                                              const float *beta, float *running_mean,
+                                              float *running_var, float *y,
+                                              float *save_mean, float *save_invstd) {
+  return nn_batchnorm2d_forward_train_cuda_p(NN_PRECISION_FP32, s, x, gamma, beta,
+                                             running_mean, running_var, y, save_mean,
+                                             save_invstd);
+}
+
+nn_status_t nn_batchnorm2d_forward_infer_cuda(const nn_batchnorm2d_shape_t *s,
+                                              const float *x, const float *gamma,
+                                              const float *beta, const float *running_mean,
+                                              const float *running_var, float *y) {
+  return nn_batchnorm2d_forward_infer_cuda_p(NN_PRECISION_FP32, s, x, gamma, beta,
+                                             running_mean, running_var, y);
+}
+
+nn_status_t nn_batchnorm2d_backward_cuda(const nn_batchnorm2d_shape_t *s, const float *x,
+                                         const float *gamma, const float *save_mean,
+                                         const float *save_invstd, const float *dy,
+                                         float *dx, float *dgamma, float *dbeta) {
+  return nn_batchnorm2d_backward_cuda_p(NN_PRECISION_FP32, s, x, gamma, save_mean,
+                                        save_invstd, dy, dx, dgamma, dbeta);
 }
 
 /* ---- pooling ---- */
@@ -328,8 +377,8 @@ static void pool_free(pool_desc_t *d) {
   if (d->pool) cudnnDestroyPoolingDescriptor(d->pool);
 }
 
-static nn_status_t pool_desc(const nn_pool2d_shape_t *s0, cudnnPoolingMode_t mode,
-                             pool_desc_t *d) {
+static nn_status_t pool_desc(nn_precision_t prec, const nn_pool2d_shape_t *s0,
+                             cudnnPoolingMode_t mode, pool_desc_t *d) {
   memset(d, 0, sizeof *d);
   if (!s0) return nn_set_error(NN_ERR_ARG, "pool2d (CUDA): NULL shape");
   nn_pool2d_shape_t s = *s0;
@@ -337,23 +386,24 @@ static nn_status_t pool_desc(const nn_pool2d_shape_t *s0, cudnnPoolingMode_t mod
   NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->x));
   NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->y));
   NN_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&d->pool));
-  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s.n,
-                                            s.c, s.h_in, s.w_in));
-  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s.n,
-                                            s.c, s.h_out, s.w_out));
+  const cudnnDataType_t f = nn_cudnn_type(prec);
+  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, f, s.n, s.c, s.h_in,
+                                            s.w_in));
+  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, f, s.n, s.c, s.h_out,
+                                            s.w_out));
   NN_CUDNN_CHECK(cudnnSetPooling2dDescriptor(d->pool, mode, CUDNN_NOT_PROPAGATE_NAN, s.kh,
                                              s.kw, s.pad_h, s.pad_w, s.stride_h,
                                              s.stride_w));
   return NN_OK;
 }
 
-static nn_status_t pool_forward(const nn_pool2d_shape_t *s, cudnnPoolingMode_t mode,
-                                const float *x, float *y) {
+static nn_status_t pool_forward(nn_precision_t prec, const nn_pool2d_shape_t *s,
+                                cudnnPoolingMode_t mode, const void *x, void *y) {
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK) return st;
   pool_desc_t d;
-  st = pool_desc(s, mode, &d);
+  st = pool_desc(prec, s, mode, &d);
   if (st == NN_OK) {
     const float one = 1.0f, zero = 0.0f;
     cudnnStatus_t e = cudnnPoolingForward(c->cudnn, d.pool, &one, d.x, x, &zero, d.y, y);
@@ -364,14 +414,14 @@ static nn_status_t pool_forward(const nn_pool2d_shape_t *s, cudnnPoolingMode_t m
   return st;
 }
 
-static nn_status_t pool_backward(const nn_pool2d_shape_t *s, cudnnPoolingMode_t mode,
-                                 const float *x, const float *y, const float *dy,
-                                 float *dx) {
+static nn_status_t pool_backward(nn_precision_t prec, const nn_pool2d_shape_t *s,
+                                 cudnnPoolingMode_t mode, const void *x, const void *y,
+                                 const void *dy, void *dx) {
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK) return st;
   pool_desc_t d;
-  st = pool_desc(s, mode, &d);
+  st = pool_desc(prec, s, mode, &d);
   if (st == NN_OK) {
     const float one = 1.0f;
     cudnnStatus_t e = cudnnPoolingBackward(c->cudnn, d.pool, &one, d.y, y, d.y, dy, d.x, x,
@@ -383,20 +433,35 @@ static nn_status_t pool_backward(const nn_pool2d_shape_t *s, cudnnPoolingMode_t 
   return st;
 }
 
+static cudnnPoolingMode_t pool_mode(int max) {
+  return max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+}
+
+nn_status_t nn_pool2d_forward_cuda_p(nn_precision_t p, int max, const nn_pool2d_shape_t *s,
+                                     const void *x, void *y) {
+  return pool_forward(p, s, pool_mode(max), x, y);
+}
+
+nn_status_t nn_pool2d_backward_cuda_p(nn_precision_t p, int max, const nn_pool2d_shape_t *s,
+                                      const void *x, const void *y, const void *dy,
+                                      void *dx) {
+  return pool_backward(p, s, pool_mode(max), x, y, dy, dx);
+}
+
 nn_status_t nn_maxpool2d_forward_cuda(const nn_pool2d_shape_t *s, const float *x, float *y) {
-  return pool_forward(s, CUDNN_POOLING_MAX_DETERMINISTIC, x, y);
+  return pool_forward(NN_PRECISION_FP32, s, pool_mode(1), x, y);
 }
 
 nn_status_t nn_maxpool2d_backward_cuda(const nn_pool2d_shape_t *s, const float *x,
                                        const float *y, const float *dy, float *dx) {
-  return pool_backward(s, CUDNN_POOLING_MAX_DETERMINISTIC, x, y, dy, dx);
+  return pool_backward(NN_PRECISION_FP32, s, pool_mode(1), x, y, dy, dx);
 }
 
 nn_status_t nn_avgpool2d_forward_cuda(const nn_pool2d_shape_t *s, const float *x, float *y) {
-  return pool_forward(s, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, x, y);
+  return pool_forward(NN_PRECISION_FP32, s, pool_mode(0), x, y);
 }
 
 nn_status_t nn_avgpool2d_backward_cuda(const nn_pool2d_shape_t *s, const float *x,
                                        const float *y, const float *dy, float *dx) {
-  return pool_backward(s, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, x, y, dy, dx);
+  return pool_backward(NN_PRECISION_FP32, s, pool_mode(0), x, y, dy, dx);
 }

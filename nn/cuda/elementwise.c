@@ -1,6 +1,31 @@
 /* nn/cuda/elementwise.c: the public _cuda entry points of nn's own kernels
-   (kernels.cu): argument checks, the context's stream, launch errors. */
+   (kernels.cu), in float32: argument checks, the context's stream, launch errors. The
+   model (model_cuda.c) calls the typed launchers directly for half precision. Also the
+   element types of each precision. */
 #include "nn/cuda/cuda_internal.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+size_t nn_cuda_elem_size(nn_precision_t p) {
+  return p == NN_PRECISION_FP32 ? sizeof(float) : 2;
+}
+
+cudnnDataType_t nn_cudnn_type(nn_precision_t p) {
+  switch (p) {
+  case NN_PRECISION_FP16: return CUDNN_DATA_HALF;
+  case NN_PRECISION_BF16: return CUDNN_DATA_BFLOAT16;
+  default: return CUDNN_DATA_FLOAT;
+  }
+}
+
+cudaDataType_t nn_cublas_type(nn_precision_t p) {
+  switch (p) {
+  case NN_PRECISION_FP16: return CUDA_R_16F;
+  case NN_PRECISION_BF16: return CUDA_R_16BF;
+  default: return CUDA_R_32F;
+  }
+}
 
 #define GET_CTX(c)                             \
   nn_cuda_ctx_t *c;                            \
@@ -11,31 +36,31 @@
 
 nn_status_t nn_relu_forward_cuda(size_t count, const float *x, float *y) {
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_relu_forward(c->stream, count, x, y));
+  NN_CUDA_CHECK(nn_cuk_relu_forward(c->stream, NN_PRECISION_FP32, count, x, y));
   return NN_OK;
 }
 
 nn_status_t nn_relu_backward_cuda(size_t count, const float *y, const float *dy, float *dx) {
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_relu_backward(c->stream, count, y, dy, dx));
+  NN_CUDA_CHECK(nn_cuk_relu_backward(c->stream, NN_PRECISION_FP32, count, y, dy, dx));
   return NN_OK;
 }
 
 nn_status_t nn_add_forward_cuda(size_t count, const float *a, const float *b, float *y) {
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_add_forward(c->stream, count, a, b, y));
+  NN_CUDA_CHECK(nn_cuk_add_forward(c->stream, NN_PRECISION_FP32, count, a, b, y));
   return NN_OK;
 }
 
 nn_status_t nn_add_backward_cuda(size_t count, const float *dy, float *da, float *db) {
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_add_backward(c->stream, count, dy, da, db));
+  NN_CUDA_CHECK(nn_cuk_add_backward(c->stream, NN_PRECISION_FP32, count, dy, da, db));
   return NN_OK;
 }
 
 nn_status_t nn_accumulate_cuda(size_t count, const float *dy, float *dx) {
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_accumulate(c->stream, count, dy, dx));
+  NN_CUDA_CHECK(nn_cuk_accumulate(c->stream, NN_PRECISION_FP32, count, dy, dx));
   return NN_OK;
 }
 
@@ -43,7 +68,7 @@ nn_status_t nn_global_avgpool_forward_cuda(int n, int c_, int hw, const float *x
   if (n < 1 || c_ < 1 || hw < 1)
     return nn_set_error(NN_ERR_ARG, "nn_global_avgpool_forward_cuda: bad shape");
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_gap_forward(c->stream, n, c_, hw, x, y));
+  NN_CUDA_CHECK(nn_cuk_gap_forward(c->stream, NN_PRECISION_FP32, n, c_, hw, x, y));
   return NN_OK;
 }
 
@@ -52,21 +77,23 @@ nn_status_t nn_global_avgpool_backward_cuda(int n, int c_, int hw, const float *
   if (n < 1 || c_ < 1 || hw < 1)
     return nn_set_error(NN_ERR_ARG, "nn_global_avgpool_backward_cuda: bad shape");
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_gap_backward(c->stream, n, c_, hw, dy, dx));
+  NN_CUDA_CHECK(nn_cuk_gap_backward(c->stream, NN_PRECISION_FP32, n, c_, hw, dy, dx));
   return NN_OK;
 }
 
 nn_status_t nn_dropout_forward_cuda(size_t count, float p, uint64_t seed, uint64_t step,
                                     const float *x, float *y, uint8_t *mask) {
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_dropout_forward(c->stream, count, p, seed, step, x, y, mask));
+  NN_CUDA_CHECK(nn_cuk_dropout_forward(c->stream, NN_PRECISION_FP32, count, p, seed, step, x,
+                                       y, mask));
   return NN_OK;
 }
 
 nn_status_t nn_dropout_backward_cuda(size_t count, float p, const uint8_t *mask,
                                      const float *dy, float *dx) {
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_dropout_backward(c->stream, count, p, mask, dy, dx));
+  NN_CUDA_CHECK(nn_cuk_dropout_backward(c->stream, NN_PRECISION_FP32, count, p, mask, dy,
+                                        dx));
   return NN_OK;
 }
 
@@ -79,7 +106,7 @@ nn_status_t nn_softmax_cross_entropy_cuda(int n, int k, const float *logits,
   if (!logits || !labels)
     return nn_set_error(NN_ERR_ARG, "nn_softmax_cross_entropy_cuda: NULL logits or labels");
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_softmax_xent(c->stream, n, k, logits, labels, loss_dev, correct_dev,
-                                    dlogits));
+  NN_CUDA_CHECK(nn_cuk_softmax_xent(c->stream, NN_PRECISION_FP32, n, k, logits, labels,
+                                    loss_dev, correct_dev, dlogits, NULL));
   return NN_OK;
 }

@@ -1,9 +1,16 @@
 // nn/cuda/kernels.cu: nn's own CUDA kernels (everything cuDNN and cuBLAS do not do):
 // relu, add, accumulation, global average pooling, bias, dropout (the CPU kernel's
-// counter-based mask, bit for bit), softmax cross-entropy (one block, deterministic sum)
-// and the fused SGD/Adam updates over the flat parameter buffer.
+// counter-based mask, bit for bit), softmax cross-entropy (one block, deterministic sum),
+// the fused SGD/Adam updates over the flat parameter buffer, and the mixed-precision
+// helpers (casts, gradient unscaling with an inf/NaN check, the loss-scale update).
+//
+// Activation kernels are templates over the element type: float, __half or
+// __nv_bfloat16 (NN_PRECISION_FP32/FP16/BF16). Arithmetic is done in float whatever
+// the storage type, so a half kernel rounds once per stored value.
 #include "nn/cuda/cuda_internal.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 
 namespace {
@@ -20,56 +27,72 @@ inline unsigned blocks_for(size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
        i += (size_t)gridDim.x * blockDim.x)
 
-__global__ void relu_fwd(size_t n, const float *x, float *y) {
-  GRID_LOOP(i, n) { float v = x[i]; y[i] = v > 0.0f ? v : 0.0f; }
+// Loads and stores in float, whatever the storage type.
+__device__ __forceinline__ float ld(float v) { return v; }
+__device__ __forceinline__ float ld(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ld(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T st(float v);
+template <> __device__ __forceinline__ float st<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half st<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+template <typename T> __global__ void relu_fwd(size_t n, const T *x, T *y) {
+  GRID_LOOP(i, n) { float v = ld(x[i]); y[i] = st<T>(v > 0.0f ? v : 0.0f); }
 }
 
 // In place (dx == dy): mask; otherwise accumulate.
-__global__ void relu_bwd(size_t n, const float *y, const float *dy, float *dx, int inplace) {
+template <typename T>
+__global__ void relu_bwd(size_t n, const T *y, const T *dy, T *dx, int inplace) {
   GRID_LOOP(i, n) {
-    float g = y[i] > 0.0f ? dy[i] : 0.0f;
-    dx[i] = inplace ? g : dx[i] + g;
+    float g = ld(y[i]) > 0.0f ? ld(dy[i]) : 0.0f;
+    dx[i] = st<T>(inplace ? g : ld(dx[i]) + g);
   }
 }
 
-__global__ void add_fwd(size_t n, const float *a, const float *b, float *y) {
-  GRID_LOOP(i, n) y[i] = a[i] + b[i];
+template <typename T> __global__ void add_fwd(size_t n, const T *a, const T *b, T *y) {
+  GRID_LOOP(i, n) y[i] = st<T>(ld(a[i]) + ld(b[i]));
 }
 
-__global__ void add_bwd(size_t n, const float *dy, float *da, float *db) {
-  GRID_LOOP(i, n) { float g = dy[i]; da[i] += g; db[i] += g; }
+template <typename T> __global__ void add_bwd(size_t n, const T *dy, T *da, T *db) {
+  GRID_LOOP(i, n) {
+    float g = ld(dy[i]);
+    da[i] = st<T>(ld(da[i]) + g);
+    db[i] = st<T>(ld(db[i]) + g);
+  }
 }
 
-__global__ void accumulate(size_t n, const float *dy, float *dx) {
-  GRID_LOOP(i, n) dx[i] += dy[i];
+template <typename T> __global__ void accumulate(size_t n, const T *dy, T *dx) {
+  GRID_LOOP(i, n) dx[i] = st<T>(ld(dx[i]) + ld(dy[i]));
 }
 
 // One warp per (sample, channel) plane.
-__global__ void gap_fwd(size_t planes, int hw, const float *x, float *y) {
+template <typename T> __global__ void gap_fwd(size_t planes, int hw, const T *x, T *y) {
   size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
   int lane = threadIdx.x & 31;
   if (warp >= planes) return;
-  const float *p = x + warp * (size_t)hw;
+  const T *p = x + warp * (size_t)hw;
   float s = 0.0f;
-  for (int j = lane; j < hw; j += 32) s += p[j];
+  for (int j = lane; j < hw; j += 32) s += ld(p[j]);
   for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
-  if (lane == 0) y[warp] = s / (float)hw;
+  if (lane == 0) y[warp] = st<T>(s / (float)hw);
 }
 
-__global__ void gap_bwd(size_t n, int hw, const float *dy, float *dx) {
-  GRID_LOOP(i, n) dx[i] += dy[i / (size_t)hw] / (float)hw;
+template <typename T> __global__ void gap_bwd(size_t n, int hw, const T *dy, T *dx) {
+  GRID_LOOP(i, n) dx[i] = st<T>(ld(dx[i]) + ld(dy[i / (size_t)hw]) / (float)hw);
 }
 
-__global__ void bias_add(size_t n, int out, const float *b, float *y) {
-  GRID_LOOP(i, n) y[i] += b[i % (size_t)out];
+template <typename T> __global__ void bias_add(size_t n, int out, const T *b, T *y) {
+  GRID_LOOP(i, n) y[i] = st<T>(ld(y[i]) + ld(b[i % (size_t)out]));
 }
 
-__global__ void bias_grad(int n, int out, const float *dy, float *db) {
+template <typename T> __global__ void bias_grad(int n, int out, const T *dy, T *db) {
   int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= out) return;
   float s = 0.0f;
-  for (int i = 0; i < n; i++) s += dy[(size_t)i * out + j];
-  db[j] += s;
+  for (int i = 0; i < n; i++) s += ld(dy[(size_t)i * out + j]);
+  db[j] = st<T>(ld(db[j]) + s);
 }
 
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {
@@ -78,54 +101,60 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+template <typename T>
 __global__ void dropout_fwd(size_t n, uint32_t threshold, float scale, uint64_t key,
-                            const float *x, float *y, uint8_t *mask) {
+                            const T *x, T *y, uint8_t *mask) {
   GRID_LOOP(i, n) {
     uint32_t r = (uint32_t)(mix64(key + i * 0x9e3779b97f4a7c15ULL) >> 40);
     uint8_t keep = r >= threshold;
     mask[i] = keep;
-    y[i] = keep ? x[i] * scale : 0.0f;
+    y[i] = st<T>(keep ? ld(x[i]) * scale : 0.0f);
   }
 }
 
-__global__ void dropout_const(size_t n, int keep, const float *x, float *y, uint8_t *mask) {
-  GRID_LOOP(i, n) { mask[i] = (uint8_t)keep; y[i] = keep ? x[i] : 0.0f; }
+template <typename T>
+__global__ void dropout_const(size_t n, int keep, const T *x, T *y, uint8_t *mask) {
+  GRID_LOOP(i, n) { mask[i] = (uint8_t)keep; y[i] = st<T>(keep ? ld(x[i]) : 0.0f); }
 }
 
-__global__ void dropout_bwd(size_t n, float scale, const uint8_t *mask, const float *dy,
-                            float *dx) {
-  GRID_LOOP(i, n) dx[i] += mask[i] ? dy[i] * scale : 0.0f;
+template <typename T>
+__global__ void dropout_bwd(size_t n, float scale, const uint8_t *mask, const T *dy, T *dx) {
+  GRID_LOOP(i, n) dx[i] = st<T>(ld(dx[i]) + (mask[i] ? ld(dy[i]) * scale : 0.0f));
 }
 
 // One block: each thread takes rows i = tid, tid + blockDim, ...; per-thread sums are
-// combined in a fixed order, so the loss is the same from run to run.
-__global__ void softmax_xent(int n, int k, const float *logits, const int32_t *labels,
-                             float *loss, int *correct, float *dlogits) {
+// combined in a fixed order, so the loss is the same from run to run. dlogits is the
+// gradient of the mean loss times the loss scale (*scale, 1 when scale is NULL).
+template <typename T>
+__global__ void softmax_xent(int n, int k, const T *logits, const int32_t *labels,
+                             float *loss, int *correct, T *dlogits, const float *scale) {
   __shared__ double part[kThreads];
   __shared__ int right[kThreads];
   double total = 0.0;
   int ok = 0;
-  const float inv_n = 1.0f / (float)n;
+  const float g = (scale ? *scale : 1.0f) / (float)n;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float *z = logits + (size_t)i * k;
+    const T *z = logits + (size_t)i * k;
     int lab = labels[i];
     if (lab < 0 || lab >= k) {
       total = nan("");
       continue;
     }
     int arg = 0;
-    float mx = z[0];
+    float mx = ld(z[0]);
     for (int j = 1; j < k; j++)
-      if (z[j] > mx) { mx = z[j]; arg = j; }
+      if (ld(z[j]) > mx) { mx = ld(z[j]); arg = j; }
     double sum = 0.0;
-    for (int j = 0; j < k; j++) sum += exp((double)z[j] - mx);
+    for (int j = 0; j < k; j++) sum += exp((double)ld(z[j]) - mx);
     double lse = mx + log(sum);
-    total += lse - z[lab];
+    total += lse - ld(z[lab]);
     ok += arg == lab;
     if (dlogits) {
-      float *d = dlogits + (size_t)i * k;
-      for (int j = 0; j < k; j++) d[j] = (float)exp((double)z[j] - lse) * inv_n;
-      d[lab] -= inv_n;
+      T *d = dlogits + (size_t)i * k;
+      for (int j = 0; j < k; j++) {
+        float p = (float)exp((double)ld(z[j]) - lse);
+        d[j] = st<T>((j == lab ? p - 1.0f : p) * g);
+      }
     }
   }
   part[threadIdx.x] = total;
@@ -140,8 +169,38 @@ __global__ void softmax_xent(int n, int k, const float *logits, const int32_t *l
   }
 }
 
+template <typename T> __global__ void cast_from_float(size_t n, const float *x, T *y) {
+  GRID_LOOP(i, n) y[i] = st<T>(x[i]);
+}
+
+template <typename T> __global__ void cast_to_float(size_t n, const T *x, float *y) {
+  GRID_LOOP(i, n) y[i] = ld(x[i]);
+}
+
+// ---- optimizers: the step's scalars are computed on the device (optim_prepare), so a
+// step skipped for inf/NaN gradients leaves the step count, and Adam's bias
+// corrections, as they were, without the host ever waiting for the flag. ----
+
+// One thread. skip may be NULL (never skip).
+__global__ void optim_prepare(nn_cuda_optim_dev_t *d, const int *skip, int adam, double b1,
+                              double b2, float lr) {
+  if (skip && *skip) {
+    d->skip = 1;
+    return;
+  }
+  d->skip = 0;
+  d->step += 1;
+  if (adam) {
+    double bc1 = 1.0 - pow(b1, (double)d->step);
+    double bc2 = 1.0 - pow(b2, (double)d->step);
+    d->step_size = (float)((double)lr / bc1);
+    d->bc2_sqrt = (float)sqrt(bc2);
+  }
+}
+
 __global__ void sgd(size_t n, float *p, const float *g, float *buf, float lr, float wd,
-                    float mom, int nesterov) {
+                    float mom, int nesterov, const nn_cuda_optim_dev_t *od) {
+  if (od->skip) return;
   GRID_LOOP(i, n) {
     float d = g[i] + wd * p[i];
     if (mom == 0.0f) {
@@ -154,9 +213,11 @@ __global__ void sgd(size_t n, float *p, const float *g, float *buf, float lr, fl
   }
 }
 
-__global__ void adam(size_t n, float *p, const float *g, float *m, float *v,
-                     float step_size, float bc2_sqrt, float b1, float b2, float eps,
-                     float decay, float l2) {
+__global__ void adam(size_t n, float *p, const float *g, float *m, float *v, float b1,
+                     float b2, float eps, float decay, float l2,
+                     const nn_cuda_optim_dev_t *od) {
+  if (od->skip) return;
+  const float step_size = od->step_size, bc2_sqrt = od->bc2_sqrt;
   GRID_LOOP(i, n) {
     float pi = p[i] * decay;
     float d = g[i] + l2 * pi;
@@ -169,68 +230,123 @@ __global__ void adam(size_t n, float *p, const float *g, float *m, float *v,
   }
 }
 
+// ---- loss scaling (PyTorch's GradScaler rules) ----
+
+// g *= 1 / scale; any non-finite value sets found_inf (every writer writes 1: the race
+// is benign).
+__global__ void amp_unscale(size_t n, float *g, nn_cuda_amp_t *a) {
+  const float inv = 1.0f / a->scale;
+  int bad = 0;
+  GRID_LOOP(i, n) {
+    float v = g[i] * inv;
+    g[i] = v;
+    bad |= !isfinite(v);
+  }
+  if (bad) a->found_inf = 1;
+}
+
+// One thread, after the optimizer read found_inf: adapt the scale, clear the flag.
+__global__ void amp_update(nn_cuda_amp_t *a, float growth, float backoff, int interval,
+                           int static_scale) {
+  nn_amp_update_rule(a, growth, backoff, interval, static_scale);
+}
+
 }  // namespace
+
+// Launches KERNEL<T> with T the element type of precision P; pointer arguments are cast
+// inside ARGS with the macro E (the element type).
+#define DISPATCH(P, LAUNCH)                                                   \
+  do {                                                                       \
+    switch (P) {                                                             \
+    case NN_PRECISION_FP16: { typedef __half E; LAUNCH; } break;             \
+    case NN_PRECISION_BF16: { typedef __nv_bfloat16 E; LAUNCH; } break;      \
+    default: { typedef float E; LAUNCH; } break;                             \
+    }                                                                        \
+  } while (0)
 
 extern "C" {
 
-cudaError_t nn_cuk_relu_forward(cudaStream_t st, size_t n, const float *x, float *y) {
-  if (n) relu_fwd<<<blocks_for(n), kThreads, 0, st>>>(n, x, y);
+cudaError_t nn_cuk_relu_forward(cudaStream_t st, nn_precision_t p, size_t n, const void *x,
+                                void *y) {
+  if (n)
+    DISPATCH(p, (relu_fwd<E><<<blocks_for(n), kThreads, 0, st>>>(n, (const E *)x, (E *)y)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_relu_backward(cudaStream_t st, size_t n, const float *y,
-                                 const float *dy, float *dx) {
-  if (n) relu_bwd<<<blocks_for(n), kThreads, 0, st>>>(n, y, dy, dx, dx == dy);
+cudaError_t nn_cuk_relu_backward(cudaStream_t st, nn_precision_t p, size_t n, const void *y,
+                                 const void *dy, void *dx) {
+  if (n)
+    DISPATCH(p, (relu_bwd<E><<<blocks_for(n), kThreads, 0, st>>>(
+                    n, (const E *)y, (const E *)dy, (E *)dx, dx == dy)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_add_forward(cudaStream_t st, size_t n, const float *a, const float *b,
-                               float *y) {
-  if (n) add_fwd<<<blocks_for(n), kThreads, 0, st>>>(n, a, b, y);
+cudaError_t nn_cuk_add_forward(cudaStream_t st, nn_precision_t p, size_t n, const void *a,
+                               const void *b, void *y) {
+  if (n)
+    DISPATCH(p, (add_fwd<E><<<blocks_for(n), kThreads, 0, st>>>(n, (const E *)a,
+                                                                 (const E *)b, (E *)y)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_add_backward(cudaStream_t st, size_t n, const float *dy, float *da,
-                                float *db) {
-  if (n) add_bwd<<<blocks_for(n), kThreads, 0, st>>>(n, dy, da, db);
+cudaError_t nn_cuk_add_backward(cudaStream_t st, nn_precision_t p, size_t n, const void *dy,
+                                void *da, void *db) {
+  if (n)
+    DISPATCH(p, (add_bwd<E><<<blocks_for(n), kThreads, 0, st>>>(n, (const E *)dy, (E *)da,
+                                                                 (E *)db)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_accumulate(cudaStream_t st, size_t n, const float *dy, float *dx) {
-  if (n) accumulate<<<blocks_for(n), kThreads, 0, st>>>(n, dy, dx);
+cudaError_t nn_cuk_accumulate(cudaStream_t st, nn_precision_t p, size_t n, const void *dy,
+                              void *dx) {
+  if (n)
+    DISPATCH(p, (accumulate<E><<<blocks_for(n), kThreads, 0, st>>>(n, (const E *)dy,
+                                                                    (E *)dx)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_gap_forward(cudaStream_t st, int n, int c, int hw, const float *x,
-                               float *y) {
+cudaError_t nn_cuk_gap_forward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                               const void *x, void *y) {
   size_t planes = (size_t)n * c;
-  if (planes) gap_fwd<<<blocks_for(planes * 32), kThreads, 0, st>>>(planes, hw, x, y);
+  if (planes)
+    DISPATCH(p, (gap_fwd<E><<<blocks_for(planes * 32), kThreads, 0, st>>>(
+                    planes, hw, (const E *)x, (E *)y)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_gap_backward(cudaStream_t st, int n, int c, int hw, const float *dy,
-                                float *dx) {
+cudaError_t nn_cuk_gap_backward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                const void *dy, void *dx) {
   size_t total = (size_t)n * c * hw;
-  if (total) gap_bwd<<<blocks_for(total), kThreads, 0, st>>>(total, hw, dy, dx);
+  if (total)
+    DISPATCH(p, (gap_bwd<E><<<blocks_for(total), kThreads, 0, st>>>(total, hw,
+                                                                     (const E *)dy, (E *)dx)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_bias_add(cudaStream_t st, int n, int out, const float *b, float *y) {
+cudaError_t nn_cuk_bias_add(cudaStream_t st, nn_precision_t p, int n, int out, const void *b,
+                            void *y) {
   size_t total = (size_t)n * out;
-  if (total) bias_add<<<blocks_for(total), kThreads, 0, st>>>(total, out, b, y);
+  if (total)
+    DISPATCH(p, (bias_add<E><<<blocks_for(total), kThreads, 0, st>>>(total, out,
+                                                                      (const E *)b, (E *)y)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_bias_grad(cudaStream_t st, int n, int out, const float *dy, float *db) {
-  if (out > 0) bias_grad<<<blocks_for((size_t)out), kThreads, 0, st>>>(n, out, dy, db);
+cudaError_t nn_cuk_bias_grad(cudaStream_t st, nn_precision_t p, int n, int out,
+                             const void *dy, void *db) {
+  if (out > 0)
+    DISPATCH(p, (bias_grad<E><<<blocks_for((size_t)out), kThreads, 0, st>>>(
+                    n, out, (const E *)dy, (E *)db)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_dropout_forward(cudaStream_t st, size_t n, float p, uint64_t seed,
-                                   uint64_t step, const float *x, float *y, uint8_t *mask) {
+cudaError_t nn_cuk_dropout_forward(cudaStream_t st, nn_precision_t prec, size_t n, float p,
+                                   uint64_t seed, uint64_t step, const void *x, void *y,
+                                   uint8_t *mask) {
   if (n == 0) return cudaGetLastError();
   if (!(p > 0.0f) || p >= 1.0f) {
-    dropout_const<<<blocks_for(n), kThreads, 0, st>>>(n, !(p > 0.0f), x, y, mask);
+    DISPATCH(prec, (dropout_const<E><<<blocks_for(n), kThreads, 0, st>>>(
+                       n, !(p > 0.0f), (const E *)x, (E *)y, mask)));
     return cudaGetLastError();
   }
   // The same derivation as nn/dropout.c.
@@ -243,38 +359,72 @@ cudaError_t nn_cuk_dropout_forward(cudaStream_t st, size_t n, float p, uint64_t 
   key = (key ^ (key >> 27)) * 0x94d049bb133111ebULL;
   key = key ^ (key >> 31);
   uint32_t threshold = (uint32_t)((double)p * 16777216.0);
-  dropout_fwd<<<blocks_for(n), kThreads, 0, st>>>(n, threshold, 1.0f / (1.0f - p), key, x,
-                                                  y, mask);
+  const float scale = 1.0f / (1.0f - p);
+  DISPATCH(prec, (dropout_fwd<E><<<blocks_for(n), kThreads, 0, st>>>(
+                     n, threshold, scale, key, (const E *)x, (E *)y, mask)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_dropout_backward(cudaStream_t st, size_t n, float p,
-                                    const uint8_t *mask, const float *dy, float *dx) {
+cudaError_t nn_cuk_dropout_backward(cudaStream_t st, nn_precision_t prec, size_t n, float p,
+                                    const uint8_t *mask, const void *dy, void *dx) {
   if (n == 0 || p >= 1.0f) return cudaGetLastError();
   float scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-  dropout_bwd<<<blocks_for(n), kThreads, 0, st>>>(n, scale, mask, dy, dx);
+  DISPATCH(prec, (dropout_bwd<E><<<blocks_for(n), kThreads, 0, st>>>(
+                     n, scale, mask, (const E *)dy, (E *)dx)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_softmax_xent(cudaStream_t st, int n, int k, const float *logits,
-                                const int32_t *labels, float *loss, int *correct,
-                                float *dlogits) {
-  softmax_xent<<<1, kThreads, 0, st>>>(n, k, logits, labels, loss, correct, dlogits);
+cudaError_t nn_cuk_softmax_xent(cudaStream_t st, nn_precision_t p, int n, int k,
+                                const void *logits, const int32_t *labels, float *loss,
+                                int *correct, void *dlogits, const float *scale) {
+  DISPATCH(p, (softmax_xent<E><<<1, kThreads, 0, st>>>(n, k, (const E *)logits, labels, loss,
+                                                      correct, (E *)dlogits, scale)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_cast_from_float(cudaStream_t st, nn_precision_t p, size_t n,
+                                   const float *x, void *y) {
+  if (n)
+    DISPATCH(p, (cast_from_float<E><<<blocks_for(n), kThreads, 0, st>>>(n, x, (E *)y)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_cast_to_float(cudaStream_t st, nn_precision_t p, size_t n, const void *x,
+                                 float *y) {
+  if (n)
+    DISPATCH(p, (cast_to_float<E><<<blocks_for(n), kThreads, 0, st>>>(n, (const E *)x, y)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_optim_prepare(cudaStream_t st, nn_cuda_optim_dev_t *d, const int *skip,
+                                 int adam, double b1, double b2, float lr) {
+  optim_prepare<<<1, 1, 0, st>>>(d, skip, adam, b1, b2, lr);
   return cudaGetLastError();
 }
 
 cudaError_t nn_cuk_sgd(cudaStream_t st, size_t n, float *p, const float *g, float *buf,
-                       float lr, float wd, float mom, int nesterov) {
-  if (n) sgd<<<blocks_for(n), kThreads, 0, st>>>(n, p, g, buf, lr, wd, mom, nesterov);
+                       float lr, float wd, float mom, int nesterov,
+                       const nn_cuda_optim_dev_t *od) {
+  if (n) sgd<<<blocks_for(n), kThreads, 0, st>>>(n, p, g, buf, lr, wd, mom, nesterov, od);
   return cudaGetLastError();
 }
 
 cudaError_t nn_cuk_adam(cudaStream_t st, size_t n, float *p, const float *g, float *m,
-                        float *v, float step_size, float bc2_sqrt, float b1, float b2,
-                        float eps, float decay, float l2) {
+                        float *v, float b1, float b2, float eps, float decay, float l2,
+                        const nn_cuda_optim_dev_t *od) {
   if (n)
-    adam<<<blocks_for(n), kThreads, 0, st>>>(n, p, g, m, v, step_size, bc2_sqrt, b1, b2,
-                                             eps, decay, l2);
+    adam<<<blocks_for(n), kThreads, 0, st>>>(n, p, g, m, v, b1, b2, eps, decay, l2, od);
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_amp_unscale(cudaStream_t st, size_t n, float *g, nn_cuda_amp_t *a) {
+  if (n) amp_unscale<<<blocks_for(n), kThreads, 0, st>>>(n, g, a);
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_amp_update(cudaStream_t st, nn_cuda_amp_t *a, float growth, float backoff,
+                              int interval, int static_scale) {
+  amp_update<<<1, 1, 0, st>>>(a, growth, backoff, interval, static_scale);
   return cudaGetLastError();
 }
 

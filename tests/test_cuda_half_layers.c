@@ -1,0 +1,313 @@
+/* test_cuda_half_layers: every layer of nn's CUDA backend in half precision (float16
+   and bfloat16 data, float32 accumulation: what mixed-precision training runs) against
+   the CPU float32 reference. Inputs are rounded to the half type first and the CPU
+   computes on the rounded values, so the comparison measures the layer, not the input
+   rounding; tolerances are per type (a few units of the type's rounding, relative to
+   the largest expected value). Also the casts, and the loss scale in softmax
+   cross-entropy. Exits 77 without a CUDA device. */
+#include "nn/nn.h"
+#include "nn/nn_cuda.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifdef HVD_WITH_CUDA
+#include "nn/cuda/cuda_internal.h"
+#include "tests/cuda_check.h"
+
+static nn_precision_t P;
+static double tol_elem;   /* elementwise results: one rounding of the type          */
+static double tol_acc;    /* accumulated results: convolutions, GEMMs, reductions   */
+
+#define CUK_OK(call)                                                                  \
+  do {                                                                                \
+    cudaError_t e_ = (call);                                                          \
+    if (e_ != cudaSuccess) {                                                          \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
+              cudaGetErrorString(e_));                                                \
+      exit(1);                                                                        \
+    }                                                                                 \
+  } while (0)
+
+static cudaStream_t stream(void) { return (cudaStream_t)nn_cuda_stream(); }
+
+/* Device buffer of n elements of type P holding h rounded to P; h is overwritten with
+   the rounded values, so the CPU reference computes on exactly what the GPU sees. */
+static void *half_dev(float *h, size_t n) {
+  float *f = cc_dev(h, n);
+  void *d = cc_dev_bytes(NULL, n * nn_cuda_elem_size(P));
+  CUK_OK(nn_cuk_cast_from_float(stream(), P, n, f, d));
+  CUK_OK(nn_cuk_cast_to_float(stream(), P, n, d, f));
+  CC_OK(nn_cuda_to_host(h, f, n * sizeof(float)));
+  nn_cuda_free(f);
+  return d;
+}
+
+static void *half_random(float **host, size_t n) {
+  *host = cc_random(n);
+  return half_dev(*host, n);
+}
+
+static double half_compare(const char *what, const void *d, const float *want, size_t n,
+                           double tol) {
+  float *f = cc_dev(NULL, n);
+  CUK_OK(nn_cuk_cast_to_float(stream(), P, n, d, f));
+  char label[128];
+  snprintf(label, sizeof label, "%s %s", nn_precision_name(P), what);
+  double r = cc_compare(label, f, 1, want, n, tol);
+  nn_cuda_free(f);
+  return r;
+}
+
+static void check_casts(void) {
+  /* Values exactly representable in both half types round-trip unchanged; the rest
+     round to nearest (relative error at most half a unit: 2^-11 fp16, 2^-8 bf16). */
+  float v[6] = {0.0f, 1.0f, -2.5f, 0.125f, 1024.0f, -0.75f};
+  float r[6];
+  memcpy(r, v, sizeof v);
+  void *d = half_dev(r, 6);
+  cc_compare("cast round trip (exact values)", r, 0, v, 6, 0);
+  nn_cuda_free(d);
+  size_t n = 4096;
+  float *x = cc_random(n), *orig = cc_host(n);
+  memcpy(orig, x, n * sizeof(float));
+  d = half_dev(x, n);
+  double worst = 0;
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)x[i] - orig[i]) / (fabs(orig[i]) > 1e-3 ? fabs(orig[i]) : 1.0);
+    if (e > worst) worst = e;
+  }
+  double bound = P == NN_PRECISION_FP16 ? 1.0 / 2048 : 1.0 / 256;
+  int ok = worst <= bound * 1.0001;
+  printf("%-4s %s cast to nearest: worst relative error %.2e (bound %.2e)\n", ok ? "ok" : "FAIL",
+         nn_precision_name(P), worst, bound);
+  if (!ok) cc_failures++;
+  nn_cuda_free(d);
+  free(x);
+  free(orig);
+}
+
+static void check_conv(int n, int cin, int h, int w, int cout, int k, int stride, int pad,
+                       int bias) {
+  nn_conv2d_shape_t s = {n, cin, h, w, cout, k, k, stride, stride, pad, pad, 0, 0};
+  CC_OK(nn_conv2d_shape(&s));
+  size_t nx = (size_t)n * cin * h * w, nw = (size_t)cout * cin * k * k;
+  size_t ny = (size_t)n * cout * s.h_out * s.w_out, nb = (size_t)cout;
+  float *x, *wt, *b, *dy, *dx, *dw, *db;
+  void *Dx = half_random(&x, nx), *Dw = half_random(&wt, nw), *Db = half_random(&b, nb);
+  void *Ddy = half_random(&dy, ny), *Ddx = half_random(&dx, nx), *Ddw = half_random(&dw, nw);
+  void *Ddb = half_random(&db, nb);
+  void *Dy = cc_dev_bytes(NULL, ny * nn_cuda_elem_size(P));
+  float *y = cc_host(ny), *ws = cc_host(nn_conv2d_workspace_floats(&s) + 1);
+  char what[128];
+  CC_OK(nn_conv2d_forward(&s, x, wt, bias ? b : NULL, y, ws));
+  CC_OK(nn_conv2d_forward_cuda_p(P, &s, Dx, Dw, bias ? Db : NULL, Dy));
+  snprintf(what, sizeof what, "conv%dx%d/%d c%d->%d fwd", k, k, stride, cin, cout);
+  half_compare(what, Dy, y, ny, tol_acc);
+  CC_OK(nn_conv2d_backward(&s, x, wt, dy, dx, dw, bias ? db : NULL, ws));
+  CC_OK(nn_conv2d_backward_cuda_p(P, &s, Dx, Dw, Ddy, Ddx, Ddw, bias ? Ddb : NULL));
+  snprintf(what, sizeof what, "conv%dx%d/%d c%d->%d dx (+=)", k, k, stride, cin, cout);
+  half_compare(what, Ddx, dx, nx, tol_acc);
+  snprintf(what, sizeof what, "conv%dx%d/%d c%d->%d dw (+=)", k, k, stride, cin, cout);
+  half_compare(what, Ddw, dw, nw, tol_acc);
+  if (bias) half_compare("conv db (+=)", Ddb, db, nb, tol_acc);
+  free(x); free(wt); free(b); free(dy); free(dx); free(dw); free(db); free(y); free(ws);
+  nn_cuda_free(Dx); nn_cuda_free(Dw); nn_cuda_free(Db); nn_cuda_free(Ddy);
+  nn_cuda_free(Ddx); nn_cuda_free(Ddw); nn_cuda_free(Ddb); nn_cuda_free(Dy);
+}
+
+static void check_bn(void) {
+  nn_batchnorm2d_shape_t s = {4, 8, 6, 5, 1e-5f, 0.1f};
+  size_t nx = 4 * 8 * 6 * 5, c = 8;
+  float *x, *dy, *dx;
+  void *Dx = half_random(&x, nx), *Ddy = half_random(&dy, nx), *Ddx = half_random(&dx, nx);
+  void *Dy = cc_dev_bytes(NULL, nx * nn_cuda_elem_size(P));
+  float *g = cc_random(c), *b = cc_random(c), *rm = cc_random(c), *rv = cc_host(c);
+  for (size_t i = 0; i < c; i++) rv[i] = 1.0f + 0.5f * cc_uniform();
+  float *y = cc_host(nx), *sm = cc_host(c), *si = cc_host(c);
+  float *dg = cc_random(c), *dbt = cc_random(c);
+  float *Dg = cc_dev(g, c), *Db = cc_dev(b, c), *Drm = cc_dev(rm, c), *Drv = cc_dev(rv, c);
+  float *Dsm = cc_dev(NULL, c), *Dsi = cc_dev(NULL, c), *Ddg = cc_dev(dg, c);
+  float *Ddb = cc_dev(dbt, c);
+  CC_OK(nn_batchnorm2d_forward_train(&s, x, g, b, rm, rv, y, sm, si));
+  CC_OK(nn_batchnorm2d_forward_train_cuda_p(P, &s, Dx, Dg, Db, Drm, Drv, Dy, Dsm, Dsi));
+  half_compare("batchnorm train y", Dy, y, nx, tol_elem * 4);
+  cc_compare("batchnorm running_mean (float)", Drm, 1, rm, c, 1e-4);
+  cc_compare("batchnorm running_var (float)", Drv, 1, rv, c, 1e-4);
+  cc_compare("batchnorm save_invstd (float)", Dsi, 1, si, c, 1e-4);
+  CC_OK(nn_batchnorm2d_backward(&s, x, g, sm, si, dy, dx, dg, dbt));
+  CC_OK(nn_batchnorm2d_backward_cuda_p(P, &s, Dx, Dg, Dsm, Dsi, Ddy, Ddx, Ddg, Ddb));
+  half_compare("batchnorm dx (+=)", Ddx, dx, nx, tol_acc);
+  cc_compare("batchnorm dgamma (+=, float)", Ddg, 1, dg, c, 1e-3);
+  cc_compare("batchnorm dbeta (+=, float)", Ddb, 1, dbt, c, 1e-3);
+  CC_OK(nn_batchnorm2d_forward_infer(&s, x, g, b, rm, rv, y));
+  CC_OK(nn_batchnorm2d_forward_infer_cuda_p(P, &s, Dx, Dg, Db, Drm, Drv, Dy));
+  half_compare("batchnorm infer y", Dy, y, nx, tol_elem * 4);
+}
+
+static void check_pool(int max, int k, int stride, int pad) {
+  nn_pool2d_shape_t s = {3, 4, 9, 9, k, k, stride, stride, pad, pad, 0, 0};
+  CC_OK(nn_pool2d_shape(&s));
+  size_t nx = 3 * 4 * 9 * 9, ny = (size_t)3 * 4 * s.h_out * s.w_out;
+  /* Distinct values inside every window, exact in both half types (k/256): with ties
+     the CPU's argmax and cuDNN could pick different elements for the gradient. */
+  float *x = cc_host(nx), *dy, *dx, *y = cc_host(ny);
+  for (size_t i = 0; i < nx; i++) x[i] = (float)((i * 37) % 256) / 256.0f - 0.5f;
+  void *Dx = half_dev(x, nx), *Ddy = half_random(&dy, ny), *Ddx = half_random(&dx, nx);
+  void *Dy = cc_dev_bytes(NULL, ny * nn_cuda_elem_size(P));
+  int32_t *am = calloc(ny, sizeof(int32_t));
+  if (max) {
+    CC_OK(nn_maxpool2d_forward(&s, x, y, am));
+    CC_OK(nn_maxpool2d_backward(&s, am, dy, dx));
+  } else {
+    CC_OK(nn_avgpool2d_forward(&s, x, y));
+    CC_OK(nn_avgpool2d_backward(&s, dy, dx));
+  }
+  CC_OK(nn_pool2d_forward_cuda_p(P, max, &s, Dx, Dy));
+  CC_OK(nn_pool2d_backward_cuda_p(P, max, &s, Dx, Dy, Ddy, Ddx));
+  char what[96];
+  snprintf(what, sizeof what, "%spool %dx%d/%d fwd", max ? "max" : "avg", k, k, stride);
+  half_compare(what, Dy, y, ny, max ? 0 : tol_elem * 2);
+  snprintf(what, sizeof what, "%spool %dx%d/%d dx (+=)", max ? "max" : "avg", k, k, stride);
+  half_compare(what, Ddx, dx, nx, tol_elem * 4);
+  free(am); free(x); free(dy); free(dx); free(y);
+  nn_cuda_free(Dx); nn_cuda_free(Ddy); nn_cuda_free(Ddx); nn_cuda_free(Dy);
+}
+
+static void check_linear(int n, int in, int out) {
+  size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
+  float *x, *w, *b, *dy, *dx, *dw, *db, *y = cc_host(ny);
+  void *Dx = half_random(&x, nx), *Dw = half_random(&w, nw), *Db = half_random(&b, out);
+  void *Ddy = half_random(&dy, ny), *Ddx = half_random(&dx, nx), *Ddw = half_random(&dw, nw);
+  void *Ddb = half_random(&db, out), *Dy = cc_dev_bytes(NULL, ny * nn_cuda_elem_size(P));
+  CC_OK(nn_linear_forward(n, in, out, x, w, b, y));
+  CC_OK(nn_linear_forward_cuda_p(P, n, in, out, Dx, Dw, Db, Dy));
+  half_compare("linear fwd", Dy, y, ny, tol_acc);
+  CC_OK(nn_linear_backward(n, in, out, x, w, dy, dx, dw, db));
+  CC_OK(nn_linear_backward_cuda_p(P, n, in, out, Dx, Dw, Ddy, Ddx, Ddw, Ddb));
+  half_compare("linear dx (+=)", Ddx, dx, nx, tol_acc);
+  half_compare("linear dw (+=)", Ddw, dw, nw, tol_acc);
+  half_compare("linear db (+=)", Ddb, db, (size_t)out, tol_acc);
+  free(x); free(w); free(b); free(dy); free(dx); free(dw); free(db); free(y);
+  nn_cuda_free(Dx); nn_cuda_free(Dw); nn_cuda_free(Db); nn_cuda_free(Ddy);
+  nn_cuda_free(Ddx); nn_cuda_free(Ddw); nn_cuda_free(Ddb); nn_cuda_free(Dy);
+}
+
+static void check_elementwise(void) {
+  cudaStream_t st = stream();
+  const size_t es = nn_cuda_elem_size(P);
+  size_t n = 10007;
+  float *a, *b, *dy, *da, *db, *y = cc_host(n);
+  void *Da = half_random(&a, n), *Db = half_random(&b, n), *Ddy = half_random(&dy, n);
+  void *Dda = half_random(&da, n), *Ddb = half_random(&db, n);
+  void *Dy = cc_dev_bytes(NULL, n * es);
+  nn_relu_forward(n, a, y);
+  CUK_OK(nn_cuk_relu_forward(st, P, n, Da, Dy));
+  half_compare("relu fwd", Dy, y, n, 0);
+  nn_relu_backward(n, y, dy, da);
+  CUK_OK(nn_cuk_relu_backward(st, P, n, Dy, Ddy, Dda));
+  half_compare("relu dx (+=)", Dda, da, n, tol_elem);
+  nn_add_forward(n, a, b, y);
+  CUK_OK(nn_cuk_add_forward(st, P, n, Da, Db, Dy));
+  half_compare("add fwd", Dy, y, n, tol_elem);
+  /* Restart from rounded values: the += results above were rounded on the GPU only. */
+  void *Dda2 = half_random(&da, n);
+  for (size_t i = 0; i < n; i++) { da[i] += dy[i]; db[i] += dy[i]; }
+  CUK_OK(nn_cuk_add_backward(st, P, n, Ddy, Dda2, Ddb));
+  half_compare("add da (+=)", Dda2, da, n, tol_elem);
+  half_compare("add db (+=)", Ddb, db, n, tol_elem);
+  /* global average pooling */
+  int gn = 5, gc = 7, hw = 49;
+  size_t nx = (size_t)gn * gc * hw, ng = (size_t)gn * gc;
+  float *x, *gdy, *gdx, *gy = cc_host(ng);
+  void *Dx = half_random(&x, nx), *Dgdy = half_random(&gdy, ng), *Dgdx = half_random(&gdx, nx);
+  void *Dgy = cc_dev_bytes(NULL, ng * es);
+  nn_global_avgpool_forward(gn, gc, hw, x, gy);
+  CUK_OK(nn_cuk_gap_forward(st, P, gn, gc, hw, Dx, Dgy));
+  half_compare("global avgpool fwd", Dgy, gy, ng, tol_elem * 2);
+  nn_global_avgpool_backward(gn, gc, hw, gdy, gdx);
+  CUK_OK(nn_cuk_gap_backward(st, P, gn, gc, hw, Dgdy, Dgdx));
+  half_compare("global avgpool dx (+=)", Dgdx, gdx, nx, tol_elem * 2);
+  /* dropout: the CPU's mask, bit for bit, in half precision too */
+  uint8_t *mask = malloc(n), *gmask = malloc(n), *Dmask = cc_dev_bytes(NULL, n);
+  void *Dda3 = half_random(&da, n);
+  nn_dropout_forward(n, 0.3f, 1234, 7, a, y, mask);
+  CUK_OK(nn_cuk_dropout_forward(st, P, n, 0.3f, 1234, 7, Da, Dy, Dmask));
+  half_compare("dropout fwd", Dy, y, n, tol_elem);
+  CC_OK(nn_cuda_to_host(gmask, Dmask, n));
+  int same = memcmp(mask, gmask, n) == 0;
+  printf("%-4s %s dropout mask identical to the CPU's\n", same ? "ok" : "FAIL",
+         nn_precision_name(P));
+  if (!same) cc_failures++;
+  nn_dropout_backward(n, 0.3f, mask, dy, da);
+  CUK_OK(nn_cuk_dropout_backward(st, P, n, 0.3f, Dmask, Ddy, Dda3));
+  half_compare("dropout dx (+=)", Dda3, da, n, tol_elem * 2);
+  free(mask); free(gmask);
+}
+
+/* Softmax cross-entropy on half logits: the loss (float) as the CPU's, dlogits scaled by
+   the loss scale. */
+static void check_softmax(float scale) {
+  int n = 37, k = 10;
+  float *z = cc_random((size_t)n * k), *d = cc_host((size_t)n * k);
+  for (int i = 0; i < n * k; i++) z[i] *= 4.0f;
+  void *Dz = half_dev(z, (size_t)n * k);
+  int32_t lab[37];
+  for (int i = 0; i < n; i++) lab[i] = (i * 7) % k;
+  float loss = 0;
+  int correct = 0;
+  CC_OK(nn_softmax_cross_entropy(n, k, z, lab, &loss, &correct, d));
+  for (int i = 0; i < n * k; i++) d[i] *= scale;
+  void *Dd = cc_dev_bytes(NULL, (size_t)n * k * nn_cuda_elem_size(P));
+  float *Dl = cc_dev(NULL, 1), *Dscale = cc_dev(&scale, 1);
+  int32_t *Dlab = cc_dev_bytes(lab, sizeof lab);
+  int *Dc = cc_dev_bytes(NULL, sizeof(int));
+  CUK_OK(nn_cuk_softmax_xent(stream(), P, n, k, Dz, Dlab, Dl, Dc, Dd, Dscale));
+  char what[96];
+  snprintf(what, sizeof what, "softmax xent loss (scale %g)", (double)scale);
+  cc_compare(what, Dl, 1, &loss, 1, 1e-5);
+  snprintf(what, sizeof what, "softmax xent dlogits x %g", (double)scale);
+  half_compare(what, Dd, d, (size_t)n * k, tol_elem * 2);
+  int gc = -1;
+  CC_OK(nn_cuda_to_host(&gc, Dc, sizeof gc));
+  printf("%-4s softmax xent correct %d (CPU %d)\n", gc == correct ? "ok" : "FAIL", gc, correct);
+  if (gc != correct) cc_failures++;
+}
+
+int main(void) {
+  cc_require_device();
+  nn_cuda_set_tf32(0);
+  const nn_precision_t precs[2] = {NN_PRECISION_FP16, NN_PRECISION_BF16};
+  for (int i = 0; i < 2; i++) {
+    P = precs[i];
+    /* one rounding of the stored result; accumulated results: a few of those */
+    tol_elem = P == NN_PRECISION_FP16 ? 1.0 / 1024 : 1.0 / 128;
+    tol_acc = P == NN_PRECISION_FP16 ? 5e-3 : 3e-2;
+    printf("== %s\n", nn_precision_name(P));
+    check_casts();
+    check_conv(2, 3, 17, 15, 8, 3, 1, 1, 1);
+    check_conv(3, 16, 14, 14, 32, 3, 2, 1, 0);
+    check_conv(2, 32, 8, 8, 64, 1, 1, 0, 0);
+    check_conv(2, 3, 32, 32, 16, 7, 2, 3, 0);
+    check_linear(9, 300, 17);
+    check_linear(64, 2048, 1000);
+    check_bn();
+    check_pool(1, 3, 2, 1);
+    check_pool(0, 2, 2, 0);
+    check_elementwise();
+    check_softmax(1.0f);
+    check_softmax(1024.0f);
+  }
+  if (cc_failures) {
+    printf("%d comparison(s) failed\n", cc_failures);
+    return 1;
+  }
+  printf("all half-precision CUDA layer checks passed\n");
+  return 0;
+}
+#else
+int main(void) {
+  printf("skipped: no CUDA device (this build has no CUDA: make CUDA=1)\n");
+  return 77;
+}
+#endif

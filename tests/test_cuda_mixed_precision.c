@@ -1,0 +1,231 @@
+/* test_cuda_mixed_precision: whole training steps of models in mixed precision (fp16
+   and bf16 on the GPU) against the same models in float32 on the CPU: logits and loss,
+   every gradient (divided by the loss scale), parameters after nn_model_optim_step_cuda,
+   batch-norm running statistics and evaluation logits, with tolerances per precision.
+   Then the loss scaling itself: an overflowing scale skips the update (parameters and
+   the optimizer's step count unchanged) and backs off; clean steps grow it; bf16 keeps
+   a static scale of 1; input from device memory equals input from host memory; an
+   optimizer of the wrong size is refused. Exits 77 without a CUDA device. */
+#include "nn/nn.h"
+#include "nn/nn_cuda.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifdef HVD_WITH_CUDA
+#include "tests/cuda_check.h"
+
+typedef struct {
+  const char *name;
+  int batch, hw;
+  double tol_fp16, tol_bf16;   /* logits, loss; gradients get 3x */
+} case_t;
+
+static nn_model_t *make(const char *name, int batch, int hw, nn_precision_t p,
+                        float init_scale, int interval) {
+  nn_model_config_t cfg = {batch, 42, 0, 0, hw, hw};
+  nn_model_t *m;
+  CC_OK(nn_model_create(&m, name, &cfg));
+  if (p != NN_PRECISION_FP32) {
+    nn_precision_config_t pc = {p, init_scale, 0, 0, interval, 0};
+    CC_OK(nn_model_set_precision(m, &pc));
+    CC_OK(nn_model_to_device(m, NN_DEVICE_CUDA));
+  }
+  return m;
+}
+
+static int32_t *make_labels(int n, int classes) {
+  int32_t *l = calloc((size_t)n, sizeof(int32_t));
+  for (int i = 0; i < n; i++) l[i] = (i * 3 + 1) % classes;
+  return l;
+}
+
+static float *input_for(nn_model_t *m, int n) {
+  int c, h, w;
+  nn_model_input_shape(m, &c, &h, &w);
+  return cc_random((size_t)n * c * h * w);
+}
+
+static void run_case(const case_t *k, nn_precision_t p) {
+  double tol = p == NN_PRECISION_FP16 ? k->tol_fp16 : k->tol_bf16;
+  nn_model_t *cpu = make(k->name, k->batch, k->hw, NN_PRECISION_FP32, 0, 0);
+  nn_model_t *gpu = make(k->name, k->batch, k->hw, p, 0, 0);
+  printf("== %s %s batch %d%s\n", k->name, nn_precision_name(p), k->batch,
+         k->hw ? " (reduced input size)" : "");
+  size_t np = nn_model_num_params(cpu);
+  int classes = nn_model_num_classes(cpu);
+  float *x = input_for(cpu, k->batch);
+  int32_t *labels = make_labels(k->batch, classes);
+  float lc = 0, lg = 0, scale = 0;
+  int cc = 0, cg = 0;
+  int64_t skipped = -1;
+  CC_OK(nn_model_forward(cpu, x, k->batch, 1));
+  CC_OK(nn_model_forward(gpu, x, k->batch, 1));
+  cc_compare("train logits", nn_model_device_logits(gpu), 1, nn_model_logits(cpu),
+             (size_t)k->batch * classes, tol);
+  CC_OK(nn_model_loss(cpu, labels, &lc, &cc));
+  CC_OK(nn_model_loss(gpu, labels, &lg, &cg));
+  cc_compare("loss", &lg, 0, &lc, 1, tol);
+  CC_OK(nn_model_backward(cpu, NULL, NULL));
+  CC_OK(nn_model_backward(gpu, NULL, NULL));
+  CC_OK(nn_model_loss_scale(gpu, &scale, &skipped));
+  float *g = cc_host(np);
+  CC_OK(nn_cuda_to_host(g, nn_model_device_grads(gpu), np * sizeof(float)));
+  for (size_t i = 0; i < np; i++) g[i] /= scale;
+  char what[96];
+  snprintf(what, sizeof what, "all gradients / loss scale %g", (double)scale);
+  cc_compare(what, g, 0, nn_model_grads(cpu), np, tol * 3);
+  nn_optim_config_t oc = {NN_OPTIM_SGD, 0.9f, 0, 1e-4f, 0, 0, 0};
+  nn_optim_t *o;
+  nn_cuda_optim_t *go;
+  CC_OK(nn_optim_create(&o, &oc, np));
+  CC_OK(nn_cuda_optim_create(&go, &oc, np));
+  CC_OK(nn_optim_step(o, nn_model_params(cpu), nn_model_grads(cpu), 0.1f));
+  CC_OK(nn_model_optim_step_cuda(gpu, go, 0.1f));
+  CC_OK(nn_model_loss_scale(gpu, &scale, &skipped));
+  printf("%-4s no update skipped (skipped %lld, scale %g)\n", skipped == 0 ? "ok" : "FAIL",
+         (long long)skipped, (double)scale);
+  if (skipped != 0) cc_failures++;
+  /* The update moves each weight by lr * gradient: its error is small next to the
+     weights themselves. */
+  cc_compare("params after SGD step", nn_model_device_params(gpu), 1, nn_model_params(cpu),
+             np, tol / 4);
+  CC_OK(nn_model_sync_to_host(gpu));
+  if (nn_model_num_buffers(cpu))
+    cc_compare("batch-norm running statistics", nn_model_buffers(gpu), 0,
+               nn_model_buffers(cpu), nn_model_num_buffers(cpu), tol);
+  CC_OK(nn_model_forward(cpu, x, k->batch, 0));
+  CC_OK(nn_model_forward(gpu, x, k->batch, 0));
+  cc_compare("eval logits after the step", nn_model_logits(gpu), 0, nn_model_logits(cpu),
+             (size_t)k->batch * classes, tol * 2);
+  nn_optim_free(o);
+  nn_cuda_optim_free(go);
+  nn_model_free(cpu);
+  nn_model_free(gpu);
+  free(x);
+  free(labels);
+  free(g);
+}
+
+/* One training step of m (on the device) with optimizer go; returns the loss. */
+static float step(nn_model_t *m, nn_cuda_optim_t *go, const float *x, const int32_t *labels,
+                  int n) {
+  float loss = 0;
+  CC_OK(nn_model_forward(m, x, n, 1));
+  CC_OK(nn_model_loss(m, labels, &loss, NULL));
+  CC_OK(nn_model_backward(m, NULL, NULL));
+  CC_OK(nn_model_optim_step_cuda(m, go, 1e-3f));
+  return loss;
+}
+
+static void expect(int cond, const char *what) {
+  printf("%-4s %s\n", cond ? "ok" : "FAIL", what);
+  if (!cond) cc_failures++;
+}
+
+static void check_loss_scaling(void) {
+  printf("== loss scaling (lenet fp16)\n");
+  const int n = 8;
+  nn_optim_config_t oc = {NN_OPTIM_ADAM, 0, 0, 0, 0, 0, 0};
+  char what[160];
+  /* 1. A scale that overflows float16 in the first gradients: the update is skipped. */
+  nn_model_t *m = make("lenet", n, 0, NN_PRECISION_FP16, 3e38f, 1000);
+  size_t np = nn_model_num_params(m);
+  float *x = input_for(m, n);
+  int32_t *labels = make_labels(n, nn_model_num_classes(m));
+  nn_cuda_optim_t *go;
+  CC_OK(nn_cuda_optim_create(&go, &oc, np));
+  float *before = cc_host(np), *after = cc_host(np);
+  CC_OK(nn_cuda_to_host(before, nn_model_device_params(m), np * sizeof(float)));
+  step(m, go, x, labels, n);
+  CC_OK(nn_cuda_to_host(after, nn_model_device_params(m), np * sizeof(float)));
+  float scale = 0;
+  int64_t skipped = 0, opt_step = -1;
+  CC_OK(nn_model_loss_scale(m, &scale, &skipped));
+  float *state = cc_host(2 * np);
+  CC_OK(nn_cuda_optim_state_to_host(go, state, 2 * np, &opt_step));
+  snprintf(what, sizeof what, "overflow: skipped %lld (want 1), scale %g (want 1.5e38), "
+           "optimizer step %lld (want 0)", (long long)skipped, (double)scale,
+           (long long)opt_step);
+  expect(skipped == 1 && scale == 1.5e38f && opt_step == 0, what);
+  expect(memcmp(before, after, np * sizeof(float)) == 0,
+         "overflow: parameters unchanged by the skipped update");
+  nn_cuda_optim_free(go);
+  nn_model_free(m);
+
+  /* 2. Clean steps: the scale doubles every growth_interval (2) steps; updates apply. */
+  m = make("lenet", n, 0, NN_PRECISION_FP16, 1024.0f, 2);
+  CC_OK(nn_cuda_optim_create(&go, &oc, np));
+  float first = step(m, go, x, labels, n), last = first;
+  for (int i = 1; i < 4; i++) last = step(m, go, x, labels, n);
+  CC_OK(nn_model_loss_scale(m, &scale, &skipped));
+  CC_OK(nn_cuda_optim_state_to_host(go, state, 2 * np, &opt_step));
+  snprintf(what, sizeof what, "4 clean steps: scale %g (want 4096), skipped %lld, optimizer "
+           "step %lld (want 4)", (double)scale, (long long)skipped, (long long)opt_step);
+  expect(scale == 4096.0f && skipped == 0 && opt_step == 4, what);
+  snprintf(what, sizeof what, "the same batch 4 times: loss %.4f -> %.4f goes down",
+           (double)first, (double)last);
+  expect(isfinite(last) && last < first, what);
+
+  /* 3. Input from device memory gives the very same logits as from host memory. */
+  int c, h, w;
+  nn_model_input_shape(m, &c, &h, &w);
+  size_t nx = (size_t)n * c * h * w, nl = (size_t)n * nn_model_num_classes(m);
+  float *dx = cc_dev(x, nx), *l1 = cc_host(nl), *l2 = cc_host(nl);
+  CC_OK(nn_model_forward(m, x, n, 0));
+  memcpy(l1, nn_model_logits(m), nl * sizeof(float));
+  CC_OK(nn_model_forward(m, dx, n, 0));
+  memcpy(l2, nn_model_logits(m), nl * sizeof(float));
+  expect(memcmp(l1, l2, nl * sizeof(float)) == 0, "device input == host input");
+
+  /* 4. An optimizer made for another model is refused, with both sizes named. */
+  nn_cuda_optim_t *small;
+  CC_OK(nn_cuda_optim_create(&small, &oc, 10));
+  nn_status_t s = nn_model_optim_step_cuda(m, small, 0.1f);
+  expect(s == NN_ERR_ARG && strstr(nn_last_error(), "10"), "optimizer of the wrong size");
+  nn_cuda_optim_free(small);
+  nn_cuda_optim_free(go);
+  nn_model_free(m);
+  nn_cuda_free(dx);
+
+  /* 5. bf16: static scale 1 by default. */
+  m = make("lenet", n, 0, NN_PRECISION_BF16, 0, 0);
+  CC_OK(nn_cuda_optim_create(&go, &oc, np));
+  for (int i = 0; i < 3; i++) step(m, go, x, labels, n);
+  CC_OK(nn_model_loss_scale(m, &scale, &skipped));
+  snprintf(what, sizeof what, "bf16: scale %g (want 1), skipped %lld", (double)scale,
+           (long long)skipped);
+  expect(scale == 1.0f && skipped == 0, what);
+  nn_cuda_optim_free(go);
+  nn_model_free(m);
+  free(x); free(labels); free(before); free(after); free(state); free(l1); free(l2);
+}
+
+int main(int argc, char **argv) {
+  cc_require_device();
+  nn_cuda_set_tf32(0);
+  static const case_t cases[] = {
+      {"lenet", 16, 0, 1e-2, 5e-2},
+      {"resnet20", 8, 0, 3e-2, 1.5e-1},
+      {"alexnet", 2, 0, 3e-2, 1.5e-1},
+      {"resnet50", 4, 64, 5e-2, 2e-1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (argc > 1 && !strstr(argv[1], cases[i].name)) continue;
+    run_case(&cases[i], NN_PRECISION_FP16);
+    run_case(&cases[i], NN_PRECISION_BF16);
+  }
+  if (argc <= 1 || strstr(argv[1], "scaling")) check_loss_scaling();
+  if (cc_failures) {
+    printf("%d comparison(s) failed\n", cc_failures);
+    return 1;
+  }
+  printf("all mixed-precision model checks passed\n");
+  return 0;
+}
+#else
+int main(void) {
+  printf("skipped: no CUDA device (this build has no CUDA: make CUDA=1)\n");
+  return 77;
+}
+#endif
