@@ -130,6 +130,11 @@ cudaError_t nn_cuk_bias_add(cudaStream_t st, nn_precision_t p, int n, int out, c
                             void *y);
 cudaError_t nn_cuk_bias_grad(cudaStream_t st, nn_precision_t p, int n, int out,
                              const void *dy, void *db);
+/* Convolution bias over NCHW data: y[s][ch][p] += b[ch]; db[ch] += sum of dy over s, p. */
+cudaError_t nn_cuk_channel_bias_add(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                    const void *b, void *y);
+cudaError_t nn_cuk_channel_bias_grad(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                     const void *dy, void *db);
 cudaError_t nn_cuk_dropout_forward(cudaStream_t st, nn_precision_t prec, size_t n, float p,
                                    uint64_t seed, uint64_t step, const void *x, void *y,
                                    uint8_t *mask);

@@ -2,12 +2,13 @@
    float32 or, for mixed precision, with float16/bfloat16 data and float32 accumulation
    (tensor cores; cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations).
 
-   Convolutions: descriptors and algorithms are chosen once per shape (and TF32 setting)
-   with cuDNN's heuristics (cudnnGet*Algorithm_v7), or timed with cudnnFind* when
+   Convolutions: descriptors and algorithms are chosen once per shape (precision and
+   TF32 setting) with cuDNN's heuristics (cudnnGet*Algorithm_v7), or timed with cudnnFind* when
    NN_CUDNN_FIND=1: the first (best) algorithm that is supported and fits in
    NN_CUDNN_WORKSPACE_MB (default 1024); plans are kept in a small cache; the
-   workspace is the context's, grown to the largest need. Backward uses beta = 1 so dx,
-   dw and db are ADDED to, as the CPU reference does.
+   workspace is the context's, grown to the largest need. Backward uses beta = 1 so dx
+   and dw are ADDED to, as the CPU reference does. The bias (forward and db, also
+   added) is nn's own per-channel kernel, the same for every data type.
 
    Batch norm: cudnnBatchNormalization* in SPATIAL mode. cuDNN updates the running
    statistics as running = (1 - f) * running + f * batch with the unbiased batch variance,
@@ -25,7 +26,7 @@ typedef struct {
   nn_conv2d_shape_t shape;
   int tf32;
   nn_precision_t prec;
-  cudnnTensorDescriptor_t x, y, bias;
+  cudnnTensorDescriptor_t x, y;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t conv;
   cudnnConvolutionFwdAlgo_t fwd;
@@ -63,14 +64,12 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
   const cudnnDataType_t f = nn_cudnn_type(p->prec);
   NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
   NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
-  NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias));
   NN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
   NN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
   NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, f, s->n, s->c_in,
                                             s->h_in, s->w_in));
   NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, f, s->n, s->c_out,
                                             s->h_out, s->w_out));
-  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, f, 1, s->c_out, 1, 1));
   NN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, f, CUDNN_TENSOR_NCHW, s->c_out, s->c_in,
                                             s->kh, s->kw));
   NN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, s->pad_h, s->pad_w, s->stride_h,
@@ -135,7 +134,6 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
 static void plan_free(conv_plan_t *p) {
   if (p->x) cudnnDestroyTensorDescriptor(p->x);
   if (p->y) cudnnDestroyTensorDescriptor(p->y);
-  if (p->bias) cudnnDestroyTensorDescriptor(p->bias);
   if (p->w) cudnnDestroyFilterDescriptor(p->w);
   if (p->conv) cudnnDestroyConvolutionDescriptor(p->conv);
   free(p);
@@ -193,7 +191,9 @@ nn_status_t nn_conv2d_forward_cuda_p(nn_precision_t prec, const nn_conv2d_shape_
   const float one = 1.0f, zero = 0.0f;
   NN_CUDNN_CHECK(cudnnConvolutionForward(c->cudnn, &one, p->x, x, p->w, w, p->conv, p->fwd,
                                          ws, p->ws_fwd, &zero, p->y, y));
-  if (b) NN_CUDNN_CHECK(cudnnAddTensor(c->cudnn, &one, p->bias, b, &one, p->y, y));
+  if (b)
+    NN_CUDA_CHECK(nn_cuk_channel_bias_add(c->stream, prec, s->n, s->c_out,
+                                          p->shape.h_out * p->shape.w_out, b, y));
   return NN_OK;
 }
 
@@ -218,8 +218,9 @@ nn_status_t nn_conv2d_backward_cuda_p(nn_precision_t prec, const nn_conv2d_shape
   void *ws = NULL;
   if ((st = nn_cuda_workspace(c, need, &ws)) != NN_OK) return st;
   const float one = 1.0f;
-  if (db) NN_CUDNN_CHECK(cudnnConvolutionBackwardBias(c->cudnn, &one, p->y, dy, &one,
-                                                      p->bias, db));
+  if (db)
+    NN_CUDA_CHECK(nn_cuk_channel_bias_grad(c->stream, prec, s->n, s->c_out,
+                                           p->shape.h_out * p->shape.w_out, dy, db));
   if (dw) NN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(c->cudnn, &one, p->x, x, p->y, dy,
                                                         p->conv, p->bwd_filter, ws,
                                                         p->ws_bwd_filter, &one, p->w, dw));

@@ -95,6 +95,33 @@ template <typename T> __global__ void bias_grad(int n, int out, const T *dy, T *
   db[j] = st<T>(ld(db[j]) + s);
 }
 
+// Convolution bias over NCHW: y[s][c][p] += b[c].
+template <typename T>
+__global__ void channel_bias_add(size_t n, int c, int hw, const T *b, T *y) {
+  GRID_LOOP(i, n) y[i] = st<T>(ld(y[i]) + ld(b[(i / (size_t)hw) % (size_t)c]));
+}
+
+// One block per channel: db[c] += sum over samples and positions of dy[s][c][p], summed
+// in float in a fixed order (deterministic).
+template <typename T>
+__global__ void channel_bias_grad(int n, int c, int hw, const T *dy, T *db) {
+  __shared__ float part[kThreads];
+  const int ch = blockIdx.x;
+  const size_t total = (size_t)n * hw;
+  float s = 0.0f;
+  for (size_t j = threadIdx.x; j < total; j += blockDim.x) {
+    size_t sample = j / (size_t)hw, pos = j % (size_t)hw;
+    s += ld(dy[(sample * (size_t)c + (size_t)ch) * (size_t)hw + pos]);
+  }
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if ((int)threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) db[ch] = st<T>(ld(db[ch]) + part[0]);
+}
+
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
@@ -337,6 +364,23 @@ cudaError_t nn_cuk_bias_grad(cudaStream_t st, nn_precision_t p, int n, int out,
   if (out > 0)
     DISPATCH(p, (bias_grad<E><<<blocks_for((size_t)out), kThreads, 0, st>>>(
                     n, out, (const E *)dy, (E *)db)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_channel_bias_add(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                    const void *b, void *y) {
+  size_t total = (size_t)n * c * hw;
+  if (total)
+    DISPATCH(p, (channel_bias_add<E><<<blocks_for(total), kThreads, 0, st>>>(
+                    total, c, hw, (const E *)b, (E *)y)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_channel_bias_grad(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                     const void *dy, void *db) {
+  if (n > 0 && c > 0 && hw > 0)
+    DISPATCH(p, (channel_bias_grad<E><<<(unsigned)c, kThreads, 0, st>>>(
+                    n, c, hw, (const E *)dy, (E *)db)));
   return cudaGetLastError();
 }
 
