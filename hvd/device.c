@@ -3,24 +3,52 @@
    Device buffers are recognised with cudaPointerGetAttributes (after a one-time check
    that a device exists at all, so a CUDA build on a machine without a GPU or driver
    never calls CUDA beyond cudaGetDeviceCount). They are reduced by the background
-   thread, in the order the coordinator negotiated, like host buffers:
-   - with NCCL (HVD_WITH_NCCL): one communicator for the world, created at the first
-     device collective (rank 0's ncclUniqueId broadcast over the existing transport),
-     on a dedicated stream that first waits (event) for the compute stream set by
-     hvd_cuda_set_stream (default: the legacy default stream), so gradients computed by
-     kernels queued before the submission are final. A group of several tensors is packed
-     into a fusion buffer in device memory. AVERAGE is ncclAvg. The request completes
-     when the stream has finished.
-   - without NCCL: staged through pinned host memory and the host allreduce.
-   Local rank i uses GPU i; more local ranks than GPUs is an error. */
+   thread, in the order the coordinator negotiated, like host buffers, on a dedicated
+   stream that first waits (event) for the compute stream set by hvd_cuda_set_stream
+   (default: the legacy default stream), so gradients computed by kernels queued before
+   the submission are final. A group of several tensors is packed into a fusion buffer in
+   device memory. The request completes when the stream has finished.
+
+   With NCCL (HVD_WITH_NCCL):
+   - flat (the default): one communicator over the world; AVERAGE is ncclAvg.
+   - hierarchical (hvd_g.hierarchical: HVD_HIERARCHICAL_ALLREDUCE=1 and several hosts of
+     equal size), Horovod's NCCLHierarchicalAllreduce, with the layout of hvd/shard.c:
+
+       1. NCCL reduce-scatter over this host's ranks (a second communicator, "local"):
+          local rank l holds the host's sum of its shard [l*per, (l+1)*per); the last
+          count % L elements are reduced (ncclReduce) to local rank L-1
+       2. the shard (L-1: shard + remainder, which are adjacent) is copied to pinned host
+          memory on hvd's stream, the stream is waited for, and the host collectives
+          allreduce it over hvd_g.cross (the ranks of this local rank on every host);
+          AVERAGE is a SUM everywhere, divided here by the world size, once
+       3. copied back; NCCL allgather of the shards, broadcast of the remainder from L-1
+
+     So only 1/L of the buffer per rank crosses the network, over the existing
+     transport. AVERAGE uses no ncclAvg, so a NCCL older than 2.10 works here too.
+   - Each communicator is created at its first use (the first rank's ncclUniqueId
+     broadcast over the matching host transport) and destroyed at hvd_shutdown.
+   Without NCCL: staged through pinned host memory and the host allreduce.
+
+   Failures: every CUDA and NCCL call is checked, with file and line in the message, and
+   fails the request (the runtime then stops on every rank). A first use (device,
+   stream, buffers) happens at the same response on every rank and is agreed on (one
+   small allreduce), so a rank that fails there leaves no peer inside a collective. The
+   stream is waited for by polling, with ncclCommGetAsyncError, so a peer lost inside a
+   NCCL collective ends the wait with an error (the communicator is aborted) instead of
+   hanging. Local rank i uses GPU i; more local ranks than GPUs is an error. */
 #include "hvd/hvd_internal.h"
 
 #ifdef HVD_WITH_CUDA
 #include <cuda_runtime.h>
 #ifdef HVD_WITH_NCCL
 #include <nccl.h>
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+#define HVD_NCCL_HAS_AVG 1           /* ncclAvg and ncclBfloat16 */
 #endif
+#endif
+#include <sched.h>
 #include <string.h>
+#include <time.h>
 
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 static int device_count;
@@ -29,14 +57,18 @@ static void *user_stream;           /* cudaStream_t of the compute stream, or NU
 static struct {
   int ready;
   int device;
+  int failed;                       /* a CUDA/NCCL call failed: later device collectives
+                                       are refused, communicators aborted at shutdown */
   cudaStream_t stream;
-  cudaEvent_t compute_done;
+  cudaEvent_t compute_done;         /* recorded on the compute stream */
+  cudaEvent_t stream_done;          /* recorded on hvd's stream, polled */
   void *fusion;                     /* device fusion buffer */
   size_t fusion_cap;
-  void *staging;                    /* pinned host buffer (no NCCL) */
+  void *staging;                    /* pinned host buffer: cross-host shard, or no NCCL */
   size_t staging_cap;
 #ifdef HVD_WITH_NCCL
-  ncclComm_t comm;
+  ncclComm_t world;                 /* all ranks (flat allreduce, broadcast)  */
+  ncclComm_t local;                 /* this host's ranks (hierarchical)       */
 #endif
 } dev;
 
@@ -74,32 +106,72 @@ int hvd_device_is_device_ptr(const void *p) {
 }
 
 void hvd_cuda_set_stream(void *stream) { user_stream = stream; }
+void *hvd_device_compute_stream(void) { return user_stream; }
 
+static hvd_status_t cuda_fail(cudaError_t e, const char *call, const char *file, int line,
+                              char *msg, size_t len) {
+  (void)cudaGetLastError();   /* clears a non-sticky error */
+  dev.failed = 1;
+  snprintf(msg, len, "rank %d: %s:%d: %s failed: %s", hvd_g.rank, file, line, call,
+           cudaGetErrorString(e));
+  return HVD_ERR_BACKEND;
+}
 #define CUDA_OK(call)                                                                  \
   do {                                                                                 \
     cudaError_t e_ = (call);                                                           \
-    if (e_ != cudaSuccess) {                                                           \
-      snprintf(msg, len, "rank %d: %s:%d: %s failed: %s", hvd_g.rank, __FILE__,         \
-               __LINE__, #call, cudaGetErrorString(e_));                               \
-      return HVD_ERR_BACKEND;                                                          \
-    }                                                                                  \
+    if (e_ != cudaSuccess) return cuda_fail(e_, #call, __FILE__, __LINE__, msg, len);  \
   } while (0)
+
+#ifdef HVD_WITH_NCCL
+static hvd_status_t nccl_fail(ncclResult_t e, const char *call, const char *file, int line,
+                              char *msg, size_t len) {
+  dev.failed = 1;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
+  const char *detail = ncclGetLastError(NULL);
+#else
+  const char *detail = "";
+#endif
+  snprintf(msg, len, "rank %d: %s:%d: %s failed: %s%s%s", hvd_g.rank, file, line, call,
+           ncclGetErrorString(e), detail && detail[0] ? ": " : "", detail ? detail : "");
+  return HVD_ERR_BACKEND;
+}
 #define NCCL_OK(call)                                                                  \
   do {                                                                                 \
     ncclResult_t e_ = (call);                                                          \
-    if (e_ != ncclSuccess) {                                                           \
-      snprintf(msg, len, "rank %d: %s:%d: %s failed: %s", hvd_g.rank, __FILE__,         \
-               __LINE__, #call, ncclGetErrorString(e_));                               \
-      return HVD_ERR_BACKEND;                                                          \
-    }                                                                                  \
+    if (e_ != ncclSuccess) return nccl_fail(e_, #call, __FILE__, __LINE__, msg, len);  \
   } while (0)
+#endif
 
-/* Background thread: the device of this rank, stream, event, communicator. */
-static hvd_status_t device_init(char *msg, size_t len) {
+/* The setup of a first use (device, stream, a larger buffer) happens at the same response
+   on every rank, because every rank runs the same responses with the same sizes. A rank
+   whose setup failed must not leave the others inside a collective it never joins, so
+   the outcome is agreed over t (the highest failing rank). Returns s, or an error naming
+   the failed rank. */
+static hvd_status_t agree(coll_transport_t *t, hvd_status_t s, const char *what, char *msg,
+                          size_t len) {
+  if (t == NULL || t->size <= 1) return s;
+  int32_t failed = s != HVD_OK ? t->rank : -1;
+  coll_status_t cs = coll_allreduce(t, &failed, &failed, 1, COLL_INT32, COLL_MAX);
+  if (cs != COLL_OK) {
+    snprintf(msg, len, "rank %d: agreeing on the setup of %s failed: %s", hvd_g.rank, what,
+             t->error);
+    return hvd_status_from_coll(cs);
+  }
+  if (s == HVD_OK && failed >= 0) {
+    snprintf(msg, len, "rank %d: the setup of %s failed on another rank (rank %d of that "
+             "group; its error says why)", hvd_g.rank, what, (int)failed);
+    return HVD_ERR_BACKEND;
+  }
+  return s;
+}
+
+/* This rank's device, stream and events (no collective). *setup = 1 on the first call. */
+static hvd_status_t device_init(int *setup, char *msg, size_t len) {
   if (dev.ready) {
     CUDA_OK(cudaSetDevice(dev.device));
     return HVD_OK;
   }
+  *setup = 1;
   pthread_once(&detect_once, detect);
   if (device_count == 0) {
     snprintf(msg, len, "rank %d: a device buffer but no CUDA device", hvd_g.rank);
@@ -114,31 +186,13 @@ static hvd_status_t device_init(char *msg, size_t len) {
   CUDA_OK(cudaSetDevice(dev.device));
   CUDA_OK(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking));
   CUDA_OK(cudaEventCreateWithFlags(&dev.compute_done, cudaEventDisableTiming));
-#ifdef HVD_WITH_NCCL
-  ncclUniqueId id;
-  memset(&id, 0, sizeof id);
-  if (hvd_g.rank == 0) NCCL_OK(ncclGetUniqueId(&id));
-  if (hvd_g.size > 1) {
-    coll_status_t cs = coll_broadcast(hvd_g.world, &id, sizeof id, COLL_UINT8, 0);
-    if (cs != COLL_OK) {
-      snprintf(msg, len, "rank %d: broadcast of the NCCL unique id failed: %s", hvd_g.rank,
-               hvd_g.world->error);
-      return HVD_ERR_BACKEND;
-    }
-  }
-  NCCL_OK(ncclCommInitRank(&dev.comm, hvd_g.size, id, hvd_g.rank));
-#endif
+  CUDA_OK(cudaEventCreateWithFlags(&dev.stream_done, cudaEventDisableTiming));
   dev.ready = 1;
   return HVD_OK;
 }
 
-/* The collective stream waits for everything queued on the compute stream so far. */
-static hvd_status_t after_compute(char *msg, size_t len) {
-  CUDA_OK(cudaEventRecord(dev.compute_done, (cudaStream_t)user_stream));
-  CUDA_OK(cudaStreamWaitEvent(dev.stream, dev.compute_done, 0));
-  return HVD_OK;
-}
-
+/* Grows a device (pinned = 0) or pinned host buffer to at least bytes. hvd's stream is
+   idle here: every collective waits for it before returning. */
 static hvd_status_t grow(void **buf, size_t *cap, size_t bytes, int pinned, char *msg,
                          size_t len) {
   if (bytes <= *cap) return HVD_OK;
@@ -156,12 +210,123 @@ static hvd_status_t grow(void **buf, size_t *cap, size_t bytes, int pinned, char
 }
 
 #ifdef HVD_WITH_NCCL
-static int nccl_types(hvd_dtype_t d, hvd_op_t op, ncclDataType_t *t, ncclRedOp_t *o) {
+/* Creates *comm over the ranks of transport t (rank 0 of t makes the unique id). A
+   collective over t: every rank of t calls it at the same response. */
+static hvd_status_t comm_create(ncclComm_t *comm, coll_transport_t *t, const char *what,
+                                char *msg, size_t len) {
+  struct {
+    int32_t ok;
+    ncclUniqueId id;
+  } m;
+  memset(&m, 0, sizeof m);
+  ncclResult_t r = ncclSuccess;
+  if (t->rank == 0) {
+    r = ncclGetUniqueId(&m.id);
+    m.ok = r == ncclSuccess;
+  }
+  if (t->size > 1) {
+    coll_status_t cs = coll_broadcast(t, &m, sizeof m, COLL_UINT8, 0);
+    if (cs != COLL_OK) {
+      snprintf(msg, len, "rank %d: broadcast of the NCCL unique id of the %s communicator "
+               "failed: %s", hvd_g.rank, what, t->error);
+      return hvd_status_from_coll(cs);
+    }
+  }
+  if (!m.ok) {
+    if (t->rank == 0) return nccl_fail(r, "ncclGetUniqueId(&m.id)", __FILE__, __LINE__, msg, len);
+    dev.failed = 1;
+    snprintf(msg, len, "rank %d: the first rank of the %s NCCL communicator could not make "
+             "its unique id (its error says why)", hvd_g.rank, what);
+    return HVD_ERR_BACKEND;
+  }
+  hvd_status_t s = HVD_OK;
+  ncclResult_t ir = ncclCommInitRank(comm, t->size, m.id, t->rank);
+  if (ir != ncclSuccess) {
+    *comm = NULL;
+    s = nccl_fail(ir, "ncclCommInitRank(comm, t->size, m.id, t->rank)", __FILE__, __LINE__,
+                  msg, len);
+  }
+  s = agree(t, s, what, msg, len);
+  if (s != HVD_OK && *comm) {
+    dev.failed = 1;
+    (void)ncclCommAbort(*comm);
+    *comm = NULL;
+  }
+  if (s == HVD_OK)
+    hvd_log(HVD_LOG_DEBUG, "NCCL %s communicator: rank %d of %d on GPU %d", what, t->rank,
+            t->size, dev.device);
+  return s;
+}
+
+/* An asynchronous error of *comm (a peer lost inside a collective, a network failure)
+   aborts it, so what is queued on it ends, and fails the wait. */
+static hvd_status_t check_async(ncclComm_t *comm, const char *what, char *msg, size_t len) {
+  if (*comm == NULL) return HVD_OK;
+  ncclResult_t r = ncclSuccess;
+  ncclResult_t q = ncclCommGetAsyncError(*comm, &r);
+  if (q != ncclSuccess) r = q;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+  if (r == ncclInProgress) return HVD_OK;
+#endif
+  if (r == ncclSuccess) return HVD_OK;
+  nccl_fail(r, what, __FILE__, __LINE__, msg, len);
+  size_t used = strlen(msg);
+  snprintf(msg + used, len - used, " (asynchronous error during a collective; the "
+           "communicator was aborted)");
+  (void)ncclCommAbort(*comm);
+  *comm = NULL;
+  return HVD_ERR_BACKEND;
+}
+#endif
+
+/* Waits until everything queued on hvd's stream so far has run. Polls (yielding, then
+   sleeping 50 us) rather than cudaStreamSynchronize, so that a NCCL asynchronous error
+   ends the wait instead of hanging it (NCCL's recommended pattern). */
+static hvd_status_t wait_stream(char *msg, size_t len) {
+  CUDA_OK(cudaEventRecord(dev.stream_done, dev.stream));
+  for (long polls = 0;; polls++) {
+    cudaError_t e = cudaEventQuery(dev.stream_done);
+    if (e == cudaSuccess) return HVD_OK;
+    if (e != cudaErrorNotReady)
+      return cuda_fail(e, "cudaEventQuery(dev.stream_done)", __FILE__, __LINE__, msg, len);
+#ifdef HVD_WITH_NCCL
+    hvd_status_t s = check_async(&dev.world, "NCCL world communicator", msg, len);
+    if (s == HVD_OK) s = check_async(&dev.local, "NCCL local communicator", msg, len);
+    if (s != HVD_OK) return s;
+#endif
+    if (polls < 2000) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+/* The collective stream waits for everything queued on the compute stream so far. */
+static hvd_status_t after_compute(char *msg, size_t len) {
+  CUDA_OK(cudaEventRecord(dev.compute_done, (cudaStream_t)user_stream));
+  CUDA_OK(cudaStreamWaitEvent(dev.stream, dev.compute_done, 0));
+  return HVD_OK;
+}
+
+static hvd_status_t refuse_after_failure(char *msg, size_t len) {
+  snprintf(msg, len, "rank %d: an earlier CUDA or NCCL failure on this rank left its "
+           "device collectives unusable (the NCCL communicators were aborted)", hvd_g.rank);
+  return HVD_ERR_BACKEND;
+}
+
+#ifdef HVD_WITH_NCCL
+/* NCCL's type and op. sum_for_average: AVERAGE as ncclSum (the caller divides). */
+static int nccl_types(hvd_dtype_t d, hvd_op_t op, int sum_for_average, ncclDataType_t *t,
+                      ncclRedOp_t *o) {
   switch (d) {
     case HVD_FLOAT32: *t = ncclFloat32; break;
     case HVD_FLOAT64: *t = ncclFloat64; break;
     case HVD_FLOAT16: *t = ncclFloat16; break;
+#ifdef HVD_NCCL_HAS_AVG
     case HVD_BFLOAT16: *t = ncclBfloat16; break;
+#endif
     case HVD_INT8: *t = ncclInt8; break;
     case HVD_UINT8: *t = ncclUint8; break;
     case HVD_INT32: *t = ncclInt32; break;
@@ -170,7 +335,17 @@ static int nccl_types(hvd_dtype_t d, hvd_op_t op, ncclDataType_t *t, ncclRedOp_t
   }
   switch (op) {
     case HVD_SUM: *o = ncclSum; break;
-    case HVD_AVERAGE: *o = ncclAvg; break;
+    case HVD_AVERAGE:
+      if (sum_for_average) {
+        *o = ncclSum;
+        break;
+      }
+#ifdef HVD_NCCL_HAS_AVG
+      *o = ncclAvg;
+      break;
+#else
+      return 0;
+#endif
     case HVD_MIN: *o = ncclMin; break;
     case HVD_MAX: *o = ncclMax; break;
     case HVD_PRODUCT: *o = ncclProd; break;
@@ -178,24 +353,116 @@ static int nccl_types(hvd_dtype_t d, hvd_op_t op, ncclDataType_t *t, ncclRedOp_t
   }
   return 1;
 }
+
+/* Steps 1-3 of the hierarchical schedule (see the top of the file) of count elements
+   from src into dst (device memory, may be the same), queued on hvd's stream; o is
+   ncclSum for AVERAGE. The caller waits for the stream afterwards. */
+static hvd_status_t hierarchical_allreduce(const void *src, void *dst, size_t count,
+                                           hvd_dtype_t dtype, hvd_op_t op,
+                                           ncclDataType_t t, ncclRedOp_t o, char *msg,
+                                           size_t len) {
+  hvd_shard_plan_t p;
+  if (!hvd_shard_plan(count, hvd_g.local_size, hvd_g.local_rank, &p)) {
+    snprintf(msg, len, "rank %d: local rank %d of %d is not a valid shard layout",
+             hvd_g.rank, hvd_g.local_rank, hvd_g.local_size);
+    return HVD_ERR_BACKEND;
+  }
+  size_t es = hvd_dtype_size(dtype);
+  const char *s8 = src;
+  char *d8 = dst;
+  char *shard = d8 + p.offset * es;             /* this rank's cross range starts here */
+  char *rem = d8 + p.remainder_offset * es;
+  if (p.per_rank > 0)
+    NCCL_OK(ncclReduceScatter(s8, shard, p.per_rank, t, o, dev.local, dev.stream));
+  if (p.remainder > 0)
+    NCCL_OK(ncclReduce(s8 + p.remainder_offset * es, rem, p.remainder, t, o,
+                       p.remainder_root, dev.local, dev.stream));
+  /* A failed cross step still runs the intra-host steps below, so that no local peer is
+     left waiting inside them for this rank; the request then fails here. */
+  hvd_status_t cross = HVD_OK;
+  if (p.cross_count > 0) {
+    size_t bytes = p.cross_count * es;   /* <= staging_cap: sized for (per + rem) */
+    CUDA_OK(cudaMemcpyAsync(dev.staging, shard, bytes, cudaMemcpyDeviceToHost, dev.stream));
+    hvd_status_t s = wait_stream(msg, len);
+    if (s != HVD_OK) return s;
+    coll_status_t cs = coll_allreduce(hvd_g.cross, dev.staging, dev.staging, p.cross_count,
+                                      (coll_dtype_t)dtype, hvd_coll_op(op));
+    if (cs == COLL_OK) {
+      if (op == HVD_AVERAGE)
+        coll_divide(dev.staging, p.cross_count, (coll_dtype_t)dtype, hvd_g.size);
+      CUDA_OK(cudaMemcpyAsync(shard, dev.staging, bytes, cudaMemcpyHostToDevice, dev.stream));
+    } else {
+      cross = hvd_status_from_coll(cs);
+      snprintf(msg, len, "rank %d: cross-host allreduce of a %zu-byte shard failed: %s",
+               hvd_g.rank, bytes, hvd_g.cross->error);
+    }
+  }
+  if (p.per_rank > 0)
+    NCCL_OK(ncclAllGather(shard, d8, p.per_rank, t, dev.local, dev.stream));
+  if (p.remainder > 0)
+    NCCL_OK(ncclBroadcast(rem, rem, p.remainder, t, p.remainder_root, dev.local,
+                          dev.stream));
+  return cross;
+}
 #endif
 
 hvd_status_t hvd_device_allreduce(struct hvd_request **reqs, int n,
                                   hvd_host_allreduce_fn host_allreduce, char *msg,
                                   size_t len) {
-  hvd_status_t s = device_init(msg, len);
-  if (s != HVD_OK) return s;
-  if ((s = after_compute(msg, len)) != HVD_OK) return s;
+  if (dev.failed) return refuse_after_failure(msg, len);
   hvd_dtype_t dtype = reqs[0]->dtype;
   hvd_op_t op = reqs[0]->op;
   size_t es = hvd_dtype_size(dtype), total = 0;
   for (int i = 0; i < n; i++) total += reqs[i]->count;
+#ifdef HVD_WITH_NCCL
+  (void)host_allreduce;
+  int hier = hvd_g.hierarchical;
+  ncclDataType_t t;
+  ncclRedOp_t o;
+  if (!nccl_types(dtype, op, hier, &t, &o)) {
+    snprintf(msg, len, "rank %d: %s %s of device memory is not supported by this NCCL "
+             "(%d; ncclAvg and ncclBfloat16 need 2.10)", hvd_g.rank, hvd_dtype_name(dtype),
+             hvd_op_name(op), NCCL_VERSION_CODE);
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  /* Pinned staging for the cross-host range: the largest any local rank has (the last
+     one's: shard + remainder), so that every rank grows it at the same response. */
+  size_t staging_bytes = 0;
+  if (hier) {
+    hvd_shard_plan_t p;
+    if (hvd_shard_plan(total, hvd_g.local_size, hvd_g.local_size - 1, &p))
+      staging_bytes = p.cross_count * es;
+  }
+#else
+  size_t staging_bytes = total * es;
+#endif
+
+  /* Setup of this rank, agreed on when it happened (same response on every rank). */
+  int setup = 0;
+  hvd_status_t s = device_init(&setup, msg, len);
+  if (s == HVD_OK && n > 1 && total * es > dev.fusion_cap) {
+    setup = 1;
+    s = grow(&dev.fusion, &dev.fusion_cap, total * es, 0, msg, len);
+  }
+  if (s == HVD_OK && staging_bytes > dev.staging_cap) {
+    setup = 1;
+    s = grow(&dev.staging, &dev.staging_cap, staging_bytes, 1, msg, len);
+  }
+  if (setup) s = agree(hvd_g.world, s, "device buffers", msg, len);
+  if (s != HVD_OK) return s;
+#ifdef HVD_WITH_NCCL
+  if (hier && dev.local == NULL)
+    s = comm_create(&dev.local, hvd_g.local, "local", msg, len);
+  else if (!hier && dev.world == NULL)
+    s = comm_create(&dev.world, hvd_g.world, "world", msg, len);
+  if (s != HVD_OK) return s;
+#endif
+  if ((s = after_compute(msg, len)) != HVD_OK) return s;
+
   /* One tensor is reduced from the user's buffers; several go through the fusion buffer. */
   const void *src = reqs[0]->sendbuf;
   void *dst = reqs[0]->recvbuf;
   if (n > 1) {
-    if ((s = grow(&dev.fusion, &dev.fusion_cap, total * es, 0, msg, len)) != HVD_OK)
-      return s;
     size_t off = 0;
     for (int i = 0; i < n; i++) {
       CUDA_OK(cudaMemcpyAsync((char *)dev.fusion + off, reqs[i]->sendbuf,
@@ -204,23 +471,21 @@ hvd_status_t hvd_device_allreduce(struct hvd_request **reqs, int n,
     }
     src = dst = dev.fusion;
   }
+  hvd_status_t result = HVD_OK;
 #ifdef HVD_WITH_NCCL
-  (void)host_allreduce;
-  ncclDataType_t t;
-  ncclRedOp_t o;
-  if (!nccl_types(dtype, op, &t, &o)) {
-    snprintf(msg, len, "rank %d: dtype/op not supported by NCCL", hvd_g.rank);
-    return HVD_ERR_INVALID_ARGUMENT;
+  if (total > 0) {
+    if (hier)
+      result = hierarchical_allreduce(src, dst, total, dtype, op, t, o, msg, len);
+    else
+      NCCL_OK(ncclAllReduce(src, dst, total, t, o, dev.world, dev.stream));
   }
-  if (total > 0) NCCL_OK(ncclAllReduce(src, dst, total, t, o, dev.comm, dev.stream));
 #else
-  if ((s = grow(&dev.staging, &dev.staging_cap, total * es, 1, msg, len)) != HVD_OK) return s;
   CUDA_OK(cudaMemcpyAsync(dev.staging, src, total * es, cudaMemcpyDeviceToHost, dev.stream));
-  CUDA_OK(cudaStreamSynchronize(dev.stream));
+  if ((s = wait_stream(msg, len)) != HVD_OK) return s;
   if ((s = host_allreduce(dev.staging, total, dtype, op, msg, len)) != HVD_OK) return s;
   CUDA_OK(cudaMemcpyAsync(dst, dev.staging, total * es, cudaMemcpyHostToDevice, dev.stream));
 #endif
-  if (n > 1) {
+  if (n > 1 && result == HVD_OK) {
     size_t off = 0;
     for (int i = 0; i < n; i++) {
       CUDA_OK(cudaMemcpyAsync(reqs[i]->recvbuf, (char *)dev.fusion + off,
@@ -228,45 +493,77 @@ hvd_status_t hvd_device_allreduce(struct hvd_request **reqs, int n,
       off += reqs[i]->count * es;
     }
   }
-  CUDA_OK(cudaStreamSynchronize(dev.stream));
-  return HVD_OK;
+  /* msg may already hold result's message: a failed wait overwrites it, which is the
+     more fundamental error. */
+  char wait_msg[HVD_ERROR_MAX];
+  if ((s = wait_stream(wait_msg, sizeof wait_msg)) != HVD_OK) {
+    snprintf(msg, len, "%s", wait_msg);
+    return s;
+  }
+  return result;
 }
 
 hvd_status_t hvd_device_broadcast(struct hvd_request *r, char *msg, size_t len) {
-  hvd_status_t s = device_init(msg, len);
-  if (s != HVD_OK) return s;
-  if ((s = after_compute(msg, len)) != HVD_OK) return s;
+  if (dev.failed) return refuse_after_failure(msg, len);
   size_t bytes = r->count * hvd_dtype_size(r->dtype);
+  int setup = 0;
+  hvd_status_t s = device_init(&setup, msg, len);
+#ifndef HVD_WITH_NCCL
+  if (s == HVD_OK && bytes > dev.staging_cap) {
+    setup = 1;
+    s = grow(&dev.staging, &dev.staging_cap, bytes, 1, msg, len);
+  }
+#endif
+  if (setup) s = agree(hvd_g.world, s, "device buffers", msg, len);
+  if (s != HVD_OK) return s;
+#ifdef HVD_WITH_NCCL
+  if (dev.world == NULL && (s = comm_create(&dev.world, hvd_g.world, "world", msg, len)) != HVD_OK)
+    return s;
+#endif
+  if ((s = after_compute(msg, len)) != HVD_OK) return s;
   if (bytes == 0) return HVD_OK;
 #ifdef HVD_WITH_NCCL
-  NCCL_OK(ncclBroadcast(r->recvbuf, r->recvbuf, bytes, ncclUint8, r->root, dev.comm,
+  NCCL_OK(ncclBroadcast(r->recvbuf, r->recvbuf, bytes, ncclUint8, r->root, dev.world,
                         dev.stream));
 #else
-  if ((s = grow(&dev.staging, &dev.staging_cap, bytes, 1, msg, len)) != HVD_OK) return s;
   CUDA_OK(cudaMemcpyAsync(dev.staging, r->recvbuf, bytes, cudaMemcpyDeviceToHost, dev.stream));
-  CUDA_OK(cudaStreamSynchronize(dev.stream));
+  if ((s = wait_stream(msg, len)) != HVD_OK) return s;
   if (coll_broadcast(hvd_g.world, dev.staging, bytes, COLL_UINT8, r->root) != COLL_OK) {
     snprintf(msg, len, "rank %d: broadcast failed: %s", hvd_g.rank, hvd_g.world->error);
     return HVD_ERR_BACKEND;
   }
   CUDA_OK(cudaMemcpyAsync(r->recvbuf, dev.staging, bytes, cudaMemcpyHostToDevice, dev.stream));
 #endif
-  CUDA_OK(cudaStreamSynchronize(dev.stream));
-  return HVD_OK;
+  return wait_stream(msg, len);
 }
 
+/* After the background thread ended, before the host transports and MPI go. After a
+   failure, queued NCCL work may wait for a peer that never comes: the communicators are
+   aborted (which does not wait) before the stream is waited for; otherwise the stream
+   is idle and they are destroyed. */
 void hvd_device_shutdown(void) {
-  if (!dev.ready) return;
-  (void)cudaSetDevice(dev.device);
-  (void)cudaStreamSynchronize(dev.stream);
+  if (dev.ready) {
+    (void)cudaSetDevice(dev.device);
 #ifdef HVD_WITH_NCCL
-  (void)ncclCommDestroy(dev.comm);
+    if (dev.failed) {
+      if (dev.local) (void)ncclCommAbort(dev.local);
+      if (dev.world) (void)ncclCommAbort(dev.world);
+    }
 #endif
-  if (dev.fusion) (void)cudaFree(dev.fusion);
-  if (dev.staging) (void)cudaFreeHost(dev.staging);
-  (void)cudaEventDestroy(dev.compute_done);
-  (void)cudaStreamDestroy(dev.stream);
-  memset(&dev, 0, sizeof dev);
+    (void)cudaStreamSynchronize(dev.stream);
+#ifdef HVD_WITH_NCCL
+    if (!dev.failed) {
+      if (dev.local) (void)ncclCommDestroy(dev.local);
+      if (dev.world) (void)ncclCommDestroy(dev.world);
+    }
+#endif
+    if (dev.fusion) (void)cudaFree(dev.fusion);
+    if (dev.staging) (void)cudaFreeHost(dev.staging);
+    (void)cudaEventDestroy(dev.stream_done);
+    (void)cudaEventDestroy(dev.compute_done);
+    (void)cudaStreamDestroy(dev.stream);
+  }
+  memset(&dev, 0, sizeof dev);   /* also forgets a failure: the next hvd_init starts clean */
 }
 
 #else /* no CUDA in this build: no buffer is device memory */
@@ -277,6 +574,7 @@ int hvd_device_is_device_ptr(const void *p) {
 }
 
 void hvd_cuda_set_stream(void *stream) { (void)stream; }
+void *hvd_device_compute_stream(void) { return NULL; }
 
 hvd_status_t hvd_device_allreduce(struct hvd_request **reqs, int n,
                                   hvd_host_allreduce_fn host_allreduce, char *msg,

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static coll_op_t coll_op(hvd_op_t op) {
+coll_op_t hvd_coll_op(hvd_op_t op) {
   switch (op) {
     case HVD_MIN: return COLL_MIN;
     case HVD_MAX: return COLL_MAX;
@@ -28,7 +28,7 @@ static coll_op_t coll_op(hvd_op_t op) {
   }
 }
 
-static hvd_status_t from_coll(coll_status_t s) {
+hvd_status_t hvd_status_from_coll(coll_status_t s) {
   switch (s) {
     case COLL_OK: return HVD_OK;
     case COLL_ERR_PEER_LOST: return HVD_ERR_PEER_LOST;
@@ -45,9 +45,9 @@ static coll_status_t allreduce(const void *send, void *recv, size_t count,
   if (count == 0) return COLL_OK;
   if (hvd_g.hierarchical)
     s = coll_hierarchical_allreduce(hvd_g.local, hvd_g.cross, send, recv, count,
-                                    (coll_dtype_t)dtype, coll_op(op));
+                                    (coll_dtype_t)dtype, hvd_coll_op(op));
   else
-    s = coll_allreduce(hvd_g.world, send, recv, count, (coll_dtype_t)dtype, coll_op(op));
+    s = coll_allreduce(hvd_g.world, send, recv, count, (coll_dtype_t)dtype, hvd_coll_op(op));
   if (s == COLL_OK && op == HVD_AVERAGE)
     coll_divide(recv, count, (coll_dtype_t)dtype, hvd_g.size);
   return s;
@@ -123,7 +123,7 @@ static hvd_status_t run_allreduce(struct hvd_request **reqs, const hvd_response_
     hvd_log(HVD_LOG_TRACE, "allreduce of %d tensor(s) from \"%s\", %zu bytes, %s: %.1f us",
             n, reqs[0]->key, total_bytes, n > 1 ? "fused" : "unfused", t2 - t1);
   }
-  hvd_status_t s = from_coll(cs);
+  hvd_status_t s = hvd_status_from_coll(cs);
   if (s != HVD_OK)
     snprintf(msg, len, "allreduce of tensor \"%s\"%s failed on rank %d: %s", reqs[0]->key,
              n > 1 ? " (fused with others)" : "", hvd_g.rank, transport_error());
@@ -136,13 +136,13 @@ static hvd_status_t run_allreduce(struct hvd_request **reqs, const hvd_response_
 /* In-place host allreduce, for device.c's staging when the build has CUDA but no NCCL. */
 static hvd_status_t host_allreduce(void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
                                    char *msg, size_t len) {
-  hvd_status_t s = from_coll(allreduce(buf, buf, count, dtype, op));
+  hvd_status_t s = hvd_status_from_coll(allreduce(buf, buf, count, dtype, op));
   if (s != HVD_OK) snprintf(msg, len, "rank %d: %s", hvd_g.rank, transport_error());
   return s;
 }
 
-/* Allreduce of reqs[0..n) in CUDA device memory (device.c: NCCL, fusion in device
-   memory). */
+/* Allreduce of reqs[0..n) in CUDA device memory (device.c: NCCL, flat or hierarchical,
+   fusion in device memory). */
 static hvd_status_t run_allreduce_device(struct hvd_request **reqs,
                                          const hvd_response_t *resp, int n, char *msg,
                                          size_t len) {
@@ -153,7 +153,8 @@ static hvd_status_t run_allreduce_device(struct hvd_request **reqs,
     for (int i = 0; i < n; i++) {
       timeline(&resp[i], reqs[i]->key, "NEGOTIATE", resp[i].first_seen_us, resp[i].ready_us, 0);
       timeline(&resp[i], reqs[i]->key, "QUEUE", resp[i].ready_us, t0, 0);
-      timeline(&resp[i], reqs[i]->key, "NCCL_ALLREDUCE", t0, t1,
+      timeline(&resp[i], reqs[i]->key,
+               hvd_g.hierarchical ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE", t0, t1,
                reqs[i]->count * hvd_dtype_size(reqs[i]->dtype));
     }
   pthread_mutex_lock(&hvd_g.mu);
@@ -201,7 +202,7 @@ static hvd_status_t run_allgather(struct hvd_request *r, const hvd_response_t *r
     timeline(resp, r->key, "QUEUE", resp->ready_us, t0, 0);
     timeline(resp, r->key, "ALLGATHER", t0, t1, total * es);
   }
-  hvd_status_t s = from_coll(cs);
+  hvd_status_t s = hvd_status_from_coll(cs);
   if (s != HVD_OK) {
     snprintf(msg, len, "allgather of tensor \"%s\" failed on rank %d: %s", r->key,
              hvd_g.rank, hvd_g.world->error);
@@ -235,7 +236,7 @@ static hvd_status_t run_single(struct hvd_request *r, const hvd_response_t *resp
     timeline(resp, r->key, "QUEUE", resp->ready_us, t0, 0);
     timeline(resp, r->key, hvd_kind_event(r->kind), t0, t1, bytes);
   }
-  hvd_status_t s = from_coll(cs);
+  hvd_status_t s = hvd_status_from_coll(cs);
   if (s != HVD_OK)
     snprintf(msg, len, "%s of tensor \"%s\" failed on rank %d: %s", hvd_kind_name(r->kind),
              r->key, hvd_g.rank, hvd_g.world->error);

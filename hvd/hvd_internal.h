@@ -188,6 +188,11 @@ const double *hvd_coordinator_emitted_times(const hvd_coordinator_t *c);
 hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t len,
                          int *fatal_agreed);
 
+/* The collective op that implements op (AVERAGE: SUM, divided afterwards), and the
+   runtime status of a collectives status. */
+coll_op_t hvd_coll_op(hvd_op_t op);
+hvd_status_t hvd_status_from_coll(coll_status_t s);
+
 /* device.c: collectives on CUDA device memory (background thread). Without CUDA in the
    build, no pointer is device memory. host_allreduce (in place, host memory) is used
    only to stage when the build has CUDA but no NCCL. */
@@ -199,6 +204,20 @@ hvd_status_t hvd_device_allreduce(struct hvd_request **reqs, int n,
                                   size_t len);
 hvd_status_t hvd_device_broadcast(struct hvd_request *r, char *msg, size_t len);
 void hvd_device_shutdown(void);   /* after the background thread ended */
+void *hvd_device_compute_stream(void);   /* what hvd_cuda_set_stream set (NULL: legacy) */
+
+/* device_cast.c: float16 compression of device gradients (hvd_grad_buckets), on the user
+   thread. Each sets hvd's last error on failure. Kernels run on the compute stream, with
+   device current. hvd_device_of_ptr: the device holding p, or -1. */
+hvd_status_t hvd_device_kernels_load(void);
+int hvd_device_of_ptr(const void *p);
+hvd_status_t hvd_device_buffer_alloc(void **p, size_t bytes, int device);
+void hvd_device_buffer_free(void *p);
+hvd_status_t hvd_device_to_half(int device, uint16_t *dst, const float *src, size_t n);
+/* dst = (float)src / div */
+hvd_status_t hvd_device_from_half(int device, float *dst, const uint16_t *src, size_t n,
+                                  float div);
+hvd_status_t hvd_device_sync_compute(int device);   /* waits for the compute stream */
 
 /* shard.c: the layout of a two-level (hierarchical) allreduce of count elements over
    the local_size ranks of a host. Elements [offset, offset + per_rank) are this rank's

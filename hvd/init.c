@@ -104,7 +104,14 @@ static hvd_status_t topology(void) {
   if ((err = MPI_Allreduce(minmax, agreed, 2, MPI_INT, MPI_MAX, hvd_g.ctrl)) != MPI_SUCCESS)
     return mpi_fail(err, "MPI_Allreduce (local sizes)");
   int uniform = -agreed[0] == agreed[1];
-  hvd_g.hierarchical = hvd_g.cfg.hierarchical && uniform && hvd_g.cross_size > 1;
+  /* Test knob: HVD_TEST_HIERARCHICAL_ONE_HOST=1 keeps hierarchical mode on with a single
+     host (cross size 1), so that single-machine tests and the single-GPU check run the
+     two-level paths too (for device memory: the NCCL local communicator, the staging
+     through host memory and the cross-host step). */
+  const char *one_host = getenv("HVD_TEST_HIERARCHICAL_ONE_HOST");
+  int force_one_host = one_host != NULL && atoi(one_host) > 0;
+  hvd_g.hierarchical = hvd_g.cfg.hierarchical && uniform &&
+                       (hvd_g.cross_size > 1 || force_one_host);
   if (hvd_g.cfg.hierarchical && !hvd_g.hierarchical && hvd_g.rank == 0)
     hvd_log(HVD_LOG_INFO, "HVD_HIERARCHICAL_ALLREDUCE=1 ignored: %s",
             !uniform ? "hosts run different numbers of ranks" : "all ranks are on one host");
