@@ -13,7 +13,11 @@
 
    FP16 compression (Horovod's Compression.fp16): a bucket is cast into a float16
    staging array when it is submitted, reduced as HVD_FLOAT16, and cast back in wait()
-   (an average is a float16 sum divided by the rank count in float32 after the cast). */
+   (an average is a float16 sum divided by the rank count in float32 after the cast).
+   Gradients in CUDA device memory are cast on the GPU (hvd/device_cast.c) into a float16
+   array in device memory, on the compute stream given to hvd_cuda_set_stream, with the
+   same rounding as here; wait() then waits for that stream, so on return the buffer
+   holds the result as it does for host memory. */
 #include "hvd/hvd.h"
 #include "hvd/hvd_internal.h"
 #include "collectives/coll.h"
@@ -45,7 +49,9 @@ struct hvd_grad_buckets {
   hvd_compression_t compression;
   hvd_op_t op;
   int overlap;
-  uint16_t *half;        /* FP16 staging, count elements, same offsets as grads */
+  uint16_t *half;        /* FP16 staging, count elements, same offsets as grads; in
+                            device memory when grads is                           */
+  int device;            /* the GPU holding grads, or -1 for host memory         */
   size_t num;
   bucket_t *buckets;
   size_t next;           /* buckets [0, next) are submitted in this step */
@@ -143,6 +149,8 @@ hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, siz
   b->op = op;
   b->overlap = 1;
   b->error = HVD_OK;
+  b->device = -1;
+  if (count > 0 && hvd_device_is_device_ptr(grads)) b->device = hvd_device_of_ptr(grads);
 
   /* Count first, then fill: bucket 0 is [count - first, count), the rest go down. */
   size_t num = 0;
@@ -167,7 +175,17 @@ hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, siz
     b->buckets[k].count = len;
     end -= len;
   }
-  if (compression == HVD_COMPRESSION_FP16 && count > 0) {
+  if (compression == HVD_COMPRESSION_FP16 && count > 0 && b->device >= 0) {
+    /* Loading the kernels here makes a JIT failure an error of create, not of a step. */
+    hvd_status_t s = hvd_device_kernels_load();
+    if (s == HVD_OK)
+      s = hvd_device_buffer_alloc((void **)&b->half, count * sizeof(uint16_t), b->device);
+    if (s != HVD_OK) {
+      free(b->buckets);
+      free(b);
+      return s;   /* the last error says why */
+    }
+  } else if (compression == HVD_COMPRESSION_FP16 && count > 0) {
     b->half = malloc(count * sizeof(uint16_t));
     if (b->half == NULL) {
       free(b->buckets);
@@ -185,7 +203,8 @@ void hvd_grad_buckets_free(hvd_grad_buckets_t *b) {
   /* A request still in flight points into our buffers: finish it before freeing. */
   for (size_t k = 0; k < b->num; k++)
     if (b->buckets[k].req != NULL) hvd_wait(b->buckets[k].req);
-  free(b->half);
+  if (b->device >= 0) hvd_device_buffer_free(b->half);
+  else free(b->half);
   free(b->buckets);
   free(b);
 }
@@ -223,12 +242,25 @@ static hvd_status_t submit(hvd_grad_buckets_t *b, size_t k) {
   hvd_status_t s;
   if (b->compression == HVD_COMPRESSION_FP16) {
     uint16_t *h = b->half + bk->offset;
-    to_half(h, b->grads + bk->offset, bk->count);
+    hvd_status_t cast = HVD_OK;
+    char cast_error[HVD_ERROR_MAX] = "";
+    if (b->device >= 0) {
+      cast = hvd_device_to_half(b->device, h, b->grads + bk->offset, bk->count);
+      if (cast != HVD_OK) snprintf(cast_error, sizeof cast_error, "%s", hvd_last_error());
+    } else
+      to_half(h, b->grads + bk->offset, bk->count);
     /* AVERAGE as a float16 SUM, divided after the cast back: one float16 rounding
        fewer, and the division runs vectorised in float32 here. */
     hvd_op_t op = b->op == HVD_AVERAGE ? HVD_SUM : b->op;
+    /* Submitted even when the cast failed: the other ranks wait for this name. */
     s = hvd_allreduce_async(name, h, h, bk->count, HVD_FLOAT16, op, &bk->req);
     b->stats.bytes += bk->count * sizeof(uint16_t);
+    if (s == HVD_OK && cast != HVD_OK) {
+      hvd_set_error(cast, "grad bucket %zu: %s", k, cast_error);
+      s = cast;
+      record_error(b, s);
+      return s;   /* the request is in flight: wait() collects it */
+    }
   } else {
     float *g = b->grads + bk->offset;
     s = hvd_allreduce_async(name, g, g, bk->count, HVD_FLOAT32, b->op, &bk->req);
@@ -299,10 +331,16 @@ hvd_status_t hvd_grad_buckets_wait(hvd_grad_buckets_t *b) {
       bk->req = NULL;
       bk->t_done = now_s();
     }
-    if (b->compression == HVD_COMPRESSION_FP16)
-      from_half(b->grads + bk->offset, b->half + bk->offset, bk->count,
-                b->op == HVD_AVERAGE ? hvd_size() : 1);
+    int div = b->op == HVD_AVERAGE ? hvd_size() : 1;
+    if (b->compression == HVD_COMPRESSION_FP16 && b->device >= 0)
+      record_error(b, hvd_device_from_half(b->device, b->grads + bk->offset,
+                                           b->half + bk->offset, bk->count,
+                                           div > 0 ? (float)div : 1.0f));
+    else if (b->compression == HVD_COMPRESSION_FP16)
+      from_half(b->grads + bk->offset, b->half + bk->offset, bk->count, div);
   }
+  if (b->compression == HVD_COMPRESSION_FP16 && b->device >= 0 && b->num > 0)
+    record_error(b, hvd_device_sync_compute(b->device));
   double t1 = now_s();
   b->stats.blocked_s += t1 - t0;
   b->stats.steps++;

@@ -106,8 +106,10 @@ typedef struct hvd_grad_buckets hvd_grad_buckets_t;
 
 /* bucket_bytes 0: 25 MiB; first_bucket_bytes 0: 1 MiB (both of float32 gradients,
    rounded down to whole floats, at least one). op: usually HVD_AVERAGE. FP16 casts each
-   bucket to float16 (round to nearest even) for the allreduce and back. Does not need
-   hvd_init (only ready/wait do). */
+   bucket to float16 (round to nearest even) for the allreduce and back; grads in CUDA
+   device memory are cast on their GPU, on the stream given to hvd_cuda_set_stream (the
+   float16 copy is device memory too), and wait() returns once that stream has finished
+   the casts back. Does not need hvd_init (only ready/wait do). */
 hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, size_t count,
                                      size_t bucket_bytes, size_t first_bucket_bytes,
                                      hvd_compression_t compression, hvd_op_t op);
