@@ -1,9 +1,21 @@
-/* test_cuda_hvd_allreduce: hvd_allreduce and hvd_broadcast of CUDA device memory in one
-   process (size 1: NCCL with one rank): sum and average of one tensor, several small
-   tensors submitted together (fused in the device fusion buffer), a tensor larger than
-   the fusion threshold, in place and out of place, float32 and int32; results are
-   checked on the host. Exits 77 without a CUDA device. */
+/* test_cuda_hvd_allreduce: hvd_allreduce and hvd_broadcast of CUDA device memory, and
+   hvd_grad_buckets' float16 compression of device gradients. Runs at any size (mpirun
+   with one GPU per local rank) and in one process (size 1; scripts/gpu_check.sh builds
+   it against a single-process MPI stub). hvd starts three times in one process (MPI is
+   initialised here, so hvd leaves it running between):
+     1. flat: one NCCL communicator over the world;
+     2. HVD_HIERARCHICAL_ALLREDUCE=1 on one host: ignored (flat), must still work;
+     3. HVD_HIERARCHICAL_ALLREDUCE=1 with the test knob HVD_TEST_HIERARCHICAL_ONE_HOST=1:
+        the two-level path (NCCL reduce-scatter over the host's ranks, the shard through
+        pinned host memory and the host cross-host allreduce, NCCL allgather) even on one
+        host; the timeline must show NCCL_HIERARCHICAL_ALLREDUCE.
+   In each: sum and average of one tensor, in place and out of place, several small
+   tensors at once (fused in the device fusion buffer), a tensor larger than the fusion
+   threshold, int32 and float16 allreduce, broadcast, and float16-compressed gradient
+   buckets (at size 1 the result is exactly the float16-rounded input). Exits 77 without
+   a CUDA device. */
 #include "hvd/hvd.h"
+#include "collectives/coll.h"
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
 
@@ -11,6 +23,9 @@
 
 #ifdef HVD_WITH_CUDA
 #include "tests/cuda_check.h"
+
+#include <mpi.h>
+#include <unistd.h>
 
 #define HOK(expr)                                                                  \
   do {                                                                             \
@@ -22,22 +37,77 @@
     }                                                                              \
   } while (0)
 
-int main(void) {
-  cc_require_device();
-  HOK(hvd_init());
+static void ok_line(int ok, const char *phase, const char *what) {
+  char line[128];
+  snprintf(line, sizeof line, "%s: %s", phase, what);
+  printf("%-4s %s\n", ok ? "ok" : "FAIL", line);
+  if (!ok) cc_failures++;
+}
+
+static double compare(const char *phase, const char *what, const float *got_dev,
+                      const float *want, size_t n, double tol) {
+  char line[128];
+  snprintf(line, sizeof line, "%s: %s", phase, what);
+  return cc_compare(line, got_dev, 1, want, n, tol);
+}
+
+static float half_round(float x) { return coll_half_to_float(coll_float_to_half(x)); }
+
+/* Float16 compression of device gradients through hvd_grad_buckets: several buckets,
+   some submitted during a simulated backward, the rest in wait(); two steps. */
+static void check_fp16_buckets(const char *phase, hvd_op_t op) {
+  int size = hvd_size();
+  size_t n = 100003;
+  float *h = cc_random(n), *want = cc_host(n);
+  for (size_t i = 0; i < n; i += 7) h[i] *= 1000.0f;   /* a wider range of exponents */
+  for (size_t i = 0; i < n; i++) {
+    float r = half_round(h[i]);
+    want[i] = op == HVD_AVERAGE ? r : r * (float)size;
+  }
+  /* Exact at size 1 (the cast and back, times 1); float16 sums round otherwise. */
+  double tol = size == 1 ? 0 : 2e-3;
+  float *d = cc_dev(h, n);
+  hvd_grad_buckets_t *gb = NULL;
+  HOK(hvd_grad_buckets_create(&gb, d, n, 64 << 10, 16 << 10, HVD_COMPRESSION_FP16, op));
+  char what[96];
+  for (int step = 0; step < 2; step++) {
+    if (step == 1) CC_OK(nn_cuda_to_device(d, h, n * sizeof(float)));
+    if (step == 0)   /* backward finishes the end of the buffer first */
+      for (size_t from = n; from > 0;) {
+        from = from > 30000 ? from - 30000 : 0;
+        HOK(hvd_grad_buckets_ready(gb, from));
+      }
+    HOK(hvd_grad_buckets_wait(gb));
+    snprintf(what, sizeof what, "fp16 buckets %s, step %d (%zu buckets)",
+             op == HVD_AVERAGE ? "average" : "sum", step + 1, hvd_grad_buckets_num(gb));
+    compare(phase, what, d, want, n, tol);
+  }
+  hvd_grad_buckets_free(gb);
+  nn_cuda_free(d);
+  free(h);
+  free(want);
+}
+
+static void run_checks(const char *phase) {
   int size = hvd_size();
   CC_OK(nn_cuda_set_device(hvd_local_rank()));
   hvd_cuda_set_stream(nn_cuda_stream());
-  /* one tensor, out of place, sum */
+  /* one tensor, out of place, sum; a count no local size divides evenly (remainder) */
   size_t n = 100003;
   float *h = cc_random(n), *want = cc_host(n);
   for (size_t i = 0; i < n; i++) want[i] = h[i] * (float)size;
   float *d = cc_dev(h, n), *r = cc_dev(NULL, n);
   HOK(hvd_allreduce("one", d, r, n, HVD_FLOAT32, HVD_SUM));
-  cc_compare("allreduce sum, out of place", r, 1, want, n, 1e-6);
+  compare(phase, "allreduce sum, out of place", r, want, n, 1e-6);
   /* in place, average: unchanged at any size for identical inputs */
   HOK(hvd_allreduce("avg", d, d, n, HVD_FLOAT32, HVD_AVERAGE));
-  cc_compare("allreduce average, in place", d, 1, h, n, 1e-6);
+  compare(phase, "allreduce average, in place", d, h, n, 1e-6);
+  /* fewer elements than most local sizes */
+  float h3[3] = {1.5f, -2.25f, 3.0f}, w3[3];
+  for (int i = 0; i < 3; i++) w3[i] = h3[i] * (float)size;
+  float *d3 = cc_dev(h3, 3);
+  HOK(hvd_allreduce("three", d3, d3, 3, HVD_FLOAT32, HVD_SUM));
+  compare(phase, "allreduce sum of 3 elements", d3, w3, 3, 1e-6);
   /* several small tensors at once: fused */
   enum { K = 8 };
   float *hs[K], *ds[K];
@@ -54,7 +124,7 @@ int main(void) {
   for (int k = 0; k < K; k++) HOK(hvd_wait(req[k]));
   for (int k = 0; k < K; k++) {
     for (int i = 0; i < 1000 + 17 * k; i++) hs[k][i] *= (float)size;
-    cc_compare("fused small tensor", ds[k], 1, hs[k], 1000 + 17 * k, 1e-6);
+    compare(phase, "fused small tensor", ds[k], hs[k], 1000 + 17 * k, 1e-6);
   }
   /* larger than the default fusion threshold (64 MiB): 20M floats */
   size_t big = 20u << 20;
@@ -62,7 +132,7 @@ int main(void) {
   for (size_t i = 0; i < big; i++) hb[i] = (float)(i % 1000) * 0.25f;
   float *db = cc_dev(hb, big);
   HOK(hvd_allreduce("big", db, db, big, HVD_FLOAT32, HVD_AVERAGE));
-  cc_compare("allreduce average, 80 MB tensor", db, 1, hb, big, 1e-6);
+  compare(phase, "allreduce average, 80 MB tensor", db, hb, big, 1e-6);
   /* int32 sum */
   int32_t hi[1000], gi[1000];
   for (int i = 0; i < 1000; i++) hi[i] = i - 500;
@@ -71,12 +141,86 @@ int main(void) {
   CC_OK(nn_cuda_to_host(gi, di, sizeof gi));
   int ok = 1;
   for (int i = 0; i < 1000; i++) ok &= gi[i] == hi[i] * size;
-  printf("%-4s allreduce int32 sum\n", ok ? "ok" : "FAIL");
-  if (!ok) cc_failures++;
+  ok_line(ok, phase, "allreduce int32 sum");
+  /* float16 sum of small integers (exact in float16 at any size up to 2048 / 64) */
+  enum { NH = 4099 };
+  static uint16_t hh[NH], gh[NH];
+  for (int i = 0; i < NH; i++) hh[i] = coll_float_to_half((float)(i % 64 - 32));
+  uint16_t *dh = cc_dev_bytes(hh, sizeof hh);
+  HOK(hvd_allreduce("halves", dh, dh, NH, HVD_FLOAT16, HVD_SUM));
+  CC_OK(nn_cuda_to_host(gh, dh, sizeof gh));
+  ok = 1;
+  for (int i = 0; i < NH; i++)
+    ok &= coll_half_to_float(gh[i]) == (float)((i % 64 - 32) * size);
+  ok_line(ok, phase, "allreduce float16 sum");
   /* broadcast from rank 0 */
   HOK(hvd_broadcast("bcast", d, n, HVD_FLOAT32, 0));
-  cc_compare("broadcast (root keeps its data)", d, 1, h, n, 0);
+  compare(phase, "broadcast (root keeps its data)", d, h, n, 0);
+  check_fp16_buckets(phase, HVD_SUM);
+  check_fp16_buckets(phase, HVD_AVERAGE);
+
+  nn_cuda_free(d);
+  nn_cuda_free(r);
+  nn_cuda_free(d3);
+  nn_cuda_free(db);
+  nn_cuda_free(di);
+  nn_cuda_free(dh);
+  for (int k = 0; k < K; k++) {
+    nn_cuda_free(ds[k]);
+    free(hs[k]);
+  }
+  free(h);
+  free(want);
+  free(hb);
+}
+
+int main(void) {
+  cc_require_device();
+  /* MPI is ours, so that hvd_shutdown leaves it running and hvd can start again. */
+  int provided = 0;
+  if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS ||
+      provided < MPI_THREAD_SERIALIZED) {
+    fprintf(stderr, "MPI_Init_thread failed or gave thread level %d\n", provided);
+    return 1;
+  }
+
+  setenv("HVD_HIERARCHICAL_ALLREDUCE", "0", 1);
+  unsetenv("HVD_TEST_HIERARCHICAL_ONE_HOST");
+  HOK(hvd_init());
+  run_checks("flat");
   HOK(hvd_shutdown());
+
+  setenv("HVD_HIERARCHICAL_ALLREDUCE", "1", 1);
+  HOK(hvd_init());
+  run_checks(hvd_cross_size() > 1 ? "hierarchical (hosts)" : "hierarchical=1, one host");
+  HOK(hvd_shutdown());
+
+  char timeline[] = "/tmp/test_cuda_hvd_allreduce.XXXXXX";
+  int fd = mkstemp(timeline);
+  if (fd < 0) {
+    perror("mkstemp");
+    return 1;
+  }
+  close(fd);
+  setenv("HVD_TEST_HIERARCHICAL_ONE_HOST", "1", 1);
+  setenv("HVD_TIMELINE", timeline, 1);
+  HOK(hvd_init());
+  int rank = hvd_rank();
+  run_checks("hierarchical, forced");
+  HOK(hvd_shutdown());
+  unsetenv("HVD_TIMELINE");
+  if (rank == 0) {
+    /* the two-level device path really ran */
+    FILE *f = fopen(timeline, "r");
+    char buf[4096];
+    int seen = 0;
+    while (f && fgets(buf, sizeof buf, f))
+      if (strstr(buf, "NCCL_HIERARCHICAL_ALLREDUCE")) seen = 1;
+    if (f) fclose(f);
+    ok_line(seen, "hierarchical, forced", "timeline shows NCCL_HIERARCHICAL_ALLREDUCE");
+  }
+  unlink(timeline);
+  MPI_Finalize();
   if (cc_failures) {
     printf("%d check(s) failed\n", cc_failures);
     return 1;
