@@ -11,9 +11,12 @@
 
    --device gpu (a build with CUDA, on a machine with a GPU): local rank i drives GPU i;
    the model, its gradients and the optimizer state live in device memory, the gradient
-   buckets are allreduced there (NCCL), and the synthetic batch (host memory) is copied
-   up by nn_model_forward each step. Everything the tf_cnn_benchmarks format does not
-   have (which GPU, why there is none) goes to stderr so stdout keeps that format.
+   buckets are allreduced there (NCCL), and the synthetic batch is copied to the device
+   once, as tf_cnn_benchmarks keeps its synthetic images on the GPU. --use_fp16 /
+   --use_bf16 select mixed precision (half-precision activations and tensor-core math,
+   float32 master weights and gradients, dynamic loss scaling for fp16), --allow_tf32
+   TF32 math for float32. Everything the tf_cnn_benchmarks format does not have (which
+   GPU, why there is none) goes to stderr so stdout keeps that format.
 
    Usage: mpirun -np 2 build/cnn_bench --model resnet20 --batch_size 64 --num_batches 20 */
 #include "hvd/hvd.h"
@@ -36,7 +39,9 @@ typedef struct {
   const char *device;
   int gpu;                   /* --device gpu */
   const char *variable_update;
-  int use_fp16;
+  int use_fp16;              /* --device gpu: float16 mixed precision */
+  int use_bf16;              /* --device gpu: bfloat16 mixed precision */
+  int allow_tf32;            /* --device gpu: TF32 tensor-core math for float32 */
   const char *data_format;
   const char *optimizer;
   float learning_rate;
@@ -65,7 +70,12 @@ static void usage(FILE *f) {
       "  --variable_update horovod|none\n"
       "                            horovod: average gradients over ranks (default);\n"
       "                            none: independent replicas, the no-communication ceiling\n"
-      "  --use_fp16                float16 compute (not implemented yet: an error)\n"
+      "  --use_fp16                mixed precision with float16 (--device gpu only):\n"
+      "                            float16 activations and tensor-core math, float32\n"
+      "                            weights and gradients, dynamic loss scaling\n"
+      "  --use_bf16                the same with bfloat16 (no loss scaling needed)\n"
+      "  --allow_tf32              TF32 tensor-core math for float32 convolutions and\n"
+      "                            GEMMs (--device gpu only; default off: exact float32)\n"
       "  --data_format NCHW        (the only layout of nn)\n"
       "  --optimizer sgd|momentum  SGD with momentum (default sgd)\n"
       "  --init_learning_rate X    (default 0.01)\n"
@@ -152,6 +162,8 @@ static void parse_args(int argc, char **argv, options_t *o) {
     const char *val = eq ? eq + 1 : NULL;
 
     if (!strcmp(name, "--use_fp16")) { o->use_fp16 = parse_bool(name, val); continue; }
+    if (!strcmp(name, "--use_bf16")) { o->use_bf16 = parse_bool(name, val); continue; }
+    if (!strcmp(name, "--allow_tf32")) { o->allow_tf32 = parse_bool(name, val); continue; }
     if (!strcmp(name, "--no-overlap") || !strcmp(name, "--no_overlap")) {
       o->overlap = !parse_bool(name, val);
       continue;
@@ -209,18 +221,28 @@ static void parse_args(int argc, char **argv, options_t *o) {
             o->device);
     exit(2);
   }
+  if (o->use_fp16 && o->use_bf16) {
+    fprintf(stderr, "cnn_bench: --use_fp16 and --use_bf16 together: choose one precision\n");
+    exit(2);
+  }
+  /* On the CPU nn computes in float32 only: say so before any work is done. */
+  if (!o->gpu && (o->use_fp16 || o->use_bf16)) {
+    fprintf(stderr, "cnn_bench: %s: mixed precision needs --device gpu (on the CPU nn "
+                    "computes in float32; --fp16-allreduce compresses only the gradient "
+                    "allreduce)\n", o->use_fp16 ? "--use_fp16" : "--use_bf16");
+    exit(2);
+  }
+  if (!o->gpu && o->allow_tf32) {
+    fprintf(stderr, "cnn_bench: --allow_tf32: TF32 is GPU tensor-core math; it needs "
+                    "--device gpu\n");
+    exit(2);
+  }
   /* nn_cuda_available() only asks cudaGetDeviceCount (nothing in a build without CUDA),
      so it is safe before MPI is up; its info names the reason (no CUDA in this build,
      no device, driver too old). */
   if (o->gpu && !nn_cuda_available()) {
     fprintf(stderr, "cnn_bench: --device gpu: no usable GPU (%s); use --device cpu\n",
             cuda_reason());
-    exit(2);
-  }
-  if (o->use_fp16) {
-    fprintf(stderr, "cnn_bench: --use_fp16: float16 compute (mixed precision) is not "
-                    "implemented yet; nn computes in float32 (--fp16-allreduce compresses "
-                    "only the gradient allreduce, on --device cpu)\n");
     exit(2);
   }
   if (o->gpu && o->fp16_allreduce) {
@@ -242,6 +264,13 @@ static void parse_args(int argc, char **argv, options_t *o) {
     fprintf(stderr, "\n");
     exit(2);
   }
+}
+
+/* fp32, tf32, fp16 or bf16: what the header and the gpu check call the run. */
+static const char *precision_label(const options_t *o) {
+  if (o->use_fp16) return "fp16";
+  if (o->use_bf16) return "bf16";
+  return o->allow_tf32 ? "tf32" : "fp32";
 }
 
 static double now_s(void) {
@@ -323,10 +352,11 @@ typedef struct {
   nn_optim_t *optim;             /* --device cpu */
   nn_cuda_optim_t *cuda_optim;   /* --device gpu: state in device memory */
   hvd_grad_buckets_t *buckets;   /* NULL without communication */
-  const float *images;
+  const float *images;           /* host memory, or device memory with --device gpu */
   const int32_t *labels;
   int batch;
   float lr;
+  int64_t steps;                 /* optimizer steps taken (warm-up included) */
 } trainer_t;
 
 static float train_step(trainer_t *t, step_trace_t *tr) {
@@ -349,8 +379,9 @@ static float train_step(trainer_t *t, step_trace_t *tr) {
   }
   tr->start[PHASE_UPDATE] = now_s();
   if (t->cuda_optim) {
-    s = nn_cuda_optim_step(t->cuda_optim, nn_model_device_params(t->model),
-                       nn_model_device_grads(t->model), t->lr);
+    /* Any precision: in fp16/bf16 it also unscales the gradients, skips the update on
+       inf/NaN and adapts the loss scale, all on the device. */
+    s = nn_model_optim_step_cuda(t->model, t->cuda_optim, t->lr);
     if (s != NN_OK) fail_nn("optimizer step (GPU)", s);
     /* Kernels run asynchronously: wait so the step time holds the whole step (the
        loss above already waited for forward). */
@@ -360,6 +391,7 @@ static float train_step(trainer_t *t, step_trace_t *tr) {
     s = nn_optim_step(t->optim, nn_model_params(t->model), nn_model_grads(t->model), t->lr);
     if (s != NN_OK) fail_nn("optimizer step", s);
   }
+  t->steps++;
   tr->start[NUM_PHASES] = now_s();
   return loss;
 }
@@ -443,6 +475,9 @@ int main(int argc, char **argv) {
     printf("Data format: %s\n", o.data_format);
     printf("Optimizer:   %s\n", o.optimizer);
     printf("Variables:   %s\n", o.variable_update);
+    /* Not in tf_cnn_benchmarks' block (its precision is a flag only): printed for
+       --device gpu, where it is a choice; the CPU computes in float32 only. */
+    if (o.gpu) printf("Precision:   %s\n", precision_label(&o));
   }
 
   nn_model_config_t cfg = {0};
@@ -476,6 +511,13 @@ int main(int argc, char **argv) {
      (parameters, buffers, counters), so every rank starts on the GPU from rank 0's
      weights. */
   if (o.gpu) {
+    /* The precision is part of how the model is laid out on the device: set it first. */
+    nn_precision_config_t pc = {0};   /* zeros: nn's defaults (PyTorch GradScaler's) */
+    pc.precision = o.use_fp16 ? NN_PRECISION_FP16
+                   : o.use_bf16 ? NN_PRECISION_BF16 : NN_PRECISION_FP32;
+    s = nn_model_set_precision(t.model, &pc);
+    if (s != NN_OK) fail_nn("setting the precision", s);
+    nn_cuda_set_tf32(o.allow_tf32);
     s = nn_model_to_device(t.model, NN_DEVICE_CUDA);
     if (s != NN_OK) fail_nn("moving the model to the GPU", s);
   }
@@ -498,6 +540,22 @@ int main(int argc, char **argv) {
     labels[i] = (int32_t)(next_u64(&rng) % (uint64_t)classes);
   t.images = images;
   t.labels = labels;
+  /* tf_cnn_benchmarks' synthetic images live on the GPU: copy the batch up once, so no
+     host-to-device transfer is timed either. */
+  float *dev_images = NULL;
+  int32_t *dev_labels = NULL;
+  if (o.gpu) {
+    s = nn_cuda_malloc((void **)&dev_images, image_floats * sizeof(float));
+    if (s != NN_OK) fail_nn("allocating the synthetic batch on the GPU", s);
+    s = nn_cuda_malloc((void **)&dev_labels, (size_t)o.batch_size * sizeof(int32_t));
+    if (s != NN_OK) fail_nn("allocating the synthetic labels on the GPU", s);
+    s = nn_cuda_to_device(dev_images, images, image_floats * sizeof(float));
+    if (s != NN_OK) fail_nn("copying the synthetic batch to the GPU", s);
+    s = nn_cuda_to_device(dev_labels, labels, (size_t)o.batch_size * sizeof(int32_t));
+    if (s != NN_OK) fail_nn("copying the synthetic labels to the GPU", s);
+    t.images = dev_images;
+    t.labels = dev_labels;
+  }
   t.batch = o.batch_size;
   t.lr = o.learning_rate;
 
@@ -567,6 +625,14 @@ int main(int argc, char **argv) {
   if (h != HVD_OK) fail_hvd("barrier after the timed steps", h);
   const double wall = now_s() - start;
 
+  /* fp16: where dynamic loss scaling ended (waits for the GPU, so after the timing). */
+  float loss_scale = 1.0f;
+  int64_t skipped = 0;
+  if (o.gpu && o.use_fp16) {
+    s = nn_model_loss_scale(t.model, &loss_scale, &skipped);
+    if (s != NN_OK) fail_nn("reading the loss scale", s);
+  }
+
   /* Communication accounting, averaged over ranks. */
   double comm[3] = {0, 0, 0};
   if (t.buckets) {
@@ -591,6 +657,9 @@ int main(int argc, char **argv) {
       printf("communication hidden: %.1f%% (not overlapped %.1f ms of %.1f ms per step)\n",
              hidden, blocked, total);
     }
+    if (o.gpu && o.use_fp16)
+      printf("loss scale: %g (%lld of %lld steps skipped for inf/NaN gradients)\n",
+             (double)loss_scale, (long long)skipped, (long long)t.steps);
     fflush(stdout);
   }
 
@@ -602,6 +671,8 @@ int main(int argc, char **argv) {
   nn_optim_free(t.optim);
   nn_cuda_optim_free(t.cuda_optim);
   nn_model_free(t.model);
+  nn_cuda_free(dev_images);
+  nn_cuda_free(dev_labels);
   free(times);
   free(images);
   free(labels);
