@@ -15,6 +15,9 @@
    (NCCL); the data stays on the host and nn_model_forward copies each batch up. The host
    arrays of the model and of the CPU optimizer object are the mirror that broadcasts,
    checkpoints, best weights and --export read: synced once per epoch and before export.
+   --use-fp16 / --use-bf16 (GPU only): mixed precision (nn_model_set_precision before
+   the move, nn_model_optim_step_cuda for the update); weights, gradients, optimizer
+   state and checkpoints stay float32, and the fp16 loss scale is shown every epoch.
    Flags: train_flags.c; data: train_data.c; checkpoints: train_checkpoint.c; callbacks
    (EarlyStopping, ModelCheckpoint, CSV): train_callbacks.c; TensorBoard:
    train_tfevents.c; progress display: train_progress.c. */
@@ -139,6 +142,22 @@ static void grad_ready(void *ctx, size_t ready_from) {
   if (ready_from < g->scaled_from) g->scaled_from = ready_from;
   hvd_status_t s = hvd_grad_buckets_ready(g->buckets, ready_from);
   if (s != HVD_OK && g->status == HVD_OK) g->status = s;
+}
+
+/* Appends one item to an epoch line's note, "; " between items. */
+static void note_add(char *note, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void note_add(char *note, size_t size, const char *fmt, ...) {
+  size_t l = strlen(note);
+  if (l + 2 >= size) return;
+  if (l) {
+    memcpy(note + l, "; ", 3);
+    l += 2;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(note + l, size - l, fmt, ap);
+  va_end(ap);
 }
 
 /* ---- evaluation across ranks ---- */
@@ -346,6 +365,14 @@ int main(int argc, char **argv) {
   }
   if (o.threads > 0) nn_set_threads(o.threads);
   const int gpu = strcmp(o.device, "gpu") == 0;
+  if (o.use_fp16 && o.use_bf16) die("--use-fp16 and --use-bf16 together: choose one precision");
+  /* On the CPU nn computes in float32 only: stop before any data is loaded. */
+  if (!gpu && (o.use_fp16 || o.use_bf16))
+    die("%s: mixed precision needs --device gpu (on the CPU nn computes in float32; "
+        "--fp16-allreduce compresses only the gradient allreduce)",
+        o.use_fp16 ? "--use-fp16" : "--use-bf16");
+  const nn_precision_t precision = o.use_fp16   ? NN_PRECISION_FP16
+                                   : o.use_bf16 ? NN_PRECISION_BF16 : NN_PRECISION_FP32;
   /* nn_cuda_available() only asks cudaGetDeviceCount (nothing without CUDA in the
      build): safe before MPI is up, and every rank fails the same way. */
   if (gpu && !nn_cuda_available())
@@ -396,7 +423,8 @@ int main(int argc, char **argv) {
     /* Before any other CUDA work of this process: local rank i drives GPU i. */
     nn_check_rank(nn_cuda_set_device(hvd_local_rank()), "selecting the GPU");
     if (rank == 0 && !o.quiet) {
-      printf("train: %s; local rank i uses GPU i\n", nn_cuda_info());
+      printf("train: %s; local rank i uses GPU i; precision %s\n", nn_cuda_info(),
+             nn_precision_name(precision));
       fflush(stdout);
     }
   }
@@ -467,14 +495,18 @@ int main(int argc, char **argv) {
      the checkpoint's weights and optimizer state); moving to the device copies them up.
      The CPU optimizer object stays as the host mirror of the state for checkpoints. */
   nn_cuda_optim_t *cuda_optim = NULL;
-  float *dparams = NULL, *dgrads = NULL;
+  float *dgrads = NULL;
   if (gpu) {
+    /* Mixed precision changes how the model is laid out on the device: before moving.
+       Weights, gradients (what hvd averages) and the optimizer state stay float32, so
+       broadcasts, buckets and checkpoints are the same in every precision. */
+    nn_precision_config_t pc = {.precision = precision};  /* zeros: nn's defaults */
+    nn_check(nn_model_set_precision(model, &pc), "setting the precision");
     nn_check_rank(nn_model_to_device(model, NN_DEVICE_CUDA), "moving the model to the GPU");
     nn_check_rank(nn_cuda_optim_create(&cuda_optim, &ocfg, np), "optimizer (GPU)");
     nn_check_rank(nn_cuda_optim_state_to_device(cuda_optim, ostate, optn,
                                             *nn_optim_step_count(optim)),
                   "optimizer state to the GPU");
-    dparams = nn_model_device_params(model);
     dgrads = nn_model_device_grads(model);
     /* A bucket's allreduce waits for the kernels queued on nn's stream (backward). */
     hvd_cuda_set_stream(nn_cuda_stream());
@@ -592,8 +624,8 @@ int main(int argc, char **argv) {
       if (gs.status != HVD_OK) hvd_check(gs.status, "gradient allreduce");
       hvd_check(hvd_grad_buckets_wait(buckets), "gradient allreduce");
       last_lr = nn_lr_at(&sched, epoch + (double)s / steps);
-      if (gpu)
-        nn_check_rank(nn_cuda_optim_step(cuda_optim, dparams, dgrads, (float)last_lr),
+      if (gpu)   /* fp16/bf16: also unscales, skips on inf/NaN, adapts the loss scale */
+        nn_check_rank(nn_model_optim_step_cuda(model, cuda_optim, (float)last_lr),
                       "optimizer step (GPU)");
       else
         nn_check(nn_optim_step(optim, params, grads, (float)last_lr), "optimizer step");
@@ -654,6 +686,14 @@ int main(int argc, char **argv) {
     run.st[ST_CK_BEST_EPOCH] = ckmon.best_epoch;
 
     char note[4400] = "";
+    /* fp16 on the GPU: where dynamic loss scaling stands (one wait for the GPU). */
+    if (gpu && precision == NN_PRECISION_FP16) {
+      float scale = 1.0f;
+      int64_t skipped = 0;
+      nn_check_rank(nn_model_loss_scale(model, &scale, &skipped), "reading the loss scale");
+      note_add(note, sizeof note, "loss_scale %g (%lld skipped steps)", (double)scale,
+               (long long)skipped);
+    }
     if (rank == 0) {
       if (o.checkpoint_dir) {
         char p[4200];
@@ -663,18 +703,17 @@ int main(int argc, char **argv) {
           if (ck_improved) {
             snprintf(p, sizeof p, "%s/best.ckpt", o.checkpoint_dir);
             save_checkpoint(&run, p);
-            snprintf(note, sizeof note, "saved %s", p);
+            note_add(note, sizeof note, "saved %s", p);
           }
         } else {
           snprintf(p, sizeof p, "%s/epoch-%03d.ckpt", o.checkpoint_dir, epoch + 1);
           save_checkpoint(&run, p);
-          snprintf(note, sizeof note, "saved %s", p);
+          note_add(note, sizeof note, "saved %s", p);
         }
       }
       if (stopped_early) {
-        size_t l = strlen(note);
-        snprintf(note + l, sizeof note - l, "%searly stopping: no improvement of %s in %d epochs",
-                 l ? "; " : "", o.monitor, o.es_patience);
+        note_add(note, sizeof note, "early stopping: no improvement of %s in %d epochs",
+                 o.monitor, o.es_patience);
       }
       train_progress_end(&prog, loss, acc, v.loss, v.acc, last_lr, ips, seconds, note);
       if (tb.f) {

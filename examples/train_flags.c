@@ -98,6 +98,10 @@ static const flag_t FLAGS[] = {
      "start the allreduces after backward instead of during it"},
     {"device", F_CHOICE, OFF(device), SZ(device), "cpu|gpu", 0, 0,
      "cpu (default), or gpu: a build with CUDA and a GPU; local rank i uses GPU i"},
+    {"use-fp16", F_BOOL, OFF(use_fp16), 0, NULL, 0, 0,
+     "--device gpu: mixed precision with float16 (float32 weights, dynamic loss scaling)"},
+    {"use-bf16", F_BOOL, OFF(use_bf16), 0, NULL, 0, 0,
+     "--device gpu: mixed precision with bfloat16 (float32 weights, no loss scaling)"},
     {"validation-split", F_FLOAT, OFF(validation_split), 0, NULL, 0, 0.9,
      "fraction of the training set held out for validation (default 0.1; 0: use the test set)"},
     {"max-train", F_INT, OFF(max_train), 0, NULL, 0, 1 << 30,
@@ -129,6 +133,7 @@ void train_flags_help(FILE *f, const char *prog) {
     fprintf(f, "\n");
   }
   fprintf(f, "  %-30s %s\n", "--help", "this text");
+  fprintf(f, "Flag names take - or _ alike (--use-fp16 or --use_fp16).\n");
 }
 
 static int choice_ok(const char *choices, const char *v) {
@@ -208,6 +213,16 @@ static int set_value(const flag_t *fl, const char *v, train_opts_t *o, char *err
   return -1;
 }
 
+/* tf_cnn_benchmarks and Horovod's examples spell flags with '_', Keras-style scripts
+   with '-': both name the same flag. */
+static int same_name(const char *flag, const char *arg, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char a = arg[i] == '_' ? '-' : arg[i];
+    if (flag[i] != a) return 0;
+  }
+  return 1;
+}
+
 int train_flags_parse(int argc, char **argv, train_opts_t *o, char *err, size_t errlen) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -221,7 +236,7 @@ int train_flags_parse(int argc, char **argv, train_opts_t *o, char *err, size_t 
     size_t nl = eq ? (size_t)(eq - name) : strlen(name);
     const flag_t *fl = NULL;
     for (size_t k = 0; k < NFLAGS; k++)
-      if (strlen(FLAGS[k].name) == nl && strncmp(FLAGS[k].name, name, nl) == 0) fl = &FLAGS[k];
+      if (strlen(FLAGS[k].name) == nl && same_name(FLAGS[k].name, name, nl)) fl = &FLAGS[k];
     if (!fl) {
       snprintf(err, errlen, "--%.*s: unknown flag (see --help)", (int)nl, name);
       return -1;

@@ -35,6 +35,7 @@ typedef struct {
   int fp16_allreduce;
   int no_overlap;
   char device[16];
+  int use_fp16, use_bf16;      /* --device gpu: mixed precision (float16 or bfloat16) */
   float validation_split;
   int max_train, max_test;     /* 0: all */
   int synthetic_samples;
@@ -42,7 +43,8 @@ typedef struct {
 } train_opts_t;
 
 void train_flags_defaults(train_opts_t *o);
-/* 0: parsed; 1: --help was given; -1: bad flag or value, one line in err naming it. */
+/* 0: parsed; 1: --help was given; -1: bad flag or value, one line in err naming it.
+   Flag names take '-' or '_' alike (--batch-size, --batch_size). */
 int train_flags_parse(int argc, char **argv, train_opts_t *o, char *err, size_t errlen);
 void train_flags_help(FILE *f, const char *prog);
 /* The settings as "key=value\n" lines (for checkpoints and the log). */
