@@ -2,7 +2,11 @@
 # --device of build/cnn_bench and build/train on a machine without a usable GPU:
 #   - --device gpu exits non-zero with ONE line naming the flag and the problem ("no
 #     usable GPU", with nn_cuda_info()'s reason), also under mpirun -np 2 for train (only
-#     rank 0 reports a flag error); --use_fp16 of cnn_bench says it is not implemented;
+#     rank 0 reports a flag error);
+#   - mixed precision (--use_fp16 / --use_bf16 of cnn_bench and train, cnn_bench's
+#     --allow_tf32) on --device cpu: one line saying it needs --device gpu, non-zero exit,
+#     nothing trained and nothing written; both precisions at once: one line; with
+#     --device gpu and no GPU: the "no usable GPU" line; --help lists the flags;
 #   - in a CUDA build, rank 0 says once that there is no usable GPU and it runs on the CPU
 #     (cnn_bench: on stderr, so stdout keeps the tf_cnn_benchmarks format; train: on
 #     stdout), and a build without CUDA prints no such line.
@@ -56,12 +60,52 @@ expect_one_line() {
 
 expect_one_line "cnn_bench --device gpu" "cnn_bench: --device gpu" "no usable GPU" "CUDA" -- \
   "$bench" --device gpu
-expect_one_line "cnn_bench --use_fp16" "--use_fp16" "not implemented" -- "$bench" --use_fp16
+for f in --use_fp16 --use_bf16; do
+  expect_one_line "cnn_bench $f" "cnn_bench: $f" "mixed precision needs --device gpu" -- \
+    "$bench" --model lenet --batch_size 4 --num_batches 2 "$f"
+done
+expect_one_line "cnn_bench --use_fp16=true" "--use_fp16" "needs --device gpu" -- \
+  "$bench" --use_fp16=true --device cpu
+expect_one_line "cnn_bench --use_fp16 --use_bf16" "--use_fp16 and --use_bf16" "choose one" -- \
+  "$bench" --device gpu --use_fp16 --use_bf16
+expect_one_line "cnn_bench --allow_tf32" "--allow_tf32" "needs --device gpu" -- \
+  "$bench" --allow_tf32
+expect_one_line "cnn_bench --device gpu --use_fp16" "cnn_bench: --device gpu" "no usable GPU" -- \
+  "$bench" --device gpu --use_fp16
+expect_one_line "cnn_bench --device gpu --use_bf16" "cnn_bench: --device gpu" "no usable GPU" -- \
+  "$bench" --device gpu --use_bf16 --model resnet50 --batch_size 256
 expect_one_line "train --device gpu" "train: --device gpu" "no usable GPU" "CUDA" -- \
   "$train" --device gpu --dataset synthetic
 only='^train: ' expect_one_line "train --device gpu, 2 ranks" "train: --device gpu" "no usable GPU" -- \
   mpirun -np 2 "$train" --device gpu --dataset synthetic
 expect_one_line "train --device tpu" "--device" "tpu" -- "$train" --device tpu
+# Mixed precision on the CPU: refused before any data is loaded or file written.
+for f in --use_fp16 --use-fp16 --use_bf16 --use-bf16; do
+  rm -rf "$tmp/ck" "$tmp/log"
+  expect_one_line "train $f" "train: --use-" "mixed precision needs --device gpu" -- \
+    "$train" --model mlp --dataset synthetic --synthetic-samples 256 --epochs 1 \
+    --checkpoint-dir "$tmp/ck" --logdir "$tmp/log" --export "$tmp/model.safetensors" "$f"
+  for p in "$tmp/ck" "$tmp/log" "$tmp/model.safetensors"; do
+    [ -e "$p" ] && fail "train $f: $p was written"
+  done
+done
+only='^train: ' expect_one_line "train --use_fp16, 2 ranks" "train: --use-fp16" "needs --device gpu" -- \
+  mpirun -np 2 "$train" --dataset synthetic --use_fp16
+expect_one_line "train --use_fp16 --use_bf16" "--use-fp16 and --use-bf16" "choose one" -- \
+  "$train" --device gpu --dataset synthetic --use_fp16 --use_bf16
+expect_one_line "train --device gpu --use_fp16" "train: --device gpu" "no usable GPU" -- \
+  "$train" --device gpu --dataset synthetic --use_fp16
+expect_one_line "train --device gpu --use-bf16" "train: --device gpu" "no usable GPU" -- \
+  "$train" --device gpu --dataset synthetic --use-bf16
+# --help documents them.
+"$bench" --help >"$tmp/help" 2>&1
+for f in --use_fp16 --use_bf16 --allow_tf32; do
+  grep -q -- "$f" "$tmp/help" || fail "cnn_bench --help does not list $f"
+done
+"$train" --help >"$tmp/help" 2>&1
+for f in --use-fp16 --use-bf16; do
+  grep -q -- "$f" "$tmp/help" || fail "train --help does not list $f"
+done
 
 # The CPU fallback line: once, from rank 0, and only in a CUDA build.
 want=$cuda
