@@ -1,8 +1,12 @@
 """scripts/gpu_check/torch_bench.py: PyTorch eager ResNet-50 training images/sec on the
 same GPU, for the GPU check: channels-last, SGD momentum 0.9, cross-entropy, synthetic
-data on the device, cudnn.benchmark on; precisions fp32 (TF32 off), tf32 and amp (fp16
-autocast + GradScaler). Prints "RESULT torch resnet50 <precision> <batch> <images/sec>".
-ResNet-50 is torchvision's when importable, else the same architecture defined here."""
+data on the device, cudnn.benchmark on; precisions fp32 (TF32 off), tf32, fp16 (AMP:
+float16 autocast + GradScaler; "amp" is the same) and bf16 (AMP: bfloat16 autocast, no
+scaler), TF32 allowed for what autocast leaves in float32. Prints
+"RESULT torch resnet50 <precision> <batch> <images/sec>" (and the final loss).
+ResNet-50 is torchvision's when importable, else the same architecture defined here.
+Usage: torch_bench.py [BATCH [STEPS [PRECISIONS [WARMUP]]]], PRECISIONS comma-separated
+(default fp32,tf32,fp16,bf16), WARMUP untimed steps (default 5)."""
 import sys
 import time
 
@@ -49,8 +53,19 @@ def resnet50(num_classes=1000):
     return nn.Sequential(*layers)
 
 
+def grad_scaler(enabled):
+    try:  # torch >= 2.3 spells it torch.amp.GradScaler("cuda")
+        return torch.amp.GradScaler("cuda", enabled=enabled)
+    except (AttributeError, TypeError):
+        return torch.cuda.amp.GradScaler(enabled=enabled)
+
+
 def bench(precision, batch, steps, warm=5):
-    tf32 = precision in ("tf32", "amp")
+    if precision == "amp":
+        precision = "fp16"
+    if precision not in ("fp32", "tf32", "fp16", "bf16"):
+        sys.exit(f"torch_bench: unknown precision {precision!r}: expected fp32, tf32, fp16, bf16")
+    tf32 = precision != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
@@ -60,21 +75,23 @@ def bench(precision, batch, steps, warm=5):
     loss_fn = nn.CrossEntropyLoss()
     x = torch.randn(batch, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
     y = torch.randint(0, 1000, (batch,), device=dev)
-    amp = precision == "amp"
-    scaler = torch.cuda.amp.GradScaler(enabled=amp)
+    amp = precision in ("fp16", "bf16")
+    amp_dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    scaler = grad_scaler(precision == "fp16")  # bf16 has float32's range: no scaling
     t0 = None
     for s in range(warm + steps):
         if s == warm:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+        with torch.autocast("cuda", dtype=amp_dtype, enabled=amp):
             loss = loss_fn(model(x), y)
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
     torch.cuda.synchronize()
     ips = batch * steps / (time.perf_counter() - t0)
+    print(f"torch {precision}: final loss {loss.item():.4f}", flush=True)
     print(f"RESULT torch resnet50 {precision} {batch} {ips:.1f}", flush=True)
     del model, opt, x, y
     torch.cuda.empty_cache()
@@ -83,14 +100,15 @@ def bench(precision, batch, steps, warm=5):
 def main():
     batch = int(sys.argv[1]) if len(sys.argv) > 1 else 256
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
-    precisions = sys.argv[3].split(",") if len(sys.argv) > 3 else ["fp32", "tf32", "amp"]
+    precisions = sys.argv[3].split(",") if len(sys.argv) > 3 else ["fp32", "tf32", "fp16", "bf16"]
+    warm = int(sys.argv[4]) if len(sys.argv) > 4 else 5
     if not torch.cuda.is_available():
         print("skipped: torch sees no CUDA device")
         sys.exit(77)
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           f"{torch.cuda.get_device_name(0)}", flush=True)
     for p in precisions:
-        bench(p, batch, steps)
+        bench(p, batch, steps, warm)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-/* scripts/gpu_check/train_bench.c: images/sec of nn's GPU training step for the GPU
-   check: forward, loss, backward, SGD (momentum 0.9) on synthetic data already in device
-   memory (as the PyTorch side does), after warm-up steps; prints
+/* scripts/gpu_check/train_bench.c: the FALLBACK of the GPU check's throughput step.
+   scripts/gpu_check.sh times the real bench/cnn_bench (through hvd); when a cnn_bench
+   run fails, this bare loop without hvd says whether nn itself runs: forward, loss,
+   backward, SGD (momentum 0.9) on synthetic data already in device memory (as the
+   PyTorch side does), after warm-up steps; prints
    "RESULT hvd <model> <precision> <batch> <images/sec>".
-   Usage: train_bench MODEL BATCH STEPS fp32|tf32 */
+   Usage: train_bench MODEL BATCH STEPS fp32|tf32|fp16|bf16 */
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
 
@@ -28,10 +30,18 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
   if (argc != 5) {
-    fprintf(stderr, "usage: %s MODEL BATCH STEPS fp32|tf32\n", argv[0]);
+    fprintf(stderr, "usage: %s MODEL BATCH STEPS fp32|tf32|fp16|bf16\n", argv[0]);
     return 2;
   }
   const char *name = argv[1], *prec = argv[4];
+  nn_precision_config_t pc = {0};
+  if (!strcmp(prec, "fp16")) pc.precision = NN_PRECISION_FP16;
+  else if (!strcmp(prec, "bf16")) pc.precision = NN_PRECISION_BF16;
+  else if (strcmp(prec, "fp32") != 0 && strcmp(prec, "tf32") != 0) {
+    fprintf(stderr, "%s: unknown precision '%s': expected fp32, tf32, fp16 or bf16\n",
+            argv[0], prec);
+    return 2;
+  }
   int batch = atoi(argv[2]), steps = atoi(argv[3]);
   printf("%s\n", nn_cuda_info());
   if (!nn_cuda_available()) {
@@ -42,6 +52,7 @@ int main(int argc, char **argv) {
   nn_model_config_t cfg = {batch, 1, 0, 0, 0, 0};
   nn_model_t *m;
   OK(nn_model_create(&m, name, &cfg));
+  OK(nn_model_set_precision(m, &pc));
   OK(nn_model_to_device(m, NN_DEVICE_CUDA));
   int c, h, w;
   nn_model_input_shape(m, &c, &h, &w);
@@ -71,12 +82,17 @@ int main(int argc, char **argv) {
     OK(nn_model_forward(m, dx, batch, 1));
     OK(nn_model_loss(m, dl, NULL, NULL));  /* no host round trip */
     OK(nn_model_backward(m, NULL, NULL));
-    OK(nn_cuda_optim_step(o, nn_model_device_params(m), nn_model_device_grads(m), 0.01f));
+    OK(nn_model_optim_step_cuda(m, o, 0.01f));
   }
   OK(nn_cuda_synchronize());
   double t = now_s() - t0;
   OK(nn_model_loss(m, dl, &loss, NULL));
   printf("loss after %d steps: %.4f\n", warm + steps, (double)loss);
+  float scale;
+  int64_t skipped;
+  OK(nn_model_loss_scale(m, &scale, &skipped));
+  printf("loss scale: %g (%lld of %d steps skipped)\n", (double)scale, (long long)skipped,
+         warm + steps);
   printf("RESULT hvd %s %s %d %.1f\n", name, prec, batch, (double)batch * steps / t);
   nn_cuda_optim_free(o);
   nn_cuda_free(dx);
