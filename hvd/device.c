@@ -72,6 +72,9 @@ static struct {
 #endif
 } dev;
 
+static cudaError_t detect_error = cudaSuccess;
+static atomic_int announced;
+
 static void detect(void) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
@@ -80,7 +83,15 @@ static void detect(void) {
     n = 0;
   }
   device_count = n;
-  /* Said once, at HVD_LOG_LEVEL=info: a CUDA build without a GPU runs on the CPU. */
+  detect_error = e;
+}
+
+/* Said once, at HVD_LOG_LEVEL=info, and only once hvd_init has read the log level
+   (hvd_grad_buckets_create may ask before): a CUDA build without a GPU runs on the CPU. */
+static void announce(void) {
+  if (!hvd_initialized() || atomic_exchange(&announced, 1)) return;
+  int n = device_count;
+  cudaError_t e = detect_error;
   if (n == 0)
     hvd_log(HVD_LOG_INFO, "CUDA: no device (%s); all buffers are host memory",
             e == cudaSuccess ? "none found" : cudaGetErrorString(e));
@@ -96,6 +107,7 @@ static void detect(void) {
 
 int hvd_device_is_device_ptr(const void *p) {
   pthread_once(&detect_once, detect);
+  if (!atomic_load(&announced)) announce();
   if (!p || device_count == 0) return 0;
   struct cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
