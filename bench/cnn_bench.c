@@ -245,11 +245,6 @@ static void parse_args(int argc, char **argv, options_t *o) {
             cuda_reason());
     exit(2);
   }
-  if (o->gpu && o->fp16_allreduce) {
-    fprintf(stderr, "cnn_bench: --fp16-allreduce with --device gpu: float16 compression of "
-                    "device gradients is not implemented yet (hvd casts on the host)\n");
-    exit(2);
-  }
   if (strcmp(o->variable_update, "horovod") != 0 && strcmp(o->variable_update, "none") != 0)
     die_flag("--variable_update", o->variable_update, "horovod or none");
   if (strcmp(o->data_format, "NCHW") != 0)

@@ -377,9 +377,6 @@ int main(int argc, char **argv) {
      build): safe before MPI is up, and every rank fails the same way. */
   if (gpu && !nn_cuda_available())
     die("--device gpu: no usable GPU (%s); use --device cpu", cuda_reason());
-  if (gpu && o.fp16_allreduce)
-    die("--fp16-allreduce with --device gpu: float16 compression of device gradients is "
-        "not implemented yet (hvd casts on the host)");
 
   /* Probe the model's input shape (synthetic data takes it; real data must match it). */
   nn_model_config_t probe_cfg = {.batch = 1, .seed = o.seed};
