@@ -77,6 +77,7 @@ ifeq ($(USE_CUDA),1)
                   -lnccl -lcudart_static -ldl -lrt -lstdc++
   NN_SRC       += $(wildcard nn/cuda/*.c)
   NN_CU_SRC    := $(wildcard nn/cuda/*.cu)
+  HVD_CU_SRC   := $(wildcard hvd/*.cu)
 endif
 
 CONFIG_STAMP := $(BUILD)/config.cuda
@@ -108,7 +109,7 @@ $(LIBNN): $(call obj,$(NN_SRC)) $(call cuobj,$(NN_CU_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIBHVD): $(call obj,$(HVD_SRC))
+$(LIBHVD): $(call obj,$(HVD_SRC)) $(call cuobj,$(HVD_CU_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 

@@ -2,12 +2,7 @@
    hvd_grad_buckets' HVD_COMPRESSION_FP16, and the device buffer they use. Called by the
    user thread (the one running backward), not by the background thread.
 
-   The kernels (hvd/device_kernels.cu) are compiled to PTX ahead of time and embedded
-   here (hvd/device_kernels_ptx.h), then loaded once per process with cudaLibraryLoadData
-   (CUDA 12+ runtime API; the driver JIT-compiles the PTX for the GPU at hand) and
-   launched with cudaLaunchKernel on the kernel handle. So hvd stays plain C that any C
-   compiler builds (see device_kernels.cu for why). The library stays loaded until the
-   process ends, like the kernels nvcc registers.
+   The kernels are in hvd/device_kernels.cu (nvcc, linked into libhvd.a).
 
    Launches go to the compute stream (hvd_cuda_set_stream): the cast to float16 runs
    after the backward kernels queued before it, and hvd's collective stream waits for it
@@ -19,28 +14,10 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
-#include "hvd/device_kernels_ptx.h"
-
-#define CAST_THREADS 256
-#define CAST_MAX_BLOCKS 4096      /* grid-stride loops cover the rest */
-
-static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static cudaError_t load_error = cudaSuccess;
-static const char *load_step = "";
-static cudaLibrary_t library;
-static cudaKernel_t to_half_kernel, from_half_kernel;
-
-static void load(void) {
-  load_step = "cudaLibraryLoadData(hvd_device_kernels_ptx)";
-  load_error = cudaLibraryLoadData(&library, hvd_device_kernels_ptx, NULL, NULL, 0, NULL,
-                                   NULL, 0);
-  if (load_error != cudaSuccess) return;
-  load_step = "cudaLibraryGetKernel(\"hvd_cast_f32_to_f16\")";
-  load_error = cudaLibraryGetKernel(&to_half_kernel, library, "hvd_cast_f32_to_f16");
-  if (load_error != cudaSuccess) return;
-  load_step = "cudaLibraryGetKernel(\"hvd_cast_f16_to_f32\")";
-  load_error = cudaLibraryGetKernel(&from_half_kernel, library, "hvd_cast_f16_to_f32");
-}
+/* hvd/device_kernels.cu */
+cudaError_t hvd_cuk_cast_to_half(void *stream, uint16_t *dst, const float *src, size_t n);
+cudaError_t hvd_cuk_cast_from_half(void *stream, float *dst, const uint16_t *src, size_t n,
+                                   float div);
 
 static hvd_status_t fail(const char *what, const char *call, cudaError_t e) {
   (void)cudaGetLastError();   /* clears a non-sticky error */
@@ -52,15 +29,6 @@ static hvd_status_t fail(const char *what, const char *call, cudaError_t e) {
     cudaError_t e_ = (call);                                                           \
     if (e_ != cudaSuccess) return fail(what, #call, e_);                               \
   } while (0)
-
-hvd_status_t hvd_device_kernels_load(void) {
-  pthread_once(&load_once, load);
-  if (load_error != cudaSuccess)
-    return hvd_set_error(HVD_ERR_BACKEND, "loading hvd's float16 cast kernels: %s failed: "
-                         "%s (the driver must JIT-compile PTX ISA 7.0 for this GPU)",
-                         load_step, cudaGetErrorString(load_error));
-  return HVD_OK;
-}
 
 int hvd_device_of_ptr(const void *p) {
   struct cudaPointerAttributes a;
@@ -106,35 +74,27 @@ void hvd_device_buffer_free(void *p) {
   if (p) (void)cudaFree(p);
 }
 
-static hvd_status_t launch(const char *what, int device, cudaKernel_t kernel, void **args,
-                           size_t n) {
-  hvd_status_t s = hvd_device_kernels_load();
-  if (s != HVD_OK) return s;
-  if (n == 0) return HVD_OK;
-  device_scope_t d;
-  if ((s = enter(&d, device, what)) != HVD_OK) return s;
-  size_t blocks = (n + CAST_THREADS - 1) / CAST_THREADS;
-  if (blocks > CAST_MAX_BLOCKS) blocks = CAST_MAX_BLOCKS;
-  dim3 grid = {(unsigned)blocks, 1, 1}, block = {CAST_THREADS, 1, 1};
-  cudaError_t e = cudaLaunchKernel((const void *)kernel, grid, block, args, 0,
-                                   (cudaStream_t)hvd_device_compute_stream());
-  leave(&d);
-  if (e != cudaSuccess) return fail(what, "cudaLaunchKernel", e);
-  return HVD_OK;
-}
-
 hvd_status_t hvd_device_to_half(int device, uint16_t *dst, const float *src, size_t n) {
-  unsigned long long count = n;
-  void *args[] = {&dst, &src, &count};
-  return launch("float16 compression (cast to float16)", device, to_half_kernel, args, n);
+  const char *what = "float16 compression (cast to float16)";
+  device_scope_t d;
+  hvd_status_t s = enter(&d, device, what);
+  if (s != HVD_OK) return s;
+  cudaError_t e = hvd_cuk_cast_to_half(hvd_device_compute_stream(), dst, src, n);
+  leave(&d);
+  if (e != cudaSuccess) return fail(what, "hvd_cuk_cast_to_half", e);
+  return HVD_OK;
 }
 
 hvd_status_t hvd_device_from_half(int device, float *dst, const uint16_t *src, size_t n,
                                   float div) {
-  unsigned long long count = n;
-  void *args[] = {&dst, &src, &count, &div};
-  return launch("float16 compression (cast back to float32)", device, from_half_kernel, args,
-                n);
+  const char *what = "float16 compression (cast back to float32)";
+  device_scope_t d;
+  hvd_status_t s = enter(&d, device, what);
+  if (s != HVD_OK) return s;
+  cudaError_t e = hvd_cuk_cast_from_half(hvd_device_compute_stream(), dst, src, n, div);
+  leave(&d);
+  if (e != cudaSuccess) return fail(what, "hvd_cuk_cast_from_half", e);
+  return HVD_OK;
 }
 
 hvd_status_t hvd_device_sync_compute(int device) {
@@ -152,7 +112,6 @@ hvd_status_t hvd_device_sync_compute(int device) {
 static hvd_status_t no_cuda(void) {
   return hvd_set_error(HVD_ERR_BACKEND, "device memory in a build without CUDA");
 }
-hvd_status_t hvd_device_kernels_load(void) { return no_cuda(); }
 int hvd_device_of_ptr(const void *p) {
   (void)p;
   return -1;

@@ -176,10 +176,8 @@ hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, siz
     end -= len;
   }
   if (compression == HVD_COMPRESSION_FP16 && count > 0 && b->device >= 0) {
-    /* Loading the kernels here makes a JIT failure an error of create, not of a step. */
-    hvd_status_t s = hvd_device_kernels_load();
-    if (s == HVD_OK)
-      s = hvd_device_buffer_alloc((void **)&b->half, count * sizeof(uint16_t), b->device);
+    hvd_status_t s =
+        hvd_device_buffer_alloc((void **)&b->half, count * sizeof(uint16_t), b->device);
     if (s != HVD_OK) {
       free(b->buckets);
       free(b);

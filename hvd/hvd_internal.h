@@ -209,7 +209,6 @@ void *hvd_device_compute_stream(void);   /* what hvd_cuda_set_stream set (NULL: 
 /* device_cast.c: float16 compression of device gradients (hvd_grad_buckets), on the user
    thread. Each sets hvd's last error on failure. Kernels run on the compute stream, with
    device current. hvd_device_of_ptr: the device holding p, or -1. */
-hvd_status_t hvd_device_kernels_load(void);
 int hvd_device_of_ptr(const void *p);
 hvd_status_t hvd_device_buffer_alloc(void **p, size_t bytes, int device);
 void hvd_device_buffer_free(void *p);

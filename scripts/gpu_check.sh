@@ -148,12 +148,11 @@ build() {
   # shellcheck disable=SC2086
   printf '%s\n' $srcs | xargs -P "$JOBS" -I{} sh -c \
     'o='"$BLD"'/obj/$(echo {} | tr / _ | sed "s/\.c$/.o/"); '"$CC $cflags"' -c {} -o $o || exit 255' || return 1
-  # Every nn/cuda/*.cu, as the Makefile (kernels of the mixed-precision path may come
-  # in files of their own).
-  for f in nn/cuda/*.cu; do
+  # Every nn/cuda/*.cu and hvd/*.cu, as the Makefile.
+  for f in nn/cuda/*.cu hvd/*.cu; do
     # shellcheck disable=SC2086
     "$NVCC" -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
-      -I"$ROOT" $INC $defs -c "$f" -o "$BLD/obj/$(basename "$f" .cu).cu.o" &
+      -I"$ROOT" $INC $defs -c "$f" -o "$BLD/obj/$(echo "$f" | tr / _).o" &
   done
   wait_all || return 1
   rm -f "$BLD/libgpucheck.a"
