@@ -6,7 +6,10 @@
    TF32 setting) with cuDNN's heuristics (cudnnGet*Algorithm_v7), or timed with cudnnFind* when
    NN_CUDNN_FIND=1: the first (best) algorithm that is supported and fits in
    NN_CUDNN_WORKSPACE_MB (default 1024); plans are kept in a small cache; the
-   workspace is the context's, grown to the largest need. Backward uses beta = 1 so dx
+   workspace is the context's, grown to the largest need. The descriptor keeps the math
+   type set here while a result may name another (cuDNN lists an algorithm once per math
+   type), so each candidate's workspace is asked of cudnnGet*WorkspaceSize for the
+   descriptor as it will run, and the larger of that and the listed size is used. Backward uses beta = 1 so dx
    and dw are ADDED to, as the CPU reference does. The bias (forward and db, also
    added) is nn's own per-channel kernel, the same for every data type.
 
@@ -92,14 +95,21 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
     NN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(c->cudnn, p->x, p->w, p->conv, p->y,
                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                           &got, fp));
-  for (i = 0; i < got; i++)
-    if (fp[i].status == CUDNN_STATUS_SUCCESS && fp[i].memory <= limit) break;
+  size_t need = 0;
+  for (i = 0; i < got; i++) {
+    if (fp[i].status != CUDNN_STATUS_SUCCESS ||
+        cudnnGetConvolutionForwardWorkspaceSize(c->cudnn, p->x, p->w, p->conv, p->y,
+                                                fp[i].algo, &need) != CUDNN_STATUS_SUCCESS)
+      continue;
+    if (need < fp[i].memory) need = fp[i].memory;
+    if (need <= limit) break;
+  }
   if (i == got)
     return nn_set_error(NN_ERR_BACKEND, "%s:%d: cuDNN has no forward convolution algorithm "
                         "for this shape within %zu MiB of workspace", __FILE__, __LINE__,
                         limit >> 20);
   p->fwd = fp[i].algo;
-  p->ws_fwd = fp[i].memory;
+  p->ws_fwd = need;
   cudnnConvolutionBwdDataAlgoPerf_t dp[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
   if (timed)
     NN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(
@@ -107,13 +117,20 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
   else
     NN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
         c->cudnn, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, dp));
-  for (i = 0; i < got; i++)
-    if (dp[i].status == CUDNN_STATUS_SUCCESS && dp[i].memory <= limit) break;
+  for (i = 0; i < got; i++) {
+    if (dp[i].status != CUDNN_STATUS_SUCCESS ||
+        cudnnGetConvolutionBackwardDataWorkspaceSize(c->cudnn, p->w, p->y, p->conv, p->x,
+                                                     dp[i].algo, &need) !=
+            CUDNN_STATUS_SUCCESS)
+      continue;
+    if (need < dp[i].memory) need = dp[i].memory;
+    if (need <= limit) break;
+  }
   if (i == got)
     return nn_set_error(NN_ERR_BACKEND, "%s:%d: cuDNN has no backward-data algorithm for "
                         "this shape", __FILE__, __LINE__);
   p->bwd_data = dp[i].algo;
-  p->ws_bwd_data = dp[i].memory;
+  p->ws_bwd_data = need;
   cudnnConvolutionBwdFilterAlgoPerf_t wp[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
   if (timed)
     NN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(
@@ -121,13 +138,20 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
   else
     NN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         c->cudnn, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, wp));
-  for (i = 0; i < got; i++)
-    if (wp[i].status == CUDNN_STATUS_SUCCESS && wp[i].memory <= limit) break;
+  for (i = 0; i < got; i++) {
+    if (wp[i].status != CUDNN_STATUS_SUCCESS ||
+        cudnnGetConvolutionBackwardFilterWorkspaceSize(c->cudnn, p->x, p->y, p->conv, p->w,
+                                                       wp[i].algo, &need) !=
+            CUDNN_STATUS_SUCCESS)
+      continue;
+    if (need < wp[i].memory) need = wp[i].memory;
+    if (need <= limit) break;
+  }
   if (i == got)
     return nn_set_error(NN_ERR_BACKEND, "%s:%d: cuDNN has no backward-filter algorithm for "
                         "this shape", __FILE__, __LINE__);
   p->bwd_filter = wp[i].algo;
-  p->ws_bwd_filter = wp[i].memory;
+  p->ws_bwd_filter = need;
   return NN_OK;
 }
 
