@@ -177,10 +177,13 @@ __global__ void softmax_xent(int n, int k, const T *logits, const int32_t *label
     total += lse - ld(z[lab]);
     ok += arg == lab;
     if (dlogits) {
+      // p * g, less g for the label: the CPU kernel's float operations in its order (and,
+      // with scale NULL, this kernel's float32 result from before loss scaling).
       T *d = dlogits + (size_t)i * k;
       for (int j = 0; j < k; j++) {
-        float p = (float)exp((double)ld(z[j]) - lse);
-        d[j] = st<T>((j == lab ? p - 1.0f : p) * g);
+        float v = (float)exp((double)ld(z[j]) - lse) * g;
+        if (j == lab) v -= g;
+        d[j] = st<T>(v);
       }
     }
   }
