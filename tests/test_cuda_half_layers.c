@@ -3,8 +3,9 @@
    the CPU float32 reference. Inputs are rounded to the half type first and the CPU
    computes on the rounded values, so the comparison measures the layer, not the input
    rounding; tolerances are per type (a few units of the type's rounding, relative to
-   the largest expected value). Also the casts, and the loss scale in softmax
-   cross-entropy. Exits 77 without a CUDA device. */
+   the largest expected value). Also the casts, the loss scale in softmax cross-entropy,
+   and nn's own batch-norm kernels (NN_CUDA_BN=native) in fp32, fp16 and bf16. Exits 77
+   without a CUDA device. */
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
 
@@ -274,15 +275,30 @@ static void check_softmax(float scale) {
   if (gc != correct) cc_failures++;
 }
 
+/* Tolerances of precision p. */
+static void set_precision(nn_precision_t p) {
+  P = p;
+  /* one rounding of the stored result; accumulated results: a few of those */
+  tol_elem = P == NN_PRECISION_FP16 ? 1.0 / 1024 : P == NN_PRECISION_BF16 ? 1.0 / 128 : 1e-5;
+  tol_acc = P == NN_PRECISION_FP16 ? 5e-3 : P == NN_PRECISION_BF16 ? 3e-2 : 1e-4;
+}
+
 int main(void) {
   cc_require_device();
   nn_cuda_set_tf32(0);
+  /* nn's own batch-norm kernels (what runs where cuDNN refuses a type), in all three
+     precisions, then cuDNN's below. */
+  setenv("NN_CUDA_BN", "native", 1);
+  const nn_precision_t all[3] = {NN_PRECISION_FP32, NN_PRECISION_FP16, NN_PRECISION_BF16};
+  for (int i = 0; i < 3; i++) {
+    set_precision(all[i]);
+    printf("== %s, nn's batch-norm kernels (NN_CUDA_BN=native)\n", nn_precision_name(P));
+    check_bn();
+  }
+  unsetenv("NN_CUDA_BN");
   const nn_precision_t precs[2] = {NN_PRECISION_FP16, NN_PRECISION_BF16};
   for (int i = 0; i < 2; i++) {
-    P = precs[i];
-    /* one rounding of the stored result; accumulated results: a few of those */
-    tol_elem = P == NN_PRECISION_FP16 ? 1.0 / 1024 : 1.0 / 128;
-    tol_acc = P == NN_PRECISION_FP16 ? 5e-3 : 3e-2;
+    set_precision(precs[i]);
     printf("== %s\n", nn_precision_name(P));
     check_casts();
     check_conv(2, 3, 17, 15, 8, 3, 1, 1, 1);

@@ -135,6 +135,19 @@ cudaError_t nn_cuk_channel_bias_add(cudaStream_t st, nn_precision_t p, int n, in
                                     const void *b, void *y);
 cudaError_t nn_cuk_channel_bias_grad(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
                                      const void *dy, void *db);
+/* Batch norm (NCHW, float32 statistics and parameters), nn's own kernels: the formulas
+   and accumulating backward of nn/batchnorm2d.c. Shapes must be valid (n, c, hw >= 1). */
+cudaError_t nn_cuk_bn_train(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                            float eps, float momentum, const void *x, const float *gamma,
+                            const float *beta, float *running_mean, float *running_var,
+                            void *y, float *save_mean, float *save_invstd);
+cudaError_t nn_cuk_bn_infer(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                            float eps, const void *x, const float *gamma, const float *beta,
+                            const float *running_mean, const float *running_var, void *y);
+cudaError_t nn_cuk_bn_backward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                               const void *x, const float *gamma, const float *save_mean,
+                               const float *save_invstd, const void *dy, void *dx,
+                               float *dgamma, float *dbeta);
 cudaError_t nn_cuk_dropout_forward(cudaStream_t st, nn_precision_t prec, size_t n, float p,
                                    uint64_t seed, uint64_t step, const void *x, void *y,
                                    uint8_t *mask);

@@ -9,11 +9,11 @@
    workspace is the context's, grown to the largest need. The descriptor keeps the math
    type set here while a result may name another (cuDNN lists an algorithm once per math
    type), so each candidate's workspace is asked of cudnnGet*WorkspaceSize for the
-   descriptor as it will run, and the larger of that and the listed size is used. Backward uses beta = 1 so dx
-   and dw are ADDED to, as the CPU reference does. The bias (forward and db, also
+   descriptor as it will run, and the larger of that and the listed size is used.
+   Backward uses beta = 1 so dx and dw are ADDED to, as the CPU reference does. The bias (forward and db, also
    added) is nn's own per-channel kernel, the same for every data type.
 
-   Batch norm: cudnnBatchNormalization* in SPATIAL mode. cuDNN updates the running
+   Batch norm: cudnnBatchNormalization* in SPATIAL mode (or nn's kernels, see below). cuDNN updates the running
    statistics as running = (1 - f) * running + f * batch with the unbiased batch variance,
    which is PyTorch's rule with f = momentum; the saved mean and inverse standard
    deviation are the same quantities as the CPU kernel's save_mean/save_invstd. */
@@ -260,7 +260,34 @@ nn_status_t nn_conv2d_backward_cuda(const nn_conv2d_shape_t *s, const float *x,
   return nn_conv2d_backward_cuda_p(NN_PRECISION_FP32, s, x, w, dy, dx, dw, db);
 }
 
-/* ---- batch norm ---- */
+/* ---- batch norm ----
+   cuDNN's, or nn's own kernels (kernels.cu): with NN_CUDA_BN=native, or for a data type
+   cuDNN's legacy batch norm refuses (it is not documented for bfloat16; PyTorch never
+   sends bfloat16 batch norm to cuDNN). The first refusal (a BAD_PARAM or NOT_SUPPORTED
+   status, before cuDNN does any work) switches that precision to nn's kernels for the
+   rest of the process. */
+
+static int bn_native_for[3];   /* per nn_precision_t: cuDNN refused it once */
+
+static int bn_native(nn_precision_t p) {
+  const char *e = getenv("NN_CUDA_BN");
+  if (e && strcmp(e, "native") == 0) return 1;
+  return bn_native_for[p];
+}
+
+/* A refusal of a half type by cuDNN: remember it and take nn's kernels (float32 errors
+   are real errors). */
+static int bn_refused(nn_precision_t p, cudnnStatus_t e) {
+  if (p == NN_PRECISION_FP32 || !(e >= CUDNN_STATUS_BAD_PARAM && e < 4000)) return 0;
+  bn_native_for[p] = 1;
+  return 1;
+}
+
+static nn_status_t bn_check(const nn_batchnorm2d_shape_t *s) {
+  if (!s || s->n < 1 || s->c < 1 || s->h < 1 || s->w < 1)
+    return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): bad shape");
+  return NN_OK;
+}
 
 typedef struct {
   cudnnTensorDescriptor_t x, param;
@@ -271,21 +298,19 @@ static void bn_free(bn_desc_t *d) {
   if (d->param) cudnnDestroyTensorDescriptor(d->param);
 }
 
-static nn_status_t bn_desc(nn_precision_t prec, const nn_batchnorm2d_shape_t *s,
-                           bn_desc_t *d) {
+/* The descriptors; a cuDNN status, so that a refusal of the data type can be told. */
+static cudnnStatus_t bn_desc(nn_precision_t prec, const nn_batchnorm2d_shape_t *s,
+                             bn_desc_t *d) {
   d->x = d->param = NULL;
-  if (!s || s->n < 1 || s->c < 1 || s->h < 1 || s->w < 1)
-    return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): bad shape");
-  if (s->eps < CUDNN_BN_MIN_EPSILON)
-    return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): eps %g below cuDNN's minimum %g",
-                        (double)s->eps, (double)CUDNN_BN_MIN_EPSILON);
-  NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->x));
-  NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->param));
-  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, nn_cudnn_type(prec),
-                                            s->n, s->c, s->h, s->w));
+  cudnnStatus_t e = cudnnCreateTensorDescriptor(&d->x);
+  if (e == CUDNN_STATUS_SUCCESS) e = cudnnCreateTensorDescriptor(&d->param);
+  if (e == CUDNN_STATUS_SUCCESS)
+    e = cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, nn_cudnn_type(prec), s->n, s->c,
+                                   s->h, s->w);
   /* float for float, half and bfloat16 data: statistics and parameters stay float32. */
-  NN_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(d->param, d->x, CUDNN_BATCHNORM_SPATIAL));
-  return NN_OK;
+  if (e == CUDNN_STATUS_SUCCESS)
+    e = cudnnDeriveBNTensorDescriptor(d->param, d->x, CUDNN_BATCHNORM_SPATIAL);
+  return e;
 }
 
 nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_precision_t prec,
@@ -296,21 +321,29 @@ nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_precision_t prec,
                                                 float *save_mean, float *save_invstd) {
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
-  if (st != NN_OK) return st;
-  bn_desc_t d;
-  st = bn_desc(prec, s, &d);
-  if (st == NN_OK) {
+  if (st != NN_OK || (st = bn_check(s)) != NN_OK) return st;
+  if (!bn_native(prec)) {
+    if (s->eps < CUDNN_BN_MIN_EPSILON)
+      return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): eps %g below cuDNN's minimum %g",
+                          (double)s->eps, (double)CUDNN_BN_MIN_EPSILON);
+    bn_desc_t d;
+    cudnnStatus_t e = bn_desc(prec, s, &d);
     const float one = 1.0f, zero = 0.0f;
-    cudnnStatus_t e = cudnnBatchNormalizationForwardTraining(
-        c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x, x, d.x, y, d.param, gamma, beta,
-        (double)s->momentum, running_mean, running_var, (double)s->eps, save_mean,
-        save_invstd);
-    if (e != CUDNN_STATUS_SUCCESS)
-      st = nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationForwardTraining",
-                        cudnnGetErrorString(e));
+    if (e == CUDNN_STATUS_SUCCESS)
+      e = cudnnBatchNormalizationForwardTraining(
+          c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x, x, d.x, y, d.param, gamma,
+          beta, (double)s->momentum, running_mean, running_var, (double)s->eps, save_mean,
+          save_invstd);
+    bn_free(&d);
+    if (e == CUDNN_STATUS_SUCCESS) return NN_OK;
+    if (!bn_refused(prec, e))
+      return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationForwardTraining",
+                          cudnnGetErrorString(e));
   }
-  bn_free(&d);
-  return st;
+  NN_CUDA_CHECK(nn_cuk_bn_train(c->stream, prec, s->n, s->c, s->h * s->w, s->eps,
+                                s->momentum, x, gamma, beta, running_mean, running_var, y,
+                                save_mean, save_invstd));
+  return NN_OK;
 }
 
 nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_precision_t prec,
@@ -320,47 +353,62 @@ nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_precision_t prec,
                                                 const float *running_var, void *y) {
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
-  if (st != NN_OK) return st;
-  bn_desc_t d;
-  st = bn_desc(prec, s, &d);
-  if (st == NN_OK) {
+  if (st != NN_OK || (st = bn_check(s)) != NN_OK) return st;
+  if (!bn_native(prec)) {
+    if (s->eps < CUDNN_BN_MIN_EPSILON)
+      return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): eps %g below cuDNN's minimum %g",
+                          (double)s->eps, (double)CUDNN_BN_MIN_EPSILON);
+    bn_desc_t d;
+    cudnnStatus_t e = bn_desc(prec, s, &d);
     const float one = 1.0f, zero = 0.0f;
-    cudnnStatus_t e = cudnnBatchNormalizationForwardInference(
-        c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x, x, d.x, y, d.param, gamma, beta,
-        running_mean, running_var, (double)s->eps);
-    if (e != CUDNN_STATUS_SUCCESS)
-      st = nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationForwardInference",
-                        cudnnGetErrorString(e));
+    if (e == CUDNN_STATUS_SUCCESS)
+      e = cudnnBatchNormalizationForwardInference(
+          c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x, x, d.x, y, d.param, gamma,
+          beta, running_mean, running_var, (double)s->eps);
+    bn_free(&d);
+    if (e == CUDNN_STATUS_SUCCESS) return NN_OK;
+    if (!bn_refused(prec, e))
+      return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationForwardInference",
+                          cudnnGetErrorString(e));
   }
-  bn_free(&d);
-  return st;
+  NN_CUDA_CHECK(nn_cuk_bn_infer(c->stream, prec, s->n, s->c, s->h * s->w, s->eps, x, gamma,
+                                beta, running_mean, running_var, y));
+  return NN_OK;
 }
 
 nn_status_t nn_batchnorm2d_backward_cuda_p(nn_precision_t prec,
-                                           const nn_batchnorm2d_shape_t *s, const void *x, const float *gamma,
-                                           const float *save_mean, const float *save_invstd,
-                                           const void *dy, void *dx, float *dgamma,
-                                           float *dbeta) {
+                                           const nn_batchnorm2d_shape_t *s, const void *x,
+                                           const float *gamma, const float *save_mean,
+                                           const float *save_invstd, const void *dy,
+                                           void *dx, float *dgamma, float *dbeta) {
   if (!dx || !dgamma || !dbeta)
     return nn_set_error(NN_ERR_ARG, "nn_batchnorm2d_backward_cuda: dx, dgamma and dbeta "
-                        "are all required (cuDNN computes them together)");
+                        "are all required (they are computed together)");
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
-  if (st != NN_OK) return st;
-  bn_desc_t d;
-  st = bn_desc(prec, s, &d);
-  if (st == NN_OK) {
+  if (st != NN_OK || (st = bn_check(s)) != NN_OK) return st;
+  if (!bn_native(prec)) {
+    if (s->eps < CUDNN_BN_MIN_EPSILON)
+      return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): eps %g below cuDNN's minimum %g",
+                          (double)s->eps, (double)CUDNN_BN_MIN_EPSILON);
+    bn_desc_t d;
+    cudnnStatus_t e = bn_desc(prec, s, &d);
     const float one = 1.0f;
     /* beta = 1 for data and parameters: add into dx, dgamma, dbeta. */
-    cudnnStatus_t e = cudnnBatchNormalizationBackward(
-        c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &one, &one, &one, d.x, x, d.x, dy, d.x, dx,
-        d.param, gamma, dgamma, dbeta, (double)s->eps, save_mean, save_invstd);
-    if (e != CUDNN_STATUS_SUCCESS)
-      st = nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationBackward",
-                        cudnnGetErrorString(e));
+    if (e == CUDNN_STATUS_SUCCESS)
+      e = cudnnBatchNormalizationBackward(c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &one,
+                                          &one, &one, d.x, x, d.x, dy, d.x, dx, d.param,
+                                          gamma, dgamma, dbeta, (double)s->eps, save_mean,
+                                          save_invstd);
+    bn_free(&d);
+    if (e == CUDNN_STATUS_SUCCESS) return NN_OK;
+    if (!bn_refused(prec, e))
+      return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationBackward",
+                          cudnnGetErrorString(e));
   }
-  bn_free(&d);
-  return st;
+  NN_CUDA_CHECK(nn_cuk_bn_backward(c->stream, prec, s->n, s->c, s->h * s->w, x, gamma,
+                                   save_mean, save_invstd, dy, dx, dgamma, dbeta));
+  return NN_OK;
 }
 
 nn_status_t nn_batchnorm2d_forward_train_cuda(const nn_batchnorm2d_shape_t *s,

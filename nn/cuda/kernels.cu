@@ -122,6 +122,102 @@ __global__ void channel_bias_grad(int n, int c, int hw, const T *dy, T *db) {
   if (threadIdx.x == 0) db[ch] = st<T>(ld(db[ch]) + part[0]);
 }
 
+// ---- batch norm (NCHW), nn's own kernels: used where cuDNN refuses a data type (its
+// legacy batch norm and bfloat16), or everywhere with NN_CUDA_BN=native. One block per
+// channel reduces in float32 with a fixed order (deterministic) and then applies, so
+// the channel's data is read twice (three times in training). Formulas as the CPU's
+// (nn/batchnorm2d.c). ----
+
+// Sum of v over the block; every thread gets it. part: blockDim.x / 32 floats.
+__device__ float block_sum(float v, float *part) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();   // part may still be read by the previous call
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  float t = 0.0f;
+  for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += part[w];
+  return t;
+}
+
+// Element j of channel ch over (n, hw): sample j / hw, position j % hw.
+__device__ __forceinline__ size_t bn_index(size_t j, int ch, int c, int hw) {
+  return (j / (size_t)hw * (size_t)c + (size_t)ch) * (size_t)hw + j % (size_t)hw;
+}
+
+template <typename T>
+__global__ void bn_train(int n, int c, int hw, float eps, float momentum, const T *x,
+                         const float *gamma, const float *beta, float *running_mean,
+                         float *running_var, T *y, float *save_mean, float *save_invstd) {
+  __shared__ float part[kThreads / 32];
+  const int ch = blockIdx.x;
+  const size_t m = (size_t)n * hw;
+  float s = 0.0f;
+  for (size_t j = threadIdx.x; j < m; j += blockDim.x) s += ld(x[bn_index(j, ch, c, hw)]);
+  const float mean = block_sum(s, part) / (float)m;
+  float q = 0.0f;
+  for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
+    float d = ld(x[bn_index(j, ch, c, hw)]) - mean;
+    q += d * d;
+  }
+  const float var = block_sum(q, part) / (float)m;
+  const float invstd = 1.0f / sqrtf(var + eps);
+  const float a = gamma[ch] * invstd, b = beta[ch] - mean * a;
+  for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
+    size_t i = bn_index(j, ch, c, hw);
+    y[i] = st<T>(ld(x[i]) * a + b);
+  }
+  if (threadIdx.x == 0) {
+    save_mean[ch] = mean;
+    save_invstd[ch] = invstd;
+    running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * mean;
+    const float unbiased = m > 1 ? var * (float)m / (float)(m - 1) : var;
+    running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * unbiased;
+  }
+}
+
+template <typename T>
+__global__ void bn_infer(size_t total, int c, int hw, float eps, const T *x,
+                         const float *gamma, const float *beta, const float *running_mean,
+                         const float *running_var, T *y) {
+  GRID_LOOP(i, total) {
+    const int ch = (int)((i / (size_t)hw) % (size_t)c);
+    const float a = gamma[ch] / sqrtf(running_var[ch] + eps);
+    y[i] = st<T>((ld(x[i]) - running_mean[ch]) * a + beta[ch]);
+  }
+}
+
+// dgamma += sum(dy xhat), dbeta += sum(dy),
+// dx += gamma invstd (dy - sum(dy) / m - xhat sum(dy xhat) / m).
+template <typename T>
+__global__ void bn_backward(int n, int c, int hw, const T *x, const float *gamma,
+                            const float *save_mean, const float *save_invstd, const T *dy,
+                            T *dx, float *dgamma, float *dbeta) {
+  __shared__ float part[kThreads / 32];
+  const int ch = blockIdx.x;
+  const size_t m = (size_t)n * hw;
+  const float mean = save_mean[ch], invstd = save_invstd[ch];
+  float sdy = 0.0f, sdyx = 0.0f;
+  for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
+    size_t i = bn_index(j, ch, c, hw);
+    float g = ld(dy[i]);
+    sdy += g;
+    sdyx += g * (ld(x[i]) - mean) * invstd;
+  }
+  sdy = block_sum(sdy, part);
+  sdyx = block_sum(sdyx, part);
+  const float k = gamma[ch] * invstd, inv_m = 1.0f / (float)m;
+  for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
+    size_t i = bn_index(j, ch, c, hw);
+    float xhat = (ld(x[i]) - mean) * invstd;
+    dx[i] = st<T>(ld(dx[i]) + k * (ld(dy[i]) - sdy * inv_m - xhat * sdyx * inv_m));
+  }
+  if (threadIdx.x == 0) {
+    dgamma[ch] += sdyx;
+    dbeta[ch] += sdy;
+  }
+}
+
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
@@ -384,6 +480,36 @@ cudaError_t nn_cuk_channel_bias_grad(cudaStream_t st, nn_precision_t p, int n, i
   if (n > 0 && c > 0 && hw > 0)
     DISPATCH(p, (channel_bias_grad<E><<<(unsigned)c, kThreads, 0, st>>>(
                     n, c, hw, (const E *)dy, (E *)db)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_bn_train(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                            float eps, float momentum, const void *x, const float *gamma,
+                            const float *beta, float *running_mean, float *running_var,
+                            void *y, float *save_mean, float *save_invstd) {
+  DISPATCH(p, (bn_train<E><<<(unsigned)c, kThreads, 0, st>>>(
+                  n, c, hw, eps, momentum, (const E *)x, gamma, beta, running_mean,
+                  running_var, (E *)y, save_mean, save_invstd)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_bn_infer(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                            float eps, const void *x, const float *gamma, const float *beta,
+                            const float *running_mean, const float *running_var, void *y) {
+  size_t total = (size_t)n * c * hw;
+  DISPATCH(p, (bn_infer<E><<<blocks_for(total), kThreads, 0, st>>>(
+                  total, c, hw, eps, (const E *)x, gamma, beta, running_mean, running_var,
+                  (E *)y)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_bn_backward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                               const void *x, const float *gamma, const float *save_mean,
+                               const float *save_invstd, const void *dy, void *dx,
+                               float *dgamma, float *dbeta) {
+  DISPATCH(p, (bn_backward<E><<<(unsigned)c, kThreads, 0, st>>>(
+                  n, c, hw, (const E *)x, gamma, save_mean, save_invstd, (const E *)dy,
+                  (E *)dx, dgamma, dbeta)));
   return cudaGetLastError();
 }
 
