@@ -561,29 +561,32 @@ static float *layer_input_grad(const nn_model_t *m, int in) {
   return in == NN_MODEL_INPUT ? m->dinput : m->layers[in].dout;
 }
 
-/* Whether anybody needs the gradient of layer `in`'s output: not of the model input,
-   nor of a flatten of it (mlp, trivial), so conv/linear can skip computing dx. */
-static int input_grad_wanted(const nn_model_t *m, int in) {
+int nn_layer_input_grad_wanted(const nn_model_t *m, int in) {
   if (in == NN_MODEL_INPUT) return 0;
   const nn_layer_t *l = &m->layers[in];
   return !(l->kind == NN_LAYER_FLATTEN && l->in[0] == NN_MODEL_INPUT);
 }
 
-static nn_conv2d_shape_t conv_shape(const nn_layer_t *l, int n) {
+nn_conv2d_shape_t nn_layer_conv_shape(const nn_layer_t *l, int n) {
   nn_conv2d_shape_t s = {n, l->in_c, l->in_h, l->in_w, l->c, l->kh, l->kw,
                          l->stride, l->stride, l->pad, l->pad, l->h, l->w};
   return s;
 }
 
-static nn_pool2d_shape_t pool_shape(const nn_layer_t *l, int n) {
+nn_pool2d_shape_t nn_layer_pool_shape(const nn_layer_t *l, int n) {
   nn_pool2d_shape_t s = {n, l->c, l->in_h, l->in_w, l->kh, l->kw, l->stride, l->stride,
                          l->pad, l->pad, l->h, l->w};
   return s;
 }
 
-static nn_batchnorm2d_shape_t bn_shape(const nn_layer_t *l, int n) {
+nn_batchnorm2d_shape_t nn_layer_bn_shape(const nn_layer_t *l, int n) {
   nn_batchnorm2d_shape_t s = {n, l->c, l->h, l->w, l->eps, l->momentum};
   return s;
+}
+
+uint64_t nn_layer_dropout_seed(const nn_model_t *m, int i) {
+  uint64_t st = m->cfg.seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(i + 1));
+  return splitmix64(&st);
 }
 
 static nn_status_t layer_forward(nn_model_t *m, int i, int n, int training) {
@@ -593,12 +596,12 @@ static nn_status_t layer_forward(nn_model_t *m, int i, int n, int training) {
   float *P = m->params;
   switch (l->kind) {
   case NN_LAYER_CONV2D: {
-    nn_conv2d_shape_t s = conv_shape(l, n);
+    nn_conv2d_shape_t s = nn_layer_conv_shape(l, n);
     return nn_conv2d_forward(&s, x, P + l->w_off, l->has_bias ? P + l->b_off : NULL,
                              l->out, m->workspace);
   }
   case NN_LAYER_BATCHNORM2D: {
-    nn_batchnorm2d_shape_t s = bn_shape(l, n);
+    nn_batchnorm2d_shape_t s = nn_layer_bn_shape(l, n);
     if (!training)
       return nn_batchnorm2d_forward_infer(&s, x, P + l->w_off, P + l->b_off,
                                           m->buffers + l->rm_off, m->buffers + l->rv_off,
@@ -612,11 +615,11 @@ static nn_status_t layer_forward(nn_model_t *m, int i, int n, int training) {
     nn_relu_forward(count, l->is_view ? l->out : x, l->out);
     return NN_OK;
   case NN_LAYER_MAXPOOL2D: {
-    nn_pool2d_shape_t s = pool_shape(l, n);
+    nn_pool2d_shape_t s = nn_layer_pool_shape(l, n);
     return nn_maxpool2d_forward(&s, x, l->out, l->argmax);
   }
   case NN_LAYER_AVGPOOL2D: {
-    nn_pool2d_shape_t s = pool_shape(l, n);
+    nn_pool2d_shape_t s = nn_layer_pool_shape(l, n);
     return nn_avgpool2d_forward(&s, x, l->out);
   }
   case NN_LAYER_GLOBAL_AVGPOOL:
@@ -627,9 +630,8 @@ static nn_status_t layer_forward(nn_model_t *m, int i, int n, int training) {
                              l->has_bias ? P + l->b_off : NULL, l->out);
   case NN_LAYER_DROPOUT:
     if (training && l->p > 0.0f) {
-      uint64_t st = m->cfg.seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(i + 1));
-      nn_dropout_forward(count, l->p, splitmix64(&st), m->dropout_step, x, l->out,
-                         l->mask);
+      nn_dropout_forward(count, l->p, nn_layer_dropout_seed(m, i), m->dropout_step, x,
+                         l->out, l->mask);
     } else {
       memcpy(l->out, x, count * sizeof(float));
       memset(l->mask, 1, count);
@@ -707,13 +709,13 @@ static nn_status_t layer_backward(nn_model_t *m, int i, int n) {
   float *P = m->params, *G = m->grads;
   switch (l->kind) {
   case NN_LAYER_CONV2D: {
-    nn_conv2d_shape_t s = conv_shape(l, n);
-    if (!input_grad_wanted(m, l->in[0])) dx = NULL;
+    nn_conv2d_shape_t s = nn_layer_conv_shape(l, n);
+    if (!nn_layer_input_grad_wanted(m, l->in[0])) dx = NULL;
     return nn_conv2d_backward(&s, x, P + l->w_off, dy, dx, G + l->w_off,
                               l->has_bias ? G + l->b_off : NULL, m->workspace);
   }
   case NN_LAYER_BATCHNORM2D: {
-    nn_batchnorm2d_shape_t s = bn_shape(l, n);
+    nn_batchnorm2d_shape_t s = nn_layer_bn_shape(l, n);
     return nn_batchnorm2d_backward(&s, x, P + l->w_off, l->save_mean, l->save_invstd, dy,
                                    dx, G + l->w_off, G + l->b_off);
   }
@@ -726,18 +728,18 @@ static nn_status_t layer_backward(nn_model_t *m, int i, int n) {
     }
     return NN_OK;
   case NN_LAYER_MAXPOOL2D: {
-    nn_pool2d_shape_t s = pool_shape(l, n);
+    nn_pool2d_shape_t s = nn_layer_pool_shape(l, n);
     return nn_maxpool2d_backward(&s, l->argmax, dy, dx);
   }
   case NN_LAYER_AVGPOOL2D: {
-    nn_pool2d_shape_t s = pool_shape(l, n);
+    nn_pool2d_shape_t s = nn_layer_pool_shape(l, n);
     return nn_avgpool2d_backward(&s, dy, dx);
   }
   case NN_LAYER_GLOBAL_AVGPOOL:
     nn_global_avgpool_backward(n, l->c, l->in_h * l->in_w, dy, dx);
     return NN_OK;
   case NN_LAYER_LINEAR:
-    if (!input_grad_wanted(m, l->in[0])) dx = NULL;
+    if (!nn_layer_input_grad_wanted(m, l->in[0])) dx = NULL;
     return nn_linear_backward(n, l->in_c * l->in_h * l->in_w, l->c, x, P + l->w_off, dy,
                               dx, G + l->w_off, l->has_bias ? G + l->b_off : NULL);
   case NN_LAYER_DROPOUT:

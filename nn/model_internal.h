@@ -85,6 +85,18 @@ struct nn_model {
   nn_precision_config_t precision; /* defaults filled in; used by nn_model_to_device */
 };
 
+/* ---- what the CPU walk (model.c) and the device walk (cuda/model_cuda.c) share ---- */
+/* Kernel shapes of layer l for a batch of n. */
+nn_conv2d_shape_t nn_layer_conv_shape(const nn_layer_t *l, int n);
+nn_pool2d_shape_t nn_layer_pool_shape(const nn_layer_t *l, int n);
+nn_batchnorm2d_shape_t nn_layer_bn_shape(const nn_layer_t *l, int n);
+/* Whether anybody needs the gradient of layer `in`'s output: not of the model input,
+   nor of a flatten of it (mlp, trivial), so conv/linear can skip computing dx. */
+int nn_layer_input_grad_wanted(const nn_model_t *m, int in);
+/* The dropout seed of layer i: its masks are drawn from (this, m->dropout_step), the
+   same on the CPU and the GPU. */
+uint64_t nn_layer_dropout_seed(const nn_model_t *m, int i);
+
 /* ---- graph construction (model.c), used by the builders in models.c ----
    Each add_* appends one layer reading layer `in` (NN_MODEL_INPUT for the input) and
    returns its index. On an error it returns NN_LAYER_ERROR and records the status in

@@ -318,12 +318,6 @@ static void *in_grad(const nn_model_t *m, int in) {
   return in == NN_MODEL_INPUT ? CM(m)->dinput : CM(m)->L[in].dout;
 }
 
-static int input_grad_wanted(const nn_model_t *m, int in) {
-  if (in == NN_MODEL_INPUT) return 0;
-  const nn_layer_t *l = &m->layers[in];
-  return !(l->kind == NN_LAYER_FLATTEN && l->in[0] == NN_MODEL_INPUT);
-}
-
 /* Weights (and their gradients) of convolutions and linear layers: the half copies in
    mixed precision, the float32 ones otherwise. */
 static const void *gemm_param(const cuda_model_t *d, size_t off) {
@@ -332,30 +326,6 @@ static const void *gemm_param(const cuda_model_t *d, size_t off) {
 
 static void *gemm_grad(const cuda_model_t *d, size_t off) {
   return mixed(d) ? elem(d->grads_h, off, d->es) : (void *)(d->grads + off);
-}
-
-static nn_conv2d_shape_t conv_shape(const nn_layer_t *l, int n) {
-  nn_conv2d_shape_t s = {n, l->in_c, l->in_h, l->in_w, l->c, l->kh, l->kw,
-                         l->stride, l->stride, l->pad, l->pad, l->h, l->w};
-  return s;
-}
-
-static nn_pool2d_shape_t pool_shape(const nn_layer_t *l, int n) {
-  nn_pool2d_shape_t s = {n, l->c, l->in_h, l->in_w, l->kh, l->kw, l->stride, l->stride,
-                         l->pad, l->pad, l->h, l->w};
-  return s;
-}
-
-static nn_batchnorm2d_shape_t bn_shape(const nn_layer_t *l, int n) {
-  nn_batchnorm2d_shape_t s = {n, l->c, l->h, l->w, l->eps, l->momentum};
-  return s;
-}
-
-static uint64_t splitmix64(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 static nn_status_t layer_forward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n,
@@ -369,12 +339,12 @@ static nn_status_t layer_forward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n,
   float *P = d->params, *B = d->buffers;
   switch (l->kind) {
   case NN_LAYER_CONV2D: {
-    nn_conv2d_shape_t s = conv_shape(l, n);
+    nn_conv2d_shape_t s = nn_layer_conv_shape(l, n);
     return nn_conv2d_forward_cuda_p(p, &s, x, gemm_param(d, l->w_off),
                                     l->has_bias ? gemm_param(d, l->b_off) : NULL, dl->out);
   }
   case NN_LAYER_BATCHNORM2D: {
-    nn_batchnorm2d_shape_t s = bn_shape(l, n);
+    nn_batchnorm2d_shape_t s = nn_layer_bn_shape(l, n);
     if (!training)
       return nn_batchnorm2d_forward_infer_cuda_p(p, &s, x, P + l->w_off, P + l->b_off,
                                                  B + l->rm_off, B + l->rv_off, dl->out);
@@ -389,7 +359,7 @@ static nn_status_t layer_forward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n,
     return NN_OK;
   case NN_LAYER_MAXPOOL2D:
   case NN_LAYER_AVGPOOL2D: {
-    nn_pool2d_shape_t s = pool_shape(l, n);
+    nn_pool2d_shape_t s = nn_layer_pool_shape(l, n);
     return nn_pool2d_forward_cuda_p(p, l->kind == NN_LAYER_MAXPOOL2D, &s, x, dl->out);
   }
   case NN_LAYER_GLOBAL_AVGPOOL:
@@ -403,10 +373,10 @@ static nn_status_t layer_forward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n,
                                     l->has_bias ? gemm_param(d, l->b_off) : NULL, dl->out);
   case NN_LAYER_DROPOUT:
     if (training && l->p > 0.0f) {
-      /* The same seed derivation as model.c, so masks match the CPU model's. */
-      uint64_t st = m->cfg.seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(i + 1));
-      NN_CUDA_CHECK(nn_cuk_dropout_forward(c->stream, p, count, l->p, splitmix64(&st),
-                                           m->dropout_step, x, dl->out, dl->mask));
+      /* The CPU model's seed, so the masks match its masks. */
+      NN_CUDA_CHECK(nn_cuk_dropout_forward(c->stream, p, count, l->p,
+                                           nn_layer_dropout_seed(m, i), m->dropout_step, x,
+                                           dl->out, dl->mask));
       return NN_OK;
     }
     NN_CUDA_CHECK(nn_cuk_dropout_forward(c->stream, p, count, 0.0f, 0, 0, x, dl->out,
@@ -522,14 +492,14 @@ static nn_status_t layer_backward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n)
   float *P = d->params, *G = d->grads;
   switch (l->kind) {
   case NN_LAYER_CONV2D: {
-    nn_conv2d_shape_t s = conv_shape(l, n);
-    if (!input_grad_wanted(m, l->in[0])) dx = NULL;
+    nn_conv2d_shape_t s = nn_layer_conv_shape(l, n);
+    if (!nn_layer_input_grad_wanted(m, l->in[0])) dx = NULL;
     return nn_conv2d_backward_cuda_p(p, &s, x, gemm_param(d, l->w_off), dy, dx,
                                      gemm_grad(d, l->w_off),
                                      l->has_bias ? gemm_grad(d, l->b_off) : NULL);
   }
   case NN_LAYER_BATCHNORM2D: {
-    nn_batchnorm2d_shape_t s = bn_shape(l, n);
+    nn_batchnorm2d_shape_t s = nn_layer_bn_shape(l, n);
     return nn_batchnorm2d_backward_cuda_p(p, &s, x, P + l->w_off, dl->save_mean,
                                           dl->save_invstd, dy, dx, G + l->w_off,
                                           G + l->b_off);
@@ -542,7 +512,7 @@ static nn_status_t layer_backward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n)
     return NN_OK;
   case NN_LAYER_MAXPOOL2D:
   case NN_LAYER_AVGPOOL2D: {
-    nn_pool2d_shape_t s = pool_shape(l, n);
+    nn_pool2d_shape_t s = nn_layer_pool_shape(l, n);
     return nn_pool2d_backward_cuda_p(p, l->kind == NN_LAYER_MAXPOOL2D, &s, x, dl->out, dy,
                                      dx);
   }
@@ -550,7 +520,7 @@ static nn_status_t layer_backward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n)
     NN_CUDA_CHECK(nn_cuk_gap_backward(c->stream, p, n, l->c, l->in_h * l->in_w, dy, dx));
     return NN_OK;
   case NN_LAYER_LINEAR:
-    if (!input_grad_wanted(m, l->in[0])) dx = NULL;
+    if (!nn_layer_input_grad_wanted(m, l->in[0])) dx = NULL;
     return nn_linear_backward_cuda_p(p, n, l->in_c * l->in_h * l->in_w, l->c, x,
                                      gemm_param(d, l->w_off), dy, dx,
                                      gemm_grad(d, l->w_off),
