@@ -76,7 +76,8 @@ static void usage(FILE *f) {
       "  --use_bf16                the same with bfloat16 (no loss scaling needed)\n"
       "  --allow_tf32              TF32 tensor-core math for float32 convolutions and\n"
       "                            GEMMs (--device gpu only; default off: exact float32)\n"
-      "  --data_format NCHW        (the only layout of nn)\n"
+      "  --data_format NCHW|NHWC   activation layout (default NCHW; NHWC, channels last,\n"
+      "                            needs --device gpu)\n"
       "  --optimizer sgd|momentum  SGD with momentum (default sgd)\n"
       "  --init_learning_rate X    (default 0.01)\n"
       "  --momentum X              (default 0.9)\n"
@@ -247,8 +248,13 @@ static void parse_args(int argc, char **argv, options_t *o) {
   }
   if (strcmp(o->variable_update, "horovod") != 0 && strcmp(o->variable_update, "none") != 0)
     die_flag("--variable_update", o->variable_update, "horovod or none");
-  if (strcmp(o->data_format, "NCHW") != 0)
-    die_flag("--data_format", o->data_format, "NCHW (the only layout of nn)");
+  if (strcmp(o->data_format, "NCHW") != 0 && strcmp(o->data_format, "NHWC") != 0)
+    die_flag("--data_format", o->data_format, "NCHW or NHWC");
+  if (!o->gpu && strcmp(o->data_format, "NHWC") == 0) {
+    fprintf(stderr, "cnn_bench: --data_format NHWC needs --device gpu (channels-last "
+                    "activations; on the CPU nn's layout is NCHW)\n");
+    exit(2);
+  }
   if (strcmp(o->optimizer, "sgd") != 0 && strcmp(o->optimizer, "momentum") != 0)
     die_flag("--optimizer", o->optimizer, "sgd or momentum (SGD with --momentum)");
   int known = 0;
@@ -510,6 +516,7 @@ int main(int argc, char **argv) {
     nn_precision_config_t pc = {0};   /* zeros: nn's defaults (PyTorch GradScaler's) */
     pc.precision = o.use_fp16 ? NN_PRECISION_FP16
                    : o.use_bf16 ? NN_PRECISION_BF16 : NN_PRECISION_FP32;
+    pc.channels_last = strcmp(o.data_format, "NHWC") == 0;
     s = nn_model_set_precision(t.model, &pc);
     if (s != NN_OK) fail_nn("setting the precision", s);
     nn_cuda_set_tf32(o.allow_tf32);

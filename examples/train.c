@@ -371,6 +371,8 @@ int main(int argc, char **argv) {
     die("%s: mixed precision needs --device gpu (on the CPU nn computes in float32; "
         "--fp16-allreduce compresses only the gradient allreduce)",
         o.use_fp16 ? "--use-fp16" : "--use-bf16");
+  if (!gpu && o.channels_last)
+    die("--channels-last needs --device gpu (on the CPU nn's layout is NCHW)");
   const nn_precision_t precision = o.use_fp16   ? NN_PRECISION_FP16
                                    : o.use_bf16 ? NN_PRECISION_BF16 : NN_PRECISION_FP32;
   /* nn_cuda_available() only asks cudaGetDeviceCount (nothing without CUDA in the
@@ -497,7 +499,8 @@ int main(int argc, char **argv) {
     /* Mixed precision changes how the model is laid out on the device: before moving.
        Weights, gradients (what hvd averages) and the optimizer state stay float32, so
        broadcasts, buckets and checkpoints are the same in every precision. */
-    nn_precision_config_t pc = {.precision = precision};  /* zeros: nn's defaults */
+    nn_precision_config_t pc = {.precision = precision,  /* zeros: nn's defaults */
+                                .channels_last = o.channels_last};
     nn_check(nn_model_set_precision(model, &pc), "setting the precision");
     nn_check_rank(nn_model_to_device(model, NN_DEVICE_CUDA), "moving the model to the GPU");
     nn_check_rank(nn_cuda_optim_create(&cuda_optim, &ocfg, np), "optimizer (GPU)");

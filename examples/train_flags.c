@@ -102,6 +102,8 @@ static const flag_t FLAGS[] = {
      "--device gpu: mixed precision with float16 (float32 weights, dynamic loss scaling)"},
     {"use-bf16", F_BOOL, OFF(use_bf16), 0, NULL, 0, 0,
      "--device gpu: mixed precision with bfloat16 (float32 weights, no loss scaling)"},
+    {"channels-last", F_BOOL, OFF(channels_last), 0, NULL, 0, 0,
+     "--device gpu: activations NHWC (what tensor-core convolutions prefer)"},
     {"validation-split", F_FLOAT, OFF(validation_split), 0, NULL, 0, 0.9,
      "fraction of the training set held out for validation (default 0.1; 0: use the test set)"},
     {"max-train", F_INT, OFF(max_train), 0, NULL, 0, 1 << 30,

@@ -36,6 +36,7 @@ typedef struct {
   int no_overlap;
   char device[16];
   int use_fp16, use_bf16;      /* --device gpu: mixed precision (float16 or bfloat16) */
+  int channels_last;           /* --device gpu: NHWC activations */
   float validation_split;
   int max_train, max_test;     /* 0: all */
   int synthetic_samples;

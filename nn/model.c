@@ -292,12 +292,13 @@ nn_status_t nn_model_set_precision(nn_model_t *m, const nn_precision_config_t *c
   if (m->cuda)
     return nn_set_error(NN_ERR_ARG, "nn_model_set_precision: the model is already on the "
                         "device; set the precision before nn_model_to_device");
-  nn_precision_config_t c = {NN_PRECISION_FP32, 0, 0, 0, 0, 0};
+  nn_precision_config_t c = {NN_PRECISION_FP32, 0, 0, 0, 0, 0, 0};
   if (cfg) c = *cfg;
   if (c.precision != NN_PRECISION_FP32 && c.precision != NN_PRECISION_FP16 &&
       c.precision != NN_PRECISION_BF16)
     return nn_set_error(NN_ERR_ARG, "nn_model_set_precision: unknown precision %d",
                         (int)c.precision);
+  c.channels_last = c.channels_last != 0;
   if (c.precision == NN_PRECISION_BF16 && c.init_scale == 0.0f && !c.static_scale)
     c.static_scale = 1;   /* bf16 has float32's range: no scaling unless asked */
   if (c.init_scale == 0.0f) c.init_scale = c.precision == NN_PRECISION_FP16 ? 65536.0f : 1.0f;
@@ -658,6 +659,9 @@ nn_status_t nn_model_forward(nn_model_t *m, const float *x, int n, int training)
     return nn_set_error(NN_ERR_UNSUPPORTED, "nn_model_forward: %s (mixed precision) needs "
                         "the model on the CUDA device; on the CPU nn computes in float32",
                         nn_precision_name(m->precision.precision));
+  if (m->precision.channels_last)
+    return nn_set_error(NN_ERR_UNSUPPORTED, "nn_model_forward: channels_last (NHWC) needs "
+                        "the model on the CUDA device; on the CPU activations are NCHW");
   m->have_loss = 0;
   memcpy(m->input, x, (size_t)n * m->in_c * m->in_h * m->in_w * sizeof(float));
   for (int i = 0; i < m->num_layers; i++) {

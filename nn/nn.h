@@ -237,10 +237,12 @@ typedef struct {
   float backoff_factor;  /* 0: 0.5                                                  */
   int growth_interval;   /* 0: 2000 finite steps before the scale grows              */
   int static_scale;      /* 1: keep init_scale (default for bf16, whose range is fp32's) */
+  int channels_last;     /* 1: activations NHWC on the device (PyTorch's channels_last,
+                            what tensor-core convolutions prefer); any precision */
 } nn_precision_config_t;
-/* Records the precision; call before nn_model_to_device (NN_ERR_ARG after it). A model
-   that stays on the CPU computes in float32 only: its forward then fails with
-   NN_ERR_UNSUPPORTED. NULL cfg means fp32. */
+/* Records the precision and layout; call before nn_model_to_device (NN_ERR_ARG after
+   it). A model that stays on the CPU computes in float32 NCHW only: its forward then
+   fails with NN_ERR_UNSUPPORTED. NULL cfg means fp32 NCHW. */
 nn_status_t nn_model_set_precision(nn_model_t *m, const nn_precision_config_t *cfg);
 nn_precision_t nn_model_precision(const nn_model_t *m);
 const char *nn_precision_name(nn_precision_t p);    /* "fp32", "fp16", "bf16" */

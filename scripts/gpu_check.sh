@@ -14,12 +14,13 @@
 #      (tests/test_cuda_model_step)
 #   3. hvd_allreduce/broadcast of device memory at size 1 through NCCL
 #      (tests/test_cuda_hvd_allreduce), then any other tests/test_cuda_*.c, then
-#      train --device gpu (resnet20, synthetic data, 3 short epochs) in fp32 and with
-#      --use_fp16: the loss is finite and goes down
+#      train --device gpu (resnet20, synthetic data, 3 short epochs) in fp32, with
+#      --use_fp16, and with --use_fp16 --channels-last: the loss is finite and goes down
 #   4. resnet50 training images/sec at batch $BATCH with bench/cnn_bench --device gpu in
-#      fp32, TF32 (--allow_tf32), --use_fp16 and --use_bf16, against PyTorch eager on the
-#      same GPU (channels-last, same batch; fp32, TF32, AMP fp16, AMP bf16), with the
-#      ratio (scripts/gpu_check/train_bench, a bare nn loop, only if a cnn_bench run fails)
+#      fp32, TF32 (--allow_tf32), --use_fp16 and --use_bf16, channels last
+#      (--data_format NHWC; NCHW instead, reported, if that fails), against PyTorch eager
+#      on the same GPU (channels-last, same batch; fp32, TF32, AMP fp16, AMP bf16), with
+#      the ratio (scripts/gpu_check/train_bench, a bare nn loop, only if cnn_bench fails)
 #   5. a summary table, last.
 # Logs go to $OUT (default build/gpu_check/out); binaries to build/gpu_check.
 # Budget: under 8 minutes (each step gets what is left of GPU_CHECK_BUDGET_S, default 450;
@@ -28,7 +29,8 @@
 # Environment: CUDA_HOME, CUDNN_HOME, NCCL_HOME (searched if unset), PYTHON (python3),
 #   BATCH (256), STEPS (20 timed steps), WARMUP (5 untimed steps), VARIABLE_UPDATE
 #   (cnn_bench's, default none: one GPU, no allreduce, as PyTorch eager; horovod adds the
-#   size-1 NCCL allreduce of the gradients), CC (cc), NVCC.
+#   size-1 NCCL allreduce of the gradients), DATA_FORMAT (NHWC or NCHW, default NHWC),
+#   CC (cc), NVCC.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
@@ -40,6 +42,7 @@ BATCH=${BATCH:-256}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-5}
 VARIABLE_UPDATE=${VARIABLE_UPDATE:-none}
+DATA_FORMAT=${DATA_FORMAT:-NHWC}
 PY=${PYTHON:-python3}
 CC=${CC:-cc}
 SUMMARY=$OUT/summary.txt
@@ -266,19 +269,22 @@ done
 
 # train --device gpu, fp32 and fp16: a correctness check, so before the throughput runs
 # that may use up the time budget.
-for prec in fp32 fp16; do
+for prec in fp32 fp16 fp16-nhwc; do
   flags=()
-  [ "$prec" = fp16 ] && flags=(--use_fp16)
+  case $prec in
+    fp16) flags=(--use_fp16) ;;
+    fp16-nhwc) flags=(--use_fp16 --channels-last) ;;
+  esac
   smoke "3. train --device gpu resnet20 $prec" 60 "$OUT/train_gpu_$prec.log" train \
     "$BLD/train" --device gpu --model resnet20 --dataset synthetic --synthetic-samples 4096 \
     --epochs 3 --batch-size 64 "${flags[@]}"
-  if [ "$prec" = fp16 ] && ! grep -q '^Epoch .* - loss_scale ' "$OUT/train_gpu_$prec.log"; then
+  if [ "$prec" != fp32 ] && ! grep -q '^Epoch .* - loss_scale ' "$OUT/train_gpu_$prec.log"; then
     row "3. train --use_fp16: loss scale per epoch" "FAIL (not shown)"; FAILED=1
   fi
 done
 
 # ---- 4: throughput of cnn_bench against PyTorch ----
-declare -A IPS NOTE
+declare -A IPS NOTE FMT
 PRECISIONS="fp32 tf32 fp16 bf16"
 for prec in $PRECISIONS; do
   case $prec in
@@ -294,12 +300,26 @@ for prec in $PRECISIONS; do
   bench_cmd=(env NN_CUDNN_FIND=1 "$BLD/cnn_bench" --device gpu --model resnet50
              --num_batches "$STEPS" --num_warmup_batches "$WARMUP" --display_every 5
              --variable_update "$VARIABLE_UPDATE" "${flags[@]}")
-  run_step "4. cnn_bench resnet50 $prec batch $b" 90 "$logf" "${bench_cmd[@]}" --batch_size "$b"
+  fmt=$DATA_FORMAT
+  run_step "4. cnn_bench resnet50 $prec $fmt batch $b" 90 "$logf" "${bench_cmd[@]}" \
+    --data_format "$fmt" --batch_size "$b"
   rc=$?
+  # Channels last is the fast path and the newer one: if it fails, say so and measure
+  # NCHW instead.
+  if [ "$rc" -ne 0 ] && [ "$fmt" = NHWC ] && [ -z "$(bench_ips "$logf")" ] &&
+     ! grep -qi "memory" "$logf"; then
+    row "4. cnn_bench resnet50 $prec NHWC" "FAIL (exit $rc, see $(basename "$logf")); NCHW measured instead"
+    FAILED=1
+    fmt=NCHW
+    logf=$OUT/bench_cnn_${prec}_nchw.log
+    run_step "4. cnn_bench resnet50 $prec $fmt batch $b" 90 "$logf" "${bench_cmd[@]}" \
+      --data_format "$fmt" --batch_size "$b"
+    rc=$?
+  fi
   if [ "$rc" -ne 0 ] && grep -qi "memory" "$logf"; then
     b=$((BATCH / 2))
-    run_step "4. cnn_bench resnet50 $prec batch $b (retry)" 90 "$OUT/bench_cnn_${prec}_b$b.log" \
-      "${bench_cmd[@]}" --batch_size "$b"
+    run_step "4. cnn_bench resnet50 $prec $fmt batch $b (retry)" 90 \
+      "$OUT/bench_cnn_${prec}_b$b.log" "${bench_cmd[@]}" --data_format "$fmt" --batch_size "$b"
     rc=$?
     cat "$OUT/bench_cnn_${prec}_b$b.log" >> "$logf"
   fi
@@ -333,7 +353,8 @@ for prec in $PRECISIONS; do
   fi
   IPS[hvd_$prec]=$v
   IPS[hvd_${prec}_batch]=$b
-  NOTE[$prec]=$note
+  NOTE[$prec]="$note"
+  FMT[$prec]=$fmt
 done
 run_step "4. torch resnet50 ${PRECISIONS// /,} batch $BATCH" 240 "$OUT/bench_torch.log" \
   "$PY" scripts/gpu_check/torch_bench.py "$BATCH" "$STEPS" "${PRECISIONS// /,}" "$WARMUP"
@@ -347,7 +368,7 @@ for prec in $PRECISIONS; do
   ratio="-"
   if [ -n "$h" ] && [ -n "$t" ] && [ "$hb" = "$BATCH" ]; then ratio=$(awk -v a="$h" -v b="$t" 'BEGIN {printf "%.2fx", a / b}'); fi
   case $prec in fp16|bf16) what="$prec, torch AMP" ;; *) what=$prec ;; esac
-  row "4. resnet50 b$hb img/s ($what)" "cnn_bench ${h:-failed} | torch ${t:-failed} | ratio $ratio${NOTE[$prec]}"
+  row "4. resnet50 b$hb img/s ($what)" "cnn_bench ${FMT[$prec]:-} ${h:-failed} | torch channels-last ${t:-failed} | ratio $ratio${NOTE[$prec]}"
 done
 
 finish "$FAILED"

@@ -4,8 +4,9 @@
    computes on the rounded values, so the comparison measures the layer, not the input
    rounding; tolerances are per type (a few units of the type's rounding, relative to
    the largest expected value). Also the casts, the loss scale in softmax cross-entropy,
-   and nn's own batch-norm kernels (NN_CUDA_BN=native) in fp32, fp16 and bf16. Exits 77
-   without a CUDA device. */
+   nn's own batch-norm kernels (NN_CUDA_BN=native) in fp32, fp16 and bf16, and the
+   layout-dependent layers (convolution, batch norm, pooling, global average pooling) in
+   NHWC (channels last) in all three precisions. Exits 77 without a CUDA device. */
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
 
@@ -17,6 +18,12 @@
 #include "tests/cuda_check.h"
 
 static nn_precision_t P;
+static int NHWC;          /* activations (and conv weights) channels last            */
+
+static nn_cuda_fmt_t fmt(void) {
+  nn_cuda_fmt_t f = {P, NHWC};
+  return f;
+}
 static double tol_elem;   /* elementwise results: one rounding of the type          */
 static double tol_acc;    /* accumulated results: convolutions, GEMMs, reductions   */
 
@@ -60,6 +67,56 @@ static double half_compare(const char *what, const void *d, const float *want, s
   return r;
 }
 
+/* n x c x hw host arrays between NCHW and NHWC. */
+static void host_to_nhwc(const float *x, float *y, int n, int c, int hw) {
+  for (int s = 0; s < n; s++)
+    for (int ch = 0; ch < c; ch++)
+      for (int p = 0; p < hw; p++)
+        y[((size_t)s * hw + p) * c + ch] = x[((size_t)s * c + ch) * hw + p];
+}
+static void host_from_nhwc(const float *x, float *y, int n, int c, int hw) {
+  for (int s = 0; s < n; s++)
+    for (int ch = 0; ch < c; ch++)
+      for (int p = 0; p < hw; p++)
+        y[((size_t)s * c + ch) * hw + p] = x[((size_t)s * hw + p) * c + ch];
+}
+
+/* An activation (or conv weight: n = K, hw = R * S) of n x c x hw, h in NCHW order, on
+   the device in the current layout and type; h is rounded in place like half_dev. */
+static void *act_dev(float *h, int n, int c, int hw) {
+  size_t total = (size_t)n * c * hw;
+  if (!NHWC) return half_dev(h, total);
+  float *t = cc_host(total);
+  host_to_nhwc(h, t, n, c, hw);
+  void *d = half_dev(t, total);
+  host_from_nhwc(t, h, n, c, hw);
+  free(t);
+  return d;
+}
+
+static void *act_random(float **host, int n, int c, int hw) {
+  *host = cc_random((size_t)n * c * hw);
+  return act_dev(*host, n, c, hw);
+}
+
+/* Compares an activation in the current layout with the NCHW reference. */
+static double act_compare(const char *what, const void *d, const float *want, int n, int c,
+                          int hw, double tol) {
+  size_t total = (size_t)n * c * hw;
+  if (!NHWC) return half_compare(what, d, want, total, tol);
+  float *f = cc_dev(NULL, total), *h = cc_host(total), *g = cc_host(total);
+  CUK_OK(nn_cuk_cast_to_float(stream(), P, total, d, f));
+  CC_OK(nn_cuda_to_host(h, f, total * sizeof(float)));
+  host_from_nhwc(h, g, n, c, hw);
+  char label[128];
+  snprintf(label, sizeof label, "%s nhwc %s", nn_precision_name(P), what);
+  double r = cc_compare(label, g, 0, want, total, tol);
+  nn_cuda_free(f);
+  free(h);
+  free(g);
+  return r;
+}
+
 static void check_casts(void) {
   /* Values exactly representable in both half types round-trip unchanged; the rest
      round to nearest (relative error at most half a unit: 2^-11 fp16, 2^-8 bf16). */
@@ -92,25 +149,26 @@ static void check_conv(int n, int cin, int h, int w, int cout, int k, int stride
                        int bias) {
   nn_conv2d_shape_t s = {n, cin, h, w, cout, k, k, stride, stride, pad, pad, 0, 0};
   CC_OK(nn_conv2d_shape(&s));
-  size_t nx = (size_t)n * cin * h * w, nw = (size_t)cout * cin * k * k;
   size_t ny = (size_t)n * cout * s.h_out * s.w_out, nb = (size_t)cout;
+  const int hwi = h * w, hwo = s.h_out * s.w_out, kk = k * k;
   float *x, *wt, *b, *dy, *dx, *dw, *db;
-  void *Dx = half_random(&x, nx), *Dw = half_random(&wt, nw), *Db = half_random(&b, nb);
-  void *Ddy = half_random(&dy, ny), *Ddx = half_random(&dx, nx), *Ddw = half_random(&dw, nw);
+  void *Dx = act_random(&x, n, cin, hwi), *Dw = act_random(&wt, cout, cin, kk);
+  void *Db = half_random(&b, nb), *Ddy = act_random(&dy, n, cout, hwo);
+  void *Ddx = act_random(&dx, n, cin, hwi), *Ddw = act_random(&dw, cout, cin, kk);
   void *Ddb = half_random(&db, nb);
   void *Dy = cc_dev_bytes(NULL, ny * nn_cuda_elem_size(P));
   float *y = cc_host(ny), *ws = cc_host(nn_conv2d_workspace_floats(&s) + 1);
   char what[128];
   CC_OK(nn_conv2d_forward(&s, x, wt, bias ? b : NULL, y, ws));
-  CC_OK(nn_conv2d_forward_cuda_p(P, &s, Dx, Dw, bias ? Db : NULL, Dy));
+  CC_OK(nn_conv2d_forward_cuda_p(fmt(), &s, Dx, Dw, bias ? Db : NULL, Dy));
   snprintf(what, sizeof what, "conv%dx%d/%d c%d->%d fwd", k, k, stride, cin, cout);
-  half_compare(what, Dy, y, ny, tol_acc);
+  act_compare(what, Dy, y, n, cout, hwo, tol_acc);
   CC_OK(nn_conv2d_backward(&s, x, wt, dy, dx, dw, bias ? db : NULL, ws));
-  CC_OK(nn_conv2d_backward_cuda_p(P, &s, Dx, Dw, Ddy, Ddx, Ddw, bias ? Ddb : NULL));
+  CC_OK(nn_conv2d_backward_cuda_p(fmt(), &s, Dx, Dw, Ddy, Ddx, Ddw, bias ? Ddb : NULL));
   snprintf(what, sizeof what, "conv%dx%d/%d c%d->%d dx (+=)", k, k, stride, cin, cout);
-  half_compare(what, Ddx, dx, nx, tol_acc);
+  act_compare(what, Ddx, dx, n, cin, hwi, tol_acc);
   snprintf(what, sizeof what, "conv%dx%d/%d c%d->%d dw (+=)", k, k, stride, cin, cout);
-  half_compare(what, Ddw, dw, nw, tol_acc);
+  act_compare(what, Ddw, dw, cout, cin, kk, tol_acc);
   if (bias) half_compare("conv db (+=)", Ddb, db, nb, tol_acc);
   free(x); free(wt); free(b); free(dy); free(dx); free(dw); free(db); free(y); free(ws);
   nn_cuda_free(Dx); nn_cuda_free(Dw); nn_cuda_free(Db); nn_cuda_free(Ddy);
@@ -121,7 +179,8 @@ static void check_bn(void) {
   nn_batchnorm2d_shape_t s = {4, 8, 6, 5, 1e-5f, 0.1f};
   size_t nx = 4 * 8 * 6 * 5, c = 8;
   float *x, *dy, *dx;
-  void *Dx = half_random(&x, nx), *Ddy = half_random(&dy, nx), *Ddx = half_random(&dx, nx);
+  void *Dx = act_random(&x, 4, 8, 30), *Ddy = act_random(&dy, 4, 8, 30);
+  void *Ddx = act_random(&dx, 4, 8, 30);
   void *Dy = cc_dev_bytes(NULL, nx * nn_cuda_elem_size(P));
   float *g = cc_random(c), *b = cc_random(c), *rm = cc_random(c), *rv = cc_host(c);
   for (size_t i = 0; i < c; i++) rv[i] = 1.0f + 0.5f * cc_uniform();
@@ -131,19 +190,19 @@ static void check_bn(void) {
   float *Dsm = cc_dev(NULL, c), *Dsi = cc_dev(NULL, c), *Ddg = cc_dev(dg, c);
   float *Ddb = cc_dev(dbt, c);
   CC_OK(nn_batchnorm2d_forward_train(&s, x, g, b, rm, rv, y, sm, si));
-  CC_OK(nn_batchnorm2d_forward_train_cuda_p(P, &s, Dx, Dg, Db, Drm, Drv, Dy, Dsm, Dsi));
-  half_compare("batchnorm train y", Dy, y, nx, tol_elem * 4);
+  CC_OK(nn_batchnorm2d_forward_train_cuda_p(fmt(), &s, Dx, Dg, Db, Drm, Drv, Dy, Dsm, Dsi));
+  act_compare("batchnorm train y", Dy, y, 4, 8, 30, tol_elem * 4);
   cc_compare("batchnorm running_mean (float)", Drm, 1, rm, c, 1e-4);
   cc_compare("batchnorm running_var (float)", Drv, 1, rv, c, 1e-4);
   cc_compare("batchnorm save_invstd (float)", Dsi, 1, si, c, 1e-4);
   CC_OK(nn_batchnorm2d_backward(&s, x, g, sm, si, dy, dx, dg, dbt));
-  CC_OK(nn_batchnorm2d_backward_cuda_p(P, &s, Dx, Dg, Dsm, Dsi, Ddy, Ddx, Ddg, Ddb));
-  half_compare("batchnorm dx (+=)", Ddx, dx, nx, tol_acc);
+  CC_OK(nn_batchnorm2d_backward_cuda_p(fmt(), &s, Dx, Dg, Dsm, Dsi, Ddy, Ddx, Ddg, Ddb));
+  act_compare("batchnorm dx (+=)", Ddx, dx, 4, 8, 30, tol_acc);
   cc_compare("batchnorm dgamma (+=, float)", Ddg, 1, dg, c, 1e-3);
   cc_compare("batchnorm dbeta (+=, float)", Ddb, 1, dbt, c, 1e-3);
   CC_OK(nn_batchnorm2d_forward_infer(&s, x, g, b, rm, rv, y));
-  CC_OK(nn_batchnorm2d_forward_infer_cuda_p(P, &s, Dx, Dg, Db, Drm, Drv, Dy));
-  half_compare("batchnorm infer y", Dy, y, nx, tol_elem * 4);
+  CC_OK(nn_batchnorm2d_forward_infer_cuda_p(fmt(), &s, Dx, Dg, Db, Drm, Drv, Dy));
+  act_compare("batchnorm infer y", Dy, y, 4, 8, 30, tol_elem * 4);
 }
 
 static void check_pool(int max, int k, int stride, int pad) {
@@ -154,7 +213,9 @@ static void check_pool(int max, int k, int stride, int pad) {
      the CPU's argmax and cuDNN could pick different elements for the gradient. */
   float *x = cc_host(nx), *dy, *dx, *y = cc_host(ny);
   for (size_t i = 0; i < nx; i++) x[i] = (float)((i * 37) % 256) / 256.0f - 0.5f;
-  void *Dx = half_dev(x, nx), *Ddy = half_random(&dy, ny), *Ddx = half_random(&dx, nx);
+  const int hwo = s.h_out * s.w_out;
+  void *Dx = act_dev(x, 3, 4, 81), *Ddy = act_random(&dy, 3, 4, hwo);
+  void *Ddx = act_random(&dx, 3, 4, 81);
   void *Dy = cc_dev_bytes(NULL, ny * nn_cuda_elem_size(P));
   int32_t *am = calloc(ny, sizeof(int32_t));
   if (max) {
@@ -164,13 +225,13 @@ static void check_pool(int max, int k, int stride, int pad) {
     CC_OK(nn_avgpool2d_forward(&s, x, y));
     CC_OK(nn_avgpool2d_backward(&s, dy, dx));
   }
-  CC_OK(nn_pool2d_forward_cuda_p(P, max, &s, Dx, Dy));
-  CC_OK(nn_pool2d_backward_cuda_p(P, max, &s, Dx, Dy, Ddy, Ddx));
+  CC_OK(nn_pool2d_forward_cuda_p(fmt(), max, &s, Dx, Dy));
+  CC_OK(nn_pool2d_backward_cuda_p(fmt(), max, &s, Dx, Dy, Ddy, Ddx));
   char what[96];
   snprintf(what, sizeof what, "%spool %dx%d/%d fwd", max ? "max" : "avg", k, k, stride);
-  half_compare(what, Dy, y, ny, max ? 0 : tol_elem * 2);
+  act_compare(what, Dy, y, 3, 4, hwo, max ? 0 : tol_elem * 2);
   snprintf(what, sizeof what, "%spool %dx%d/%d dx (+=)", max ? "max" : "avg", k, k, stride);
-  half_compare(what, Ddx, dx, nx, tol_elem * 4);
+  act_compare(what, Ddx, dx, 3, 4, 81, tol_elem * 4);
   free(am); free(x); free(dy); free(dx); free(y);
   nn_cuda_free(Dx); nn_cuda_free(Ddy); nn_cuda_free(Ddx); nn_cuda_free(Dy);
 }
@@ -192,6 +253,25 @@ static void check_linear(int n, int in, int out) {
   free(x); free(w); free(b); free(dy); free(dx); free(dw); free(db); free(y);
   nn_cuda_free(Dx); nn_cuda_free(Dw); nn_cuda_free(Db); nn_cuda_free(Ddy);
   nn_cuda_free(Ddx); nn_cuda_free(Ddw); nn_cuda_free(Ddb); nn_cuda_free(Dy);
+}
+
+static void check_gap(void) {
+  const size_t es = nn_cuda_elem_size(P);
+  int gn = 5, gc = 7, hw = 49;
+  size_t ng = (size_t)gn * gc;
+  float *x, *gdy, *gdx, *gy = cc_host(ng);
+  void *Dx = act_random(&x, gn, gc, hw), *Dgdy = half_random(&gdy, ng);
+  void *Dgdx = act_random(&gdx, gn, gc, hw);
+  void *Dgy = cc_dev_bytes(NULL, ng * es);
+  nn_global_avgpool_forward(gn, gc, hw, x, gy);
+  CUK_OK(nn_cuk_gap_forward(stream(), P, NHWC, gn, gc, hw, Dx, Dgy));
+  half_compare(NHWC ? "nhwc global avgpool fwd" : "global avgpool fwd", Dgy, gy, ng,
+               tol_elem * 2);
+  nn_global_avgpool_backward(gn, gc, hw, gdy, gdx);
+  CUK_OK(nn_cuk_gap_backward(stream(), P, NHWC, gn, gc, hw, Dgdy, Dgdx));
+  act_compare("global avgpool dx (+=)", Dgdx, gdx, gn, gc, hw, tol_elem * 2);
+  free(x); free(gdy); free(gdx); free(gy);
+  nn_cuda_free(Dx); nn_cuda_free(Dgdy); nn_cuda_free(Dgdx); nn_cuda_free(Dgy);
 }
 
 static void check_elementwise(void) {
@@ -217,18 +297,6 @@ static void check_elementwise(void) {
   CUK_OK(nn_cuk_add_backward(st, P, n, Ddy, Dda2, Ddb));
   half_compare("add da (+=)", Dda2, da, n, tol_elem);
   half_compare("add db (+=)", Ddb, db, n, tol_elem);
-  /* global average pooling */
-  int gn = 5, gc = 7, hw = 49;
-  size_t nx = (size_t)gn * gc * hw, ng = (size_t)gn * gc;
-  float *x, *gdy, *gdx, *gy = cc_host(ng);
-  void *Dx = half_random(&x, nx), *Dgdy = half_random(&gdy, ng), *Dgdx = half_random(&gdx, nx);
-  void *Dgy = cc_dev_bytes(NULL, ng * es);
-  nn_global_avgpool_forward(gn, gc, hw, x, gy);
-  CUK_OK(nn_cuk_gap_forward(st, P, gn, gc, hw, Dx, Dgy));
-  half_compare("global avgpool fwd", Dgy, gy, ng, tol_elem * 2);
-  nn_global_avgpool_backward(gn, gc, hw, gdy, gdx);
-  CUK_OK(nn_cuk_gap_backward(st, P, gn, gc, hw, Dgdy, Dgdx));
-  half_compare("global avgpool dx (+=)", Dgdx, gdx, nx, tol_elem * 2);
   /* dropout: the CPU's mask, bit for bit, in half precision too */
   uint8_t *mask = malloc(n), *gmask = malloc(n), *Dmask = cc_dev_bytes(NULL, n);
   void *Dda3 = half_random(&da, n);
@@ -283,42 +351,56 @@ static void set_precision(nn_precision_t p) {
   tol_acc = P == NN_PRECISION_FP16 ? 5e-3 : P == NN_PRECISION_BF16 ? 3e-2 : 1e-4;
 }
 
+/* The layers whose result depends on the layout. */
+static void check_layout_dependent(void) {
+  check_conv(2, 3, 17, 15, 8, 3, 1, 1, 1);
+  check_conv(3, 16, 14, 14, 32, 3, 2, 1, 0);
+  check_conv(2, 32, 8, 8, 64, 1, 1, 0, 0);
+  check_conv(2, 3, 32, 32, 16, 7, 2, 3, 0);
+  check_bn();
+  check_pool(1, 3, 2, 1);
+  check_pool(0, 2, 2, 0);
+  check_gap();
+}
+
 int main(void) {
   cc_require_device();
   nn_cuda_set_tf32(0);
-  /* nn's own batch-norm kernels (what runs where cuDNN refuses a type), in all three
-     precisions, then cuDNN's below. */
-  setenv("NN_CUDA_BN", "native", 1);
   const nn_precision_t all[3] = {NN_PRECISION_FP32, NN_PRECISION_FP16, NN_PRECISION_BF16};
-  for (int i = 0; i < 3; i++) {
-    set_precision(all[i]);
-    printf("== %s, nn's batch-norm kernels (NN_CUDA_BN=native)\n", nn_precision_name(P));
-    check_bn();
-  }
+  /* nn's own batch-norm kernels (what runs where cuDNN refuses a type or layout), in all
+     three precisions and both layouts; cuDNN's below. */
+  setenv("NN_CUDA_BN", "native", 1);
+  for (int i = 0; i < 3; i++)
+    for (NHWC = 0; NHWC < 2; NHWC++) {
+      set_precision(all[i]);
+      printf("== %s %s, nn's batch-norm kernels (NN_CUDA_BN=native)\n", nn_precision_name(P),
+             NHWC ? "NHWC" : "NCHW");
+      check_bn();
+    }
   unsetenv("NN_CUDA_BN");
-  const nn_precision_t precs[2] = {NN_PRECISION_FP16, NN_PRECISION_BF16};
-  for (int i = 0; i < 2; i++) {
-    set_precision(precs[i]);
+  for (int i = 1; i < 3; i++) {
+    set_precision(all[i]);
+    NHWC = 0;
     printf("== %s\n", nn_precision_name(P));
     check_casts();
-    check_conv(2, 3, 17, 15, 8, 3, 1, 1, 1);
-    check_conv(3, 16, 14, 14, 32, 3, 2, 1, 0);
-    check_conv(2, 32, 8, 8, 64, 1, 1, 0, 0);
-    check_conv(2, 3, 32, 32, 16, 7, 2, 3, 0);
+    check_layout_dependent();
     check_linear(9, 300, 17);
     check_linear(64, 2048, 1000);
-    check_bn();
-    check_pool(1, 3, 2, 1);
-    check_pool(0, 2, 2, 0);
     check_elementwise();
     check_softmax(1.0f);
     check_softmax(1024.0f);
+  }
+  for (int i = 0; i < 3; i++) {
+    set_precision(all[i]);
+    NHWC = 1;
+    printf("== %s NHWC (channels last)\n", nn_precision_name(P));
+    check_layout_dependent();
   }
   if (cc_failures) {
     printf("%d comparison(s) failed\n", cc_failures);
     return 1;
   }
-  printf("all half-precision CUDA layer checks passed\n");
+  printf("all half-precision and channels-last CUDA layer checks passed\n");
   return 0;
 }
 #else

@@ -6,7 +6,8 @@
    Then the loss scaling itself: an overflowing scale skips the update (parameters and
    the optimizer's step count unchanged) and backs off; clean steps grow it; bf16 keeps
    a static scale of 1; input from device memory equals input from host memory; an
-   optimizer of the wrong size is refused. Exits 77 without a CUDA device. */
+   optimizer of the wrong size is refused. The same comparisons in NHWC (channels last)
+   in fp16, bf16 and fp32. Exits 77 without a CUDA device. */
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
 
@@ -17,7 +18,8 @@
 #include "tests/cuda_check.h"
 
 /* Tolerances relative to the largest reference value, per precision ([0] fp16, [1]
-   bf16); 0: printed, not checked. The reference is the same model in float32 on the
+   bf16, [2] fp32, which runs here only in NHWC: NCHW fp32 is test_cuda_model_step's,
+   whose tolerances it takes); 0: printed, not checked. The reference is the same model in float32 on the
    CPU, so they measure what rounding every stored activation, weight and gradient to
    the half type does to each quantity, which the network amplifies. They were sized on
    the CPU by emulating that rounding layer by layer on 8 random inputs: about 3x the
@@ -31,7 +33,7 @@
 typedef struct {
   const char *name;
   int batch, hw;
-  double logits[2], loss[2], grads[2], stats[2], eval[2];
+  double logits[3], loss[3], grads[3], stats[3], eval[3];   /* fp16, bf16, fp32 */
 } case_t;
 
 /* The fp16 loss scale of the comparisons: small enough that no gradient of these
@@ -41,17 +43,24 @@ typedef struct {
 #define CMP_SCALE 256.0f
 #define CMP_LR 0.01f
 
-static nn_model_t *make(const char *name, int batch, int hw, nn_precision_t p,
-                        float init_scale, int interval) {
+/* A model: on the CPU in float32 (the reference) when p is fp32 and not nhwc, else on
+   the GPU in precision p and the layout asked. */
+static nn_model_t *make_layout(const char *name, int batch, int hw, nn_precision_t p,
+                               float init_scale, int interval, int nhwc) {
   nn_model_config_t cfg = {batch, 42, 0, 0, hw, hw};
   nn_model_t *m;
   CC_OK(nn_model_create(&m, name, &cfg));
-  if (p != NN_PRECISION_FP32) {
-    nn_precision_config_t pc = {p, init_scale, 0, 0, interval, 0};
+  if (p != NN_PRECISION_FP32 || nhwc) {
+    nn_precision_config_t pc = {p, init_scale, 0, 0, interval, 0, nhwc};
     CC_OK(nn_model_set_precision(m, &pc));
     CC_OK(nn_model_to_device(m, NN_DEVICE_CUDA));
   }
   return m;
+}
+
+static nn_model_t *make(const char *name, int batch, int hw, nn_precision_t p,
+                        float init_scale, int interval) {
+  return make_layout(name, batch, hw, p, init_scale, interval, 0);
 }
 
 static int32_t *make_labels(int n, int classes) {
@@ -96,13 +105,14 @@ static void check(const char *what, const float *got, int dev, const float *want
   if (dev) free(g);
 }
 
-static void run_case(const case_t *k, nn_precision_t p) {
-  const int j = p == NN_PRECISION_FP16 ? 0 : 1;
+static void run_case(const case_t *k, nn_precision_t p, int nhwc) {
+  const int j = p == NN_PRECISION_FP16 ? 0 : p == NN_PRECISION_BF16 ? 1 : 2;
   const float init_scale = p == NN_PRECISION_FP16 ? CMP_SCALE : 1.0f;
   nn_model_t *cpu = make(k->name, k->batch, k->hw, NN_PRECISION_FP32, 0, 0);
-  nn_model_t *gpu = make(k->name, k->batch, k->hw, p, p == NN_PRECISION_FP16 ? CMP_SCALE : 0,
-                         0);
-  printf("== %s %s batch %d%s\n", k->name, nn_precision_name(p), k->batch,
+  nn_model_t *gpu = make_layout(k->name, k->batch, k->hw, p,
+                                p == NN_PRECISION_FP16 ? CMP_SCALE : 0, 0, nhwc);
+  printf("== %s %s %s batch %d%s\n", k->name, nn_precision_name(p),
+         nhwc ? "NHWC (channels last)" : "NCHW", k->batch,
          k->hw ? " (reduced input size)" : "");
   size_t np = nn_model_num_params(cpu);
   int classes = nn_model_num_classes(cpu);
@@ -272,15 +282,24 @@ int main(int argc, char **argv) {
      eval 1.1e-3 / 5.9e-3; resnet50 logits 9.2e-2 / 0.40, loss 5.4e-3 / 7.4e-3,
      gradients 1.1 / 1.6, statistics 1.2e-2 / 6.7e-2, eval 0.12 / 0.15. */
   static const case_t cases[] = {
-      {"lenet", 16, 0, {1e-2, 5e-2}, {1e-2, 5e-2}, {0.2, 0.3}, {1e-2, 5e-2}, {1e-2, 5e-2}},
-      {"resnet20", 8, 0, {3e-2, 0.1}, {1e-2, 2e-2}, {0.6, 0}, {1e-2, 2e-2}, {1e-2, 3e-2}},
-      {"alexnet", 2, 0, {1e-2, 5e-2}, {1e-2, 5e-2}, {6e-2, 6e-2}, {1e-2, 5e-2}, {1e-2, 5e-2}},
-      {"resnet50", 4, 64, {0.3, 0}, {5e-2, 5e-2}, {0, 0}, {5e-2, 0.25}, {0.4, 0.5}},
+      {"lenet", 16, 0, {1e-2, 5e-2, 1e-4}, {1e-2, 5e-2, 1e-4}, {0.2, 0.3, 5e-3},
+       {1e-2, 5e-2, 1e-4}, {1e-2, 5e-2, 5e-4}},
+      {"resnet20", 8, 0, {3e-2, 0.1, 1e-3}, {1e-2, 2e-2, 1e-3}, {0.6, 0, 2e-2},
+       {1e-2, 2e-2, 1e-3}, {1e-2, 3e-2, 5e-3}},
+      {"alexnet", 2, 0, {1e-2, 5e-2, 1e-3}, {1e-2, 5e-2, 1e-3}, {6e-2, 6e-2, 4e-2},
+       {1e-2, 5e-2, 1e-3}, {1e-2, 5e-2, 5e-3}},
+      {"resnet50", 4, 64, {0.3, 0, 2e-3}, {5e-2, 5e-2, 2e-3}, {0, 0, 0.25},
+       {5e-2, 0.25, 2e-3}, {0.4, 0.5, 0.1}},
   };
+  /* NCHW in fp16 and bf16, then NHWC (channels last: the flatten of lenet and alexnet
+     permutes, conv weights are permuted) in fp16, bf16 and fp32. */
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (argc > 1 && !strstr(argv[1], cases[i].name)) continue;
-    run_case(&cases[i], NN_PRECISION_FP16);
-    run_case(&cases[i], NN_PRECISION_BF16);
+    run_case(&cases[i], NN_PRECISION_FP16, 0);
+    run_case(&cases[i], NN_PRECISION_BF16, 0);
+    run_case(&cases[i], NN_PRECISION_FP16, 1);
+    run_case(&cases[i], NN_PRECISION_BF16, 1);
+    run_case(&cases[i], NN_PRECISION_FP32, 1);
   }
   if (argc <= 1 || strstr(argv[1], "scaling")) check_loss_scaling();
   if (cc_failures) {

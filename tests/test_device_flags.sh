@@ -4,7 +4,8 @@
 #     usable GPU", with nn_cuda_info()'s reason), also under mpirun -np 2 for train (only
 #     rank 0 reports a flag error);
 #   - mixed precision (--use_fp16 / --use_bf16 of cnn_bench and train, cnn_bench's
-#     --allow_tf32) on --device cpu: one line saying it needs --device gpu, non-zero exit,
+#     --allow_tf32, --data_format NHWC) on --device cpu: one line saying it needs
+#     --device gpu, non-zero exit,
 #     nothing trained and nothing written; both precisions at once: one line; with
 #     --device gpu and no GPU: the "no usable GPU" line; --help lists the flags;
 #   - in a CUDA build, rank 0 says once that there is no usable GPU and it runs on the CPU
@@ -70,6 +71,8 @@ expect_one_line "cnn_bench --use_fp16 --use_bf16" "--use_fp16 and --use_bf16" "c
   "$bench" --device gpu --use_fp16 --use_bf16
 expect_one_line "cnn_bench --allow_tf32" "--allow_tf32" "needs --device gpu" -- \
   "$bench" --allow_tf32
+expect_one_line "cnn_bench --data_format NHWC" "--data_format NHWC" "needs --device gpu" -- \
+  "$bench" --data_format NHWC
 expect_one_line "cnn_bench --device gpu --use_fp16" "cnn_bench: --device gpu" "no usable GPU" -- \
   "$bench" --device gpu --use_fp16
 expect_one_line "cnn_bench --device gpu --use_bf16" "cnn_bench: --device gpu" "no usable GPU" -- \
@@ -91,6 +94,8 @@ for f in --use_fp16 --use-fp16 --use_bf16 --use-bf16; do
 done
 only='^train: ' expect_one_line "train --use_fp16, 2 ranks" "train: --use-fp16" "needs --device gpu" -- \
   mpirun -np 2 "$train" --dataset synthetic --use_fp16
+expect_one_line "train --channels-last" "--channels-last" "needs --device gpu" -- \
+  "$train" --dataset synthetic --channels-last
 expect_one_line "train --use_fp16 --use_bf16" "--use-fp16 and --use-bf16" "choose one" -- \
   "$train" --device gpu --dataset synthetic --use_fp16 --use_bf16
 expect_one_line "train --device gpu --use_fp16" "train: --device gpu" "no usable GPU" -- \

@@ -30,7 +30,7 @@ static void test_defaults_and_validation(void) {
   if (!m) return;
   CHECK(nn_model_precision(m) == NN_PRECISION_FP32, "a new model is fp32");
 
-  nn_precision_config_t fp16 = {NN_PRECISION_FP16, 0, 0, 0, 0, 0};
+  nn_precision_config_t fp16 = {NN_PRECISION_FP16, 0, 0, 0, 0, 0, 0};
   CHECK(nn_model_set_precision(m, &fp16) == NN_OK, "fp16: %s", nn_last_error());
   CHECK(nn_model_precision(m) == NN_PRECISION_FP16, "precision is fp16");
   CHECK(m->precision.init_scale == 65536.0f, "fp16 initial scale %g", m->precision.init_scale);
@@ -39,12 +39,12 @@ static void test_defaults_and_validation(void) {
   CHECK(m->precision.growth_interval == 2000, "interval %d", m->precision.growth_interval);
   CHECK(m->precision.static_scale == 0, "fp16 scale is dynamic");
 
-  nn_precision_config_t bf16 = {NN_PRECISION_BF16, 0, 0, 0, 0, 0};
+  nn_precision_config_t bf16 = {NN_PRECISION_BF16, 0, 0, 0, 0, 0, 0};
   CHECK(nn_model_set_precision(m, &bf16) == NN_OK, "bf16: %s", nn_last_error());
   CHECK(m->precision.init_scale == 1.0f, "bf16 initial scale %g", m->precision.init_scale);
   CHECK(m->precision.static_scale == 1, "bf16 scale is static by default");
 
-  nn_precision_config_t bf16_dyn = {NN_PRECISION_BF16, 128.0f, 0, 0, 0, 0};
+  nn_precision_config_t bf16_dyn = {NN_PRECISION_BF16, 128.0f, 0, 0, 0, 0, 0};
   CHECK(nn_model_set_precision(m, &bf16_dyn) == NN_OK, "bf16 with a scale");
   CHECK(m->precision.static_scale == 0 && m->precision.init_scale == 128.0f,
         "bf16 with an explicit initial scale is dynamic");
@@ -52,13 +52,13 @@ static void test_defaults_and_validation(void) {
   /* Rejected configurations leave the previous one in place. */
   CHECK(nn_model_set_precision(m, &fp16) == NN_OK, "back to fp16");
   const nn_precision_config_t bad[] = {
-      {(nn_precision_t)7, 0, 0, 0, 0, 0},
-      {NN_PRECISION_FP16, -1.0f, 0, 0, 0, 0},
-      {NN_PRECISION_FP16, INFINITY, 0, 0, 0, 0},
-      {NN_PRECISION_FP16, 0, 0.5f, 0, 0, 0},
-      {NN_PRECISION_FP16, 0, 0, 1.5f, 0, 0},
-      {NN_PRECISION_FP16, 0, 0, -0.5f, 0, 0},
-      {NN_PRECISION_FP16, 0, 0, 0, -3, 0},
+      {(nn_precision_t)7, 0, 0, 0, 0, 0, 0},
+      {NN_PRECISION_FP16, -1.0f, 0, 0, 0, 0, 0},
+      {NN_PRECISION_FP16, INFINITY, 0, 0, 0, 0, 0},
+      {NN_PRECISION_FP16, 0, 0.5f, 0, 0, 0, 0},
+      {NN_PRECISION_FP16, 0, 0, 1.5f, 0, 0, 0},
+      {NN_PRECISION_FP16, 0, 0, -0.5f, 0, 0, 0},
+      {NN_PRECISION_FP16, 0, 0, 0, -3, 0, 0},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     nn_status_t s = nn_model_set_precision(m, &bad[i]);
@@ -79,6 +79,14 @@ static void test_defaults_and_validation(void) {
   CHECK(s == NN_ERR_UNSUPPORTED, "fp16 forward on the CPU gave status %d", (int)s);
   CHECK(strstr(nn_last_error(), "fp16") && strstr(nn_last_error(), "CUDA"),
         "the error says why: %s", nn_last_error());
+  nn_precision_config_t nhwc = {NN_PRECISION_FP32, 0, 0, 0, 0, 0, 7};
+  CHECK(nn_model_set_precision(m, &nhwc) == NN_OK, "fp32 channels last");
+  CHECK(m->precision.channels_last == 1, "channels_last is a flag: %d",
+        m->precision.channels_last);
+  s = nn_model_forward(m, x, 4, 1);
+  CHECK(s == NN_ERR_UNSUPPORTED, "NHWC forward on the CPU gave status %d", (int)s);
+  CHECK(strstr(nn_last_error(), "channels_last") != NULL, "the error says why: %s",
+        nn_last_error());
   CHECK(nn_model_set_precision(m, NULL) == NN_OK, "NULL config means fp32");
   CHECK(nn_model_precision(m) == NN_PRECISION_FP32, "fp32 again");
   CHECK(nn_model_forward(m, x, 4, 1) == NN_OK, "fp32 forward: %s", nn_last_error());

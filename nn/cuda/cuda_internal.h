@@ -70,34 +70,42 @@ size_t nn_cuda_elem_size(nn_precision_t p);
 cudnnDataType_t nn_cudnn_type(nn_precision_t p);
 cudaDataType_t nn_cublas_type(nn_precision_t p);
 
-/* Typed layer entry points: activations (x, y, dx, dy) in precision p; weights and
-   their gradients too for convolution and linear; batch-norm parameters, statistics
-   and their gradients always float (cuDNN's rule for half inputs). The float public
-   functions of nn_cuda.h are these with NN_PRECISION_FP32. */
-nn_status_t nn_conv2d_forward_cuda_p(nn_precision_t p, const nn_conv2d_shape_t *s,
+/* How activations are stored on the device: the element type, and NCHW or NHWC
+   (channels last: [n][h][w][c]; convolution weights then K x R x S x C). */
+typedef struct {
+  nn_precision_t prec;
+  int nhwc;
+} nn_cuda_fmt_t;
+#define NN_CUDA_FMT_FP32_NCHW ((nn_cuda_fmt_t){NN_PRECISION_FP32, 0})
+
+/* Typed layer entry points: activations (x, y, dx, dy) in format f; weights and their
+   gradients too for convolution and linear; batch-norm parameters, statistics and their
+   gradients always float (cuDNN's rule for half inputs). The float public functions of
+   nn_cuda.h are these with NN_CUDA_FMT_FP32_NCHW. */
+nn_status_t nn_conv2d_forward_cuda_p(nn_cuda_fmt_t f, const nn_conv2d_shape_t *s,
                                      const void *x, const void *w, const void *b, void *y);
-nn_status_t nn_conv2d_backward_cuda_p(nn_precision_t p, const nn_conv2d_shape_t *s,
+nn_status_t nn_conv2d_backward_cuda_p(nn_cuda_fmt_t f, const nn_conv2d_shape_t *s,
                                       const void *x, const void *w, const void *dy, void *dx,
                                       void *dw, void *db);
-nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_precision_t p,
+nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_cuda_fmt_t f,
                                                 const nn_batchnorm2d_shape_t *s,
                                                 const void *x, const float *gamma,
                                                 const float *beta, float *running_mean,
                                                 float *running_var, void *y,
                                                 float *save_mean, float *save_invstd);
-nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_precision_t p,
+nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_cuda_fmt_t f,
                                                 const nn_batchnorm2d_shape_t *s,
                                                 const void *x, const float *gamma,
                                                 const float *beta, const float *running_mean,
                                                 const float *running_var, void *y);
-nn_status_t nn_batchnorm2d_backward_cuda_p(nn_precision_t p, const nn_batchnorm2d_shape_t *s,
+nn_status_t nn_batchnorm2d_backward_cuda_p(nn_cuda_fmt_t f, const nn_batchnorm2d_shape_t *s,
                                            const void *x, const float *gamma,
                                            const float *save_mean, const float *save_invstd,
                                            const void *dy, void *dx, float *dgamma,
                                            float *dbeta);
-nn_status_t nn_pool2d_forward_cuda_p(nn_precision_t p, int max, const nn_pool2d_shape_t *s,
+nn_status_t nn_pool2d_forward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s,
                                      const void *x, void *y);
-nn_status_t nn_pool2d_backward_cuda_p(nn_precision_t p, int max, const nn_pool2d_shape_t *s,
+nn_status_t nn_pool2d_backward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s,
                                       const void *x, const void *y, const void *dy, void *dx);
 nn_status_t nn_linear_forward_cuda_p(nn_precision_t p, int n, int in, int out, const void *x,
                                      const void *w, const void *b, void *y);
@@ -122,32 +130,45 @@ cudaError_t nn_cuk_add_backward(cudaStream_t st, nn_precision_t p, size_t n, con
                                 void *da, void *db);
 cudaError_t nn_cuk_accumulate(cudaStream_t st, nn_precision_t p, size_t n, const void *dy,
                               void *dx);
-cudaError_t nn_cuk_gap_forward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
-                               const void *x, void *y);
-cudaError_t nn_cuk_gap_backward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
-                                const void *dy, void *dx);
+cudaError_t nn_cuk_gap_forward(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
+                               int hw, const void *x, void *y);
+cudaError_t nn_cuk_gap_backward(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
+                                int hw, const void *dy, void *dx);
 cudaError_t nn_cuk_bias_add(cudaStream_t st, nn_precision_t p, int n, int out, const void *b,
                             void *y);
 cudaError_t nn_cuk_bias_grad(cudaStream_t st, nn_precision_t p, int n, int out,
                              const void *dy, void *db);
-/* Convolution bias over NCHW data: y[s][ch][p] += b[ch]; db[ch] += sum of dy over s, p. */
-cudaError_t nn_cuk_channel_bias_add(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
-                                    const void *b, void *y);
-cudaError_t nn_cuk_channel_bias_grad(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
-                                     const void *dy, void *db);
-/* Batch norm (NCHW, float32 statistics and parameters), nn's own kernels: the formulas
-   and accumulating backward of nn/batchnorm2d.c. Shapes must be valid (n, c, hw >= 1). */
-cudaError_t nn_cuk_bn_train(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+/* Convolution bias over NCHW or NHWC data: y[s][ch][p] += b[ch]; db[ch] += sum of dy
+   over s, p. */
+cudaError_t nn_cuk_channel_bias_add(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
+                                    int hw, const void *b, void *y);
+cudaError_t nn_cuk_channel_bias_grad(cudaStream_t st, nn_precision_t p, int nhwc, int n,
+                                     int c, int hw, const void *dy, void *db);
+/* Batch norm (NCHW or NHWC, float32 statistics and parameters), nn's own kernels: the
+   formulas and accumulating backward of nn/batchnorm2d.c. Shapes must be valid. */
+cudaError_t nn_cuk_bn_train(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c, int hw,
                             float eps, float momentum, const void *x, const float *gamma,
                             const float *beta, float *running_mean, float *running_var,
                             void *y, float *save_mean, float *save_invstd);
-cudaError_t nn_cuk_bn_infer(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+cudaError_t nn_cuk_bn_infer(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c, int hw,
                             float eps, const void *x, const float *gamma, const float *beta,
                             const float *running_mean, const float *running_var, void *y);
-cudaError_t nn_cuk_bn_backward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
-                               const void *x, const float *gamma, const float *save_mean,
-                               const float *save_invstd, const void *dy, void *dx,
-                               float *dgamma, float *dbeta);
+cudaError_t nn_cuk_bn_backward(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
+                               int hw, const void *x, const float *gamma,
+                               const float *save_mean, const float *save_invstd,
+                               const void *dy, void *dx, float *dgamma, float *dbeta);
+/* Layout changes, n x c x hw elements: float NCHW -> type-p NHWC (the input batch; conv
+   weights K x C x R x S -> K x R x S x C with n = K, hw = R * S) and back to float
+   (weight gradients); flatten of NHWC activations into NCHW order, and its backward
+   dx (NHWC) += dy (NCHW). */
+cudaError_t nn_cuk_float_to_nhwc(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                 const float *x, void *y);
+cudaError_t nn_cuk_nhwc_to_float(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                 const void *x, float *y);
+cudaError_t nn_cuk_nhwc_to_nchw(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                const void *x, void *y);
+cudaError_t nn_cuk_nchw_to_nhwc_acc(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                    const void *dy, void *dx);
 cudaError_t nn_cuk_dropout_forward(cudaStream_t st, nn_precision_t prec, size_t n, float p,
                                    uint64_t seed, uint64_t step, const void *x, void *y,
                                    uint8_t *mask);

@@ -1,4 +1,4 @@
-/* nn/cuda/cudnn_ops.c: convolution, batch norm and pooling through cuDNN (NCHW), in
+/* nn/cuda/cudnn_ops.c: convolution, batch norm and pooling through cuDNN (NCHW or NHWC), in
    float32 or, for mixed precision, with float16/bfloat16 data and float32 accumulation
    (tensor cores; cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations).
 
@@ -28,7 +28,7 @@
 typedef struct {
   nn_conv2d_shape_t shape;
   int tf32;
-  nn_precision_t prec;
+  nn_cuda_fmt_t fmt;
   cudnnTensorDescriptor_t x, y;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t conv;
@@ -64,16 +64,18 @@ static int same_shape(const nn_conv2d_shape_t *a, const nn_conv2d_shape_t *b) {
 }
 
 static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv_plan_t *p) {
-  const cudnnDataType_t f = nn_cudnn_type(p->prec);
+  const cudnnDataType_t f = nn_cudnn_type(p->fmt.prec);
+  /* NHWC: activations [n][h][w][c], filters K x R x S x C (PyTorch's channels_last). */
+  const cudnnTensorFormat_t layout = p->fmt.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
   NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
   NN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
   NN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
-  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, f, s->n, s->c_in,
-                                            s->h_in, s->w_in));
-  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, f, s->n, s->c_out,
-                                            s->h_out, s->w_out));
-  NN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, f, CUDNN_TENSOR_NCHW, s->c_out, s->c_in,
+  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, layout, f, s->n, s->c_in, s->h_in,
+                                            s->w_in));
+  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, layout, f, s->n, s->c_out, s->h_out,
+                                            s->w_out));
+  NN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, f, layout, s->c_out, s->c_in,
                                             s->kh, s->kw));
   NN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, s->pad_h, s->pad_w, s->stride_h,
                                                  s->stride_w, 1, 1, CUDNN_CROSS_CORRELATION,
@@ -81,7 +83,7 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
   /* The convolution accumulates in float32 whatever the data type. FMA math is strict
      fp32; TENSOR_OP math lets cuDNN use tensor cores (TF32 for float data). */
   NN_CUDNN_CHECK(cudnnSetConvolutionMathType(
-      p->conv, p->tf32 || p->prec != NN_PRECISION_FP32 ? CUDNN_TENSOR_OP_MATH
+      p->conv, p->tf32 || p->fmt.prec != NN_PRECISION_FP32 ? CUDNN_TENSOR_OP_MATH
                                                        : CUDNN_FMA_MATH));
   const size_t limit = ws_limit();
   int got = 0, i;
@@ -163,13 +165,14 @@ static void plan_free(conv_plan_t *p) {
   free(p);
 }
 
-static nn_status_t conv_plan(nn_cuda_ctx_t *c, nn_precision_t prec,
+static nn_status_t conv_plan(nn_cuda_ctx_t *c, nn_cuda_fmt_t fmt,
                              const nn_conv2d_shape_t *s0, conv_plan_t **out) {
   nn_conv2d_shape_t s = *s0;
   if (nn_conv2d_shape(&s) != NN_OK) return NN_ERR_ARG;
   pthread_mutex_lock(&cache_mu);
   for (int i = 0; i < cache_n; i++)
-    if (cache[i]->tf32 == c->tf32 && cache[i]->prec == prec &&
+    if (cache[i]->tf32 == c->tf32 && cache[i]->fmt.prec == fmt.prec &&
+        cache[i]->fmt.nhwc == fmt.nhwc &&
         same_shape(&cache[i]->shape, &s)) {
       *out = cache[i];
       pthread_mutex_unlock(&cache_mu);
@@ -180,7 +183,7 @@ static nn_status_t conv_plan(nn_cuda_ctx_t *c, nn_precision_t prec,
   if (p) {
     p->shape = s;
     p->tf32 = c->tf32;
-    p->prec = prec;
+    p->fmt = fmt;
     st = plan_build(c, &s, p);
   }
   if (st == NN_OK) {
@@ -198,7 +201,7 @@ static nn_status_t conv_plan(nn_cuda_ctx_t *c, nn_precision_t prec,
   return st;
 }
 
-nn_status_t nn_conv2d_forward_cuda_p(nn_precision_t prec, const nn_conv2d_shape_t *s,
+nn_status_t nn_conv2d_forward_cuda_p(nn_cuda_fmt_t fmt, const nn_conv2d_shape_t *s,
                                      const void *x, const void *w, const void *b, void *y) {
   if (!s || !x || !w || !y)
     return nn_set_error(NN_ERR_ARG, "nn_conv2d_forward_cuda: NULL argument");
@@ -206,7 +209,7 @@ nn_status_t nn_conv2d_forward_cuda_p(nn_precision_t prec, const nn_conv2d_shape_
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK) return st;
   conv_plan_t *p;
-  if ((st = conv_plan(c, prec, s, &p)) != NN_OK) {
+  if ((st = conv_plan(c, fmt, s, &p)) != NN_OK) {
     if (st == NN_ERR_ARG) return nn_set_error(st, "nn_conv2d_forward_cuda: empty output");
     return st;
   }
@@ -216,17 +219,17 @@ nn_status_t nn_conv2d_forward_cuda_p(nn_precision_t prec, const nn_conv2d_shape_
   NN_CUDNN_CHECK(cudnnConvolutionForward(c->cudnn, &one, p->x, x, p->w, w, p->conv, p->fwd,
                                          ws, p->ws_fwd, &zero, p->y, y));
   if (b)
-    NN_CUDA_CHECK(nn_cuk_channel_bias_add(c->stream, prec, s->n, s->c_out,
+    NN_CUDA_CHECK(nn_cuk_channel_bias_add(c->stream, fmt.prec, fmt.nhwc, s->n, s->c_out,
                                           p->shape.h_out * p->shape.w_out, b, y));
   return NN_OK;
 }
 
 nn_status_t nn_conv2d_forward_cuda(const nn_conv2d_shape_t *s, const float *x,
                                    const float *w, const float *b, float *y) {
-  return nn_conv2d_forward_cuda_p(NN_PRECISION_FP32, s, x, w, b, y);
+  return nn_conv2d_forward_cuda_p(NN_CUDA_FMT_FP32_NCHW, s, x, w, b, y);
 }
 
-nn_status_t nn_conv2d_backward_cuda_p(nn_precision_t prec, const nn_conv2d_shape_t *s,
+nn_status_t nn_conv2d_backward_cuda_p(nn_cuda_fmt_t fmt, const nn_conv2d_shape_t *s,
                                       const void *x, const void *w, const void *dy, void *dx,
                                       void *dw, void *db) {
   if (!s || !dy) return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward_cuda: NULL argument");
@@ -234,7 +237,7 @@ nn_status_t nn_conv2d_backward_cuda_p(nn_precision_t prec, const nn_conv2d_shape
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK) return st;
   conv_plan_t *p;
-  if ((st = conv_plan(c, prec, s, &p)) != NN_OK) {
+  if ((st = conv_plan(c, fmt, s, &p)) != NN_OK) {
     if (st == NN_ERR_ARG) return nn_set_error(st, "nn_conv2d_backward_cuda: empty output");
     return st;
   }
@@ -243,7 +246,7 @@ nn_status_t nn_conv2d_backward_cuda_p(nn_precision_t prec, const nn_conv2d_shape
   if ((st = nn_cuda_workspace(c, need, &ws)) != NN_OK) return st;
   const float one = 1.0f;
   if (db)
-    NN_CUDA_CHECK(nn_cuk_channel_bias_grad(c->stream, prec, s->n, s->c_out,
+    NN_CUDA_CHECK(nn_cuk_channel_bias_grad(c->stream, fmt.prec, fmt.nhwc, s->n, s->c_out,
                                            p->shape.h_out * p->shape.w_out, dy, db));
   if (dw) NN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(c->cudnn, &one, p->x, x, p->y, dy,
                                                         p->conv, p->bwd_filter, ws,
@@ -257,7 +260,7 @@ nn_status_t nn_conv2d_backward_cuda_p(nn_precision_t prec, const nn_conv2d_shape
 nn_status_t nn_conv2d_backward_cuda(const nn_conv2d_shape_t *s, const float *x,
                                     const float *w, const float *dy, float *dx, float *dw,
                                     float *db) {
-  return nn_conv2d_backward_cuda_p(NN_PRECISION_FP32, s, x, w, dy, dx, dw, db);
+  return nn_conv2d_backward_cuda_p(NN_CUDA_FMT_FP32_NCHW, s, x, w, dy, dx, dw, db);
 }
 
 /* ---- batch norm ----
@@ -267,19 +270,20 @@ nn_status_t nn_conv2d_backward_cuda(const nn_conv2d_shape_t *s, const float *x,
    status, before cuDNN does any work) switches that precision to nn's kernels for the
    rest of the process. */
 
-static int bn_native_for[3];   /* per nn_precision_t: cuDNN refused it once */
+static int bn_native_for[2][3];   /* [nhwc][nn_precision_t]: cuDNN refused it once */
 
-static int bn_native(nn_precision_t p) {
+static int bn_native(nn_cuda_fmt_t f) {
   const char *e = getenv("NN_CUDA_BN");
   if (e && strcmp(e, "native") == 0) return 1;
-  return bn_native_for[p];
+  return bn_native_for[f.nhwc][f.prec];
 }
 
-/* A refusal of a half type by cuDNN: remember it and take nn's kernels (float32 errors
-   are real errors). */
-static int bn_refused(nn_precision_t p, cudnnStatus_t e) {
-  if (p == NN_PRECISION_FP32 || !(e >= CUDNN_STATUS_BAD_PARAM && e < 4000)) return 0;
-  bn_native_for[p] = 1;
+/* A refusal of a half type or of NHWC by cuDNN: remember it and take nn's kernels
+   (errors of float32 NCHW, which cuDNN has always done, are real errors). */
+static int bn_refused(nn_cuda_fmt_t f, cudnnStatus_t e) {
+  if ((f.prec == NN_PRECISION_FP32 && !f.nhwc) || !(e >= CUDNN_STATUS_BAD_PARAM && e < 4000))
+    return 0;
+  bn_native_for[f.nhwc][f.prec] = 1;
   return 1;
 }
 
@@ -299,21 +303,21 @@ static void bn_free(bn_desc_t *d) {
 }
 
 /* The descriptors; a cuDNN status, so that a refusal of the data type can be told. */
-static cudnnStatus_t bn_desc(nn_precision_t prec, const nn_batchnorm2d_shape_t *s,
+static cudnnStatus_t bn_desc(nn_cuda_fmt_t f, const nn_batchnorm2d_shape_t *s,
                              bn_desc_t *d) {
   d->x = d->param = NULL;
   cudnnStatus_t e = cudnnCreateTensorDescriptor(&d->x);
   if (e == CUDNN_STATUS_SUCCESS) e = cudnnCreateTensorDescriptor(&d->param);
   if (e == CUDNN_STATUS_SUCCESS)
-    e = cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, nn_cudnn_type(prec), s->n, s->c,
-                                   s->h, s->w);
+    e = cudnnSetTensor4dDescriptor(d->x, f.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                   nn_cudnn_type(f.prec), s->n, s->c, s->h, s->w);
   /* float for float, half and bfloat16 data: statistics and parameters stay float32. */
   if (e == CUDNN_STATUS_SUCCESS)
     e = cudnnDeriveBNTensorDescriptor(d->param, d->x, CUDNN_BATCHNORM_SPATIAL);
   return e;
 }
 
-nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_precision_t prec,
+nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_cuda_fmt_t fmt,
                                                 const nn_batchnorm2d_shape_t *s,
                                                 const void *x, const float *gamma,
                                                 const float *beta, float *running_mean,
@@ -322,12 +326,12 @@ nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_precision_t prec,
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK || (st = bn_check(s)) != NN_OK) return st;
-  if (!bn_native(prec)) {
+  if (!bn_native(fmt)) {
     if (s->eps < CUDNN_BN_MIN_EPSILON)
       return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): eps %g below cuDNN's minimum %g",
                           (double)s->eps, (double)CUDNN_BN_MIN_EPSILON);
     bn_desc_t d;
-    cudnnStatus_t e = bn_desc(prec, s, &d);
+    cudnnStatus_t e = bn_desc(fmt, s, &d);
     const float one = 1.0f, zero = 0.0f;
     if (e == CUDNN_STATUS_SUCCESS)
       e = cudnnBatchNormalizationForwardTraining(
@@ -336,17 +340,17 @@ nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_precision_t prec,
           save_invstd);
     bn_free(&d);
     if (e == CUDNN_STATUS_SUCCESS) return NN_OK;
-    if (!bn_refused(prec, e))
+    if (!bn_refused(fmt, e))
       return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationForwardTraining",
                           cudnnGetErrorString(e));
   }
-  NN_CUDA_CHECK(nn_cuk_bn_train(c->stream, prec, s->n, s->c, s->h * s->w, s->eps,
+  NN_CUDA_CHECK(nn_cuk_bn_train(c->stream, fmt.prec, fmt.nhwc, s->n, s->c, s->h * s->w, s->eps,
                                 s->momentum, x, gamma, beta, running_mean, running_var, y,
                                 save_mean, save_invstd));
   return NN_OK;
 }
 
-nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_precision_t prec,
+nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_cuda_fmt_t fmt,
                                                 const nn_batchnorm2d_shape_t *s,
                                                 const void *x, const float *gamma,
                                                 const float *beta, const float *running_mean,
@@ -354,12 +358,12 @@ nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_precision_t prec,
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK || (st = bn_check(s)) != NN_OK) return st;
-  if (!bn_native(prec)) {
+  if (!bn_native(fmt)) {
     if (s->eps < CUDNN_BN_MIN_EPSILON)
       return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): eps %g below cuDNN's minimum %g",
                           (double)s->eps, (double)CUDNN_BN_MIN_EPSILON);
     bn_desc_t d;
-    cudnnStatus_t e = bn_desc(prec, s, &d);
+    cudnnStatus_t e = bn_desc(fmt, s, &d);
     const float one = 1.0f, zero = 0.0f;
     if (e == CUDNN_STATUS_SUCCESS)
       e = cudnnBatchNormalizationForwardInference(
@@ -367,16 +371,16 @@ nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_precision_t prec,
           beta, running_mean, running_var, (double)s->eps);
     bn_free(&d);
     if (e == CUDNN_STATUS_SUCCESS) return NN_OK;
-    if (!bn_refused(prec, e))
+    if (!bn_refused(fmt, e))
       return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationForwardInference",
                           cudnnGetErrorString(e));
   }
-  NN_CUDA_CHECK(nn_cuk_bn_infer(c->stream, prec, s->n, s->c, s->h * s->w, s->eps, x, gamma,
+  NN_CUDA_CHECK(nn_cuk_bn_infer(c->stream, fmt.prec, fmt.nhwc, s->n, s->c, s->h * s->w, s->eps, x, gamma,
                                 beta, running_mean, running_var, y));
   return NN_OK;
 }
 
-nn_status_t nn_batchnorm2d_backward_cuda_p(nn_precision_t prec,
+nn_status_t nn_batchnorm2d_backward_cuda_p(nn_cuda_fmt_t fmt,
                                            const nn_batchnorm2d_shape_t *s, const void *x,
                                            const float *gamma, const float *save_mean,
                                            const float *save_invstd, const void *dy,
@@ -387,12 +391,12 @@ nn_status_t nn_batchnorm2d_backward_cuda_p(nn_precision_t prec,
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK || (st = bn_check(s)) != NN_OK) return st;
-  if (!bn_native(prec)) {
+  if (!bn_native(fmt)) {
     if (s->eps < CUDNN_BN_MIN_EPSILON)
       return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): eps %g below cuDNN's minimum %g",
                           (double)s->eps, (double)CUDNN_BN_MIN_EPSILON);
     bn_desc_t d;
-    cudnnStatus_t e = bn_desc(prec, s, &d);
+    cudnnStatus_t e = bn_desc(fmt, s, &d);
     const float one = 1.0f;
     /* beta = 1 for data and parameters: add into dx, dgamma, dbeta. */
     if (e == CUDNN_STATUS_SUCCESS)
@@ -402,11 +406,11 @@ nn_status_t nn_batchnorm2d_backward_cuda_p(nn_precision_t prec,
                                           save_invstd);
     bn_free(&d);
     if (e == CUDNN_STATUS_SUCCESS) return NN_OK;
-    if (!bn_refused(prec, e))
+    if (!bn_refused(fmt, e))
       return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationBackward",
                           cudnnGetErrorString(e));
   }
-  NN_CUDA_CHECK(nn_cuk_bn_backward(c->stream, prec, s->n, s->c, s->h * s->w, x, gamma,
+  NN_CUDA_CHECK(nn_cuk_bn_backward(c->stream, fmt.prec, fmt.nhwc, s->n, s->c, s->h * s->w, x, gamma,
                                    save_mean, save_invstd, dy, dx, dgamma, dbeta));
   return NN_OK;
 }
@@ -416,7 +420,7 @@ nn_status_t nn_batchnorm2d_forward_train_cuda(const nn_batchnorm2d_shape_t *s,
                                               const float *beta, float *running_mean,
                                               float *running_var, float *y,
                                               float *save_mean, float *save_invstd) {
-  return nn_batchnorm2d_forward_train_cuda_p(NN_PRECISION_FP32, s, x, gamma, beta,
+  return nn_batchnorm2d_forward_train_cuda_p(NN_CUDA_FMT_FP32_NCHW, s, x, gamma, beta,
                                              running_mean, running_var, y, save_mean,
                                              save_invstd);
 }
@@ -425,7 +429,7 @@ nn_status_t nn_batchnorm2d_forward_infer_cuda(const nn_batchnorm2d_shape_t *s,
                                               const float *x, const float *gamma,
                                               const float *beta, const float *running_mean,
                                               const float *running_var, float *y) {
-  return nn_batchnorm2d_forward_infer_cuda_p(NN_PRECISION_FP32, s, x, gamma, beta,
+  return nn_batchnorm2d_forward_infer_cuda_p(NN_CUDA_FMT_FP32_NCHW, s, x, gamma, beta,
                                              running_mean, running_var, y);
 }
 
@@ -433,7 +437,7 @@ nn_status_t nn_batchnorm2d_backward_cuda(const nn_batchnorm2d_shape_t *s, const 
                                          const float *gamma, const float *save_mean,
                                          const float *save_invstd, const float *dy,
                                          float *dx, float *dgamma, float *dbeta) {
-  return nn_batchnorm2d_backward_cuda_p(NN_PRECISION_FP32, s, x, gamma, save_mean,
+  return nn_batchnorm2d_backward_cuda_p(NN_CUDA_FMT_FP32_NCHW, s, x, gamma, save_mean,
                                         save_invstd, dy, dx, dgamma, dbeta);
 }
 
@@ -450,7 +454,7 @@ static void pool_free(pool_desc_t *d) {
   if (d->pool) cudnnDestroyPoolingDescriptor(d->pool);
 }
 
-static nn_status_t pool_desc(nn_precision_t prec, const nn_pool2d_shape_t *s0,
+static nn_status_t pool_desc(nn_cuda_fmt_t fmt, const nn_pool2d_shape_t *s0,
                              cudnnPoolingMode_t mode, pool_desc_t *d) {
   memset(d, 0, sizeof *d);
   if (!s0) return nn_set_error(NN_ERR_ARG, "pool2d (CUDA): NULL shape");
@@ -459,24 +463,23 @@ static nn_status_t pool_desc(nn_precision_t prec, const nn_pool2d_shape_t *s0,
   NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->x));
   NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->y));
   NN_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&d->pool));
-  const cudnnDataType_t f = nn_cudnn_type(prec);
-  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, f, s.n, s.c, s.h_in,
-                                            s.w_in));
-  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, f, s.n, s.c, s.h_out,
-                                            s.w_out));
+  const cudnnDataType_t f = nn_cudnn_type(fmt.prec);
+  const cudnnTensorFormat_t layout = fmt.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->x, layout, f, s.n, s.c, s.h_in, s.w_in));
+  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->y, layout, f, s.n, s.c, s.h_out, s.w_out));
   NN_CUDNN_CHECK(cudnnSetPooling2dDescriptor(d->pool, mode, CUDNN_NOT_PROPAGATE_NAN, s.kh,
                                              s.kw, s.pad_h, s.pad_w, s.stride_h,
                                              s.stride_w));
   return NN_OK;
 }
 
-static nn_status_t pool_forward(nn_precision_t prec, const nn_pool2d_shape_t *s,
+static nn_status_t pool_forward(nn_cuda_fmt_t fmt, const nn_pool2d_shape_t *s,
                                 cudnnPoolingMode_t mode, const void *x, void *y) {
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK) return st;
   pool_desc_t d;
-  st = pool_desc(prec, s, mode, &d);
+  st = pool_desc(fmt, s, mode, &d);
   if (st == NN_OK) {
     const float one = 1.0f, zero = 0.0f;
     cudnnStatus_t e = cudnnPoolingForward(c->cudnn, d.pool, &one, d.x, x, &zero, d.y, y);
@@ -487,14 +490,14 @@ static nn_status_t pool_forward(nn_precision_t prec, const nn_pool2d_shape_t *s,
   return st;
 }
 
-static nn_status_t pool_backward(nn_precision_t prec, const nn_pool2d_shape_t *s,
+static nn_status_t pool_backward(nn_cuda_fmt_t fmt, const nn_pool2d_shape_t *s,
                                  cudnnPoolingMode_t mode, const void *x, const void *y,
                                  const void *dy, void *dx) {
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK) return st;
   pool_desc_t d;
-  st = pool_desc(prec, s, mode, &d);
+  st = pool_desc(fmt, s, mode, &d);
   if (st == NN_OK) {
     const float one = 1.0f;
     cudnnStatus_t e = cudnnPoolingBackward(c->cudnn, d.pool, &one, d.y, y, d.y, dy, d.x, x,
@@ -510,31 +513,31 @@ static cudnnPoolingMode_t pool_mode(int max) {
   return max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
 }
 
-nn_status_t nn_pool2d_forward_cuda_p(nn_precision_t p, int max, const nn_pool2d_shape_t *s,
+nn_status_t nn_pool2d_forward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s,
                                      const void *x, void *y) {
-  return pool_forward(p, s, pool_mode(max), x, y);
+  return pool_forward(f, s, pool_mode(max), x, y);
 }
 
-nn_status_t nn_pool2d_backward_cuda_p(nn_precision_t p, int max, const nn_pool2d_shape_t *s,
+nn_status_t nn_pool2d_backward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s,
                                       const void *x, const void *y, const void *dy,
                                       void *dx) {
-  return pool_backward(p, s, pool_mode(max), x, y, dy, dx);
+  return pool_backward(f, s, pool_mode(max), x, y, dy, dx);
 }
 
 nn_status_t nn_maxpool2d_forward_cuda(const nn_pool2d_shape_t *s, const float *x, float *y) {
-  return pool_forward(NN_PRECISION_FP32, s, pool_mode(1), x, y);
+  return pool_forward(NN_CUDA_FMT_FP32_NCHW, s, pool_mode(1), x, y);
 }
 
 nn_status_t nn_maxpool2d_backward_cuda(const nn_pool2d_shape_t *s, const float *x,
                                        const float *y, const float *dy, float *dx) {
-  return pool_backward(NN_PRECISION_FP32, s, pool_mode(1), x, y, dy, dx);
+  return pool_backward(NN_CUDA_FMT_FP32_NCHW, s, pool_mode(1), x, y, dy, dx);
 }
 
 nn_status_t nn_avgpool2d_forward_cuda(const nn_pool2d_shape_t *s, const float *x, float *y) {
-  return pool_forward(NN_PRECISION_FP32, s, pool_mode(0), x, y);
+  return pool_forward(NN_CUDA_FMT_FP32_NCHW, s, pool_mode(0), x, y);
 }
 
 nn_status_t nn_avgpool2d_backward_cuda(const nn_pool2d_shape_t *s, const float *x,
                                        const float *y, const float *dy, float *dx) {
-  return pool_backward(NN_PRECISION_FP32, s, pool_mode(0), x, y, dy, dx);
+  return pool_backward(NN_CUDA_FMT_FP32_NCHW, s, pool_mode(0), x, y, dy, dx);
 }

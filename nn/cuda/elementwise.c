@@ -68,7 +68,7 @@ nn_status_t nn_global_avgpool_forward_cuda(int n, int c_, int hw, const float *x
   if (n < 1 || c_ < 1 || hw < 1)
     return nn_set_error(NN_ERR_ARG, "nn_global_avgpool_forward_cuda: bad shape");
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_gap_forward(c->stream, NN_PRECISION_FP32, n, c_, hw, x, y));
+  NN_CUDA_CHECK(nn_cuk_gap_forward(c->stream, NN_PRECISION_FP32, 0, n, c_, hw, x, y));
   return NN_OK;
 }
 
@@ -77,7 +77,7 @@ nn_status_t nn_global_avgpool_backward_cuda(int n, int c_, int hw, const float *
   if (n < 1 || c_ < 1 || hw < 1)
     return nn_set_error(NN_ERR_ARG, "nn_global_avgpool_backward_cuda: bad shape");
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_gap_backward(c->stream, NN_PRECISION_FP32, n, c_, hw, dy, dx));
+  NN_CUDA_CHECK(nn_cuk_gap_backward(c->stream, NN_PRECISION_FP32, 0, n, c_, hw, dy, dx));
   return NN_OK;
 }
 

@@ -67,20 +67,83 @@ template <typename T> __global__ void accumulate(size_t n, const T *dy, T *dx) {
   GRID_LOOP(i, n) dx[i] = st<T>(ld(dx[i]) + ld(dy[i]));
 }
 
-// One warp per (sample, channel) plane.
-template <typename T> __global__ void gap_fwd(size_t planes, int hw, const T *x, T *y) {
+// ---- layouts: activations are NCHW, or NHWC (channels last) when nhwc ----
+
+// Offset of (sample s, channel ch, position p) among n x c x hw elements.
+__device__ __forceinline__ size_t at4(int nhwc, size_t s, int ch, size_t p, int c, int hw) {
+  return nhwc ? (s * (size_t)hw + p) * (size_t)c + (size_t)ch
+              : (s * (size_t)c + (size_t)ch) * (size_t)hw + p;
+}
+
+// Channel of flat offset i.
+__device__ __forceinline__ int chan_of(int nhwc, size_t i, int c, int hw) {
+  return (int)(nhwc ? i % (size_t)c : (i / (size_t)hw) % (size_t)c);
+}
+
+// One warp per (sample, channel): y[s][ch] = mean over positions (same in both layouts).
+template <typename T>
+__global__ void gap_fwd(size_t planes, int c, int hw, int nhwc, const T *x, T *y) {
   size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
   int lane = threadIdx.x & 31;
   if (warp >= planes) return;
-  const T *p = x + warp * (size_t)hw;
+  const size_t smp = warp / (size_t)c;
+  const int ch = (int)(warp % (size_t)c);
   float s = 0.0f;
-  for (int j = lane; j < hw; j += 32) s += ld(p[j]);
+  for (int j = lane; j < hw; j += 32) s += ld(x[at4(nhwc, smp, ch, (size_t)j, c, hw)]);
   for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
   if (lane == 0) y[warp] = st<T>(s / (float)hw);
 }
 
-template <typename T> __global__ void gap_bwd(size_t n, int hw, const T *dy, T *dx) {
-  GRID_LOOP(i, n) dx[i] = st<T>(ld(dx[i]) + ld(dy[i / (size_t)hw]) / (float)hw);
+template <typename T>
+__global__ void gap_bwd(size_t n, int c, int hw, int nhwc, const T *dy, T *dx) {
+  GRID_LOOP(i, n) {
+    size_t smp = i / ((size_t)c * hw);
+    int ch = chan_of(nhwc, i, c, hw);
+    dx[i] = st<T>(ld(dx[i]) + ld(dy[smp * (size_t)c + (size_t)ch]) / (float)hw);
+  }
+}
+
+// y (NHWC, type T) = x (NCHW, float): the input batch, and conv weights K x C x R x S
+// into K x R x S x C (the same permutation with n = K, hw = R * S).
+template <typename T>
+__global__ void float_to_nhwc(size_t total, int c, int hw, const float *x, T *y) {
+  GRID_LOOP(i, total) {
+    size_t smp = i / ((size_t)c * hw), r = i % ((size_t)c * hw);
+    size_t p = r / (size_t)c;
+    int ch = (int)(r % (size_t)c);
+    y[i] = st<T>(x[at4(0, smp, ch, p, c, hw)]);
+  }
+}
+
+// y (NCHW, float) = x (NHWC, type T): conv weight gradients back to K x C x R x S.
+template <typename T>
+__global__ void nhwc_to_float(size_t total, int c, int hw, const T *x, float *y) {
+  GRID_LOOP(i, total) {
+    size_t smp = i / ((size_t)c * hw), p = i % (size_t)hw;
+    int ch = (int)((i / (size_t)hw) % (size_t)c);
+    y[i] = ld(x[at4(1, smp, ch, p, c, hw)]);
+  }
+}
+
+// Flatten of NHWC activations into PyTorch's (NCHW) feature order: y = x permuted, and
+// backward dx (NHWC) += dy (NCHW) permuted back.
+template <typename T>
+__global__ void nhwc_to_nchw(size_t total, int c, int hw, const T *x, T *y) {
+  GRID_LOOP(i, total) {
+    size_t smp = i / ((size_t)c * hw), p = i % (size_t)hw;
+    int ch = (int)((i / (size_t)hw) % (size_t)c);
+    y[i] = x[at4(1, smp, ch, p, c, hw)];
+  }
+}
+
+template <typename T>
+__global__ void nchw_to_nhwc_acc(size_t total, int c, int hw, const T *dy, T *dx) {
+  GRID_LOOP(i, total) {
+    size_t smp = i / ((size_t)c * hw), r = i % ((size_t)c * hw);
+    size_t p = r / (size_t)c;
+    int ch = (int)(r % (size_t)c);
+    dx[i] = st<T>(ld(dx[i]) + ld(dy[at4(0, smp, ch, p, c, hw)]));
+  }
 }
 
 template <typename T> __global__ void bias_add(size_t n, int out, const T *b, T *y) {
@@ -95,23 +158,22 @@ template <typename T> __global__ void bias_grad(int n, int out, const T *dy, T *
   db[j] = st<T>(ld(db[j]) + s);
 }
 
-// Convolution bias over NCHW: y[s][c][p] += b[c].
+// Convolution bias: y[s][ch][p] += b[ch].
 template <typename T>
-__global__ void channel_bias_add(size_t n, int c, int hw, const T *b, T *y) {
-  GRID_LOOP(i, n) y[i] = st<T>(ld(y[i]) + ld(b[(i / (size_t)hw) % (size_t)c]));
+__global__ void channel_bias_add(size_t n, int c, int hw, int nhwc, const T *b, T *y) {
+  GRID_LOOP(i, n) y[i] = st<T>(ld(y[i]) + ld(b[chan_of(nhwc, i, c, hw)]));
 }
 
 // One block per channel: db[c] += sum over samples and positions of dy[s][c][p], summed
 // in float in a fixed order (deterministic).
 template <typename T>
-__global__ void channel_bias_grad(int n, int c, int hw, const T *dy, T *db) {
+__global__ void channel_bias_grad(int n, int c, int hw, int nhwc, const T *dy, T *db) {
   __shared__ float part[kThreads];
   const int ch = blockIdx.x;
   const size_t total = (size_t)n * hw;
   float s = 0.0f;
   for (size_t j = threadIdx.x; j < total; j += blockDim.x) {
-    size_t sample = j / (size_t)hw, pos = j % (size_t)hw;
-    s += ld(dy[(sample * (size_t)c + (size_t)ch) * (size_t)hw + pos]);
+    s += ld(dy[at4(nhwc, j / (size_t)hw, ch, j % (size_t)hw, c, hw)]);
   }
   part[threadIdx.x] = s;
   __syncthreads();
@@ -122,7 +184,7 @@ __global__ void channel_bias_grad(int n, int c, int hw, const T *dy, T *db) {
   if (threadIdx.x == 0) db[ch] = st<T>(ld(db[ch]) + part[0]);
 }
 
-// ---- batch norm (NCHW), nn's own kernels: used where cuDNN refuses a data type (its
+// ---- batch norm (NCHW or NHWC), nn's own kernels: used where cuDNN refuses a data type (its
 // legacy batch norm and bfloat16), or everywhere with NN_CUDA_BN=native. One block per
 // channel reduces in float32 with a fixed order (deterministic) and then applies, so
 // the channel's data is read twice (three times in training). Formulas as the CPU's
@@ -141,30 +203,30 @@ __device__ float block_sum(float v, float *part) {
 }
 
 // Element j of channel ch over (n, hw): sample j / hw, position j % hw.
-__device__ __forceinline__ size_t bn_index(size_t j, int ch, int c, int hw) {
-  return (j / (size_t)hw * (size_t)c + (size_t)ch) * (size_t)hw + j % (size_t)hw;
+__device__ __forceinline__ size_t bn_index(int nhwc, size_t j, int ch, int c, int hw) {
+  return at4(nhwc, j / (size_t)hw, ch, j % (size_t)hw, c, hw);
 }
 
 template <typename T>
-__global__ void bn_train(int n, int c, int hw, float eps, float momentum, const T *x,
+__global__ void bn_train(int n, int c, int hw, int nhwc, float eps, float momentum, const T *x,
                          const float *gamma, const float *beta, float *running_mean,
                          float *running_var, T *y, float *save_mean, float *save_invstd) {
   __shared__ float part[kThreads / 32];
   const int ch = blockIdx.x;
   const size_t m = (size_t)n * hw;
   float s = 0.0f;
-  for (size_t j = threadIdx.x; j < m; j += blockDim.x) s += ld(x[bn_index(j, ch, c, hw)]);
+  for (size_t j = threadIdx.x; j < m; j += blockDim.x) s += ld(x[bn_index(nhwc, j, ch, c, hw)]);
   const float mean = block_sum(s, part) / (float)m;
   float q = 0.0f;
   for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
-    float d = ld(x[bn_index(j, ch, c, hw)]) - mean;
+    float d = ld(x[bn_index(nhwc, j, ch, c, hw)]) - mean;
     q += d * d;
   }
   const float var = block_sum(q, part) / (float)m;
   const float invstd = 1.0f / sqrtf(var + eps);
   const float a = gamma[ch] * invstd, b = beta[ch] - mean * a;
   for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
-    size_t i = bn_index(j, ch, c, hw);
+    size_t i = bn_index(nhwc, j, ch, c, hw);
     y[i] = st<T>(ld(x[i]) * a + b);
   }
   if (threadIdx.x == 0) {
@@ -177,11 +239,11 @@ __global__ void bn_train(int n, int c, int hw, float eps, float momentum, const 
 }
 
 template <typename T>
-__global__ void bn_infer(size_t total, int c, int hw, float eps, const T *x,
+__global__ void bn_infer(size_t total, int c, int hw, int nhwc, float eps, const T *x,
                          const float *gamma, const float *beta, const float *running_mean,
                          const float *running_var, T *y) {
   GRID_LOOP(i, total) {
-    const int ch = (int)((i / (size_t)hw) % (size_t)c);
+    const int ch = chan_of(nhwc, i, c, hw);
     const float a = gamma[ch] / sqrtf(running_var[ch] + eps);
     y[i] = st<T>((ld(x[i]) - running_mean[ch]) * a + beta[ch]);
   }
@@ -190,7 +252,7 @@ __global__ void bn_infer(size_t total, int c, int hw, float eps, const T *x,
 // dgamma += sum(dy xhat), dbeta += sum(dy),
 // dx += gamma invstd (dy - sum(dy) / m - xhat sum(dy xhat) / m).
 template <typename T>
-__global__ void bn_backward(int n, int c, int hw, const T *x, const float *gamma,
+__global__ void bn_backward(int n, int c, int hw, int nhwc, const T *x, const float *gamma,
                             const float *save_mean, const float *save_invstd, const T *dy,
                             T *dx, float *dgamma, float *dbeta) {
   __shared__ float part[kThreads / 32];
@@ -199,7 +261,7 @@ __global__ void bn_backward(int n, int c, int hw, const T *x, const float *gamma
   const float mean = save_mean[ch], invstd = save_invstd[ch];
   float sdy = 0.0f, sdyx = 0.0f;
   for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
-    size_t i = bn_index(j, ch, c, hw);
+    size_t i = bn_index(nhwc, j, ch, c, hw);
     float g = ld(dy[i]);
     sdy += g;
     sdyx += g * (ld(x[i]) - mean) * invstd;
@@ -208,7 +270,7 @@ __global__ void bn_backward(int n, int c, int hw, const T *x, const float *gamma
   sdyx = block_sum(sdyx, part);
   const float k = gamma[ch] * invstd, inv_m = 1.0f / (float)m;
   for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
-    size_t i = bn_index(j, ch, c, hw);
+    size_t i = bn_index(nhwc, j, ch, c, hw);
     float xhat = (ld(x[i]) - mean) * invstd;
     dx[i] = st<T>(ld(dx[i]) + k * (ld(dy[i]) - sdy * inv_m - xhat * sdyx * inv_m));
   }
@@ -431,21 +493,21 @@ cudaError_t nn_cuk_accumulate(cudaStream_t st, nn_precision_t p, size_t n, const
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_gap_forward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
-                               const void *x, void *y) {
+cudaError_t nn_cuk_gap_forward(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
+                               int hw, const void *x, void *y) {
   size_t planes = (size_t)n * c;
   if (planes)
     DISPATCH(p, (gap_fwd<E><<<blocks_for(planes * 32), kThreads, 0, st>>>(
-                    planes, hw, (const E *)x, (E *)y)));
+                    planes, c, hw, nhwc, (const E *)x, (E *)y)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_gap_backward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
-                                const void *dy, void *dx) {
+cudaError_t nn_cuk_gap_backward(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
+                                int hw, const void *dy, void *dx) {
   size_t total = (size_t)n * c * hw;
   if (total)
-    DISPATCH(p, (gap_bwd<E><<<blocks_for(total), kThreads, 0, st>>>(total, hw,
-                                                                     (const E *)dy, (E *)dx)));
+    DISPATCH(p, (gap_bwd<E><<<blocks_for(total), kThreads, 0, st>>>(
+                    total, c, hw, nhwc, (const E *)dy, (E *)dx)));
   return cudaGetLastError();
 }
 
@@ -466,50 +528,86 @@ cudaError_t nn_cuk_bias_grad(cudaStream_t st, nn_precision_t p, int n, int out,
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_channel_bias_add(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
-                                    const void *b, void *y) {
+cudaError_t nn_cuk_channel_bias_add(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
+                                    int hw, const void *b, void *y) {
   size_t total = (size_t)n * c * hw;
   if (total)
     DISPATCH(p, (channel_bias_add<E><<<blocks_for(total), kThreads, 0, st>>>(
-                    total, c, hw, (const E *)b, (E *)y)));
+                    total, c, hw, nhwc, (const E *)b, (E *)y)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_channel_bias_grad(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
-                                     const void *dy, void *db) {
+cudaError_t nn_cuk_channel_bias_grad(cudaStream_t st, nn_precision_t p, int nhwc, int n,
+                                     int c, int hw, const void *dy, void *db) {
   if (n > 0 && c > 0 && hw > 0)
     DISPATCH(p, (channel_bias_grad<E><<<(unsigned)c, kThreads, 0, st>>>(
-                    n, c, hw, (const E *)dy, (E *)db)));
+                    n, c, hw, nhwc, (const E *)dy, (E *)db)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_bn_train(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+cudaError_t nn_cuk_bn_train(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c, int hw,
                             float eps, float momentum, const void *x, const float *gamma,
                             const float *beta, float *running_mean, float *running_var,
                             void *y, float *save_mean, float *save_invstd) {
   DISPATCH(p, (bn_train<E><<<(unsigned)c, kThreads, 0, st>>>(
-                  n, c, hw, eps, momentum, (const E *)x, gamma, beta, running_mean,
+                  n, c, hw, nhwc, eps, momentum, (const E *)x, gamma, beta, running_mean,
                   running_var, (E *)y, save_mean, save_invstd)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_bn_infer(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+cudaError_t nn_cuk_bn_infer(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c, int hw,
                             float eps, const void *x, const float *gamma, const float *beta,
                             const float *running_mean, const float *running_var, void *y) {
   size_t total = (size_t)n * c * hw;
   DISPATCH(p, (bn_infer<E><<<blocks_for(total), kThreads, 0, st>>>(
-                  total, c, hw, eps, (const E *)x, gamma, beta, running_mean, running_var,
+                  total, c, hw, nhwc, eps, (const E *)x, gamma, beta, running_mean, running_var,
                   (E *)y)));
   return cudaGetLastError();
 }
 
-cudaError_t nn_cuk_bn_backward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
-                               const void *x, const float *gamma, const float *save_mean,
-                               const float *save_invstd, const void *dy, void *dx,
-                               float *dgamma, float *dbeta) {
+cudaError_t nn_cuk_bn_backward(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
+                               int hw, const void *x, const float *gamma,
+                               const float *save_mean, const float *save_invstd,
+                               const void *dy, void *dx, float *dgamma, float *dbeta) {
   DISPATCH(p, (bn_backward<E><<<(unsigned)c, kThreads, 0, st>>>(
-                  n, c, hw, (const E *)x, gamma, save_mean, save_invstd, (const E *)dy,
+                  n, c, hw, nhwc, (const E *)x, gamma, save_mean, save_invstd, (const E *)dy,
                   (E *)dx, dgamma, dbeta)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_float_to_nhwc(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                 const float *x, void *y) {
+  size_t total = (size_t)n * c * hw;
+  if (total)
+    DISPATCH(p, (float_to_nhwc<E><<<blocks_for(total), kThreads, 0, st>>>(total, c, hw, x,
+                                                                            (E *)y)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_nhwc_to_float(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                 const void *x, float *y) {
+  size_t total = (size_t)n * c * hw;
+  if (total)
+    DISPATCH(p, (nhwc_to_float<E><<<blocks_for(total), kThreads, 0, st>>>(
+                    total, c, hw, (const E *)x, y)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_nhwc_to_nchw(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                const void *x, void *y) {
+  size_t total = (size_t)n * c * hw;
+  if (total)
+    DISPATCH(p, (nhwc_to_nchw<E><<<blocks_for(total), kThreads, 0, st>>>(
+                    total, c, hw, (const E *)x, (E *)y)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_nchw_to_nhwc_acc(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                    const void *dy, void *dx) {
+  size_t total = (size_t)n * c * hw;
+  if (total)
+    DISPATCH(p, (nchw_to_nhwc_acc<E><<<blocks_for(total), kThreads, 0, st>>>(
+                    total, c, hw, (const E *)dy, (E *)dx)));
   return cudaGetLastError();
 }
 

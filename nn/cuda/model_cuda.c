@@ -18,6 +18,14 @@
      by the loss scale (nn_cuda_amp_t, device memory) in the softmax kernel;
      nn_model_optim_step_cuda unscales, checks, steps and adapts the scale.
 
+   Layout (nn_precision_config_t.channels_last): NCHW, or NHWC (PyTorch's channels_last,
+   what cuDNN's tensor-core convolutions and batch norm prefer). In NHWC the input batch
+   is permuted as it is loaded, convolutions read their weights K x R x S x C from the
+   compute copy (permuted from the master's K x C x R x S at each forward, and their
+   gradients permuted back), and a flatten of a spatial map permutes into PyTorch's
+   feature order, so linear layers, logits, checkpoints and the host mirror are the same
+   in both layouts. Elementwise layers do not care.
+
    Relu runs in place on the device where it does on the CPU, except over a pooling
    output: cuDNN's pooling backward reads the forward output y, which an in-place relu
    would have changed (the CPU max pool keeps an argmax instead). */
@@ -33,6 +41,7 @@ typedef struct {
   int own;                 /* out/dout allocated for this layer (else aliases)      */
   int own_out;             /* out allocated here (flatten of the input: dout only)  */
   int inplace_relu;
+  int permute;             /* NHWC flatten of a spatial map: out is its NCHW copy   */
   float *save_mean, *save_invstd;
   uint8_t *mask;
 } dlayer_t;
@@ -48,12 +57,16 @@ typedef struct {
 
 typedef struct {
   nn_precision_t prec;
+  nn_cuda_fmt_t fmt;       /* precision and layout of activations                   */
   size_t es;               /* bytes per activation element                          */
   dlayer_t *L;
   float *params, *grads, *buffers;   /* float32 master copies                       */
-  void *params_h, *grads_h;          /* mixed precision: half copies (conv, linear) */
+  /* The compute copy of the parameters and their gradients, for convolutions and
+     linear layers, when it differs from the master (mixed precision: half; NHWC:
+     conv weights K x R x S x C); NULL otherwise. */
+  void *params_h, *grads_h;
   void *input, *dinput, *dlogits;    /* in the model's precision                    */
-  float *input_f;          /* mixed precision: the float32 input before the cast    */
+  float *input_f;          /* the float32 input before its cast/permutation         */
   float *logits_f;         /* mixed precision: float32 logits of the last forward   */
   int32_t *labels;
   float *loss;             /* device scalar */
@@ -74,6 +87,9 @@ static size_t sample_size(const nn_layer_t *l) { return (size_t)l->c * l->h * l-
 static cuda_model_t *CM(const nn_model_t *m) { return (cuda_model_t *)m->cuda; }
 
 static int mixed(const cuda_model_t *d) { return d->prec != NN_PRECISION_FP32; }
+
+/* The input and the conv/linear parameters need a converted copy. */
+static int converted(const cuda_model_t *d) { return mixed(d) || d->fmt.nhwc; }
 
 /* Element off of a buffer of es-byte elements. */
 static void *elem(void *base, size_t off, size_t es) { return (char *)base + off * es; }
@@ -175,6 +191,8 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
   cuda_model_t *d = calloc(1, sizeof *d);
   if (!d) return nn_set_error(NN_ERR_NO_MEMORY, "nn_model_to_device: out of memory");
   d->prec = m->precision.precision;
+  d->fmt.prec = d->prec;
+  d->fmt.nhwc = m->precision.channels_last != 0;
   d->es = nn_cuda_elem_size(d->prec);
   const size_t es = d->es;
   d->L = calloc((size_t)m->num_layers, sizeof *d->L);
@@ -192,10 +210,12 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
   ALLOC(d->labels, batch * sizeof(int32_t));
   ALLOC(d->loss, sizeof(float));
   ALLOC(d->correct, sizeof(int));
-  if (mixed(d)) {
+  if (converted(d)) {
     ALLOC(d->params_h, m->num_params * es);
     ALLOC(d->grads_h, m->num_params * es);
     ALLOC(d->input_f, in_elems * sizeof(float));
+  }
+  if (mixed(d)) {
     ALLOC(d->logits_f, logit_elems * sizeof(float));
     ALLOC(d->amp, sizeof(nn_cuda_amp_t));
   }
@@ -212,7 +232,11 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
       if (sk == NN_LAYER_MAXPOOL2D || sk == NN_LAYER_AVGPOOL2D) view = 0;
       else dl->inplace_relu = 1;
     }
-    if (view) {
+    if (d->fmt.nhwc && l->kind == NN_LAYER_FLATTEN && l->in_c > 1 && l->in_h * l->in_w > 1) {
+      dl->permute = dl->own = dl->own_out = 1;
+      ALLOC(dl->out, bytes);
+      ALLOC(dl->dout, bytes);
+    } else if (view) {
       dl->out = d->L[l->in[0]].out;
       dl->dout = d->L[l->in[0]].dout;
     } else if (l->kind == NN_LAYER_FLATTEN && l->in[0] == NN_MODEL_INPUT) {
@@ -318,14 +342,52 @@ static void *in_grad(const nn_model_t *m, int in) {
   return in == NN_MODEL_INPUT ? CM(m)->dinput : CM(m)->L[in].dout;
 }
 
-/* Weights (and their gradients) of convolutions and linear layers: the half copies in
-   mixed precision, the float32 ones otherwise. */
+/* Weights (and their gradients) of convolutions and linear layers: the compute copy
+   when there is one (mixed precision, NHWC), the float32 master otherwise. */
 static const void *gemm_param(const cuda_model_t *d, size_t off) {
-  return mixed(d) ? elem(d->params_h, off, d->es) : (const void *)(d->params + off);
+  return d->params_h ? elem(d->params_h, off, d->es) : (const void *)(d->params + off);
 }
 
 static void *gemm_grad(const cuda_model_t *d, size_t off) {
-  return mixed(d) ? elem(d->grads_h, off, d->es) : (void *)(d->grads + off);
+  return d->grads_h ? elem(d->grads_h, off, d->es) : (void *)(d->grads + off);
+}
+
+/* The compute copy of the parameters from the master: cast (mixed precision), and conv
+   weights permuted to K x R x S x C (NHWC). */
+static nn_status_t refresh_compute_params(nn_model_t *m, nn_cuda_ctx_t *c) {
+  cuda_model_t *d = CM(m);
+  NN_CUDA_CHECK(nn_cuk_cast_from_float(c->stream, d->prec, m->num_params, d->params,
+                                       d->params_h));
+  if (d->fmt.nhwc)
+    for (int i = 0; i < m->num_layers; i++) {
+      const nn_layer_t *l = &m->layers[i];
+      if (l->kind != NN_LAYER_CONV2D) continue;
+      NN_CUDA_CHECK(nn_cuk_float_to_nhwc(c->stream, d->prec, l->c, l->in_c, l->kh * l->kw,
+                                         d->params + l->w_off,
+                                         elem(d->params_h, l->w_off, d->es)));
+    }
+  return NN_OK;
+}
+
+/* Layer l's gradients from the compute copy into the float32 master gradients (conv
+   weights permuted back in NHWC), before the layer is announced ready. */
+static nn_status_t gather_layer_grads(nn_model_t *m, nn_cuda_ctx_t *c, const nn_layer_t *l) {
+  cuda_model_t *d = CM(m);
+  if (l->param_end <= l->param_begin) return NN_OK;
+  if (l->kind == NN_LAYER_CONV2D && d->fmt.nhwc) {
+    NN_CUDA_CHECK(nn_cuk_nhwc_to_float(c->stream, d->prec, l->c, l->in_c, l->kh * l->kw,
+                                       elem(d->grads_h, l->w_off, d->es),
+                                       d->grads + l->w_off));
+    if (l->has_bias)
+      NN_CUDA_CHECK(nn_cuk_cast_to_float(c->stream, d->prec, (size_t)l->c,
+                                         elem(d->grads_h, l->b_off, d->es),
+                                         d->grads + l->b_off));
+    return NN_OK;
+  }
+  NN_CUDA_CHECK(nn_cuk_cast_to_float(c->stream, d->prec, l->param_end - l->param_begin,
+                                     elem(d->grads_h, l->param_begin, d->es),
+                                     d->grads + l->param_begin));
+  return NN_OK;
 }
 
 static nn_status_t layer_forward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n,
@@ -334,22 +396,23 @@ static nn_status_t layer_forward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n,
   cuda_model_t *d = CM(m);
   dlayer_t *dl = &d->L[i];
   const nn_precision_t p = d->prec;
+  const nn_cuda_fmt_t f = d->fmt;
   const void *x = in_out(m, l->in[0]);
   size_t count = (size_t)n * sample_size(l);
   float *P = d->params, *B = d->buffers;
   switch (l->kind) {
   case NN_LAYER_CONV2D: {
     nn_conv2d_shape_t s = nn_layer_conv_shape(l, n);
-    return nn_conv2d_forward_cuda_p(p, &s, x, gemm_param(d, l->w_off),
+    return nn_conv2d_forward_cuda_p(f, &s, x, gemm_param(d, l->w_off),
                                     l->has_bias ? gemm_param(d, l->b_off) : NULL, dl->out);
   }
   case NN_LAYER_BATCHNORM2D: {
     nn_batchnorm2d_shape_t s = nn_layer_bn_shape(l, n);
     if (!training)
-      return nn_batchnorm2d_forward_infer_cuda_p(p, &s, x, P + l->w_off, P + l->b_off,
+      return nn_batchnorm2d_forward_infer_cuda_p(f, &s, x, P + l->w_off, P + l->b_off,
                                                  B + l->rm_off, B + l->rv_off, dl->out);
     m->counters[l->counter]++;
-    return nn_batchnorm2d_forward_train_cuda_p(p, &s, x, P + l->w_off, P + l->b_off,
+    return nn_batchnorm2d_forward_train_cuda_p(f, &s, x, P + l->w_off, P + l->b_off,
                                                B + l->rm_off, B + l->rv_off, dl->out,
                                                dl->save_mean, dl->save_invstd);
   }
@@ -360,12 +423,13 @@ static nn_status_t layer_forward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n,
   case NN_LAYER_MAXPOOL2D:
   case NN_LAYER_AVGPOOL2D: {
     nn_pool2d_shape_t s = nn_layer_pool_shape(l, n);
-    return nn_pool2d_forward_cuda_p(p, l->kind == NN_LAYER_MAXPOOL2D, &s, x, dl->out);
+    return nn_pool2d_forward_cuda_p(f, l->kind == NN_LAYER_MAXPOOL2D, &s, x, dl->out);
   }
   case NN_LAYER_GLOBAL_AVGPOOL:
     if (n < 1 || l->c < 1 || l->in_h * l->in_w < 1)
       return nn_set_error(NN_ERR_ARG, "global average pool (CUDA): bad shape");
-    NN_CUDA_CHECK(nn_cuk_gap_forward(c->stream, p, n, l->c, l->in_h * l->in_w, x, dl->out));
+    NN_CUDA_CHECK(nn_cuk_gap_forward(c->stream, p, f.nhwc, n, l->c, l->in_h * l->in_w, x,
+                                     dl->out));
     return NN_OK;
   case NN_LAYER_LINEAR:
     return nn_linear_forward_cuda_p(p, n, l->in_c * l->in_h * l->in_w, l->c, x,
@@ -383,6 +447,9 @@ static nn_status_t layer_forward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n,
                                          dl->mask));
     return NN_OK;
   case NN_LAYER_FLATTEN:
+    if (dl->permute)
+      NN_CUDA_CHECK(nn_cuk_nhwc_to_nchw(c->stream, p, n, l->in_c, l->in_h * l->in_w, x,
+                                        dl->out));
     return NN_OK;
   case NN_LAYER_ADD:
     NN_CUDA_CHECK(nn_cuk_add_forward(c->stream, p, count, x, in_out(m, l->in[1]), dl->out));
@@ -396,7 +463,7 @@ static nn_status_t load_input(nn_model_t *m, nn_cuda_ctx_t *c, const float *x, i
   cuda_model_t *d = CM(m);
   size_t elems = (size_t)n * m->in_c * m->in_h * m->in_w;
   const int on_device = nn_cuda_is_device_ptr(x);
-  if (!mixed(d)) {
+  if (!converted(d)) {
     if (on_device) {
       NN_CUDA_CHECK(cudaMemcpyAsync(d->input, x, elems * sizeof(float),
                                     cudaMemcpyDeviceToDevice, c->stream));
@@ -409,7 +476,11 @@ static nn_status_t load_input(nn_model_t *m, nn_cuda_ctx_t *c, const float *x, i
     if (s != NN_OK) return s;
     x = d->input_f;
   }
-  NN_CUDA_CHECK(nn_cuk_cast_from_float(c->stream, d->prec, elems, x, d->input));
+  if (d->fmt.nhwc)
+    NN_CUDA_CHECK(nn_cuk_float_to_nhwc(c->stream, d->prec, n, m->in_c, m->in_h * m->in_w, x,
+                                       d->input));
+  else
+    NN_CUDA_CHECK(nn_cuk_cast_from_float(c->stream, d->prec, elems, x, d->input));
   return NN_OK;
 }
 
@@ -421,10 +492,8 @@ nn_status_t nn_cuda_model_forward(nn_model_t *m, const float *x, int n, int trai
   m->have_loss = 0;
   m->last_n = 0;
   if ((s = load_input(m, c, x, n)) != NN_OK) return s;
-  /* Mixed precision: this forward's half weights from the float32 master weights. */
-  if (mixed(d))
-    NN_CUDA_CHECK(nn_cuk_cast_from_float(c->stream, d->prec, m->num_params, d->params,
-                                         d->params_h));
+  /* This forward's compute weights from the float32 master weights. */
+  if (d->params_h && (s = refresh_compute_params(m, c)) != NN_OK) return s;
   for (int i = 0; i < m->num_layers; i++) {
     double t0 = now_s();   /* enqueue time only: kernels run asynchronously */
     s = layer_forward(m, c, i, n, training);
@@ -485,6 +554,7 @@ static nn_status_t layer_backward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n)
   cuda_model_t *d = CM(m);
   dlayer_t *dl = &d->L[i];
   const nn_precision_t p = d->prec;
+  const nn_cuda_fmt_t f = d->fmt;
   const void *x = in_out(m, l->in[0]);
   void *dx = in_grad(m, l->in[0]);
   const void *dy = dl->dout;
@@ -494,13 +564,13 @@ static nn_status_t layer_backward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n)
   case NN_LAYER_CONV2D: {
     nn_conv2d_shape_t s = nn_layer_conv_shape(l, n);
     if (!nn_layer_input_grad_wanted(m, l->in[0])) dx = NULL;
-    return nn_conv2d_backward_cuda_p(p, &s, x, gemm_param(d, l->w_off), dy, dx,
+    return nn_conv2d_backward_cuda_p(f, &s, x, gemm_param(d, l->w_off), dy, dx,
                                      gemm_grad(d, l->w_off),
                                      l->has_bias ? gemm_grad(d, l->b_off) : NULL);
   }
   case NN_LAYER_BATCHNORM2D: {
     nn_batchnorm2d_shape_t s = nn_layer_bn_shape(l, n);
-    return nn_batchnorm2d_backward_cuda_p(p, &s, x, P + l->w_off, dl->save_mean,
+    return nn_batchnorm2d_backward_cuda_p(f, &s, x, P + l->w_off, dl->save_mean,
                                           dl->save_invstd, dy, dx, G + l->w_off,
                                           G + l->b_off);
   }
@@ -513,11 +583,12 @@ static nn_status_t layer_backward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n)
   case NN_LAYER_MAXPOOL2D:
   case NN_LAYER_AVGPOOL2D: {
     nn_pool2d_shape_t s = nn_layer_pool_shape(l, n);
-    return nn_pool2d_backward_cuda_p(p, l->kind == NN_LAYER_MAXPOOL2D, &s, x, dl->out, dy,
+    return nn_pool2d_backward_cuda_p(f, l->kind == NN_LAYER_MAXPOOL2D, &s, x, dl->out, dy,
                                      dx);
   }
   case NN_LAYER_GLOBAL_AVGPOOL:
-    NN_CUDA_CHECK(nn_cuk_gap_backward(c->stream, p, n, l->c, l->in_h * l->in_w, dy, dx));
+    NN_CUDA_CHECK(nn_cuk_gap_backward(c->stream, p, f.nhwc, n, l->c, l->in_h * l->in_w, dy,
+                                      dx));
     return NN_OK;
   case NN_LAYER_LINEAR:
     if (!nn_layer_input_grad_wanted(m, l->in[0])) dx = NULL;
@@ -529,7 +600,11 @@ static nn_status_t layer_backward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n)
     NN_CUDA_CHECK(nn_cuk_dropout_backward(c->stream, p, count, l->p, dl->mask, dy, dx));
     return NN_OK;
   case NN_LAYER_FLATTEN:
-    if (dl->own && l->in[0] != NN_MODEL_INPUT)
+    if (l->in[0] == NN_MODEL_INPUT || !dl->own) return NN_OK;
+    if (dl->permute)
+      NN_CUDA_CHECK(nn_cuk_nchw_to_nhwc_acc(c->stream, p, n, l->in_c, l->in_h * l->in_w, dy,
+                                            dx));
+    else
       NN_CUDA_CHECK(nn_cuk_accumulate(c->stream, p, count, dy, dx));
     return NN_OK;
   case NN_LAYER_ADD:
@@ -564,15 +639,10 @@ nn_status_t nn_cuda_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, voi
     nn_layer_t *l = &m->layers[i];
     double t0 = now_s();
     s = layer_backward(m, c, i, n);
-    /* Mixed precision: this layer's half weight gradients into the float32 ones. */
-    if (s == NN_OK && mixed(d) && l->param_end > l->param_begin &&
-        (l->kind == NN_LAYER_CONV2D || l->kind == NN_LAYER_LINEAR)) {
-      cudaError_t e = nn_cuk_cast_to_float(c->stream, d->prec, l->param_end - l->param_begin,
-                                           elem(d->grads_h, l->param_begin, es),
-                                           d->grads + l->param_begin);
-      if (e != cudaSuccess)
-        s = nn_cuda_fail(__FILE__, __LINE__, "nn_cuk_cast_to_float", cudaGetErrorString(e));
-    }
+    /* This layer's weight gradients from the compute copy into the float32 ones. */
+    if (s == NN_OK && d->grads_h &&
+        (l->kind == NN_LAYER_CONV2D || l->kind == NN_LAYER_LINEAR))
+      s = gather_layer_grads(m, c, l);
     l->backward_s = now_s() - t0;
     if (s != NN_OK) return s;
     /* Enqueued, not finished: a consumer (hvd) orders itself after nn's stream. */
