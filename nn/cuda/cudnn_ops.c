@@ -10,13 +10,15 @@
    type set here while a result may name another (cuDNN lists an algorithm once per math
    type), so each candidate's workspace is asked of cudnnGet*WorkspaceSize for the
    descriptor as it will run, and the larger of that and the listed size is used.
-   Backward uses beta = 1 so dx and dw are ADDED to, as the CPU reference does. The bias (forward and db, also
-   added) is nn's own per-channel kernel, the same for every data type.
+   Backward uses beta = 1 so dx and dw are ADDED to, as the CPU reference does. The bias
+   (forward and db, also added) is nn's own per-channel kernel, the same for every data
+   type.
 
-   Batch norm: cudnnBatchNormalization* in SPATIAL mode (or nn's kernels, see below). cuDNN updates the running
-   statistics as running = (1 - f) * running + f * batch with the unbiased batch variance,
-   which is PyTorch's rule with f = momentum; the saved mean and inverse standard
-   deviation are the same quantities as the CPU kernel's save_mean/save_invstd. */
+   Batch norm: cudnnBatchNormalization* in SPATIAL mode (or nn's kernels, see below).
+   cuDNN updates the running statistics as running = (1 - f) * running + f * batch with
+   the unbiased batch variance, which is PyTorch's rule with f = momentum; the saved mean
+   and inverse standard deviation are the same quantities as the CPU kernel's
+   save_mean/save_invstd. */
 #include "nn/cuda/cuda_internal.h"
 
 #include <pthread.h>
@@ -281,8 +283,10 @@ static int bn_native(nn_cuda_fmt_t f) {
 /* A refusal of a half type or of NHWC by cuDNN: remember it and take nn's kernels
    (errors of float32 NCHW, which cuDNN has always done, are real errors). */
 static int bn_refused(nn_cuda_fmt_t f, cudnnStatus_t e) {
-  if ((f.prec == NN_PRECISION_FP32 && !f.nhwc) || !(e >= CUDNN_STATUS_BAD_PARAM && e < 4000))
-    return 0;
+  /* Generic BAD_PARAM or a NOT_SUPPORTED sub-code (3000-3999); BAD_PARAM sub-codes name
+     our arguments (a null or misaligned pointer) and stay errors. */
+  const int refusal = e == CUDNN_STATUS_BAD_PARAM || (e >= CUDNN_STATUS_NOT_SUPPORTED && e < 4000);
+  if ((f.prec == NN_PRECISION_FP32 && !f.nhwc) || !refusal) return 0;
   bn_native_for[f.nhwc][f.prec] = 1;
   return 1;
 }
@@ -375,8 +379,8 @@ nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_cuda_fmt_t fmt,
       return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationForwardInference",
                           cudnnGetErrorString(e));
   }
-  NN_CUDA_CHECK(nn_cuk_bn_infer(c->stream, fmt.prec, fmt.nhwc, s->n, s->c, s->h * s->w, s->eps, x, gamma,
-                                beta, running_mean, running_var, y));
+  NN_CUDA_CHECK(nn_cuk_bn_infer(c->stream, fmt.prec, fmt.nhwc, s->n, s->c, s->h * s->w,
+                                s->eps, x, gamma, beta, running_mean, running_var, y));
   return NN_OK;
 }
 
