@@ -2,14 +2,15 @@
    float32 or, for mixed precision, with float16/bfloat16 data and float32 accumulation
    (tensor cores; cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations).
 
-   Convolutions: descriptors and algorithms are chosen once per shape (precision and
-   TF32 setting) with cuDNN's heuristics (cudnnGet*Algorithm_v7), or timed with cudnnFind* when
-   NN_CUDNN_FIND=1: the first (best) algorithm that is supported and fits in
-   NN_CUDNN_WORKSPACE_MB (default 1024); plans are kept in a small cache; the
-   workspace is the context's, grown to the largest need. The descriptor keeps the math
-   type set here while a result may name another (cuDNN lists an algorithm once per math
-   type), so each candidate's workspace is asked of cudnnGet*WorkspaceSize for the
-   descriptor as it will run, and the larger of that and the listed size is used.
+   Convolutions: descriptors and algorithms are chosen once per shape (precision, layout
+   and TF32 setting) with cuDNN's heuristics (cudnnGet*Algorithm_v7), or timed with
+   cudnnFind* when NN_CUDNN_FIND=1: the first (best) algorithm that is supported and fits
+   in NN_CUDNN_WORKSPACE_MB (default 1024); plans are kept in a small cache; the
+   workspace is the context's, grown to the largest need. cuDNN lists an algorithm once
+   per math type, so each op (forward, backward data, backward filter) runs with a
+   descriptor of its own carrying the chosen result's math type (see run_math), and its
+   workspace is asked of cudnnGet*WorkspaceSize for that descriptor (the larger of that
+   and the listed size is used).
    Backward uses beta = 1 so dx and dw are ADDED to, as the CPU reference does. The bias
    (forward and db, also added) is nn's own per-channel kernel, the same for every data
    type.
@@ -33,7 +34,8 @@ typedef struct {
   nn_cuda_fmt_t fmt;
   cudnnTensorDescriptor_t x, y;
   cudnnFilterDescriptor_t w;
-  cudnnConvolutionDescriptor_t conv;
+  cudnnConvolutionDescriptor_t conv;            /* the search's                       */
+  cudnnConvolutionDescriptor_t cfwd, cdata, cfilt; /* each op's, with its math type  */
   cudnnConvolutionFwdAlgo_t fwd;
   cudnnConvolutionBwdDataAlgo_t bwd_data;
   cudnnConvolutionBwdFilterAlgo_t bwd_filter;
@@ -63,6 +65,28 @@ static int same_shape(const nn_conv2d_shape_t *a, const nn_conv2d_shape_t *b) {
          a->c_out == b->c_out && a->kh == b->kh && a->kw == b->kw &&
          a->stride_h == b->stride_h && a->stride_w == b->stride_w && a->pad_h == b->pad_h &&
          a->pad_w == b->pad_w;
+}
+
+/* The math type a search result was measured with, as it may run here: cuDNN lists an
+   algorithm once per math type, and runs it with the descriptor's (PyTorch's note
+   "behavior of cudnnFind and cudnnGet"), so each op gets a descriptor of its own with
+   the result's math type. Strict float32 always runs FMA math (DEFAULT math allows TF32
+   on Ampere and later); float32 data is never down-converted to half. */
+static cudnnMathType_t run_math(const conv_plan_t *p, cudnnMathType_t m) {
+  if (p->fmt.prec == NN_PRECISION_FP32 && !p->tf32) return CUDNN_FMA_MATH;
+  if (p->fmt.prec == NN_PRECISION_FP32 && m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+    return CUDNN_TENSOR_OP_MATH;
+  return m;
+}
+
+static nn_status_t op_desc(const nn_conv2d_shape_t *s, cudnnMathType_t m,
+                           cudnnConvolutionDescriptor_t *d) {
+  NN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(d));
+  NN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*d, s->pad_h, s->pad_w, s->stride_h,
+                                                 s->stride_w, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                 CUDNN_DATA_FLOAT));
+  NN_CUDNN_CHECK(cudnnSetConvolutionMathType(*d, m));
+  return NN_OK;
 }
 
 static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv_plan_t *p) {
@@ -100,13 +124,17 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                           &got, fp));
   size_t need = 0;
+  nn_status_t st;
   for (i = 0; i < got; i++) {
-    if (fp[i].status != CUDNN_STATUS_SUCCESS ||
-        cudnnGetConvolutionForwardWorkspaceSize(c->cudnn, p->x, p->w, p->conv, p->y,
-                                                fp[i].algo, &need) != CUDNN_STATUS_SUCCESS)
-      continue;
-    if (need < fp[i].memory) need = fp[i].memory;
-    if (need <= limit) break;
+    if (fp[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if ((st = op_desc(s, run_math(p, fp[i].mathType), &p->cfwd)) != NN_OK) return st;
+    if (cudnnGetConvolutionForwardWorkspaceSize(c->cudnn, p->x, p->w, p->cfwd, p->y,
+                                                fp[i].algo, &need) == CUDNN_STATUS_SUCCESS) {
+      if (need < fp[i].memory) need = fp[i].memory;
+      if (need <= limit) break;
+    }
+    cudnnDestroyConvolutionDescriptor(p->cfwd);
+    p->cfwd = NULL;
   }
   if (i == got)
     return nn_set_error(NN_ERR_BACKEND, "%s:%d: cuDNN has no forward convolution algorithm "
@@ -122,13 +150,16 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
     NN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
         c->cudnn, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, dp));
   for (i = 0; i < got; i++) {
-    if (dp[i].status != CUDNN_STATUS_SUCCESS ||
-        cudnnGetConvolutionBackwardDataWorkspaceSize(c->cudnn, p->w, p->y, p->conv, p->x,
-                                                     dp[i].algo, &need) !=
-            CUDNN_STATUS_SUCCESS)
-      continue;
-    if (need < dp[i].memory) need = dp[i].memory;
-    if (need <= limit) break;
+    if (dp[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if ((st = op_desc(s, run_math(p, dp[i].mathType), &p->cdata)) != NN_OK) return st;
+    if (cudnnGetConvolutionBackwardDataWorkspaceSize(c->cudnn, p->w, p->y, p->cdata, p->x,
+                                                     dp[i].algo, &need) ==
+        CUDNN_STATUS_SUCCESS) {
+      if (need < dp[i].memory) need = dp[i].memory;
+      if (need <= limit) break;
+    }
+    cudnnDestroyConvolutionDescriptor(p->cdata);
+    p->cdata = NULL;
   }
   if (i == got)
     return nn_set_error(NN_ERR_BACKEND, "%s:%d: cuDNN has no backward-data algorithm for "
@@ -143,13 +174,16 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
     NN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         c->cudnn, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, wp));
   for (i = 0; i < got; i++) {
-    if (wp[i].status != CUDNN_STATUS_SUCCESS ||
-        cudnnGetConvolutionBackwardFilterWorkspaceSize(c->cudnn, p->x, p->y, p->conv, p->w,
-                                                       wp[i].algo, &need) !=
-            CUDNN_STATUS_SUCCESS)
-      continue;
-    if (need < wp[i].memory) need = wp[i].memory;
-    if (need <= limit) break;
+    if (wp[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if ((st = op_desc(s, run_math(p, wp[i].mathType), &p->cfilt)) != NN_OK) return st;
+    if (cudnnGetConvolutionBackwardFilterWorkspaceSize(c->cudnn, p->x, p->y, p->cfilt, p->w,
+                                                       wp[i].algo, &need) ==
+        CUDNN_STATUS_SUCCESS) {
+      if (need < wp[i].memory) need = wp[i].memory;
+      if (need <= limit) break;
+    }
+    cudnnDestroyConvolutionDescriptor(p->cfilt);
+    p->cfilt = NULL;
   }
   if (i == got)
     return nn_set_error(NN_ERR_BACKEND, "%s:%d: cuDNN has no backward-filter algorithm for "
@@ -164,6 +198,9 @@ static void plan_free(conv_plan_t *p) {
   if (p->y) cudnnDestroyTensorDescriptor(p->y);
   if (p->w) cudnnDestroyFilterDescriptor(p->w);
   if (p->conv) cudnnDestroyConvolutionDescriptor(p->conv);
+  if (p->cfwd) cudnnDestroyConvolutionDescriptor(p->cfwd);
+  if (p->cdata) cudnnDestroyConvolutionDescriptor(p->cdata);
+  if (p->cfilt) cudnnDestroyConvolutionDescriptor(p->cfilt);
   free(p);
 }
 
@@ -218,7 +255,7 @@ nn_status_t nn_conv2d_forward_cuda_p(nn_cuda_fmt_t fmt, const nn_conv2d_shape_t 
   void *ws = NULL;
   if ((st = nn_cuda_workspace(c, p->ws_fwd, &ws)) != NN_OK) return st;
   const float one = 1.0f, zero = 0.0f;
-  NN_CUDNN_CHECK(cudnnConvolutionForward(c->cudnn, &one, p->x, x, p->w, w, p->conv, p->fwd,
+  NN_CUDNN_CHECK(cudnnConvolutionForward(c->cudnn, &one, p->x, x, p->w, w, p->cfwd, p->fwd,
                                          ws, p->ws_fwd, &zero, p->y, y));
   if (b)
     NN_CUDA_CHECK(nn_cuk_channel_bias_add(c->stream, fmt.prec, fmt.nhwc, s->n, s->c_out,
@@ -251,10 +288,10 @@ nn_status_t nn_conv2d_backward_cuda_p(nn_cuda_fmt_t fmt, const nn_conv2d_shape_t
     NN_CUDA_CHECK(nn_cuk_channel_bias_grad(c->stream, fmt.prec, fmt.nhwc, s->n, s->c_out,
                                            p->shape.h_out * p->shape.w_out, dy, db));
   if (dw) NN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(c->cudnn, &one, p->x, x, p->y, dy,
-                                                        p->conv, p->bwd_filter, ws,
+                                                        p->cfilt, p->bwd_filter, ws,
                                                         p->ws_bwd_filter, &one, p->w, dw));
   if (dx) NN_CUDNN_CHECK(cudnnConvolutionBackwardData(c->cudnn, &one, p->w, w, p->y, dy,
-                                                      p->conv, p->bwd_data, ws,
+                                                      p->cdata, p->bwd_data, ws,
                                                       p->ws_bwd_data, &one, p->x, dx));
   return NN_OK;
 }
