@@ -43,7 +43,17 @@
 #ifdef HVD_WITH_NCCL
 #include <nccl.h>
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
-#define HVD_NCCL_HAS_AVG 1           /* ncclAvg and ncclBfloat16 */
+#define HVD_NCCL_HAS_AVG 1           /* ncclAvg and ncclBfloat16 (2.10.3) */
+/* The nccl.h of older releases (2.11.4, for one) declares ncclBfloat16 only #if
+   __CUDA_BF16_TYPES_EXIST__, which cuda_bf16.h defines for C++ alone, so from this C file
+   it is undeclared there: it is named by its value (9, the same in every release since
+   2.10). A library built without bfloat16 refuses it with ncclInvalidArgument. */
+#if defined(__CUDA_BF16_TYPES_EXIST__) || NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#define HVD_NCCL_BFLOAT16 ncclBfloat16
+_Static_assert((int)ncclBfloat16 == 9, "ncclBfloat16 is 9 in every NCCL release");
+#else
+#define HVD_NCCL_BFLOAT16 ((ncclDataType_t)9)
+#endif
 #endif
 #endif
 #include <sched.h>
@@ -337,7 +347,7 @@ static int nccl_types(hvd_dtype_t d, hvd_op_t op, int sum_for_average, ncclDataT
     case HVD_FLOAT64: *t = ncclFloat64; break;
     case HVD_FLOAT16: *t = ncclFloat16; break;
 #ifdef HVD_NCCL_HAS_AVG
-    case HVD_BFLOAT16: *t = ncclBfloat16; break;
+    case HVD_BFLOAT16: *t = HVD_NCCL_BFLOAT16; break;
 #endif
     case HVD_INT8: *t = ncclInt8; break;
     case HVD_UINT8: *t = ncclUint8; break;
