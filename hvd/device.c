@@ -306,6 +306,13 @@ static hvd_status_t check_async(ncclComm_t *comm, const char *what, char *msg, s
    ends the wait instead of hanging it (NCCL's recommended pattern). */
 static hvd_status_t wait_stream(char *msg, size_t len) {
   CUDA_OK(cudaEventRecord(dev.stream_done, dev.stream));
+  /* NCCL does not always raise an asynchronous error when a peer on the same host dies
+     or hangs: HVD_STALL_SHUTDOWN_TIME_SECONDS, when set, also bounds this wait, and the
+     runtime's cancel flag ends it. Either marks the device failed, so the communicators
+     are aborted, not destroyed, at shutdown. */
+  const double limit_us = hvd_g.cfg.stall_shutdown_s > 0 ? hvd_g.cfg.stall_shutdown_s * 1e6
+                                                         : 0;
+  const double start_us = hvd_now_us();
   for (long polls = 0;; polls++) {
     cudaError_t e = cudaEventQuery(dev.stream_done);
     if (e == cudaSuccess) return HVD_OK;
@@ -316,6 +323,19 @@ static hvd_status_t wait_stream(char *msg, size_t len) {
     if (s == HVD_OK) s = check_async(&dev.local, "NCCL local communicator", msg, len);
     if (s != HVD_OK) return s;
 #endif
+    if (hvd_g.cancel) {
+      dev.failed = 1;
+      snprintf(msg, len, "rank %d: the runtime was stopped while a device collective was "
+               "running", hvd_g.rank);
+      return HVD_ERR_BACKEND;
+    }
+    if (limit_us > 0 && hvd_now_us() - start_us > limit_us) {
+      dev.failed = 1;
+      snprintf(msg, len, "rank %d: a device collective did not finish within "
+               "HVD_STALL_SHUTDOWN_TIME_SECONDS=%g s (a peer may have died or hung); the "
+               "NCCL communicators will be aborted", hvd_g.rank, hvd_g.cfg.stall_shutdown_s);
+      return HVD_ERR_TIMEOUT;
+    }
     if (polls < 2000) {
       sched_yield();
     } else {
