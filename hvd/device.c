@@ -435,6 +435,7 @@ static hvd_status_t hierarchical_allreduce(const void *src, void *dst, size_t co
       CUDA_OK(cudaMemcpyAsync(shard, dev.staging, bytes, cudaMemcpyHostToDevice, dev.stream));
     } else {
       cross = hvd_status_from_coll(cs);
+      dev.failed = 1;   /* a peer may be gone: abort the communicators at shutdown */
       snprintf(msg, len, "rank %d: cross-host allreduce of a %zu-byte shard failed: %s",
                hvd_g.rank, bytes, hvd_g.cross->error);
     }
