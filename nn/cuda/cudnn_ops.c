@@ -89,6 +89,117 @@ static nn_status_t op_desc(const nn_conv2d_shape_t *s, cudnnMathType_t m,
   return NN_OK;
 }
 
+/* The three operations of a convolution, and a search result of any of them. */
+typedef enum { OP_FWD, OP_BWD_DATA, OP_BWD_FILTER } conv_op_t;
+static const char *const op_name[] = {"forward", "backward-data", "backward-filter"};
+
+#define CAND_MAX 16
+_Static_assert(CUDNN_CONVOLUTION_FWD_ALGO_COUNT <= CAND_MAX &&
+               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT <= CAND_MAX &&
+               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT <= CAND_MAX,
+               "a search returns at most CAND_MAX results");
+typedef struct {
+  cudnnStatus_t status;
+  int algo;
+  size_t memory;
+  cudnnMathType_t math;
+} cand_t;
+
+#define COPY_CANDS(perf, got, out)                                                   \
+  for (int i_ = 0; i_ < (got); i_++) {                                               \
+    (out)[i_].status = (perf)[i_].status;                                            \
+    (out)[i_].algo = (int)(perf)[i_].algo;                                           \
+    (out)[i_].memory = (perf)[i_].memory;                                            \
+    (out)[i_].math = (perf)[i_].mathType;                                            \
+  }
+
+/* cuDNN's candidates for op, best first: timed with cudnnFind* when NN_CUDNN_FIND=1,
+   else its heuristics (cudnnGet*_v7), with the search descriptor p->conv. */
+static nn_status_t search(nn_cuda_ctx_t *c, const conv_plan_t *p, conv_op_t op, cand_t *out,
+                          int *got) {
+  const int timed = use_find();
+  *got = 0;
+  if (op == OP_FWD) {
+    cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    const int n = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    if (timed)
+      NN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(c->cudnn, p->x, p->w, p->conv, p->y,
+                                                          n, got, r));
+    else
+      NN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(c->cudnn, p->x, p->w, p->conv,
+                                                            p->y, n, got, r));
+    COPY_CANDS(r, *got, out);
+  } else if (op == OP_BWD_DATA) {
+    cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    const int n = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    if (timed)
+      NN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(c->cudnn, p->w, p->y, p->conv,
+                                                               p->x, n, got, r));
+    else
+      NN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->cudnn, p->w, p->y,
+                                                                 p->conv, p->x, n, got, r));
+    COPY_CANDS(r, *got, out);
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    const int n = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+    if (timed)
+      NN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(c->cudnn, p->x, p->y,
+                                                                 p->conv, p->w, n, got, r));
+    else
+      NN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->cudnn, p->x, p->y,
+                                                                   p->conv, p->w, n, got, r));
+    COPY_CANDS(r, *got, out);
+  }
+  return NN_OK;
+}
+
+/* The workspace algo of op needs when run with descriptor d. */
+static cudnnStatus_t op_workspace(nn_cuda_ctx_t *c, const conv_plan_t *p, conv_op_t op,
+                                  cudnnConvolutionDescriptor_t d, int algo, size_t *bytes) {
+  switch (op) {
+  case OP_FWD:
+    return cudnnGetConvolutionForwardWorkspaceSize(c->cudnn, p->x, p->w, d, p->y,
+                                                   (cudnnConvolutionFwdAlgo_t)algo, bytes);
+  case OP_BWD_DATA:
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(
+        c->cudnn, p->w, p->y, d, p->x, (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+  case OP_BWD_FILTER:
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        c->cudnn, p->x, p->y, d, p->w, (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+  }
+  return CUDNN_STATUS_BAD_PARAM;
+}
+
+/* The first (best) candidate of op that is supported and fits in NN_CUDNN_WORKSPACE_MB:
+   its descriptor (with the candidate's math type), algorithm and workspace. */
+static nn_status_t pick(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, const conv_plan_t *p,
+                        conv_op_t op, cudnnConvolutionDescriptor_t *desc, int *algo,
+                        size_t *ws) {
+  cand_t k[CAND_MAX];
+  int got = 0;
+  nn_status_t st = search(c, p, op, k, &got);
+  if (st != NN_OK) return st;
+  const size_t limit = ws_limit();
+  for (int i = 0; i < got; i++) {
+    if (k[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if ((st = op_desc(s, run_math(p, k[i].math), desc)) != NN_OK) return st;
+    size_t need = 0;
+    if (op_workspace(c, p, op, *desc, k[i].algo, &need) == CUDNN_STATUS_SUCCESS) {
+      if (need < k[i].memory) need = k[i].memory;
+      if (need <= limit) {
+        *algo = k[i].algo;
+        *ws = need;
+        return NN_OK;
+      }
+    }
+    cudnnDestroyConvolutionDescriptor(*desc);
+    *desc = NULL;
+  }
+  return nn_set_error(NN_ERR_BACKEND, "%s:%d: cuDNN has no %s convolution algorithm for "
+                      "this shape within %zu MiB of workspace", __FILE__, __LINE__,
+                      op_name[op], limit >> 20);
+}
+
 static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv_plan_t *p) {
   const cudnnDataType_t f = nn_cudnn_type(p->fmt.prec);
   /* NHWC: activations [n][h][w][c], filters K x R x S x C (PyTorch's channels_last). */
@@ -111,85 +222,16 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
   NN_CUDNN_CHECK(cudnnSetConvolutionMathType(
       p->conv, p->tf32 || p->fmt.prec != NN_PRECISION_FP32 ? CUDNN_TENSOR_OP_MATH
                                                        : CUDNN_FMA_MATH));
-  const size_t limit = ws_limit();
-  int got = 0, i;
-  cudnnConvolutionFwdAlgoPerf_t fp[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  const int timed = use_find();
-  if (timed)
-    NN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(c->cudnn, p->x, p->w, p->conv, p->y,
-                                                        CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                        &got, fp));
-  else
-    NN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(c->cudnn, p->x, p->w, p->conv, p->y,
-                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                          &got, fp));
-  size_t need = 0;
   nn_status_t st;
-  for (i = 0; i < got; i++) {
-    if (fp[i].status != CUDNN_STATUS_SUCCESS) continue;
-    if ((st = op_desc(s, run_math(p, fp[i].mathType), &p->cfwd)) != NN_OK) return st;
-    if (cudnnGetConvolutionForwardWorkspaceSize(c->cudnn, p->x, p->w, p->cfwd, p->y,
-                                                fp[i].algo, &need) == CUDNN_STATUS_SUCCESS) {
-      if (need < fp[i].memory) need = fp[i].memory;
-      if (need <= limit) break;
-    }
-    cudnnDestroyConvolutionDescriptor(p->cfwd);
-    p->cfwd = NULL;
-  }
-  if (i == got)
-    return nn_set_error(NN_ERR_BACKEND, "%s:%d: cuDNN has no forward convolution algorithm "
-                        "for this shape within %zu MiB of workspace", __FILE__, __LINE__,
-                        limit >> 20);
-  p->fwd = fp[i].algo;
-  p->ws_fwd = need;
-  cudnnConvolutionBwdDataAlgoPerf_t dp[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-  if (timed)
-    NN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(
-        c->cudnn, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, dp));
-  else
-    NN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        c->cudnn, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, dp));
-  for (i = 0; i < got; i++) {
-    if (dp[i].status != CUDNN_STATUS_SUCCESS) continue;
-    if ((st = op_desc(s, run_math(p, dp[i].mathType), &p->cdata)) != NN_OK) return st;
-    if (cudnnGetConvolutionBackwardDataWorkspaceSize(c->cudnn, p->w, p->y, p->cdata, p->x,
-                                                     dp[i].algo, &need) ==
-        CUDNN_STATUS_SUCCESS) {
-      if (need < dp[i].memory) need = dp[i].memory;
-      if (need <= limit) break;
-    }
-    cudnnDestroyConvolutionDescriptor(p->cdata);
-    p->cdata = NULL;
-  }
-  if (i == got)
-    return nn_set_error(NN_ERR_BACKEND, "%s:%d: cuDNN has no backward-data algorithm for "
-                        "this shape", __FILE__, __LINE__);
-  p->bwd_data = dp[i].algo;
-  p->ws_bwd_data = need;
-  cudnnConvolutionBwdFilterAlgoPerf_t wp[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  if (timed)
-    NN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(
-        c->cudnn, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, wp));
-  else
-    NN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        c->cudnn, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, wp));
-  for (i = 0; i < got; i++) {
-    if (wp[i].status != CUDNN_STATUS_SUCCESS) continue;
-    if ((st = op_desc(s, run_math(p, wp[i].mathType), &p->cfilt)) != NN_OK) return st;
-    if (cudnnGetConvolutionBackwardFilterWorkspaceSize(c->cudnn, p->x, p->y, p->cfilt, p->w,
-                                                       wp[i].algo, &need) ==
-        CUDNN_STATUS_SUCCESS) {
-      if (need < wp[i].memory) need = wp[i].memory;
-      if (need <= limit) break;
-    }
-    cudnnDestroyConvolutionDescriptor(p->cfilt);
-    p->cfilt = NULL;
-  }
-  if (i == got)
-    return nn_set_error(NN_ERR_BACKEND, "%s:%d: cuDNN has no backward-filter algorithm for "
-                        "this shape", __FILE__, __LINE__);
-  p->bwd_filter = wp[i].algo;
-  p->ws_bwd_filter = need;
+  int algo;
+  if ((st = pick(c, s, p, OP_FWD, &p->cfwd, &algo, &p->ws_fwd)) != NN_OK) return st;
+  p->fwd = (cudnnConvolutionFwdAlgo_t)algo;
+  if ((st = pick(c, s, p, OP_BWD_DATA, &p->cdata, &algo, &p->ws_bwd_data)) != NN_OK)
+    return st;
+  p->bwd_data = (cudnnConvolutionBwdDataAlgo_t)algo;
+  if ((st = pick(c, s, p, OP_BWD_FILTER, &p->cfilt, &algo, &p->ws_bwd_filter)) != NN_OK)
+    return st;
+  p->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)algo;
   return NN_OK;
 }
 
@@ -322,7 +364,8 @@ static int bn_native(nn_cuda_fmt_t f) {
 static int bn_refused(nn_cuda_fmt_t f, cudnnStatus_t e) {
   /* Generic BAD_PARAM or a NOT_SUPPORTED sub-code (3000-3999); BAD_PARAM sub-codes name
      our arguments (a null or misaligned pointer) and stay errors. */
-  const int refusal = e == CUDNN_STATUS_BAD_PARAM || (e >= CUDNN_STATUS_NOT_SUPPORTED && e < 4000);
+  const int refusal =
+      e == CUDNN_STATUS_BAD_PARAM || (e >= CUDNN_STATUS_NOT_SUPPORTED && e < 4000);
   if ((f.prec == NN_PRECISION_FP32 && !f.nhwc) || !refusal) return 0;
   bn_native_for[f.nhwc][f.prec] = 1;
   return 1;
@@ -331,6 +374,13 @@ static int bn_refused(nn_cuda_fmt_t f, cudnnStatus_t e) {
 static nn_status_t bn_check(const nn_batchnorm2d_shape_t *s) {
   if (!s || s->n < 1 || s->c < 1 || s->h < 1 || s->w < 1)
     return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): bad shape");
+  return NN_OK;
+}
+
+static nn_status_t bn_cudnn_eps(const nn_batchnorm2d_shape_t *s) {
+  if (s->eps < CUDNN_BN_MIN_EPSILON)
+    return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): eps %g below cuDNN's minimum %g",
+                        (double)s->eps, (double)CUDNN_BN_MIN_EPSILON);
   return NN_OK;
 }
 
@@ -368,9 +418,7 @@ nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_cuda_fmt_t fmt,
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK || (st = bn_check(s)) != NN_OK) return st;
   if (!bn_native(fmt)) {
-    if (s->eps < CUDNN_BN_MIN_EPSILON)
-      return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): eps %g below cuDNN's minimum %g",
-                          (double)s->eps, (double)CUDNN_BN_MIN_EPSILON);
+    if ((st = bn_cudnn_eps(s)) != NN_OK) return st;
     bn_desc_t d;
     cudnnStatus_t e = bn_desc(fmt, s, &d);
     const float one = 1.0f, zero = 0.0f;
@@ -400,9 +448,7 @@ nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_cuda_fmt_t fmt,
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK || (st = bn_check(s)) != NN_OK) return st;
   if (!bn_native(fmt)) {
-    if (s->eps < CUDNN_BN_MIN_EPSILON)
-      return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): eps %g below cuDNN's minimum %g",
-                          (double)s->eps, (double)CUDNN_BN_MIN_EPSILON);
+    if ((st = bn_cudnn_eps(s)) != NN_OK) return st;
     bn_desc_t d;
     cudnnStatus_t e = bn_desc(fmt, s, &d);
     const float one = 1.0f, zero = 0.0f;
@@ -433,9 +479,7 @@ nn_status_t nn_batchnorm2d_backward_cuda_p(nn_cuda_fmt_t fmt,
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK || (st = bn_check(s)) != NN_OK) return st;
   if (!bn_native(fmt)) {
-    if (s->eps < CUDNN_BN_MIN_EPSILON)
-      return nn_set_error(NN_ERR_ARG, "batchnorm2d (CUDA): eps %g below cuDNN's minimum %g",
-                          (double)s->eps, (double)CUDNN_BN_MIN_EPSILON);
+    if ((st = bn_cudnn_eps(s)) != NN_OK) return st;
     bn_desc_t d;
     cudnnStatus_t e = bn_desc(fmt, s, &d);
     const float one = 1.0f;
@@ -451,8 +495,8 @@ nn_status_t nn_batchnorm2d_backward_cuda_p(nn_cuda_fmt_t fmt,
       return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationBackward",
                           cudnnGetErrorString(e));
   }
-  NN_CUDA_CHECK(nn_cuk_bn_backward(c->stream, fmt.prec, fmt.nhwc, s->n, s->c, s->h * s->w, x, gamma,
-                                   save_mean, save_invstd, dy, dx, dgamma, dbeta));
+  NN_CUDA_CHECK(nn_cuk_bn_backward(c->stream, fmt.prec, fmt.nhwc, s->n, s->c, s->h * s->w,
+                                   x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta));
   return NN_OK;
 }
 

@@ -56,7 +56,6 @@ typedef struct {
 } staging_t;
 
 typedef struct {
-  nn_precision_t prec;
   nn_cuda_fmt_t fmt;       /* precision and layout of activations                   */
   size_t es;               /* bytes per activation element                          */
   dlayer_t *L;
@@ -86,7 +85,7 @@ static size_t sample_size(const nn_layer_t *l) { return (size_t)l->c * l->h * l-
 
 static cuda_model_t *CM(const nn_model_t *m) { return (cuda_model_t *)m->cuda; }
 
-static int mixed(const cuda_model_t *d) { return d->prec != NN_PRECISION_FP32; }
+static int mixed(const cuda_model_t *d) { return d->fmt.prec != NN_PRECISION_FP32; }
 
 /* The input and the conv/linear parameters need a converted copy. */
 static int converted(const cuda_model_t *d) { return mixed(d) || d->fmt.nhwc; }
@@ -190,10 +189,9 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
   size_t logit_elems = batch * (size_t)m->num_classes;
   cuda_model_t *d = calloc(1, sizeof *d);
   if (!d) return nn_set_error(NN_ERR_NO_MEMORY, "nn_model_to_device: out of memory");
-  d->prec = m->precision.precision;
-  d->fmt.prec = d->prec;
+  d->fmt.prec = m->precision.precision;
   d->fmt.nhwc = m->precision.channels_last != 0;
-  d->es = nn_cuda_elem_size(d->prec);
+  d->es = nn_cuda_elem_size(d->fmt.prec);
   const size_t es = d->es;
   d->L = calloc((size_t)m->num_layers, sizeof *d->L);
   d->h_logits = calloc(logit_elems, sizeof(float));
@@ -356,13 +354,13 @@ static void *gemm_grad(const cuda_model_t *d, size_t off) {
    weights permuted to K x R x S x C (NHWC). */
 static nn_status_t refresh_compute_params(nn_model_t *m, nn_cuda_ctx_t *c) {
   cuda_model_t *d = CM(m);
-  NN_CUDA_CHECK(nn_cuk_cast_from_float(c->stream, d->prec, m->num_params, d->params,
+  NN_CUDA_CHECK(nn_cuk_cast_from_float(c->stream, d->fmt.prec, m->num_params, d->params,
                                        d->params_h));
   if (d->fmt.nhwc)
     for (int i = 0; i < m->num_layers; i++) {
       const nn_layer_t *l = &m->layers[i];
       if (l->kind != NN_LAYER_CONV2D) continue;
-      NN_CUDA_CHECK(nn_cuk_float_to_nhwc(c->stream, d->prec, l->c, l->in_c, l->kh * l->kw,
+      NN_CUDA_CHECK(nn_cuk_float_to_nhwc(c->stream, d->fmt.prec, l->c, l->in_c, l->kh * l->kw,
                                          d->params + l->w_off,
                                          elem(d->params_h, l->w_off, d->es)));
     }
@@ -375,16 +373,16 @@ static nn_status_t gather_layer_grads(nn_model_t *m, nn_cuda_ctx_t *c, const nn_
   cuda_model_t *d = CM(m);
   if (l->param_end <= l->param_begin) return NN_OK;
   if (l->kind == NN_LAYER_CONV2D && d->fmt.nhwc) {
-    NN_CUDA_CHECK(nn_cuk_nhwc_to_float(c->stream, d->prec, l->c, l->in_c, l->kh * l->kw,
+    NN_CUDA_CHECK(nn_cuk_nhwc_to_float(c->stream, d->fmt.prec, l->c, l->in_c, l->kh * l->kw,
                                        elem(d->grads_h, l->w_off, d->es),
                                        d->grads + l->w_off));
     if (l->has_bias)
-      NN_CUDA_CHECK(nn_cuk_cast_to_float(c->stream, d->prec, (size_t)l->c,
+      NN_CUDA_CHECK(nn_cuk_cast_to_float(c->stream, d->fmt.prec, (size_t)l->c,
                                          elem(d->grads_h, l->b_off, d->es),
                                          d->grads + l->b_off));
     return NN_OK;
   }
-  NN_CUDA_CHECK(nn_cuk_cast_to_float(c->stream, d->prec, l->param_end - l->param_begin,
+  NN_CUDA_CHECK(nn_cuk_cast_to_float(c->stream, d->fmt.prec, l->param_end - l->param_begin,
                                      elem(d->grads_h, l->param_begin, d->es),
                                      d->grads + l->param_begin));
   return NN_OK;
@@ -395,7 +393,7 @@ static nn_status_t layer_forward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n,
   const nn_layer_t *l = &m->layers[i];
   cuda_model_t *d = CM(m);
   dlayer_t *dl = &d->L[i];
-  const nn_precision_t p = d->prec;
+  const nn_precision_t p = d->fmt.prec;
   const nn_cuda_fmt_t f = d->fmt;
   const void *x = in_out(m, l->in[0]);
   size_t count = (size_t)n * sample_size(l);
@@ -477,10 +475,10 @@ static nn_status_t load_input(nn_model_t *m, nn_cuda_ctx_t *c, const float *x, i
     x = d->input_f;
   }
   if (d->fmt.nhwc)
-    NN_CUDA_CHECK(nn_cuk_float_to_nhwc(c->stream, d->prec, n, m->in_c, m->in_h * m->in_w, x,
-                                       d->input));
+    NN_CUDA_CHECK(nn_cuk_float_to_nhwc(c->stream, d->fmt.prec, n, m->in_c,
+                                       m->in_h * m->in_w, x, d->input));
   else
-    NN_CUDA_CHECK(nn_cuk_cast_from_float(c->stream, d->prec, elems, x, d->input));
+    NN_CUDA_CHECK(nn_cuk_cast_from_float(c->stream, d->fmt.prec, elems, x, d->input));
   return NN_OK;
 }
 
@@ -501,7 +499,7 @@ nn_status_t nn_cuda_model_forward(nn_model_t *m, const float *x, int n, int trai
     if (s != NN_OK) return s;
   }
   if (mixed(d))
-    NN_CUDA_CHECK(nn_cuk_cast_to_float(c->stream, d->prec, (size_t)n * m->num_classes,
+    NN_CUDA_CHECK(nn_cuk_cast_to_float(c->stream, d->fmt.prec, (size_t)n * m->num_classes,
                                        d->L[m->num_layers - 1].out, d->logits_f));
   if (training) m->dropout_step++;
   m->last_n = n;
@@ -530,7 +528,7 @@ nn_status_t nn_cuda_model_loss(nn_model_t *m, const int32_t *labels, float *loss
         NN_OK)
       return s;
   }
-  NN_CUDA_CHECK(nn_cuk_softmax_xent(c->stream, d->prec, n, m->num_classes,
+  NN_CUDA_CHECK(nn_cuk_softmax_xent(c->stream, d->fmt.prec, n, m->num_classes,
                                     d->L[m->num_layers - 1].out, d->labels, d->loss,
                                     d->correct, d->dlogits, d->amp ? &d->amp->scale : NULL));
   if (loss || correct) {  /* the only wait of a step, and only when asked */
@@ -553,7 +551,7 @@ static nn_status_t layer_backward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n)
   const nn_layer_t *l = &m->layers[i];
   cuda_model_t *d = CM(m);
   dlayer_t *dl = &d->L[i];
-  const nn_precision_t p = d->prec;
+  const nn_precision_t p = d->fmt.prec;
   const nn_cuda_fmt_t f = d->fmt;
   const void *x = in_out(m, l->in[0]);
   void *dx = in_grad(m, l->in[0]);
