@@ -432,6 +432,7 @@ void *hvd_background_main(void *arg) {
   memset(&bg, 0, sizeof(bg));
   bg.sleep_us = SLEEP_MIN_US;
   bg.last_progress_us = bg.last_stall_check_us = hvd_now_us();
+  hvd_device_thread_start();   /* before this thread makes any other CUDA call */
   if (hvd_g.rank == 0 && (bg.coord = hvd_coordinator_create(hvd_g.size)) == NULL) {
     local_stop(HVD_ERR_NO_MEMORY, "rank 0: out of memory creating the coordinator");
   } else {

@@ -64,6 +64,40 @@ static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 static int device_count;
 static void *user_stream;           /* cudaStream_t of the compute stream, or NULL */
 
+/* ---- the CUDA calls made before a device is in use ----
+   Counting the devices, choosing one, and asking whether a pointer is device memory go
+   through this table, so that a test can stand a GPU-less machine in for one with GPUs
+   and see which thread makes which call in which order (hvd_device_set_probe). */
+static int real_device_count(int *n) {
+  cudaError_t e = cudaGetDeviceCount(n);
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  return (int)e;
+}
+static int real_set_device(int device) {
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  return (int)e;
+}
+static int real_is_device_memory(const void *p, int *yes) {
+  struct cudaPointerAttributes a;
+  cudaError_t e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return (int)e;
+  }
+  *yes = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  return 0;
+}
+static const char *real_error_string(int e) { return cudaGetErrorString((cudaError_t)e); }
+static hvd_cuda_probe_t probe = {real_device_count, real_set_device, real_is_device_memory,
+                                 real_error_string};
+
+void hvd_device_set_probe(const hvd_cuda_probe_t *p) {
+  hvd_cuda_probe_t real = {real_device_count, real_set_device, real_is_device_memory,
+                           real_error_string};
+  probe = p ? *p : real;
+}
+
 static struct {
   int ready;
   int device;
@@ -82,16 +116,13 @@ static struct {
 #endif
 } dev;
 
-static cudaError_t detect_error = cudaSuccess;
+static int detect_error;
 static atomic_int announced;
 
 static void detect(void) {
   int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    n = 0;
-  }
+  int e = probe.device_count(&n);
+  if (e != 0) n = 0;
   device_count = n;
   detect_error = e;
 }
@@ -101,10 +132,9 @@ static void detect(void) {
 static void announce(void) {
   if (!hvd_initialized() || atomic_exchange(&announced, 1)) return;
   int n = device_count;
-  cudaError_t e = detect_error;
   if (n == 0)
     hvd_log(HVD_LOG_INFO, "CUDA: no device (%s); all buffers are host memory",
-            e == cudaSuccess ? "none found" : cudaGetErrorString(e));
+            detect_error == 0 ? "none found" : probe.error_string(detect_error));
   else
     hvd_log(HVD_LOG_INFO, "CUDA: %d device(s); device buffers are reduced with %s", n,
 #ifdef HVD_WITH_NCCL
@@ -115,16 +145,48 @@ static void announce(void) {
     );
 }
 
+/* The background thread's device. A thread's first CUDA call creates a context on its
+   current device, GPU 0 by default: were the background thread to ask about a pointer
+   before choosing, every rank of an 8-GPU node would hold a context on GPU 0 (about
+   0.5 GB each, and a failure in exclusive-process mode). So the thread chooses its
+   rank's GPU (local rank i: GPU i, as device_init) before any other CUDA call, and a
+   rank with no GPU of its own (more local ranks than GPUs) makes no CUDA call on it at
+   all: its buffers are host memory. */
+static _Thread_local int on_hvd_thread;     /* this is hvd's background thread        */
+static _Thread_local int thread_device = -1; /* and the GPU it chose, or -1            */
+static atomic_int selected_device = -1;      /* the same, for other threads to read     */
+
+void hvd_device_thread_start(void) {
+  on_hvd_thread = 1;
+  thread_device = -1;
+  atomic_store(&selected_device, -1);
+  pthread_once(&detect_once, detect);
+  if (device_count == 0) return;
+  if (hvd_g.local_rank >= device_count) {
+    hvd_log(HVD_LOG_INFO, "CUDA: local rank %d has no GPU of its own (%d on this host): "
+            "its buffers are host memory", hvd_g.local_rank, device_count);
+    return;
+  }
+  int e = probe.set_device(hvd_g.local_rank);
+  if (e != 0) {
+    hvd_log(HVD_LOG_WARNING, "CUDA: the background thread could not select GPU %d (%s): "
+            "its buffers are host memory", hvd_g.local_rank, probe.error_string(e));
+    return;
+  }
+  thread_device = hvd_g.local_rank;
+  atomic_store(&selected_device, thread_device);
+  hvd_log(HVD_LOG_DEBUG, "CUDA: background thread on GPU %d", thread_device);
+}
+
+int hvd_device_thread_device(void) { return atomic_load(&selected_device); }
+
 int hvd_device_is_device_ptr(const void *p) {
   pthread_once(&detect_once, detect);
   if (!atomic_load(&announced)) announce();
   if (!p || device_count == 0) return 0;
-  struct cudaPointerAttributes a;
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  if (on_hvd_thread && thread_device < 0) return 0;   /* see hvd_device_thread_start */
+  int yes = 0;
+  return probe.is_device_memory(p, &yes) == 0 && yes;
 }
 
 void hvd_cuda_set_stream(void *stream) { user_stream = stream; }
@@ -586,6 +648,12 @@ hvd_status_t hvd_device_broadcast(struct hvd_request *r, char *msg, size_t len) 
    is idle and they are destroyed. */
 void hvd_device_shutdown(void) {
   if (dev.ready) {
+    /* Called on the user's thread: its current device is put back afterwards. */
+    int caller_device = -1;
+    if (cudaGetDevice(&caller_device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      caller_device = -1;
+    }
     (void)cudaSetDevice(dev.device);
 #ifdef HVD_WITH_NCCL
     if (dev.failed) {
@@ -605,11 +673,16 @@ void hvd_device_shutdown(void) {
     (void)cudaEventDestroy(dev.stream_done);
     (void)cudaEventDestroy(dev.compute_done);
     (void)cudaStreamDestroy(dev.stream);
+    if (caller_device >= 0 && caller_device != dev.device) (void)cudaSetDevice(caller_device);
   }
   memset(&dev, 0, sizeof dev);   /* also forgets a failure: the next hvd_init starts clean */
 }
 
 #else /* no CUDA in this build: no buffer is device memory */
+
+void hvd_device_set_probe(const hvd_cuda_probe_t *p) { (void)p; }
+void hvd_device_thread_start(void) {}
+int hvd_device_thread_device(void) { return -1; }
 
 int hvd_device_is_device_ptr(const void *p) {
   (void)p;

@@ -197,6 +197,21 @@ hvd_status_t hvd_status_from_coll(coll_status_t s);
    build, no pointer is device memory. host_allreduce (in place, host memory) is used
    only to stage when the build has CUDA but no NCCL. */
 int hvd_device_is_device_ptr(const void *p);
+/* The background thread calls this first: it selects its rank's GPU (local rank i: GPU
+   i) before any other CUDA call, so it never creates a context on another GPU; a rank
+   without a GPU of its own makes no CUDA call there (its buffers are host memory).
+   hvd_device_thread_device: the GPU the background thread selected, or -1. */
+void hvd_device_thread_start(void);
+int hvd_device_thread_device(void);
+/* The CUDA calls made before a device is in use, replaceable for tests (before hvd_init;
+   NULL: the real ones). Each returns 0 or a CUDA error code. */
+typedef struct {
+  int (*device_count)(int *count);
+  int (*set_device)(int device);
+  int (*is_device_memory)(const void *p, int *yes);
+  const char *(*error_string)(int error);
+} hvd_cuda_probe_t;
+void hvd_device_set_probe(const hvd_cuda_probe_t *probe);
 typedef hvd_status_t (*hvd_host_allreduce_fn)(void *buf, size_t count, hvd_dtype_t dtype,
                                               hvd_op_t op, char *msg, size_t len);
 hvd_status_t hvd_device_allreduce(struct hvd_request **reqs, int n,

@@ -15,6 +15,7 @@
    buckets (at size 1 the result is exactly the float16-rounded input). Exits 77 without
    a CUDA device. */
 #include "hvd/hvd.h"
+#include "hvd/hvd_internal.h"   /* hvd_device_thread_device */
 #include "collectives/coll.h"
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
@@ -198,6 +199,10 @@ int main(void) {
   unsetenv("HVD_TEST_HIERARCHICAL_ONE_HOST");
   HOK(hvd_init());
   run_checks("flat");
+  /* The background thread chose its rank's GPU before its first CUDA call (the CPU
+     side of this is tests/test_hvd_device_thread.c). */
+  ok_line(hvd_device_thread_device() == hvd_local_rank(), "flat",
+          "hvd's background thread selected GPU local_rank first");
   HOK(hvd_shutdown());
 
   setenv("HVD_HIERARCHICAL_ALLREDUCE", "1", 1);
