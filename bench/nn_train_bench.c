@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
   }
   nn_optim_config_t oc = {.kind = NN_OPTIM_SGD, .momentum = 0.9f};
   nn_optim_t *opt = NULL;
-  if (nn_optim_create(&opt, &oc, nn_model_num_params(m)) != NN_OK) {
+  if (nn_optim_create(&opt, &oc, nn_model_param_len(m)) != NN_OK) {
     fprintf(stderr, "nn_train_bench: %s\n", nn_last_error());
     return 1;
   }

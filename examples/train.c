@@ -229,7 +229,7 @@ static void save_checkpoint(run_t *r, const char *path) {
   train_ckpt_section_t s[8];
   int n = 0;
   s[n++] = (train_ckpt_section_t){"params", nn_model_params(r->model),
-                                  nn_model_num_params(r->model) * sizeof(float)};
+                                  nn_model_param_len(r->model) * sizeof(float)};
   s[n++] = (train_ckpt_section_t){"buffers", nn_model_buffers(r->model),
                                   nn_model_num_buffers(r->model) * sizeof(float)};
   s[n++] = (train_ckpt_section_t){"counters", nn_model_counters(r->model),
@@ -239,7 +239,7 @@ static void save_checkpoint(run_t *r, const char *path) {
   s[n++] = (train_ckpt_section_t){"state", r->st, sizeof r->st};
   if (r->best_params && r->st[ST_HAVE_BEST] != 0) {
     s[n++] = (train_ckpt_section_t){"best.params", r->best_params,
-                                    nn_model_num_params(r->model) * sizeof(float)};
+                                    nn_model_param_len(r->model) * sizeof(float)};
     s[n++] = (train_ckpt_section_t){"best.buffers", r->best_buffers,
                                     nn_model_num_buffers(r->model) * sizeof(float)};
   }
@@ -278,7 +278,7 @@ static int load_checkpoint(run_t *r, const char *path, char *err, size_t errlen)
   }
   size_t optn = 0;
   float *ostate = nn_optim_state(r->optim, &optn);
-  size_t np = nn_model_num_params(r->model), nb = nn_model_num_buffers(r->model);
+  size_t np = nn_model_param_len(r->model), nb = nn_model_num_buffers(r->model);
   int ncounters = 0;
   for (int i = 0; i < nn_model_num_slices(r->model); i++)
     if (nn_model_slice(r->model, i)->kind == NN_SLICE_COUNTER) ncounters++;
@@ -434,7 +434,7 @@ int main(int argc, char **argv) {
   if (nn_model_create(&model, o.model, &cfg) != NN_OK)
     die("--model %s with %s (%dx%dx%d): %s", o.model, o.dataset, train.c, train.h, train.w,
         nn_last_error());
-  size_t np = nn_model_num_params(model), nb = nn_model_num_buffers(model);
+  size_t np = nn_model_param_len(model), nb = nn_model_num_buffers(model);
   float *params = nn_model_params(model), *grads = nn_model_grads(model);
   int ncounters = count_counters(model);
 
@@ -570,7 +570,8 @@ int main(int argc, char **argv) {
     printf("train: %s on %s, %d rank(s), batch %d per rank (%d global), %d train / %d val / "
            "%d test samples, %zu parameters, lr %.5g x %d ranks, %s, %d steps per epoch%s\n",
            o.model, o.dataset, size, o.batch, o.batch * size, train.n, val_is_test ? 0 : val.n,
-           test.n, np, o.lr, size, o.optimizer, steps, o.resume ? ", resumed" : "");
+           test.n, nn_model_num_params(model), o.lr, size, o.optimizer, steps,
+           o.resume ? ", resumed" : "");
     if (o.resume) printf("train: resuming %s after epoch %d\n", o.resume, start_epoch);
     fflush(stdout);
   }

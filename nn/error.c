@@ -31,3 +31,29 @@ nn_status_t nn_set_error(nn_status_t s, const char *fmt, ...) {
   va_end(ap);
   return s;
 }
+
+/* Notices: what nn decided on its own that a user should hear of, such as a slower path
+   taken because a library refused the fast one. Each goes to the handler the program
+   set, or, by default, as one line on stderr: nn does not decide to be silent about a
+   choice that changes its speed. */
+static nn_notice_fn notice_fn;
+static void *notice_ctx;
+
+void nn_set_notice_handler(nn_notice_fn fn, void *ctx) {
+  notice_fn = fn;
+  notice_ctx = ctx;
+}
+
+void nn_notice(const char *fmt, ...) {
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (notice_fn) {
+    notice_fn(line, notice_ctx);
+  } else {
+    fprintf(stderr, "nn: %s\n", line);
+    fflush(stderr);
+  }
+}

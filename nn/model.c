@@ -140,7 +140,7 @@ static nn_layer_t *push_layer(nn_model_t *m, nn_layer_kind_t kind, const char *n
   l->w = l->in_w;
   l->w_off = l->b_off = l->rm_off = l->rv_off = SIZE_MAX;
   l->counter = -1;
-  l->param_begin = l->param_end = m->num_params;
+  l->param_begin = l->param_end = m->param_len;
   return l;
 }
 
@@ -171,7 +171,14 @@ static size_t add_slice(nn_model_t *m, const char *layer, const char *suffix,
     s->numel *= (size_t)shape[d];
   }
   switch (kind) {
-  case NN_SLICE_PARAM: s->offset = m->num_params; m->num_params += s->numel; break;
+  case NN_SLICE_PARAM:
+    /* Each parameter starts on a multiple of NN_PARAM_ALIGN elements (zeros between), so
+       that its float32 and half-precision copies on the device are aligned as cuDNN and
+       cuBLAS want them, whatever the sizes before it. */
+    s->offset = (m->param_len + NN_PARAM_ALIGN - 1) / NN_PARAM_ALIGN * NN_PARAM_ALIGN;
+    m->param_len = s->offset + s->numel;
+    m->num_params += s->numel;
+    break;
   case NN_SLICE_BUFFER: s->offset = m->num_buffers; m->num_buffers += s->numel; break;
   case NN_SLICE_COUNTER: s->offset = (size_t)m->num_counters++; s->numel = 1; break;
   }
@@ -196,7 +203,7 @@ int nn_model_add_conv2d(nn_model_t *m, const char *name, int in, int c_out, int 
   int ws[4] = {c_out, l->in_c, k, k};
   l->w_off = add_slice(m, name, "weight", NN_SLICE_PARAM, 4, ws);
   if (bias) l->b_off = add_slice(m, name, "bias", NN_SLICE_PARAM, 1, &c_out);
-  l->param_end = m->num_params;
+  l->param_end = m->param_len;
   return layer_index(m);
 }
 
@@ -211,7 +218,7 @@ int nn_model_add_batchnorm2d(nn_model_t *m, const char *name, int in) {
   l->rm_off = add_slice(m, name, "running_mean", NN_SLICE_BUFFER, 1, &c);
   l->rv_off = add_slice(m, name, "running_var", NN_SLICE_BUFFER, 1, &c);
   l->counter = (int)add_slice(m, name, "num_batches_tracked", NN_SLICE_COUNTER, 0, NULL);
-  l->param_end = m->num_params;
+  l->param_end = m->param_len;
   return layer_index(m);
 }
 
@@ -274,7 +281,7 @@ int nn_model_add_linear(nn_model_t *m, const char *name, int in, int out, int bi
   int ws[2] = {out, in_features};
   l->w_off = add_slice(m, name, "weight", NN_SLICE_PARAM, 2, ws);
   if (bias) l->b_off = add_slice(m, name, "bias", NN_SLICE_PARAM, 1, &out);
-  l->param_end = m->num_params;
+  l->param_end = m->param_len;
   return layer_index(m);
 }
 
@@ -402,8 +409,8 @@ nn_status_t nn_model_finish(nn_model_t *m) {
                         m->num_classes);
   }
   size_t batch = (size_t)m->cfg.batch;
-  m->params = xcalloc(m->num_params, sizeof(float));
-  m->grads = xcalloc(m->num_params, sizeof(float));
+  m->params = xcalloc(m->param_len, sizeof(float));
+  m->grads = xcalloc(m->param_len, sizeof(float));
   m->buffers = xcalloc(m->num_buffers, sizeof(float));
   m->counters = xcalloc((size_t)m->num_counters, sizeof(int64_t));
   m->input = xcalloc(batch * (size_t)m->in_c * m->in_h * m->in_w, sizeof(float));
@@ -515,6 +522,7 @@ void nn_model_input_shape(const nn_model_t *m, int *c, int *h, int *w) {
 
 int nn_model_num_classes(const nn_model_t *m) { return m->num_classes; }
 size_t nn_model_num_params(const nn_model_t *m) { return m->num_params; }
+size_t nn_model_param_len(const nn_model_t *m) { return m->param_len; }
 float *nn_model_params(nn_model_t *m) { return m->params; }
 float *nn_model_grads(nn_model_t *m) { return m->grads; }
 size_t nn_model_num_buffers(const nn_model_t *m) { return m->num_buffers; }
@@ -774,7 +782,7 @@ nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ct
 #endif
   int n = m->last_n;
   /* Kernels add into gradients: start from zero. */
-  memset(m->grads, 0, m->num_params * sizeof(float));
+  memset(m->grads, 0, m->param_len * sizeof(float));
   for (int i = 0; i < m->num_layers; i++) {
     nn_layer_t *l = &m->layers[i];
     if (!l->is_view) memset(l->dout, 0, (size_t)n * sample_size(l) * sizeof(float));
@@ -784,7 +792,7 @@ nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ct
   nn_layer_t *last = &m->layers[m->num_layers - 1];
   memcpy(last->dout, m->dlogits, (size_t)n * m->num_classes * sizeof(float));
 
-  size_t ready = m->num_params;
+  size_t ready = m->param_len;
   for (int i = m->num_layers - 1; i >= 0; i--) {
     nn_layer_t *l = &m->layers[i];
     double t0 = now_s();

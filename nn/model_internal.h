@@ -64,7 +64,10 @@ struct nn_model {
 
   nn_slice_t *slices;
   int num_slices, cap_slices;
-  size_t num_params, num_buffers;
+  size_t num_params;      /* parameters (PyTorch's count)                              */
+  size_t param_len;       /* floats in params[] and grads[]: the parameters, each slice
+                             at a multiple of NN_PARAM_ALIGN, zeros between            */
+  size_t num_buffers;
   int num_counters;
 
   float *params, *grads, *buffers;

@@ -42,6 +42,13 @@ const char *nn_last_error(void);                 /* "" if none on this thread */
    files and for programs that want to report in the same way. */
 nn_status_t nn_set_error(nn_status_t s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Notices: a choice nn made on its own that changes its speed (e.g. cuDNN refused a
+   batch-norm type or layout and nn's own kernels run instead), each said once. They go
+   to the handler set here, or (fn NULL, the default) as one "nn: ..." line on stderr.
+   nn_notice is for nn's own files. */
+typedef void (*nn_notice_fn)(const char *line, void *ctx);
+void nn_set_notice_handler(nn_notice_fn fn, void *ctx);
+void nn_notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Threads used by the CPU kernels (OpenBLAS and nn's own loops). Default: 1 when the
    process was started by a multi-rank launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE > 1),
@@ -193,6 +200,12 @@ void nn_model_input_shape(const nn_model_t *m, int *c, int *h, int *w);
 int nn_model_num_classes(const nn_model_t *m);
 
 size_t nn_model_num_params(const nn_model_t *m);  /* trained floats (PyTorch's count) */
+/* The parameters and their gradients, each nn_model_param_len() floats: every parameter
+   slice starts at a multiple of NN_PARAM_ALIGN elements (so device copies in any
+   precision are aligned for cuDNN and cuBLAS), with zeros between slices that stay zero
+   under every optimizer. Size optimizers, broadcasts and allreduces by param_len. */
+#define NN_PARAM_ALIGN 64
+size_t nn_model_param_len(const nn_model_t *m);
 float *nn_model_params(nn_model_t *m);
 float *nn_model_grads(nn_model_t *m);
 size_t nn_model_num_buffers(const nn_model_t *m);

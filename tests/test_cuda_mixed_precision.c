@@ -114,7 +114,7 @@ static void run_case(const case_t *k, nn_precision_t p, int nhwc) {
   printf("== %s %s %s batch %d%s\n", k->name, nn_precision_name(p),
          nhwc ? "NHWC (channels last)" : "NCHW", k->batch,
          k->hw ? " (reduced input size)" : "");
-  size_t np = nn_model_num_params(cpu);
+  size_t np = nn_model_param_len(cpu);
   int classes = nn_model_num_classes(cpu);
   float *x = input_for(cpu, k->batch);
   int32_t *labels = make_labels(k->batch, classes);
@@ -200,7 +200,7 @@ static void check_loss_scaling(void) {
   char what[160];
   /* 1. A scale that overflows float16 in the first gradients: the update is skipped. */
   nn_model_t *m = make("lenet", n, 0, NN_PRECISION_FP16, 3e38f, 1000);
-  size_t np = nn_model_num_params(m);
+  size_t np = nn_model_param_len(m);
   float *x = input_for(m, n);
   int32_t *labels = make_labels(n, nn_model_num_classes(m));
   nn_cuda_optim_t *go;

@@ -36,7 +36,7 @@ static void run_case(const case_t *k) {
          k->hw ? " (reduced input size)" : "", nn_model_num_params(cpu));
   int c, h, w;
   nn_model_input_shape(cpu, &c, &h, &w);
-  size_t nx = (size_t)k->batch * c * h * w, np = nn_model_num_params(cpu);
+  size_t nx = (size_t)k->batch * c * h * w, np = nn_model_param_len(cpu);
   int classes = nn_model_num_classes(cpu);
   float *x = cc_random(nx);
   int32_t *labels = calloc((size_t)k->batch, sizeof(int32_t));

@@ -134,7 +134,7 @@ typedef struct {
 
 static snapshot_t snap(nn_model_t *m) {
   snapshot_t s;
-  s.np = nn_model_num_params(m);
+  s.np = nn_model_param_len(m);
   s.nb = nn_model_num_buffers(m);
   s.nc = 0;
   for (int i = 0; i < nn_model_num_slices(m); i++)
@@ -354,7 +354,7 @@ static int export_models(const char *dir, int count, char **names) {
       fill_input(x, in, 77);
       nn_optim_config_t oc = {.kind = NN_OPTIM_SGD, .momentum = 0.9f};
       nn_optim_t *o = NULL;
-      CHECK(nn_optim_create(&o, &oc, nn_model_num_params(m)) == NN_OK, "%s", nn_last_error());
+      CHECK(nn_optim_create(&o, &oc, nn_model_param_len(m)) == NN_OK, "%s", nn_last_error());
       CHECK(nn_model_forward(m, x, n, 1) == NN_OK, "%s", nn_last_error());
       CHECK(nn_model_loss(m, labels, NULL, NULL) == NN_OK, "%s", nn_last_error());
       CHECK(nn_model_backward(m, NULL, NULL) == NN_OK, "%s", nn_last_error());

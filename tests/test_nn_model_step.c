@@ -176,7 +176,7 @@ static void run_model(const char *name) {
 
   nn_optim_config_t oc = {.kind = NN_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 5e-4f};
   nn_optim_t *o = NULL;
-  s = nn_optim_create(&o, &oc, nn_model_num_params(m));
+  s = nn_optim_create(&o, &oc, nn_model_param_len(m));
   CHECK(s == NN_OK, "%s", nn_last_error());
   if (o) {
     s = nn_optim_step(o, nn_model_params(m), nn_model_grads(m), 0.1f);
@@ -198,6 +198,28 @@ static void run_model(const char *name) {
                                                     : nn_model_buffers(m)) + sl->offset;
     compare(&f, key, ours, sl->numel);
   }
+  /* The padding between parameter slices (NN_PARAM_ALIGN) has no gradient and stays
+     zero through the step (momentum and weight decay included). */
+  size_t len = nn_model_param_len(m), gaps = 0, nonzero_gaps = 0;
+  unsigned char *covered = calloc(len ? len : 1, 1);
+  CHECK(covered != NULL, "out of memory");
+  if (covered) {
+    for (int i = 0; i < nn_model_num_slices(m); i++) {
+      const nn_slice_t *sl = nn_model_slice(m, i);
+      if (sl->kind == NN_SLICE_PARAM) memset(covered + sl->offset, 1, sl->numel);
+    }
+    for (size_t i = 0; i < len; i++)
+      if (!covered[i]) {
+        gaps++;
+        if (nn_model_params(m)[i] != 0.0f || nn_model_grads(m)[i] != 0.0f) nonzero_gaps++;
+      }
+    free(covered);
+  }
+  CHECK(nonzero_gaps == 0, "%zu of %zu padding floats between parameters are not zero",
+        nonzero_gaps, gaps);
+  CHECK(len - gaps == nn_model_num_params(m), "param_len %zu - %zu padding != %zu "
+        "parameters", len, gaps, nn_model_num_params(m));
+  printf("  %-44s %9zu  all zero after the step\n", "padding between parameters", gaps);
   free(xin);
 out:
   nn_model_free(m);

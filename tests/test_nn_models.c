@@ -1,7 +1,7 @@
 /* test_nn_models: every built-in model against PyTorch's state_dict
    (tests/fixtures/models/<model>_keys.txt, from scripts/fixtures_models.py): parameter
    count, tensor names, order, kinds, dtypes and shapes, and that parameters are laid out
-   contiguously in state_dict order. Then, for the models small enough to run here, the
+   in state_dict order, each at the next multiple of 64 elements (NN_PARAM_ALIGN). Then, for the models small enough to run here, the
    grad-ready callback of backward: its ready_from values strictly decrease, end at 0, and
    each reported region [ready_from, previous) already holds its final gradient when it is
    reported (compared with grads[] after backward). Also unknown names and bad configs.
@@ -61,8 +61,11 @@ static void check_layout(const char *name) {
     }
     /* layout: params contiguous in order, buffers too, counters numbered in order */
     if (sl->kind == NN_SLICE_PARAM) {
-      CHECK(sl->offset == next_param, "%s: %s at offset %zu, expected %zu", name, sl->name,
-            sl->offset, next_param);
+      /* each at the next multiple of NN_PARAM_ALIGN (aligned device copies) */
+      size_t want = (next_param + NN_PARAM_ALIGN - 1) / NN_PARAM_ALIGN * NN_PARAM_ALIGN;
+      CHECK(sl->offset == want && sl->offset % 64 == 0, "%s: %s at offset %zu, expected "
+            "%zu (a multiple of 64 after the previous parameter)", name, sl->name,
+            sl->offset, want);
       next_param = sl->offset + sl->numel;
     } else if (sl->kind == NN_SLICE_BUFFER) {
       CHECK(sl->offset == next_buffer, "%s: %s at buffer offset %zu, expected %zu", name,
@@ -80,7 +83,7 @@ static void check_layout(const char *name) {
         nn_model_num_slices(m));
   CHECK(torch_params > 0 && (long long)nn_model_num_params(m) == torch_params,
         "%s: %zu parameters, PyTorch has %lld", name, nn_model_num_params(m), torch_params);
-  CHECK(next_param == nn_model_num_params(m) && next_buffer == nn_model_num_buffers(m),
+  CHECK(next_param == nn_model_param_len(m) && next_buffer == nn_model_num_buffers(m),
         "%s: slices do not cover params/buffers", name);
   printf("%-10s %11zu parameters (PyTorch %lld), %d tensors %s\n", name,
          nn_model_num_params(m), torch_params, i, bad ? "MISMATCH" : "match");
@@ -119,7 +122,7 @@ static void check_grad_ready(const char *name, int batch) {
   size_t in = (size_t)batch * c * h * w;
   float *x = malloc(in * sizeof(float));
   int32_t *labels = malloc((size_t)batch * sizeof(int32_t));
-  size_t np = nn_model_num_params(m);
+  size_t np = nn_model_param_len(m);
   ready_ctx_t ctx = {m, np, 0, 1, calloc(np, sizeof(float))};
   if (!x || !labels || !ctx.snapshot) {
     CHECK(0, "out of memory");

@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
   OK(nn_cuda_to_device(dl, hl, (size_t)batch * sizeof(int32_t)));
   nn_optim_config_t oc = {NN_OPTIM_SGD, 0.9f, 0, 1e-4f, 0, 0, 0};
   nn_cuda_optim_t *o;
-  OK(nn_cuda_optim_create(&o, &oc, nn_model_num_params(m)));
+  OK(nn_cuda_optim_create(&o, &oc, nn_model_param_len(m)));
   int warm = 5;
   double t0 = 0;
   float loss = 0;
