@@ -190,13 +190,25 @@ static void check_bn(void) {
   float *Dsm = cc_dev(NULL, c), *Dsi = cc_dev(NULL, c), *Ddg = cc_dev(dg, c);
   float *Ddb = cc_dev(dbt, c);
   CC_OK(nn_batchnorm2d_forward_train(&s, x, g, b, rm, rv, y, sm, si));
-  CC_OK(nn_batchnorm2d_forward_train_cuda_p(fmt(), &s, Dx, Dg, Db, Drm, Drv, Dy, Dsm, Dsi));
+  /* With a reserve: NHWC training takes cuDNN's SPATIAL_PERSISTENT mode (Ex calls). */
+  nn_cuda_bn_reserve_t rsv = {0};
+  CC_OK(nn_batchnorm2d_forward_train_cuda_p(fmt(), &s, Dx, Dg, Db, Drm, Drv, Dy, Dsm, Dsi,
+                                            &rsv));
+  const char *path = nn_cuda_bn_path(fmt(), 1);
+  printf("info batchnorm training path: %s%s\n", path,
+         rsv.persistent ? " (this forward: PERSISTENT, reserve kept for backward)" : "");
+  if (fmt().nhwc && strstr(path, "PERSISTENT") && !rsv.persistent) {
+    printf("FAIL batchnorm: the PERSISTENT path is in force but the forward did not use it\n");
+    cc_failures++;
+  }
   act_compare("batchnorm train y", Dy, y, 4, 8, 30, tol_elem * 4);
   cc_compare("batchnorm running_mean (float)", Drm, 1, rm, c, 1e-4);
   cc_compare("batchnorm running_var (float)", Drv, 1, rv, c, 1e-4);
   cc_compare("batchnorm save_invstd (float)", Dsi, 1, si, c, 1e-4);
   CC_OK(nn_batchnorm2d_backward(&s, x, g, sm, si, dy, dx, dg, dbt));
-  CC_OK(nn_batchnorm2d_backward_cuda_p(fmt(), &s, Dx, Dg, Dsm, Dsi, Ddy, Ddx, Ddg, Ddb));
+  CC_OK(nn_batchnorm2d_backward_cuda_p(fmt(), &s, Dx, Dg, Dsm, Dsi, Ddy, Ddx, Ddg, Ddb,
+                                       &rsv));
+  nn_cuda_bn_reserve_free(&rsv);
   act_compare("batchnorm dx (+=)", Ddx, dx, 4, 8, 30, tol_acc);
   cc_compare("batchnorm dgamma (+=, float)", Ddg, 1, dg, c, 1e-3);
   cc_compare("batchnorm dbeta (+=, float)", Ddb, 1, dbt, c, 1e-3);

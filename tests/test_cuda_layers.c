@@ -8,6 +8,7 @@
 #include <string.h>
 
 #ifdef HVD_WITH_CUDA
+#include "nn/cuda/cuda_internal.h"   /* nn_cuda_conv_searches */
 #include "tests/cuda_check.h"
 
 static double tol;   /* for GEMM/convolution results (TF32 or fp32) */
@@ -207,6 +208,43 @@ static void check_optim(nn_optim_kind_t kind, float mom, int nesterov, float wd)
   nn_cuda_optim_free(go);
 }
 
+/* Each op's convolution algorithm is chosen at its first use: a forward alone searches
+   no backward algorithm, and a backward without dx (the first convolution) no
+   backward-data one; dx computed afterwards is still right. */
+static void check_conv_lazy_plan(void) {
+  nn_conv2d_shape_t s = {2, 5, 11, 9, 7, 3, 3, 1, 1, 1, 1, 0, 0};   /* a shape of its own */
+  CC_OK(nn_conv2d_shape(&s));
+  size_t nx = 2 * 5 * 11 * 9, nw = 7 * 5 * 9, ny = (size_t)2 * 7 * s.h_out * s.w_out;
+  float *x = cc_random(nx), *wt = cc_random(nw), *dy = cc_random(ny);
+  float *dx = cc_host(nx), *dw = cc_host(nw), *y = cc_host(ny);
+  float *ws = cc_host(nn_conv2d_workspace_floats(&s) + 1);
+  float *Dx = cc_dev(x, nx), *Dw = cc_dev(wt, nw), *Ddy = cc_dev(dy, ny);
+  float *Ddx = cc_dev(NULL, nx), *Ddw = cc_dev(NULL, nw), *Dy = cc_dev(NULL, ny);
+  int f0 = nn_cuda_conv_searches(0), d0 = nn_cuda_conv_searches(1);
+  int w0 = nn_cuda_conv_searches(2);
+  CC_OK(nn_conv2d_forward_cuda(&s, Dx, Dw, NULL, Dy));
+  int ok = nn_cuda_conv_searches(0) == f0 + 1 && nn_cuda_conv_searches(1) == d0 &&
+           nn_cuda_conv_searches(2) == w0;
+  printf("%-4s conv plan: a forward searches only the forward algorithm\n", ok ? "ok" : "FAIL");
+  if (!ok) cc_failures++;
+  CC_OK(nn_conv2d_backward_cuda(&s, Dx, Dw, Ddy, NULL, Ddw, NULL));
+  ok = nn_cuda_conv_searches(1) == d0 && nn_cuda_conv_searches(2) == w0 + 1;
+  printf("%-4s conv plan: a backward without dx searches no backward-data algorithm\n",
+         ok ? "ok" : "FAIL");
+  if (!ok) cc_failures++;
+  CC_OK(nn_conv2d_forward(&s, x, wt, NULL, y, ws));
+  CC_OK(nn_conv2d_backward(&s, x, wt, dy, dx, dw, NULL, ws));
+  cc_compare("conv plan: dw without dx", Ddw, 1, dw, nw, tol);
+  CC_OK(nn_conv2d_backward_cuda(&s, Dx, Dw, Ddy, Ddx, NULL, NULL));
+  ok = nn_cuda_conv_searches(1) == d0 + 1 && nn_cuda_conv_searches(2) == w0 + 1;
+  printf("%-4s conv plan: dx later searches its algorithm once\n", ok ? "ok" : "FAIL");
+  if (!ok) cc_failures++;
+  cc_compare("conv plan: dx chosen late", Ddx, 1, dx, nx, tol);
+  free(x); free(wt); free(dy); free(dx); free(dw); free(y); free(ws);
+  nn_cuda_free(Dx); nn_cuda_free(Dw); nn_cuda_free(Ddy); nn_cuda_free(Ddx);
+  nn_cuda_free(Ddw); nn_cuda_free(Dy);
+}
+
 int main(int argc, char **argv) {
   cc_require_device();
   if (argc > 1 && strcmp(argv[1], "--probe") == 0) return 0;  /* gpu_check: device present */
@@ -224,6 +262,8 @@ int main(int argc, char **argv) {
     check_linear(64, 2048, 1000);
   }
   nn_cuda_set_tf32(0);
+  tol = 1e-4;
+  check_conv_lazy_plan();
   check_bn();
   check_pool(1, 3, 2, 1);
   check_pool(1, 2, 2, 0);

@@ -87,12 +87,29 @@ nn_status_t nn_conv2d_forward_cuda_p(nn_cuda_fmt_t f, const nn_conv2d_shape_t *s
 nn_status_t nn_conv2d_backward_cuda_p(nn_cuda_fmt_t f, const nn_conv2d_shape_t *s,
                                       const void *x, const void *w, const void *dy, void *dx,
                                       void *dw, void *db);
+/* A batch-norm layer's reserve space from its training forward to its backward
+   (cuDNN's SPATIAL_PERSISTENT mode, taken for NHWC training): zero-initialise, pass the
+   same one to both, free with nn_cuda_bn_reserve_free. NULL: SPATIAL mode always. */
+typedef struct {
+  void *p;
+  size_t bytes;
+  int persistent;          /* the last forward ran in SPATIAL_PERSISTENT */
+} nn_cuda_bn_reserve_t;
+void nn_cuda_bn_reserve_free(nn_cuda_bn_reserve_t *r);
+/* How many times a convolution algorithm was searched for op (0 forward, 1 backward
+   data, 2 backward filter) in this process, for tests: each op's is searched at its
+   first use per shape. */
+int nn_cuda_conv_searches(int op);
+/* Which way batch norm in format f runs now (training or not), for logs and tests:
+   "cuDNN SPATIAL_PERSISTENT (Ex)", "cuDNN SPATIAL" or "nn's kernels". */
+const char *nn_cuda_bn_path(nn_cuda_fmt_t f, int training);
 nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_cuda_fmt_t f,
                                                 const nn_batchnorm2d_shape_t *s,
                                                 const void *x, const float *gamma,
                                                 const float *beta, float *running_mean,
                                                 float *running_var, void *y,
-                                                float *save_mean, float *save_invstd);
+                                                float *save_mean, float *save_invstd,
+                                                nn_cuda_bn_reserve_t *reserve);
 nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_cuda_fmt_t f,
                                                 const nn_batchnorm2d_shape_t *s,
                                                 const void *x, const float *gamma,
@@ -102,7 +119,7 @@ nn_status_t nn_batchnorm2d_backward_cuda_p(nn_cuda_fmt_t f, const nn_batchnorm2d
                                            const void *x, const float *gamma,
                                            const float *save_mean, const float *save_invstd,
                                            const void *dy, void *dx, float *dgamma,
-                                           float *dbeta);
+                                           float *dbeta, const nn_cuda_bn_reserve_t *reserve);
 nn_status_t nn_pool2d_forward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s,
                                      const void *x, void *y);
 nn_status_t nn_pool2d_backward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s,

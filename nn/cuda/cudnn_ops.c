@@ -2,8 +2,8 @@
    float32 or, for mixed precision, with float16/bfloat16 data and float32 accumulation
    (tensor cores; cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations).
 
-   Convolutions: descriptors and algorithms are chosen once per shape (precision, layout
-   and TF32 setting) with cuDNN's heuristics (cudnnGet*Algorithm_v7), or timed with
+   Convolutions: descriptors are made once per shape (precision, layout and TF32
+   setting), and each op's algorithm when that op is first needed, with cuDNN's heuristics (cudnnGet*Algorithm_v7), or timed with
    cudnnFind* when NN_CUDNN_FIND=1: the first (best) algorithm that is supported and fits
    in NN_CUDNN_WORKSPACE_MB (default 1024); plans are kept in a small cache; the
    workspace is the context's, grown to the largest need. cuDNN lists an algorithm once
@@ -15,7 +15,8 @@
    (forward and db, also added) is nn's own per-channel kernel, the same for every data
    type.
 
-   Batch norm: cudnnBatchNormalization* in SPATIAL mode (or nn's kernels, see below).
+   Batch norm: cudnnBatchNormalization* in SPATIAL mode, SPATIAL_PERSISTENT for NHWC
+   training, or nn's kernels (see below).
    cuDNN updates the running statistics as running = (1 - f) * running + f * batch with
    the unbiased batch variance, which is PyTorch's rule with f = momentum; the saved mean
    and inverse standard deviation are the same quantities as the CPU kernel's
@@ -23,10 +24,15 @@
 #include "nn/cuda/cuda_internal.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CONV_CACHE_MAX 256
+
+/* The three operations of a convolution. */
+typedef enum { OP_FWD, OP_BWD_DATA, OP_BWD_FILTER } conv_op_t;
 
 typedef struct {
   nn_conv2d_shape_t shape;
@@ -40,6 +46,7 @@ typedef struct {
   cudnnConvolutionBwdDataAlgo_t bwd_data;
   cudnnConvolutionBwdFilterAlgo_t bwd_filter;
   size_t ws_fwd, ws_bwd_data, ws_bwd_filter;
+  int have[3];                                  /* [conv_op_t]: algorithm chosen     */
 } conv_plan_t;
 
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -89,8 +96,7 @@ static nn_status_t op_desc(const nn_conv2d_shape_t *s, cudnnMathType_t m,
   return NN_OK;
 }
 
-/* The three operations of a convolution, and a search result of any of them. */
-typedef enum { OP_FWD, OP_BWD_DATA, OP_BWD_FILTER } conv_op_t;
+/* A search result of any of the three operations of a convolution (conv_op_t). */
 static const char *const op_name[] = {"forward", "backward-data", "backward-filter"};
 
 #define CAND_MAX 16
@@ -200,7 +206,7 @@ static nn_status_t pick(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, const conv
                       op_name[op], limit >> 20);
 }
 
-static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv_plan_t *p) {
+static nn_status_t plan_build(const nn_conv2d_shape_t *s, conv_plan_t *p) {
   const cudnnDataType_t f = nn_cudnn_type(p->fmt.prec);
   /* NHWC: activations [n][h][w][c], filters K x R x S x C (PyTorch's channels_last). */
   const cudnnTensorFormat_t layout = p->fmt.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
@@ -222,17 +228,39 @@ static nn_status_t plan_build(nn_cuda_ctx_t *c, const nn_conv2d_shape_t *s, conv
   NN_CUDNN_CHECK(cudnnSetConvolutionMathType(
       p->conv, p->tf32 || p->fmt.prec != NN_PRECISION_FP32 ? CUDNN_TENSOR_OP_MATH
                                                        : CUDNN_FMA_MATH));
-  nn_status_t st;
-  int algo;
-  if ((st = pick(c, s, p, OP_FWD, &p->cfwd, &algo, &p->ws_fwd)) != NN_OK) return st;
-  p->fwd = (cudnnConvolutionFwdAlgo_t)algo;
-  if ((st = pick(c, s, p, OP_BWD_DATA, &p->cdata, &algo, &p->ws_bwd_data)) != NN_OK)
-    return st;
-  p->bwd_data = (cudnnConvolutionBwdDataAlgo_t)algo;
-  if ((st = pick(c, s, p, OP_BWD_FILTER, &p->cfilt, &algo, &p->ws_bwd_filter)) != NN_OK)
-    return st;
-  p->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)algo;
-  return NN_OK;
+  return NN_OK;   /* each op's algorithm is chosen when that op is first needed */
+}
+
+static atomic_int searches[3];   /* algorithm searches per op, for tests */
+int nn_cuda_conv_searches(int op) { return op >= 0 && op < 3 ? atomic_load(&searches[op]) : -1; }
+
+/* The algorithm of op, chosen at its first use: a shape with no backward-data algorithm
+   within the workspace limit still runs forward, and the backward filter of the first
+   convolution (whose dx nobody needs). */
+static nn_status_t plan_op(nn_cuda_ctx_t *c, conv_plan_t *p, conv_op_t op) {
+  pthread_mutex_lock(&cache_mu);
+  nn_status_t st = NN_OK;
+  int algo = 0;
+  if (!p->have[op]) {
+    atomic_fetch_add(&searches[op], 1);
+    switch (op) {
+    case OP_FWD:
+      st = pick(c, &p->shape, p, op, &p->cfwd, &algo, &p->ws_fwd);
+      p->fwd = (cudnnConvolutionFwdAlgo_t)algo;
+      break;
+    case OP_BWD_DATA:
+      st = pick(c, &p->shape, p, op, &p->cdata, &algo, &p->ws_bwd_data);
+      p->bwd_data = (cudnnConvolutionBwdDataAlgo_t)algo;
+      break;
+    case OP_BWD_FILTER:
+      st = pick(c, &p->shape, p, op, &p->cfilt, &algo, &p->ws_bwd_filter);
+      p->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)algo;
+      break;
+    }
+    if (st == NN_OK) p->have[op] = 1;
+  }
+  pthread_mutex_unlock(&cache_mu);
+  return st;
 }
 
 static void plan_free(conv_plan_t *p) {
@@ -265,7 +293,7 @@ static nn_status_t conv_plan(nn_cuda_ctx_t *c, nn_cuda_fmt_t fmt,
     p->shape = s;
     p->tf32 = c->tf32;
     p->fmt = fmt;
-    st = plan_build(c, &s, p);
+    st = plan_build(&s, p);
   }
   if (st == NN_OK) {
     if (cache_n == CONV_CACHE_MAX) { /* full: drop the oldest */
@@ -294,6 +322,7 @@ nn_status_t nn_conv2d_forward_cuda_p(nn_cuda_fmt_t fmt, const nn_conv2d_shape_t 
     if (st == NN_ERR_ARG) return nn_set_error(st, "nn_conv2d_forward_cuda: empty output");
     return st;
   }
+  if ((st = plan_op(c, p, OP_FWD)) != NN_OK) return st;
   void *ws = NULL;
   if ((st = nn_cuda_workspace(c, p->ws_fwd, &ws)) != NN_OK) return st;
   const float one = 1.0f, zero = 0.0f;
@@ -322,7 +351,11 @@ nn_status_t nn_conv2d_backward_cuda_p(nn_cuda_fmt_t fmt, const nn_conv2d_shape_t
     if (st == NN_ERR_ARG) return nn_set_error(st, "nn_conv2d_backward_cuda: empty output");
     return st;
   }
-  size_t need = p->ws_bwd_data > p->ws_bwd_filter ? p->ws_bwd_data : p->ws_bwd_filter;
+  if (dw && (st = plan_op(c, p, OP_BWD_FILTER)) != NN_OK) return st;
+  if (dx && (st = plan_op(c, p, OP_BWD_DATA)) != NN_OK) return st;
+  size_t need = 0;
+  if (dw && p->ws_bwd_filter > need) need = p->ws_bwd_filter;
+  if (dx && p->ws_bwd_data > need) need = p->ws_bwd_data;
   void *ws = NULL;
   if ((st = nn_cuda_workspace(c, need, &ws)) != NN_OK) return st;
   const float one = 1.0f;
@@ -345,13 +378,24 @@ nn_status_t nn_conv2d_backward_cuda(const nn_conv2d_shape_t *s, const float *x,
 }
 
 /* ---- batch norm ----
-   cuDNN's, or nn's own kernels (kernels.cu): with NN_CUDA_BN=native, or for a data type
-   cuDNN's legacy batch norm refuses (it is not documented for bfloat16; PyTorch never
-   sends bfloat16 batch norm to cuDNN). The first refusal (a BAD_PARAM or NOT_SUPPORTED
-   status, before cuDNN does any work) switches that precision to nn's kernels for the
-   rest of the process. */
+   Three ways, fastest first:
+   - training in NHWC (channels last): cuDNN's SPATIAL_PERSISTENT mode through
+     cudnnBatchNormalizationForwardTrainingEx / BackwardEx, as PyTorch does for
+     channels-last training. It needs a reserve space kept from a layer's forward to its
+     backward (the caller's nn_cuda_bn_reserve_t) and a workspace (the context's);
+   - cuDNN's SPATIAL mode through the plain calls: inference, NCHW, and where cuDNN
+     refuses PERSISTENT for a type;
+   - nn's own kernels (kernels.cu): with NN_CUDA_BN=native, or for a type or layout that
+     cuDNN's plain batch norm refuses (it is not documented for bfloat16; PyTorch never
+     sends bfloat16 batch norm to cuDNN).
+   A refusal (a BAD_PARAM or NOT_SUPPORTED status, before cuDNN does any work) moves that
+   precision and layout to the next way for the rest of the process, and is said once
+   (nn_notice) with the precision, layout and cuDNN's status, so that a slow figure is
+   never unexplained. The saved mean and inverse standard deviation mean the same in
+   every way, so a backward can always run one way further down than its forward. */
 
-static int bn_native_for[2][3];   /* [nhwc][nn_precision_t]: cuDNN refused it once */
+static int bn_native_for[2][3];        /* [nhwc][nn_precision_t]: plain cuDNN refused */
+static int bn_persistent_refused[3];   /* [nn_precision_t]: PERSISTENT refused (NHWC) */
 
 static int bn_native(nn_cuda_fmt_t f) {
   const char *e = getenv("NN_CUDA_BN");
@@ -359,16 +403,63 @@ static int bn_native(nn_cuda_fmt_t f) {
   return bn_native_for[f.nhwc][f.prec];
 }
 
-/* A refusal of a half type or of NHWC by cuDNN: remember it and take nn's kernels
+static int bn_use_persistent(nn_cuda_fmt_t f, const nn_cuda_bn_reserve_t *r) {
+  return r != NULL && f.nhwc && !bn_persistent_refused[f.prec] && !bn_native(f);
+}
+
+const char *nn_cuda_bn_path(nn_cuda_fmt_t f, int training) {
+  if (bn_native(f)) return "nn's kernels";
+  if (training && f.nhwc && !bn_persistent_refused[f.prec])
+    return "cuDNN SPATIAL_PERSISTENT (Ex)";
+  return "cuDNN SPATIAL";
+}
+
+/* A generic BAD_PARAM or a NOT_SUPPORTED sub-code (3000-3999): cuDNN does not do this
+   type or layout. BAD_PARAM sub-codes name our arguments (a null or misaligned pointer)
+   and stay errors. */
+static int bn_is_refusal(cudnnStatus_t e) {
+  return e == CUDNN_STATUS_BAD_PARAM || (e >= CUDNN_STATUS_NOT_SUPPORTED && e < 4000);
+}
+
+static const char *fmt_text(nn_cuda_fmt_t f, char *buf, size_t len) {
+  snprintf(buf, len, "%s %s", nn_precision_name(f.prec), f.nhwc ? "NHWC" : "NCHW");
+  return buf;
+}
+
+/* A refusal of a half type or of NHWC by plain cuDNN: remember it and take nn's kernels
    (errors of float32 NCHW, which cuDNN has always done, are real errors). */
-static int bn_refused(nn_cuda_fmt_t f, cudnnStatus_t e) {
-  /* Generic BAD_PARAM or a NOT_SUPPORTED sub-code (3000-3999); BAD_PARAM sub-codes name
-     our arguments (a null or misaligned pointer) and stay errors. */
-  const int refusal =
-      e == CUDNN_STATUS_BAD_PARAM || (e >= CUDNN_STATUS_NOT_SUPPORTED && e < 4000);
-  if ((f.prec == NN_PRECISION_FP32 && !f.nhwc) || !refusal) return 0;
+static int bn_refused(nn_cuda_fmt_t f, cudnnStatus_t e, const char *call) {
+  if ((f.prec == NN_PRECISION_FP32 && !f.nhwc) || !bn_is_refusal(e)) return 0;
+  if (!bn_native_for[f.nhwc][f.prec]) {
+    char t[32];
+    nn_notice("CUDA: cuDNN refused %s batch norm in %s (%s: %s): nn's own batch-norm "
+              "kernels (one block per channel%s) run it from now on: correct, slower",
+              call, fmt_text(f, t, sizeof t), call, cudnnGetErrorString(e),
+              f.nhwc ? ", strided in NHWC" : "");
+  }
   bn_native_for[f.nhwc][f.prec] = 1;
   return 1;
+}
+
+/* A refusal of SPATIAL_PERSISTENT: remember it and take SPATIAL. */
+static int bn_persistent_refusal(nn_cuda_fmt_t f, cudnnStatus_t e, const char *call) {
+  if (!bn_is_refusal(e)) return 0;
+  if (!bn_persistent_refused[f.prec]) {
+    char t[32];
+    nn_notice("CUDA: cuDNN refused SPATIAL_PERSISTENT training batch norm in %s (%s: %s): "
+              "SPATIAL through the plain calls from now on (slower in channels last)",
+              fmt_text(f, t, sizeof t), call, cudnnGetErrorString(e));
+  }
+  bn_persistent_refused[f.prec] = 1;
+  return 1;
+}
+
+void nn_cuda_bn_reserve_free(nn_cuda_bn_reserve_t *r) {
+  if (!r) return;
+  nn_cuda_free(r->p);
+  r->p = NULL;
+  r->bytes = 0;
+  r->persistent = 0;
 }
 
 static nn_status_t bn_check(const nn_batchnorm2d_shape_t *s) {
@@ -393,7 +484,8 @@ static void bn_free(bn_desc_t *d) {
   if (d->param) cudnnDestroyTensorDescriptor(d->param);
 }
 
-/* The descriptors; a cuDNN status, so that a refusal of the data type can be told. */
+/* The descriptors; a cuDNN status, so that a refusal of the data type can be told. The
+   parameter descriptor is derived for SPATIAL; PERSISTENT takes the same 1xCx1x1 shape. */
 static cudnnStatus_t bn_desc(nn_cuda_fmt_t f, const nn_batchnorm2d_shape_t *s,
                              bn_desc_t *d) {
   d->x = d->param = NULL;
@@ -408,19 +500,103 @@ static cudnnStatus_t bn_desc(nn_cuda_fmt_t f, const nn_batchnorm2d_shape_t *s,
   return e;
 }
 
+/* Training forward in SPATIAL_PERSISTENT (r: the layer's reserve, grown here). 1: done;
+   0: cuDNN refused it (take SPATIAL); -1: an error (nn_last_error says it). */
+static int bn_train_persistent(nn_cuda_ctx_t *c, nn_cuda_fmt_t f,
+                               const nn_batchnorm2d_shape_t *s, const bn_desc_t *d,
+                               const void *x, const float *gamma, const float *beta,
+                               float *running_mean, float *running_var, void *y,
+                               float *save_mean, float *save_invstd,
+                               nn_cuda_bn_reserve_t *r) {
+  const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+  const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
+  size_t ws_bytes = 0, rs_bytes = 0;
+  const char *call = "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize";
+  cudnnStatus_t e = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+      c->cudnn, mode, ops, d->x, NULL, d->x, d->param, NULL, &ws_bytes);
+  if (e == CUDNN_STATUS_SUCCESS) {
+    call = "cudnnGetBatchNormalizationTrainingExReserveSpaceSize";
+    e = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(c->cudnn, mode, ops, NULL, d->x,
+                                                             &rs_bytes);
+  }
+  if (e == CUDNN_STATUS_SUCCESS) {
+    void *ws = NULL;
+    if (nn_cuda_workspace(c, ws_bytes, &ws) != NN_OK) return -1;
+    if (rs_bytes > r->bytes) {
+      nn_cuda_bn_reserve_free(r);
+      if (nn_cuda_malloc(&r->p, rs_bytes) != NN_OK) return -1;
+      r->bytes = rs_bytes;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    call = "cudnnBatchNormalizationForwardTrainingEx";
+    e = cudnnBatchNormalizationForwardTrainingEx(
+        c->cudnn, mode, ops, &one, &zero, d->x, x, NULL, NULL, d->x, y, d->param, gamma,
+        beta, (double)s->momentum, running_mean, running_var, (double)s->eps, save_mean,
+        save_invstd, NULL, ws, ws_bytes, r->p, rs_bytes);
+  }
+  if (e == CUDNN_STATUS_SUCCESS) {
+    r->persistent = 1;
+    return 1;
+  }
+  if (bn_persistent_refusal(f, e, call)) return 0;
+  nn_cuda_fail(__FILE__, __LINE__, call, cudnnGetErrorString(e));
+  return -1;
+}
+
+/* Backward after a PERSISTENT forward (same codes as bn_train_persistent). */
+static int bn_backward_persistent(nn_cuda_ctx_t *c, nn_cuda_fmt_t f,
+                                  const nn_batchnorm2d_shape_t *s, const bn_desc_t *d,
+                                  const void *x, const float *gamma, const float *save_mean,
+                                  const float *save_invstd, const void *dy, void *dx,
+                                  float *dgamma, float *dbeta,
+                                  const nn_cuda_bn_reserve_t *r) {
+  const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+  const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
+  size_t ws_bytes = 0;
+  const char *call = "cudnnGetBatchNormalizationBackwardExWorkspaceSize";
+  cudnnStatus_t e = cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+      c->cudnn, mode, ops, d->x, d->x, d->x, NULL, d->x, d->param, NULL, &ws_bytes);
+  if (e == CUDNN_STATUS_SUCCESS) {
+    void *ws = NULL;
+    if (nn_cuda_workspace(c, ws_bytes, &ws) != NN_OK) return -1;
+    const float one = 1.0f;
+    call = "cudnnBatchNormalizationBackwardEx";
+    /* beta = 1 for data and parameters: add into dx, dgamma, dbeta. y and z are needed
+       only with a fused activation or addition (none here). */
+    e = cudnnBatchNormalizationBackwardEx(
+        c->cudnn, mode, ops, &one, &one, &one, &one, d->x, x, NULL, NULL, d->x, dy, NULL,
+        NULL, d->x, dx, d->param, gamma, NULL, dgamma, dbeta, (double)s->eps, save_mean,
+        save_invstd, NULL, ws, ws_bytes, r->p, r->bytes);
+  }
+  if (e == CUDNN_STATUS_SUCCESS) return 1;
+  if (bn_persistent_refusal(f, e, call)) return 0;
+  nn_cuda_fail(__FILE__, __LINE__, call, cudnnGetErrorString(e));
+  return -1;
+}
+
 nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_cuda_fmt_t fmt,
                                                 const nn_batchnorm2d_shape_t *s,
                                                 const void *x, const float *gamma,
                                                 const float *beta, float *running_mean,
                                                 float *running_var, void *y,
-                                                float *save_mean, float *save_invstd) {
+                                                float *save_mean, float *save_invstd,
+                                                nn_cuda_bn_reserve_t *reserve) {
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK || (st = bn_check(s)) != NN_OK) return st;
+  if (reserve) reserve->persistent = 0;
   if (!bn_native(fmt)) {
     if ((st = bn_cudnn_eps(s)) != NN_OK) return st;
     bn_desc_t d;
     cudnnStatus_t e = bn_desc(fmt, s, &d);
+    if (e == CUDNN_STATUS_SUCCESS && bn_use_persistent(fmt, reserve)) {
+      int done = bn_train_persistent(c, fmt, s, &d, x, gamma, beta, running_mean,
+                                     running_var, y, save_mean, save_invstd, reserve);
+      if (done != 0) {
+        bn_free(&d);
+        return done > 0 ? NN_OK : NN_ERR_BACKEND;
+      }
+    }
     const float one = 1.0f, zero = 0.0f;
     if (e == CUDNN_STATUS_SUCCESS)
       e = cudnnBatchNormalizationForwardTraining(
@@ -429,7 +605,7 @@ nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_cuda_fmt_t fmt,
           save_invstd);
     bn_free(&d);
     if (e == CUDNN_STATUS_SUCCESS) return NN_OK;
-    if (!bn_refused(fmt, e))
+    if (!bn_refused(fmt, e, "cudnnBatchNormalizationForwardTraining"))
       return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationForwardTraining",
                           cudnnGetErrorString(e));
   }
@@ -458,7 +634,7 @@ nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_cuda_fmt_t fmt,
           beta, running_mean, running_var, (double)s->eps);
     bn_free(&d);
     if (e == CUDNN_STATUS_SUCCESS) return NN_OK;
-    if (!bn_refused(fmt, e))
+    if (!bn_refused(fmt, e, "cudnnBatchNormalizationForwardInference"))
       return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationForwardInference",
                           cudnnGetErrorString(e));
   }
@@ -471,7 +647,8 @@ nn_status_t nn_batchnorm2d_backward_cuda_p(nn_cuda_fmt_t fmt,
                                            const nn_batchnorm2d_shape_t *s, const void *x,
                                            const float *gamma, const float *save_mean,
                                            const float *save_invstd, const void *dy,
-                                           void *dx, float *dgamma, float *dbeta) {
+                                           void *dx, float *dgamma, float *dbeta,
+                                           const nn_cuda_bn_reserve_t *reserve) {
   if (!dx || !dgamma || !dbeta)
     return nn_set_error(NN_ERR_ARG, "nn_batchnorm2d_backward_cuda: dx, dgamma and dbeta "
                         "are all required (they are computed together)");
@@ -482,6 +659,14 @@ nn_status_t nn_batchnorm2d_backward_cuda_p(nn_cuda_fmt_t fmt,
     if ((st = bn_cudnn_eps(s)) != NN_OK) return st;
     bn_desc_t d;
     cudnnStatus_t e = bn_desc(fmt, s, &d);
+    if (e == CUDNN_STATUS_SUCCESS && reserve && reserve->persistent) {
+      int done = bn_backward_persistent(c, fmt, s, &d, x, gamma, save_mean, save_invstd, dy,
+                                        dx, dgamma, dbeta, reserve);
+      if (done != 0) {
+        bn_free(&d);
+        return done > 0 ? NN_OK : NN_ERR_BACKEND;
+      }
+    }
     const float one = 1.0f;
     /* beta = 1 for data and parameters: add into dx, dgamma, dbeta. */
     if (e == CUDNN_STATUS_SUCCESS)
@@ -491,7 +676,7 @@ nn_status_t nn_batchnorm2d_backward_cuda_p(nn_cuda_fmt_t fmt,
                                           save_invstd);
     bn_free(&d);
     if (e == CUDNN_STATUS_SUCCESS) return NN_OK;
-    if (!bn_refused(fmt, e))
+    if (!bn_refused(fmt, e, "cudnnBatchNormalizationBackward"))
       return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationBackward",
                           cudnnGetErrorString(e));
   }
@@ -507,7 +692,7 @@ nn_status_t nn_batchnorm2d_forward_train_cuda(const nn_batchnorm2d_shape_t *s,
                                               float *save_mean, float *save_invstd) {
   return nn_batchnorm2d_forward_train_cuda_p(NN_CUDA_FMT_FP32_NCHW, s, x, gamma, beta,
                                              running_mean, running_var, y, save_mean,
-                                             save_invstd);
+                                             save_invstd, NULL);
 }
 
 nn_status_t nn_batchnorm2d_forward_infer_cuda(const nn_batchnorm2d_shape_t *s,
@@ -523,7 +708,7 @@ nn_status_t nn_batchnorm2d_backward_cuda(const nn_batchnorm2d_shape_t *s, const 
                                          const float *save_invstd, const float *dy,
                                          float *dx, float *dgamma, float *dbeta) {
   return nn_batchnorm2d_backward_cuda_p(NN_CUDA_FMT_FP32_NCHW, s, x, gamma, save_mean,
-                                        save_invstd, dy, dx, dgamma, dbeta);
+                                        save_invstd, dy, dx, dgamma, dbeta, NULL);
 }
 
 /* ---- pooling ---- */

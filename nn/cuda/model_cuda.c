@@ -43,6 +43,7 @@ typedef struct {
   int inplace_relu;
   int permute;             /* NHWC flatten of a spatial map: out is its NCHW copy   */
   float *save_mean, *save_invstd;
+  nn_cuda_bn_reserve_t bn_reserve;   /* batch norm, forward to backward (NHWC)      */
   uint8_t *mask;
 } dlayer_t;
 
@@ -133,6 +134,7 @@ static void cuda_model_release(nn_model_t *m, cuda_model_t *d) {
       }
       nn_cuda_free(l->save_mean);
       nn_cuda_free(l->save_invstd);
+      nn_cuda_bn_reserve_free(&l->bn_reserve);
       nn_cuda_free(l->mask);
     }
   free(d->L);
@@ -199,8 +201,8 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
     s = nn_set_error(NN_ERR_NO_MEMORY, "nn_model_to_device: out of memory");
     goto fail;
   }
-  ALLOC(d->params, m->num_params * sizeof(float));
-  ALLOC(d->grads, m->num_params * sizeof(float));
+  ALLOC(d->params, m->param_len * sizeof(float));
+  ALLOC(d->grads, m->param_len * sizeof(float));
   ALLOC(d->buffers, m->num_buffers * sizeof(float));
   ALLOC(d->input, in_elems * es);
   if (m->dinput) ALLOC(d->dinput, in_elems * es);
@@ -209,8 +211,8 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
   ALLOC(d->loss, sizeof(float));
   ALLOC(d->correct, sizeof(int));
   if (converted(d)) {
-    ALLOC(d->params_h, m->num_params * es);
-    ALLOC(d->grads_h, m->num_params * es);
+    ALLOC(d->params_h, m->param_len * es);
+    ALLOC(d->grads_h, m->param_len * es);
     ALLOC(d->input_f, in_elems * sizeof(float));
   }
   if (mixed(d)) {
@@ -252,9 +254,9 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
     }
     if (l->kind == NN_LAYER_DROPOUT) ALLOC(dl->mask, batch * sample_size(l));
   }
-  if ((s = nn_cuda_to_device(d->params, m->params, m->num_params * sizeof(float))) != NN_OK ||
+  if ((s = nn_cuda_to_device(d->params, m->params, m->param_len * sizeof(float))) != NN_OK ||
       (s = nn_cuda_to_device(d->buffers, m->buffers, m->num_buffers * sizeof(float))) != NN_OK ||
-      (s = nn_cuda_memset0(d->grads, m->num_params * sizeof(float))) != NN_OK)
+      (s = nn_cuda_memset0(d->grads, m->param_len * sizeof(float))) != NN_OK)
     goto fail;
   if (d->amp) {
     nn_cuda_amp_t a = {m->precision.init_scale, 0, 0, 0, 0};
@@ -306,7 +308,7 @@ const float *nn_model_device_logits(const nn_model_t *m) {
 nn_status_t nn_model_sync_to_host(nn_model_t *m) {
   if (!m) return nn_set_error(NN_ERR_ARG, "nn_model_sync_to_host: NULL model");
   if (!m->cuda) return NN_OK;
-  nn_status_t s = nn_cuda_to_host(m->params, CM(m)->params, m->num_params * sizeof(float));
+  nn_status_t s = nn_cuda_to_host(m->params, CM(m)->params, m->param_len * sizeof(float));
   if (s == NN_OK)
     s = nn_cuda_to_host(m->buffers, CM(m)->buffers, m->num_buffers * sizeof(float));
   return s;
@@ -315,7 +317,7 @@ nn_status_t nn_model_sync_to_host(nn_model_t *m) {
 nn_status_t nn_model_sync_to_device(nn_model_t *m) {
   if (!m) return nn_set_error(NN_ERR_ARG, "nn_model_sync_to_device: NULL model");
   if (!m->cuda) return NN_OK;
-  nn_status_t s = nn_cuda_to_device(CM(m)->params, m->params, m->num_params * sizeof(float));
+  nn_status_t s = nn_cuda_to_device(CM(m)->params, m->params, m->param_len * sizeof(float));
   if (s == NN_OK)
     s = nn_cuda_to_device(CM(m)->buffers, m->buffers, m->num_buffers * sizeof(float));
   return s;
@@ -354,7 +356,7 @@ static void *gemm_grad(const cuda_model_t *d, size_t off) {
    weights permuted to K x R x S x C (NHWC). */
 static nn_status_t refresh_compute_params(nn_model_t *m, nn_cuda_ctx_t *c) {
   cuda_model_t *d = CM(m);
-  NN_CUDA_CHECK(nn_cuk_cast_from_float(c->stream, d->fmt.prec, m->num_params, d->params,
+  NN_CUDA_CHECK(nn_cuk_cast_from_float(c->stream, d->fmt.prec, m->param_len, d->params,
                                        d->params_h));
   if (d->fmt.nhwc)
     for (int i = 0; i < m->num_layers; i++) {
@@ -412,7 +414,8 @@ static nn_status_t layer_forward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n,
     m->counters[l->counter]++;
     return nn_batchnorm2d_forward_train_cuda_p(f, &s, x, P + l->w_off, P + l->b_off,
                                                B + l->rm_off, B + l->rv_off, dl->out,
-                                               dl->save_mean, dl->save_invstd);
+                                               dl->save_mean, dl->save_invstd,
+                                               &dl->bn_reserve);
   }
   case NN_LAYER_RELU:
     NN_CUDA_CHECK(nn_cuk_relu_forward(c->stream, p, count, dl->inplace_relu ? dl->out : x,
@@ -570,7 +573,7 @@ static nn_status_t layer_backward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n)
     nn_batchnorm2d_shape_t s = nn_layer_bn_shape(l, n);
     return nn_batchnorm2d_backward_cuda_p(f, &s, x, P + l->w_off, dl->save_mean,
                                           dl->save_invstd, dy, dx, G + l->w_off,
-                                          G + l->b_off);
+                                          G + l->b_off, &dl->bn_reserve);
   }
   case NN_LAYER_RELU:
     if (dl->inplace_relu)
@@ -619,9 +622,9 @@ nn_status_t nn_cuda_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, voi
   if (s != NN_OK) return s;
   const int n = m->last_n;
   const size_t es = d->es;
-  NN_CUDA_CHECK(cudaMemsetAsync(d->grads, 0, m->num_params * sizeof(float), c->stream));
+  NN_CUDA_CHECK(cudaMemsetAsync(d->grads, 0, m->param_len * sizeof(float), c->stream));
   if (d->grads_h)
-    NN_CUDA_CHECK(cudaMemsetAsync(d->grads_h, 0, m->num_params * es, c->stream));
+    NN_CUDA_CHECK(cudaMemsetAsync(d->grads_h, 0, m->param_len * es, c->stream));
   for (int i = 0; i < m->num_layers; i++)
     if (d->L[i].own)
       NN_CUDA_CHECK(cudaMemsetAsync(d->L[i].dout, 0,
@@ -632,7 +635,7 @@ nn_status_t nn_cuda_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, voi
   NN_CUDA_CHECK(cudaMemcpyAsync(d->L[m->num_layers - 1].dout, d->dlogits,
                                 (size_t)n * m->num_classes * es, cudaMemcpyDeviceToDevice,
                                 c->stream));
-  size_t ready = m->num_params;
+  size_t ready = m->param_len;
   for (int i = m->num_layers - 1; i >= 0; i--) {
     nn_layer_t *l = &m->layers[i];
     double t0 = now_s();
@@ -662,16 +665,16 @@ nn_status_t nn_model_optim_step_cuda(nn_model_t *m, nn_cuda_optim_t *o, float lr
     return nn_set_error(NN_ERR_ARG, "nn_model_optim_step_cuda: the model is not on the "
                         "device (nn_model_to_device)");
   cuda_model_t *d = CM(m);
-  if (nn_cuda_optim_count(o) != m->num_params)
+  if (nn_cuda_optim_count(o) != m->param_len)
     return nn_set_error(NN_ERR_ARG, "nn_model_optim_step_cuda: the optimizer was created "
                         "for %zu parameters, the model has %zu", nn_cuda_optim_count(o),
-                        m->num_params);
+                        m->param_len);
   if (!mixed(d)) return nn_cuda_optim_step(o, d->params, d->grads, lr);
   nn_cuda_ctx_t *c;
   nn_status_t s = nn_cuda_ctx(&c);
   if (s != NN_OK) return s;
   const nn_precision_config_t *k = &m->precision;
-  NN_CUDA_CHECK(nn_cuk_amp_unscale(c->stream, m->num_params, d->grads, d->amp));
+  NN_CUDA_CHECK(nn_cuk_amp_unscale(c->stream, m->param_len, d->grads, d->amp));
   s = nn_cuda_optim_step_skip(o, d->params, d->grads, lr, &d->amp->found_inf);
   if (s != NN_OK) return s;
   NN_CUDA_CHECK(nn_cuk_amp_update(c->stream, d->amp, k->growth_factor, k->backoff_factor,
