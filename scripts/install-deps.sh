@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that the build and the tests need, when they are missing.
 # Idempotent: a machine that has them all is left alone (no apt-get at all).
-# PyTorch (python3-torch) is not here: only the comparison and fixture scripts need it,
-# and they install it themselves.
+# PyTorch (python3-torch, Debian's CPU build) is here because a test needs it:
+# test_train_export.sh scores train's exported weights with PyTorch.
 set -euo pipefail
 
 packages=(
@@ -13,6 +13,7 @@ packages=(
   zlib1g-dev                # gzip'd IDX data files
   dataset-fashion-mnist     # the real data set for `make run`
   iproute2 procps python3   # network namespaces (multi-host tests), timeline JSON check
+  python3-torch python3-numpy  # test_train_export.sh: PyTorch loads train's export
 )
 
 missing=()

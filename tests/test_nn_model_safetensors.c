@@ -277,7 +277,12 @@ static void test_torch_file_and_strictness(void) {
     CHECK(nn_model_save_safetensors(other, path) == NN_OK, "%s", nn_last_error());
     nn_model_free(other);
   }
-  expect_refused(m, &before, path, NN_ERR_FORMAT, "\"", "file of another model");
+  expect_refused(m, &before, path, NN_ERR_FORMAT, "lenet.safetensors",
+                 "file of another model");
+  /* ... and says which tensor differs and which model it was loaded into */
+  CHECK(strstr(nn_last_error(), "\"conv1.weight\"") && strstr(nn_last_error(), "resnet20"),
+        "file of another model: the message names neither the tensor nor the model: %s",
+        nn_last_error());
 
   nn_model_t *five = make("resnet20", 1, 5, 5);
   snprintf(path, sizeof path, "%s/resnet20_5.safetensors", tmpdir);

@@ -53,7 +53,11 @@ done
 
 # data files: a copy of the real Fashion-MNIST directory, then one file damaged at a time
 src=/usr/share/datasets/fashion-mnist
-if [ -f "$src/train-images-idx3-ubyte.gz" ]; then
+# make test installs the data set (scripts/install-deps.sh): its absence is a failure
+if [ ! -f "$src/train-images-idx3-ubyte.gz" ]; then
+  echo "FAIL $src/train-images-idx3-ubyte.gz missing (scripts/install-deps.sh installs dataset-fashion-mnist)"
+  fails=$((fails + 1))
+else
   mkdir "$tmp/fm"
   cp "$src"/*.gz "$tmp/fm/"
   f=$tmp/fm/t10k-labels-idx1-ubyte.gz
@@ -68,8 +72,6 @@ if [ -f "$src/train-images-idx3-ubyte.gz" ]; then
   cp "$src/train-images-idx3-ubyte.gz" "$f"
   rm "$tmp/fm/t10k-images-idx3-ubyte.gz"
   expect_error "missing file" "t10k-images-idx3-ubyte" mpi2 "$train" --data-dir "$tmp/fm" --epochs 1
-else
-  echo "note: $src missing, data-file cases skipped"
 fi
 
 # checkpoints: make real ones, then break copies of them
