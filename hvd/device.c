@@ -92,6 +92,7 @@ static const char *real_error_string(int e) { return cudaGetErrorString((cudaErr
 static hvd_cuda_probe_t probe = {real_device_count, real_set_device, real_is_device_memory,
                                  real_error_string};
 
+/* Before the first hvd_init of the process: the device count is read once. */
 void hvd_device_set_probe(const hvd_cuda_probe_t *p) {
   hvd_cuda_probe_t real = {real_device_count, real_set_device, real_is_device_memory,
                            real_error_string};
@@ -145,13 +146,22 @@ static void announce(void) {
     );
 }
 
+/* The GPU of this rank: local rank i drives GPU i; where the process sees one GPU only
+   (CUDA_VISIBLE_DEVICES set per rank, as SLURM's --gpus-per-task does), that one; -1
+   when it has none of its own (more local ranks than GPUs). */
+static int rank_device(void) {
+  if (device_count <= 0) return -1;
+  if (hvd_g.local_rank < device_count) return hvd_g.local_rank;
+  return device_count == 1 ? 0 : -1;
+}
+
 /* The background thread's device. A thread's first CUDA call creates a context on its
    current device, GPU 0 by default: were the background thread to ask about a pointer
    before choosing, every rank of an 8-GPU node would hold a context on GPU 0 (about
    0.5 GB each, and a failure in exclusive-process mode). So the thread chooses its
-   rank's GPU (local rank i: GPU i, as device_init) before any other CUDA call, and a
-   rank with no GPU of its own (more local ranks than GPUs) makes no CUDA call on it at
-   all: its buffers are host memory. */
+   rank's GPU (rank_device, as device_init) before any other CUDA call, and a rank with
+   no GPU of its own makes no CUDA call on it at all: it takes every buffer for host
+   memory (such a rank must pass host buffers; hvd_init says so at HVD_LOG_LEVEL=info). */
 static _Thread_local int on_hvd_thread;     /* this is hvd's background thread        */
 static _Thread_local int thread_device = -1; /* and the GPU it chose, or -1            */
 static atomic_int selected_device = -1;      /* the same, for other threads to read     */
@@ -162,18 +172,19 @@ void hvd_device_thread_start(void) {
   atomic_store(&selected_device, -1);
   pthread_once(&detect_once, detect);
   if (device_count == 0) return;
-  if (hvd_g.local_rank >= device_count) {
-    hvd_log(HVD_LOG_INFO, "CUDA: local rank %d has no GPU of its own (%d on this host): "
-            "its buffers are host memory", hvd_g.local_rank, device_count);
+  const int device = rank_device();
+  if (device < 0) {
+    hvd_log(HVD_LOG_INFO, "CUDA: local rank %d has no GPU of its own (%d visible): hvd "
+            "takes its buffers for host memory", hvd_g.local_rank, device_count);
     return;
   }
-  int e = probe.set_device(hvd_g.local_rank);
+  int e = probe.set_device(device);
   if (e != 0) {
     hvd_log(HVD_LOG_WARNING, "CUDA: the background thread could not select GPU %d (%s): "
-            "its buffers are host memory", hvd_g.local_rank, probe.error_string(e));
+            "hvd takes its buffers for host memory", device, probe.error_string(e));
     return;
   }
-  thread_device = hvd_g.local_rank;
+  thread_device = device;
   atomic_store(&selected_device, thread_device);
   hvd_log(HVD_LOG_DEBUG, "CUDA: background thread on GPU %d", thread_device);
 }
@@ -261,12 +272,12 @@ static hvd_status_t device_init(int *setup, char *msg, size_t len) {
     snprintf(msg, len, "rank %d: a device buffer but no CUDA device", hvd_g.rank);
     return HVD_ERR_BACKEND;
   }
-  if (hvd_g.local_rank >= device_count) {
+  if (rank_device() < 0) {
     snprintf(msg, len, "rank %d: local rank %d but this host has %d GPU(s): start at most "
              "one process per GPU", hvd_g.rank, hvd_g.local_rank, device_count);
     return HVD_ERR_INVALID_ARGUMENT;
   }
-  dev.device = hvd_g.local_rank;
+  dev.device = rank_device();
   CUDA_OK(cudaSetDevice(dev.device));
   CUDA_OK(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking));
   CUDA_OK(cudaEventCreateWithFlags(&dev.compute_done, cudaEventDisableTiming));
@@ -680,6 +691,7 @@ void hvd_device_shutdown(void) {
 
 #else /* no CUDA in this build: no buffer is device memory */
 
+/* Before the first hvd_init of the process: the device count is read once. */
 void hvd_device_set_probe(const hvd_cuda_probe_t *p) { (void)p; }
 void hvd_device_thread_start(void) {}
 int hvd_device_thread_device(void) { return -1; }

@@ -5,13 +5,15 @@
    No GPU is needed: the CUDA calls hvd makes before a device is in use go through a
    table (hvd_device_set_probe), which this test fills with stand-ins that say "2 GPUs,
    every pointer is host memory" and record which thread made which call, in order.
-   Runs at np=2 (local ranks 0 and 1: GPUs 0 and 1) and np=3 (local rank 2: none). */
+   Runs at np=2 (local ranks 0 and 1: GPUs 0 and 1), np=3 (local rank 2: none), and np=3
+   where each process sees one GPU (all: that one). */
 #include "hvd/hvd_internal.h"
 #include "tests/hvd_test.h"
 
 #include <pthread.h>
 
-#define FAKE_GPUS 2
+#ifdef HVD_WITH_CUDA
+static int fake_gpus = 2;   /* the GPUs the stand-ins report (argv[1]: gpus=N) */
 #define MAX_EVENTS 100000
 
 typedef enum { EV_COUNT, EV_SET, EV_PROBE } ev_kind_t;
@@ -34,7 +36,7 @@ static void record(ev_kind_t kind, int arg) {
 
 static int fake_count(int *n) {
   record(EV_COUNT, 0);
-  *n = FAKE_GPUS;
+  *n = fake_gpus;
   return 0;
 }
 static int fake_set(int device) {
@@ -72,6 +74,9 @@ static int body(void) {
   CHECK_OK(hvd_shutdown());
   hvd_device_set_probe(NULL);
 
+  /* local rank i: GPU i; a process that sees one GPU (CUDA_VISIBLE_DEVICES per rank):
+     that one; otherwise none of its own */
+  const int want = local < fake_gpus ? local : fake_gpus == 1 ? 0 : -1;
   pthread_mutex_lock(&ev_mu);
   CHECK(dropped == 0, "%d events dropped", dropped);
   int bg_events = 0, bg_probes = 0, bg_sets = 0, first_bg = -1;
@@ -83,15 +88,15 @@ static int body(void) {
     if (e->kind == EV_PROBE) bg_probes++;
     if (e->kind == EV_SET) {
       bg_sets++;
-      CHECK(e->arg == local, "rank %d (local rank %d): the background thread selected GPU "
-            "%d, not its own", rank, local, e->arg);
+      CHECK(e->arg == want, "rank %d (local rank %d, %d GPUs): the background thread "
+            "selected GPU %d, not %d", rank, local, fake_gpus, e->arg, want);
     }
   }
-  if (local < FAKE_GPUS) {
+  if (want >= 0) {
     CHECK(first_bg >= 0 && events[first_bg].kind == EV_SET,
           "rank %d: the background thread's first CUDA call is a %s, not cudaSetDevice(%d)",
           rank, first_bg < 0 ? "none" : events[first_bg].kind == EV_PROBE
-                                           ? "pointer query" : "?", local);
+                                           ? "pointer query" : "?", want);
     CHECK(bg_sets == 1, "rank %d: %d device selections on the background thread, "
           "expected 1", rank, bg_sets);
     /* Not vacuous: the thread did look at the buffers, after choosing its GPU. */
@@ -99,7 +104,7 @@ static int body(void) {
           rank, bg_probes);
   } else {
     CHECK(bg_events == 0, "rank %d (local rank %d, %d GPUs): %d CUDA calls on the "
-          "background thread of a rank without a GPU of its own", rank, local, FAKE_GPUS,
+          "background thread of a rank without a GPU of its own", rank, local, fake_gpus,
           bg_events);
   }
   pthread_mutex_unlock(&ev_mu);
@@ -107,24 +112,28 @@ static int body(void) {
          "device selected first: ok\n", rank, local, bg_events, bg_probes);
   return 0;
 }
+#endif
 
 int main(int argc, char **argv) {
-  (void)argc;
 #ifndef HVD_WITH_CUDA
+  (void)argc;
   (void)argv;
   printf("skipped: built without CUDA (make CUDA=0): hvd makes no CUDA call\n");
   return 77;
 #else
-  if (hvd_test_is_rank()) return body();
-  int rc = hvd_test_mpirun(argv[0], 2, "", NULL, 60, NULL, 0);
-  if (rc != 0) {
-    fprintf(stderr, "FAIL: np=2 exited %d\n", rc);
-    return 1;
+  if (hvd_test_is_rank()) {
+    if (argc > 1 && sscanf(argv[1], "gpus=%d", &fake_gpus) != 1) return 2;
+    return body();
   }
-  rc = hvd_test_mpirun(argv[0], 3, "", NULL, 60, NULL, 0);
-  if (rc != 0) {
-    fprintf(stderr, "FAIL: np=3 exited %d\n", rc);
-    return 1;
+  /* np=2 on 2 GPUs; np=3 on 2 GPUs (local rank 2 has none); np=3 each seeing 1 GPU */
+  const struct { int np; const char *mode; } runs[] = {{2, "gpus=2"}, {3, "gpus=2"},
+                                                        {3, "gpus=1"}};
+  for (int i = 0; i < 3; i++) {
+    int rc = hvd_test_mpirun(argv[0], runs[i].np, runs[i].mode, NULL, 60, NULL, 0);
+    if (rc != 0) {
+      fprintf(stderr, "FAIL: np=%d %s exited %d\n", runs[i].np, runs[i].mode, rc);
+      return 1;
+    }
   }
   printf("the background thread selects its GPU before any other CUDA call\n");
   return 0;

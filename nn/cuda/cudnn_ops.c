@@ -513,7 +513,7 @@ static int bn_train_persistent(nn_cuda_ctx_t *c, nn_cuda_fmt_t f,
   size_t ws_bytes = 0, rs_bytes = 0;
   const char *call = "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize";
   cudnnStatus_t e = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-      c->cudnn, mode, ops, d->x, NULL, d->x, d->param, NULL, &ws_bytes);
+      c->cudnn, mode, ops, d->x, d->x, d->x, d->param, NULL, &ws_bytes);   /* as PyTorch */
   if (e == CUDNN_STATUS_SUCCESS) {
     call = "cudnnGetBatchNormalizationTrainingExReserveSpaceSize";
     e = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(c->cudnn, mode, ops, NULL, d->x,
