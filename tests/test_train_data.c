@@ -107,6 +107,9 @@ static void test_idx(void) {
   /* wrong magic: labels file given as images */
   rc = train_load_idx(lab, lab, &d, err, sizeof err);
   expect_error(rc, err, lab, "wrong magic");
+  /* ... for the reason it is wrong, not some later symptom of reading it as images */
+  expect_error(rc, err, "not an IDX file of unsigned bytes with 3 dimension(s)",
+               "wrong magic, the reason");
   /* count mismatch */
   char lab2[512];
   snprintf(lab2, sizeof lab2, "%s/lab49.gz", tmpdir);

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# scripts/mutation_check.sh: do the tests catch small, realistic bugs?
+#
+# Each mutation below is one sed expression applied to one source file (it must change
+# exactly that file, else the mutation is reported as stale), with the tests that must
+# catch it. The script copies the working tree with its build directory to a scratch
+# folder (so the first build there is incremental), then for each mutation: applies it,
+# rebuilds, runs the named tests through tests/run.sh, and puts the file back. A mutation
+# is CAUGHT when at least one named test fails, NOT CAUGHT when they all pass; a
+# mutation that does not apply or does not build fails the check as well (a list that
+# rots must not look green).
+#
+# Usage: scripts/mutation_check.sh [--list] [NAME...]   (no NAME: all of them)
+# Environment: BUILD (the build directory to start from, default build; `make` first),
+#   JOBS (make -j, default 2). Prints a table; exits 0 only if every mutation was caught.
+# Not part of CI's time budget: the whole list takes several minutes on 2 cores;
+# tests/test_mutation_check.sh runs a few of its cases in make test.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+BUILD=${BUILD:-build}
+JOBS=${JOBS:-2}
+
+# NAME|FILE|SED EXPRESSION|TESTS (space-separated names for tests/run.sh, each matched
+# exactly). Sed expressions use # as their delimiter; no | inside.
+MUTATIONS=$(cat <<'EOF'
+ckpt-write-in-place|examples/train_checkpoint.c|s#snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());#snprintf(tmp, sizeof tmp, "%s", path);#|test_train_checkpoint
+ckpt-crc-unchecked|examples/train_checkpoint.c|s#if ((c \& 0xffffffffu) != get_le(b + size - 4, 4)) why#if (0) why#|test_train_checkpoint
+idx-dims-unchecked|examples/train_data.c|s#hdr\[3\] != want_dims) {#hdr[3] == 0) {#|test_train_data
+safetensors-msg-no-file|nn/model_io.c|s#path, s->name, got, m->name, exp);#"(file)", s->name, got, m->name, exp);#|test_nn_model_safetensors
+param-slices-unaligned|nn/model.c|s#s->offset = (m->param_len + NN_PARAM_ALIGN - 1) / NN_PARAM_ALIGN \* NN_PARAM_ALIGN;#s->offset = m->param_len;#|test_nn_models
+sgd-momentum-order|nn/optim.c|s#      p\[i\] -= lr \* buf\[i\];#      p[i] -= lr * d;#|test_nn_optim test_nn_model_step
+sgd-nesterov-sign|nn/optim.c|s#p\[i\] -= lr \* (d + mom \* buf\[i\]);#p[i] -= lr * (d - mom * buf[i]);#|test_nn_optim
+sgd-no-weight-decay|nn/optim.c|s#for (size_t i = 0; i < n; i++) p\[i\] -= lr \* (g\[i\] + wd \* p\[i\]);#for (size_t i = 0; i < n; i++) p[i] -= lr * g[i];#|test_nn_optim
+adam-no-bias-correction|nn/optim.c|s#const float step_size = (float)((double)lr / bc1);#const float step_size = lr;#|test_nn_optim
+adamw-coupled|nn/optim.c|s#const float decay = decoupled ? 1.0f - lr \* wd : 1.0f;#const float decay = 1.0f;#|test_nn_optim
+relu-backward-on-zero|nn/activation.c|s#dx\[i\] += y\[i\] > 0.0f ? dy\[i\] : 0.0f;#dx[i] += y[i] >= 0.0f ? dy[i] : 0.0f;#|test_nn_layers_torch test_nn_gradcheck test_nn_model_step
+bn-running-var-biased|nn/batchnorm2d.c|s#mom \* var \* m / (m - 1));#mom * var);#|test_nn_layers_torch test_nn_model_step
+dropout-backward-unscaled|nn/dropout.c|s#dx\[i\] += mask\[i\] ? dy\[i\] \* scale : 0.0f;#dx[i] += mask[i] ? dy[i] : 0.0f;#|test_nn_gradcheck test_nn_layers_torch
+lr-step-off-by-one|nn/lr_schedule.c|s#floor(epoch / (double)s->step_epochs)#floor((epoch + 1) / (double)s->step_epochs)#|test_nn_optim
+lr-warmup-wrong-end|nn/lr_schedule.c|s#(base - s->warmup_start_lr) \* (epoch / warm)#(base - s->warmup_start_lr) * (epoch / (warm + 1))#|test_nn_optim
+hosts-slots-not-summed|launcher/hosts.c|s#      h->v\[i\].slots += slots;#      h->v[i].slots = slots;#|test_hvdrun_args
+hvd-thread-device-late|hvd/background.c|s#^  hvd_device_thread_start();#  /* hvd_device_thread_start(); */#|test_hvd_device_thread
+EOF
+)
+# Mutations contributed with the tests they guard (collectives, runtime, timeline,
+# launcher) are appended here.
+MUTATIONS+=$'\n'$(cat <<'EOF'
+EOF
+)
+
+list_only=0
+want=()
+for a in "$@"; do
+  case $a in
+    --list) list_only=1 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) want+=("$a") ;;
+  esac
+done
+
+selected=()
+while IFS= read -r line; do
+  [ -z "$line" ] && continue
+  name=${line%%|*}
+  if [ ${#want[@]} -gt 0 ]; then
+    keep=0
+    for w in "${want[@]}"; do [ "$w" = "$name" ] && keep=1; done
+    [ $keep -eq 1 ] || continue
+  fi
+  selected+=("$line")
+done <<< "$MUTATIONS"
+if [ ${#want[@]} -gt 0 ] && [ ${#selected[@]} -ne ${#want[@]} ]; then
+  echo "mutation_check: unknown mutation name among: ${want[*]} (--list shows them)" >&2
+  exit 2
+fi
+if [ $list_only -eq 1 ]; then
+  for line in "${selected[@]}"; do IFS='|' read -r n f _ t <<< "$line"; printf '%-28s %-30s %s\n' "$n" "$f" "$t"; done
+  exit 0
+fi
+[ -d "$BUILD" ] || { echo "mutation_check: no $BUILD directory: run make first" >&2; exit 2; }
+
+scratch=$(mktemp -d /tmp/hvd_mutation.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+# The tree as it is, build directory included, times kept (tar), so only what a mutation
+# touches is rebuilt. .git stays behind: nothing here commits.
+tar --exclude=./.git -cf - . | tar -xf - -C "$scratch" || { echo "copy failed" >&2; exit 2; }
+cd "$scratch" || exit 2
+if ! make -j"$JOBS" BUILD="$BUILD" > "$scratch/base-build.log" 2>&1; then
+  echo "mutation_check: the unmutated tree does not build (see the log below)" >&2
+  tail -20 "$scratch/base-build.log" >&2
+  exit 2
+fi
+
+caught=0; missed=0; broken=0
+rows=()
+for line in "${selected[@]}"; do
+  IFS='|' read -r name file expr tests <<< "$line"
+  cp -p "$file" "$scratch/orig"
+  sed -i -e "$expr" "$file"
+  if cmp -s "$file" "$scratch/orig"; then
+    result="STALE (the sed expression no longer matches $file)"; broken=$((broken + 1))
+  elif ! make -j"$JOBS" BUILD="$BUILD" > "$scratch/$name.build.log" 2>&1; then
+    result="DOES NOT BUILD (fix the expression)"; broken=$((broken + 1))
+  else
+    failing=()
+    for t in $tests; do
+      # run.sh matches by substring: pass the exact name and count only its line
+      out=$(HVD_TEST_TIME_LIMIT=${HVD_TEST_TIME_LIMIT:-120} tests/run.sh "$BUILD" "$t" 2>&1)
+      if printf '%s\n' "$out" | grep -qE "^FAIL +$t(\.sh)?( |:|$)"; then failing+=("$t"); fi
+    done
+    if [ ${#failing[@]} -gt 0 ]; then
+      result="caught by ${failing[*]}"; caught=$((caught + 1))
+    else
+      result="NOT CAUGHT by $tests"; missed=$((missed + 1))
+    fi
+  fi
+  # Put the file back with a new time, so that make rebuilds what the mutation built.
+  cp "$scratch/orig" "$file"
+  touch "$file"
+  rows+=("$(printf '%-28s %-30s %s' "$name" "$file" "$result")")
+  printf '%-28s %-30s %s\n' "$name" "$file" "$result"
+done
+make -j"$JOBS" BUILD="$BUILD" > /dev/null 2>&1
+echo
+echo "mutation check: ${#selected[@]} mutations: $caught caught, $missed not caught, $broken stale or not building"
+[ $missed -eq 0 ] && [ $broken -eq 0 ]
