@@ -40,6 +40,12 @@ lr-step-off-by-one|nn/lr_schedule.c|s#floor(epoch / (double)s->step_epochs)#floo
 lr-warmup-wrong-end|nn/lr_schedule.c|s#(base - s->warmup_start_lr) \* (epoch / warm)#(base - s->warmup_start_lr) * (epoch / (warm + 1))#|test_nn_optim
 hosts-slots-not-summed|launcher/hosts.c|s#      h->v\[i\].slots += slots;#      h->v[i].slots = slots;#|test_hvdrun_args
 hvd-thread-device-late|hvd/background.c|s#^  hvd_device_thread_start();#  /* hvd_device_thread_start(); */#|test_hvd_device_thread
+softmax-grad-label-sign|nn/softmax_cross_entropy.c|s#      d\[labels\[i\]\] -= inv_n;#      d[labels[i]] += inv_n;#|test_nn_layers_torch test_nn_gradcheck
+linear-bias-grad-dropped|nn/linear.c|s#db\[o\] += dr\[o\];#db[o] = dr[o];#|test_nn_layers_torch test_nn_gradcheck test_nn_model_step
+gzip-trailing-data-accepted|examples/train_data.c|s#^  if (got != 0) {#  if (got < 0) {#|test_train_data
+hvd-dtype-mismatch-unchecked|hvd/negotiation.c|s#    if (a->dtype != b->dtype) {#    if (0) {#|test_hvd_errors
+hvd-count-mismatch-unchecked|hvd/negotiation.c|s#    if (a->kind != HVD_KIND_ALLGATHER \&\& a->count != b->count) {#    if (0) {#|test_hvd_errors
+hosts-slots-zero-accepted|launcher/hosts.c|s#  if (v < 1) return -1;#  if (v < 0) return -1;#|test_hvdrun_args test_hvdrun_errors
 EOF
 )
 # Mutations contributed with the tests they guard (collectives, runtime, timeline,

@@ -86,6 +86,19 @@ static void test_idx(void) {
   CHECK(rc == 0, "plain IDX failed: %s", err);
   if (rc == 0) train_dataset_free(&d);
 
+  /* a byte after the data (a file of more items than its header says) */
+  snprintf(img, sizeof img, "%s/trailing.raw", tmpdir);
+  write_idx(img, 3, 50, 0, 0, 0);
+  FILE *tf = fopen(img, "ab");
+  CHECK(tf != NULL, "cannot append to %s", img);
+  if (tf) {
+    fputc(7, tf);
+    fclose(tf);
+  }
+  rc = train_load_idx(img, lab, &d, err, sizeof err);
+  expect_error(rc, err, "bytes after the", "trailing byte");
+  expect_error(rc, err, img, "trailing byte, the file");
+
   /* truncated gz */
   snprintf(img, sizeof img, "%s/trunc.gz", tmpdir);
   write_idx(img, 3, 50, 1, 100, 0);

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# A few cases of scripts/mutation_check.sh in make test: the checkpoint writer writing in
+# place, parameter slices left unaligned, hostfile slots not summed. Each must be caught
+# by its test; the whole list (scripts/mutation_check.sh with no argument) takes several
+# minutes and is run by hand.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+build=${HVD_BUILD:-build}
+out=$(BUILD=$build scripts/mutation_check.sh ckpt-write-in-place param-slices-unaligned \
+      hosts-slots-not-summed 2>&1)
+rc=$?
+printf '%s\n' "$out"
+fails=0
+[ "$rc" -eq 0 ] || { echo "FAIL: mutation_check.sh exited $rc"; fails=$((fails + 1)); }
+for m in ckpt-write-in-place param-slices-unaligned hosts-slots-not-summed; do
+  printf '%s\n' "$out" | grep -qE "^$m +[^ ]+ +caught by " ||
+    { echo "FAIL: mutation $m was not reported caught"; fails=$((fails + 1)); }
+done
+printf '%s\n' "$out" | grep -q "^mutation check: 3 mutations: 3 caught, 0 not caught" ||
+  { echo "FAIL: no summary line with 3 of 3 caught"; fails=$((fails + 1)); }
+[ "$fails" -eq 0 ] && echo "mutation check: the sampled mutations are caught"
+[ "$fails" -eq 0 ]
