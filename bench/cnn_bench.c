@@ -18,6 +18,20 @@
    TF32 math for float32. Everything the tf_cnn_benchmarks format does not have (which
    GPU, why there is none) goes to stderr so stdout keeps that format.
 
+   How the timed steps are timed. The clock starts after the warm-up steps, a wait for
+   the GPU (--device gpu) and a barrier, and stops after the last timed step, one more
+   wait for the GPU and a barrier: "total images/sec" is ranks x steps x batch over that
+   wall time. On the CPU every step is done when train_step returns, so each step is
+   timed alone. On the GPU kernels run asynchronously and a step does not wait for them
+   (the loss is fetched only for the steps whose Step line prints it; warm-up steps take
+   none): rank 0 waits for the GPU only at its display steps, and every step of the
+   window since the previous display gets that window's mean step time (window time /
+   its steps), from which the Step line's figures are computed as on the CPU. This is
+   how scripts/gpu_check/torch_bench.py times PyTorch (synchronize after the warm-up,
+   clock, timed steps, synchronize, clock), plus a wait at each display step. With
+   --trace_file every GPU step waits for the GPU (after its loss and at its end), as its
+   phase times need, and is timed alone.
+
    Usage: mpirun -np 2 build/cnn_bench --model resnet20 --batch_size 64 --num_batches 20 */
 #include "hvd/hvd.h"
 #include "nn/nn.h"
@@ -92,7 +106,9 @@ static void usage(FILE *f) {
       "  --trace_file FILE         rank 0 writes its compute phases (forward, backward,\n"
       "                            allreduce wait, optimizer) of the timed steps as a\n"
       "                            Chrome trace (merge it with HVD_TIMELINE's file by\n"
-      "                            scripts/cnn_bench_timeline.py)\n"
+      "                            scripts/cnn_bench_timeline.py); with --device gpu every\n"
+      "                            step then waits for the GPU (phase times need it), so\n"
+      "                            its images/sec is lower than without\n"
       "  --help                    this text\n"
       "Environment: HVD_TIMELINE=file writes a Chrome-trace timeline of the allreduces.\n");
 }
@@ -360,15 +376,19 @@ typedef struct {
   int64_t steps;                 /* optimizer steps taken (warm-up included) */
 } trainer_t;
 
-static float train_step(trainer_t *t, step_trace_t *tr) {
+/* One training step; returns its loss when want_loss (else NAN). On the GPU asking for
+   the loss waits for forward's kernels, and wait_gpu waits for the whole step at its
+   end: without either the step only queues kernels. The CPU always has its loss. */
+static float train_step(trainer_t *t, step_trace_t *tr, int want_loss, int wait_gpu) {
   step_trace_t local;
   if (tr == NULL) tr = &local;
   tr->start[PHASE_FORWARD] = now_s();
   nn_status_t s = nn_model_forward(t->model, t->images, t->batch, 1);
   if (s != NN_OK) fail_nn("forward", s);
-  float loss;
+  float loss = NAN;
   int correct;
-  s = nn_model_loss(t->model, t->labels, &loss, &correct);
+  const int fetch = want_loss || t->cuda_optim == NULL;
+  s = nn_model_loss(t->model, t->labels, fetch ? &loss : NULL, fetch ? &correct : NULL);
   if (s != NN_OK) fail_nn("loss", s);
   tr->start[PHASE_BACKWARD] = now_s();
   s = nn_model_backward(t->model, t->buckets ? hvd_grad_buckets_on_ready : NULL, t->buckets);
@@ -384,10 +404,10 @@ static float train_step(trainer_t *t, step_trace_t *tr) {
        inf/NaN and adapts the loss scale, all on the device. */
     s = nn_model_optim_step_cuda(t->model, t->cuda_optim, t->lr);
     if (s != NN_OK) fail_nn("optimizer step (GPU)", s);
-    /* Kernels run asynchronously: wait so the step time holds the whole step (the
-       loss above already waited for forward). */
-    s = nn_cuda_synchronize();
-    if (s != NN_OK) fail_nn("synchronising the GPU", s);
+    if (wait_gpu) {
+      s = nn_cuda_synchronize();
+      if (s != NN_OK) fail_nn("synchronising the GPU", s);
+    }
   } else {
     s = nn_optim_step(t->optim, nn_model_params(t->model), nn_model_grads(t->model), t->lr);
     if (s != NN_OK) fail_nn("optimizer step", s);
@@ -487,9 +507,9 @@ int main(int argc, char **argv) {
   trainer_t t = {0};
   nn_status_t s = nn_model_create(&t.model, o.model, &cfg);
   if (s != NN_OK) fail_nn("creating the model", s);
-  const size_t nparams = nn_model_num_params(t.model);
+  const size_t nparams = nn_model_param_len(t.model);   /* floats in the buffers */
   if (rank == 0) {
-    printf("Parameters:  %zu\n", nparams);
+    printf("Parameters:  %zu\n", nn_model_num_params(t.model));
     printf("==========\n");
     printf("Generating training model\n");
     fflush(stdout);
@@ -588,11 +608,19 @@ int main(int argc, char **argv) {
     hvd_grad_buckets_set_overlap(t.buckets, o.overlap);
   }
 
+  /* Each step timed alone (the CPU; the GPU with --trace_file, every step waiting for
+     it), or the GPU timed per display window (see the comment at the top). */
+  const int step_timed = !o.gpu || o.trace_file != NULL;
   if (rank == 0) {
     printf("Running warm up\n");
     fflush(stdout);
   }
-  for (int i = 0; i < o.num_warmup_batches; i++) train_step(&t, NULL);
+  for (int i = 0; i < o.num_warmup_batches; i++) train_step(&t, NULL, 0, step_timed);
+  /* The clock starts with the GPU idle: no warm-up kernel is timed. */
+  if (o.gpu) {
+    s = nn_cuda_synchronize();
+    if (s != NN_OK) fail_nn("synchronising the GPU after warm-up", s);
+  }
   if (t.buckets) hvd_grad_buckets_reset_stats(t.buckets);
   h = hvd_barrier();
   if (h != HVD_OK) fail_hvd("barrier after warm-up", h);
@@ -611,17 +639,34 @@ int main(int argc, char **argv) {
     return 1;
   }
   const double start = now_s();
+  double window_start = start;   /* GPU: the display window's first step */
+  int window_first = 0;
   for (int i = 0; i < o.num_batches; i++) {
+    const int display = rank == 0 && (i == 0 || (i + 1) % o.display_every == 0);
     double t0 = now_s();
-    float loss = train_step(&t, trace ? &trace[i] : NULL);
-    times[i] = now_s() - t0;
-    if (rank == 0 && (i == 0 || (i + 1) % o.display_every == 0)) {
+    float loss = train_step(&t, trace ? &trace[i] : NULL, display || step_timed, step_timed);
+    if (step_timed) {
+      times[i] = now_s() - t0;
+    } else if (display) {
+      s = nn_cuda_synchronize();
+      if (s != NN_OK) fail_nn("synchronising the GPU", s);
+      double now = now_s(), step_s = (now - window_start) / (i + 1 - window_first);
+      for (int j = window_first; j <= i; j++) times[j] = step_s;
+      window_start = now;
+      window_first = i + 1;
+    }
+    if (display) {
       double mean, unc, jitter;
       perf(times, i + 1, o.batch_size, &mean, &unc, &jitter);
       printf("%d\timages/sec: %.1f +/- %.1f (jitter = %.1f)\t%.3f\n", i + 1, mean, unc,
              jitter, loss);
       fflush(stdout);
     }
+  }
+  /* The wall time holds every kernel the timed steps queued. */
+  if (o.gpu) {
+    s = nn_cuda_synchronize();
+    if (s != NN_OK) fail_nn("synchronising the GPU after the timed steps", s);
   }
   h = hvd_barrier();
   if (h != HVD_OK) fail_hvd("barrier after the timed steps", h);

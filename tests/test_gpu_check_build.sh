@@ -3,7 +3,9 @@
 # programs (nvcc kernels, nn + hvd against the GPU-check-only MPI stub and C SGEMM), pass
 # its CPU reference checks (PyTorch fixtures and gradient check with the C SGEMM), then
 # stop with exit 2 and a clear "NO GPU" line. Keeps the script from rotting while the
-# sources change. Skipped without nvcc, and where a GPU is present (run the full check
+# sources change. Also checks that every summary row carries the seconds its step took
+# and that the check runs with HVD_STALL_SHUTDOWN_TIME_SECONDS set (a NCCL hang must end
+# in an error). Skipped without nvcc, and where a GPU is present (run the full check
 # there: scripts/gpu_check.sh).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -15,19 +17,34 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU
 fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-OUT=$out timeout 300 scripts/gpu_check.sh > "$out/stdout" 2>&1
+# The build's planned 45 s are for the device machine's 16 cores; this machine may have 2,
+# busy. The stall variables unset: the check must set them itself.
+env -u HVD_STALL_SHUTDOWN_TIME_SECONDS -u HVD_STALL_CHECK_TIME_SECONDS -u GPU_CHECK_BUDGET_S \
+  GPU_CHECK_BUILD_S=200 OUT="$out" timeout 280 scripts/gpu_check.sh > "$out/stdout" 2>&1
 rc=$?
 cat "$out/stdout"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 [ "$rc" -eq 2 ] || fail "gpu_check.sh exited $rc, expected 2 (no GPU)"
 grep -qE '^build \(nvcc.* ok$' "$out/summary.txt" || fail "the build step did not pass"
-grep -qE '^0\. CPU reference vs PyTorch fixtures +PASS' "$out/summary.txt" ||
+grep -qE '^0\. CPU reference vs PyTorch fixtures +[0-9]+s +PASS' "$out/summary.txt" ||
   fail "the CPU reference (C SGEMM) does not match the PyTorch fixtures"
-grep -qE '^0\. CPU reference gradient check +PASS' "$out/summary.txt" ||
+grep -qE '^0\. CPU reference gradient check +[0-9]+s +PASS' "$out/summary.txt" ||
   fail "the CPU reference gradient check failed"
-grep -qE '^GPU +NONE: ' "$out/summary.txt" || fail "no clear 'GPU NONE' line in the summary"
+grep -qE '^GPU +[0-9]+s +NONE: ' "$out/summary.txt" || fail "no clear 'GPU NONE' line in the summary"
 grep -q 'NO GPU: the programs built' "$out/stdout" || fail "no clear NO GPU message"
+# Every row: the name in 46 columns, the step's seconds right-aligned in 5, the status.
+rows=$(wc -l < "$out/summary.txt")
+[ "$rows" -ge 6 ] || fail "only $rows summary rows, expected build, 4 CPU checks and GPU"
+bad=$(grep -cvE '^.{46} +[0-9]+s  [A-Za-z]' "$out/summary.txt")
+[ "$bad" -eq 0 ] || fail "$bad summary row(s) without the seconds the step took"
+# The summary is printed last and says which stall limits were in force.
+tail -n "$((rows + 1))" "$out/stdout" | head -n "$rows" | cmp -s - "$out/summary.txt" ||
+  fail "the summary rows are not the last lines printed"
+grep -qE '^budget: 300s +in force: .*HVD_STALL_SHUTDOWN_TIME_SECONDS=20' "$out/stdout" ||
+  fail "the summary does not show HVD_STALL_SHUTDOWN_TIME_SECONDS=20 in force"
+grep -qE 'HVD_STALL_CHECK_TIME_SECONDS=[0-9]' "$out/stdout" ||
+  fail "HVD_STALL_CHECK_TIME_SECONDS is not set in the check"
 for p in test_cuda_layers test_cuda_model_step test_cuda_hvd_allreduce train_bench; do
   [ -x "build/gpu_check/$p" ] || fail "build/gpu_check/$p was not built"
 done

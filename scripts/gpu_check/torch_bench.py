@@ -6,7 +6,15 @@ scaler), TF32 allowed for what autocast leaves in float32. Prints
 "RESULT torch resnet50 <precision> <batch> <images/sec>" (and the final loss).
 ResNet-50 is torchvision's when importable, else the same architecture defined here.
 Usage: torch_bench.py [BATCH [STEPS [PRECISIONS [WARMUP]]]], PRECISIONS comma-separated
-(default fp32,tf32,fp16,bf16), WARMUP untimed steps (default 5)."""
+(default fp32,tf32,fp16,bf16), WARMUP untimed steps (default 5).
+
+Timing, the same as bench/cnn_bench --device gpu's "total images/sec": WARMUP untimed
+steps, torch.cuda.synchronize(), clock start, STEPS timed steps that never wait for the
+GPU (the loss is read only after the clock stops), torch.cuda.synchronize(), clock stop;
+images/sec = BATCH x STEPS / that time. (cnn_bench also waits for the GPU at each of its
+display steps, a few per run, and passes a barrier, immediate at one rank, before each
+clock reading. In fp16, PyTorch's GradScaler.step reads its inf/NaN flag with .item(), a
+wait per step that is part of AMP as PyTorch users run it; cnn_bench skips on the device.)"""
 import sys
 import time
 
@@ -78,18 +86,23 @@ def bench(precision, batch, steps, warm=5):
     amp = precision in ("fp16", "bf16")
     amp_dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     scaler = grad_scaler(precision == "fp16")  # bf16 has float32's range: no scaling
-    t0 = None
-    for s in range(warm + steps):
-        if s == warm:
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
+
+    def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=amp_dtype, enabled=amp):
             loss = loss_fn(model(x), y)
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
-    torch.cuda.synchronize()
+        return loss
+
+    for _ in range(warm):
+        step()
+    torch.cuda.synchronize()  # the clock starts with the GPU idle
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        loss = step()  # no .item(): nothing waits for the GPU inside the timed steps
+    torch.cuda.synchronize()  # the one wait: every queued kernel is inside the time
     ips = batch * steps / (time.perf_counter() - t0)
     print(f"torch {precision}: final loss {loss.item():.4f}", flush=True)
     print(f"RESULT torch resnet50 {precision} {batch} {ips:.1f}", flush=True)
