@@ -21,7 +21,7 @@ BUILD=${BUILD:-build}
 JOBS=${JOBS:-2}
 
 # NAME|FILE|SED EXPRESSION|TESTS (space-separated names for tests/run.sh, each matched
-# exactly). Sed expressions use # as their delimiter; no | inside.
+# exactly). No | inside a sed expression.
 MUTATIONS=$(cat <<'EOF'
 ckpt-write-in-place|examples/train_checkpoint.c|s#snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());#snprintf(tmp, sizeof tmp, "%s", path);#|test_train_checkpoint
 ckpt-crc-unchecked|examples/train_checkpoint.c|s#if ((c \& 0xffffffffu) != get_le(b + size - 4, 4)) why#if (0) why#|test_train_checkpoint
@@ -51,6 +51,12 @@ EOF
 # Mutations contributed with the tests they guard (collectives, runtime, timeline,
 # launcher) are appended here.
 MUTATIONS+=$'\n'$(cat <<'EOF'
+ring-segment-off-by-one|collectives/ring_allreduce.c|s/((size_t)g < count % (size_t)N ? 1 : 0)/((size_t)g <= count % (size_t)N ? 1 : 0)/|test_coll_mpi.sh test_hvd_allreduce
+average-divides-by-size-1|hvd/fusion.c|s/coll_divide(recv, count, (coll_dtype_t)dtype, hvd_g.size);/coll_divide(recv, count, (coll_dtype_t)dtype, hvd_g.size - 1);/|test_hvd_fusion
+timeline-allreduce-fused-only|hvd/fusion.c|s/      timeline(&resp\[i\], reqs\[i\]->key, "ALLREDUCE", t1, t2, bytes);/      if (n > 1) timeline(\&resp[i], reqs[i]->key, "ALLREDUCE", t1, t2, bytes);/|test_hvd_timeline
+check-build-gpu-always-present|launcher/check_build.c|s/have ? 'X' : ' '/have ? 'X' : 'X'/|test_hvdrun_check_build.sh
+cross-comm-wrong-color|hvd/init.c|s/MPI_Comm_split(hvd_g.ctrl, hvd_g.local_rank, hvd_g.rank, &hvd_g.cross_comm)/MPI_Comm_split(hvd_g.ctrl, hvd_g.rank, hvd_g.rank, \&hvd_g.cross_comm)/|test_netns_hvd.sh
+cnn-bench-gpu-silent-cpu|bench/cnn_bench.c|s/if (o->gpu && !nn_cuda_available()) {/if (o->gpu \&\& !nn_cuda_available() \&\& (o->gpu = 0)) {/|test_device_flags.sh
 EOF
 )
 
@@ -80,7 +86,7 @@ if [ ${#want[@]} -gt 0 ] && [ ${#selected[@]} -ne ${#want[@]} ]; then
   exit 2
 fi
 if [ $list_only -eq 1 ]; then
-  for line in "${selected[@]}"; do IFS='|' read -r n f _ t <<< "$line"; printf '%-28s %-30s %s\n' "$n" "$f" "$t"; done
+  for line in "${selected[@]}"; do IFS='|' read -r n f _ t <<< "$line"; printf '%-31s %-30s %s\n' "$n" "$f" "$t"; done
   exit 0
 fi
 [ -d "$BUILD" ] || { echo "mutation_check: no $BUILD directory: run make first" >&2; exit 2; }
@@ -123,8 +129,8 @@ for line in "${selected[@]}"; do
   # Put the file back with a new time, so that make rebuilds what the mutation built.
   cp "$scratch/orig" "$file"
   touch "$file"
-  rows+=("$(printf '%-28s %-30s %s' "$name" "$file" "$result")")
-  printf '%-28s %-30s %s\n' "$name" "$file" "$result"
+  rows+=("$(printf '%-31s %-30s %s' "$name" "$file" "$result")")
+  printf '%-31s %-30s %s\n' "$name" "$file" "$result"
 done
 make -j"$JOBS" BUILD="$BUILD" > /dev/null 2>&1
 echo

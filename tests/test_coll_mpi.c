@@ -1,7 +1,9 @@
 /* tests/test_coll_mpi.c: the collectives over the MPI transport, in real MPI processes
    (run by tests/test_coll_mpi.sh under mpirun -np 1..4; run alone it is one rank).
    Exact integer-valued inputs, every result checked element by element on every rank;
-   the ring's float32 sum is also checked against MPI_Allreduce. Exit 1 if anything is
+   the ring's float32 sum is also checked against MPI_Allreduce. Every buffer a
+   collective reads or writes has guard bytes on both sides (tests/guard.h), checked after
+   every call, so a write one element outside the buffer fails. Exit 1 if anything is
    wrong on any rank. */
 #include <mpi.h>
 #include <stdio.h>
@@ -9,6 +11,7 @@
 #include <string.h>
 
 #include "collectives/coll.h"
+#include "guard.h"
 
 static int rank, size, wrong;
 
@@ -24,9 +27,17 @@ static int rank, size, wrong;
 
 static double value(int r, size_t i) { return (double)((r * 5 + i) % 9); }
 
+/* Counts a failure when a write went outside p (a guard_alloc buffer). */
+static void check_guards(const void *p, const char *what, size_t n) {
+  size_t before, after;
+  if (guard_damage2(p, &before, &after))
+    CHECK(0, "%s (n=%zu): %zu guard bytes before the buffer and %zu after it overwritten",
+          what, n, before, after);
+}
+
 static void test_allreduce(coll_transport_t *t, size_t n, int alg, int inplace, coll_dtype_t d) {
   size_t es = coll_dtype_size(d);
-  char *send = malloc(n * es + 8), *recv = malloc(n * es + 8);
+  char *send = guard_alloc(n * es), *recv = guard_alloc(n * es);
   for (size_t i = 0; i < n; i++) {
     double v = value(rank, i);
     switch (d) {
@@ -43,6 +54,13 @@ static void test_allreduce(coll_transport_t *t, size_t n, int alg, int inplace, 
                      : alg == 1 ? coll_ring_allreduce(t, sb, recv, n, d, COLL_SUM)
                                 : coll_recursive_doubling_allreduce(t, sb, recv, n, d, COLL_SUM);
   CHECK(st == COLL_OK, "allreduce alg %d n=%zu: %s: %s", alg, n, coll_status_string(st), t->error);
+  char what[96];
+  snprintf(what, sizeof what, "allreduce alg %d %s inplace=%d recvbuf", alg, coll_dtype_name(d),
+           inplace);
+  check_guards(recv, what, n);
+  snprintf(what, sizeof what, "allreduce alg %d %s inplace=%d sendbuf", alg, coll_dtype_name(d),
+           inplace);
+  check_guards(send, what, n);
   long bad = 0;
   for (size_t i = 0; i < n && st == COLL_OK; i++) {
     double want = 0, got = 0;
@@ -64,8 +82,8 @@ static void test_allreduce(coll_transport_t *t, size_t n, int alg, int inplace, 
     if (!inplace) CHECK(memcmp(ref, recv, n * 4) == 0, "differs from MPI_Allreduce, n=%zu", n);
     free(ref);
   }
-  free(send);
-  free(recv);
+  guard_free(send);
+  guard_free(recv);
 }
 
 /* Messages above INT_MAX bytes travel as 1 MiB blocks plus a remainder. Needs ~4.3 GB
@@ -73,7 +91,7 @@ static void test_allreduce(coll_transport_t *t, size_t n, int alg, int inplace, 
 static void test_big_message(coll_transport_t *t) {
   if (size < 2 || rank > 1) return;
   size_t bytes = (size_t)INT32_MAX + (3u << 20) + 5;
-  unsigned char *buf = malloc(bytes);
+  unsigned char *buf = guard_alloc(bytes);
   CHECK(buf != NULL, "cannot allocate %zu bytes", bytes);
   if (!buf) return;
   coll_request_t req;
@@ -92,7 +110,8 @@ static void test_big_message(coll_transport_t *t) {
     for (size_t i = 0; i < bytes; i++) bad += buf[i] != (unsigned char)(i * 7 + i / 4099);
     CHECK(bad == 0, "big message: %zu bytes wrong", bad);
   }
-  free(buf);
+  check_guards(buf, "big message", bytes);
+  guard_free(buf);
 }
 
 static void test_others(coll_transport_t *t) {
@@ -103,7 +122,7 @@ static void test_others(coll_transport_t *t) {
     if (g < rank) off += counts[g];
     total += counts[g];
   }
-  int32_t *all = malloc((total + 1) * 4), *mine = malloc((counts[rank] + 1) * 4);
+  int32_t *all = guard_alloc(total * 4), *mine = guard_alloc(counts[rank] * 4);
   for (size_t i = 0; i < counts[rank]; i++) mine[i] = rank * 100000 + (int32_t)i;
   coll_status_t st = coll_allgatherv(t, mine, all, counts, COLL_INT32);
   CHECK(st == COLL_OK, "allgatherv: %s", t->error);
@@ -112,9 +131,11 @@ static void test_others(coll_transport_t *t) {
   for (int g = 0; g < size; g++)
     for (size_t i = 0; i < counts[g]; i++, k++) bad += all[k] != g * 100000 + (int32_t)i;
   CHECK(bad == 0, "allgatherv: %ld wrong", bad);
+  check_guards(all, "allgatherv recvbuf", total);
+  check_guards(mine, "allgatherv sendbuf", counts[rank]);
 
   /* reduce_scatter: rank r gets the sum of segment r */
-  float *src = malloc((total + 1) * 4), *seg = malloc((counts[rank] + 1) * 4);
+  float *src = guard_alloc(total * 4), *seg = guard_alloc(counts[rank] * 4);
   for (size_t i = 0; i < total; i++) src[i] = (float)value(rank, i);
   st = coll_reduce_scatter(t, src, seg, counts, COLL_FLOAT32, COLL_SUM);
   CHECK(st == COLL_OK, "reduce_scatter: %s", t->error);
@@ -125,10 +146,12 @@ static void test_others(coll_transport_t *t) {
     bad += seg[i] != (float)want;
   }
   CHECK(bad == 0, "reduce_scatter: %ld wrong", bad);
+  check_guards(seg, "reduce_scatter recvbuf", counts[rank]);
+  check_guards(src, "reduce_scatter sendbuf", total);
 
   /* broadcast from every root, several chunks */
   size_t n = 300000;
-  double *b = malloc(n * sizeof *b);
+  double *b = guard_alloc(n * sizeof *b);
   for (int root = 0; root < size; root++) {
     for (size_t i = 0; i < n; i++) b[i] = rank == root ? (double)i + root : -1;
     st = coll_broadcast(t, b, n, COLL_FLOAT64, root);
@@ -136,10 +159,12 @@ static void test_others(coll_transport_t *t) {
     bad = 0;
     for (size_t i = 0; i < n; i++) bad += b[i] != (double)i + root;
     CHECK(bad == 0, "broadcast root %d: %ld wrong", root, bad);
+    check_guards(b, "broadcast", n);
   }
 
   /* alltoall */
-  int64_t sa[8 * 2], ra[8 * 2];
+  int64_t *sa = guard_alloc((size_t)size * 2 * sizeof *sa);
+  int64_t *ra = guard_alloc((size_t)size * 2 * sizeof *ra);
   for (int p = 0; p < size; p++)
     for (int i = 0; i < 2; i++) sa[p * 2 + i] = rank * 100 + p * 10 + i;
   st = coll_alltoall(t, sa, ra, 2, COLL_INT64);
@@ -148,6 +173,10 @@ static void test_others(coll_transport_t *t) {
     for (int i = 0; i < 2; i++)
       CHECK(ra[p * 2 + i] == p * 100 + rank * 10 + i, "alltoall block %d: %lld", p,
             (long long)ra[p * 2 + i]);
+  check_guards(ra, "alltoall recvbuf", (size_t)size * 2);
+  check_guards(sa, "alltoall sendbuf", (size_t)size * 2);
+  guard_free(sa);
+  guard_free(ra);
 
   CHECK(coll_barrier(t) == COLL_OK, "barrier: %s", t->error);
 
@@ -155,35 +184,42 @@ static void test_others(coll_transport_t *t) {
   volatile int flag = 1;
   t->cancel = &flag;
   coll_request_t req;
-  int dummy = 0;
-  st = t->ops->irecv(t, (rank + 1) % size, &dummy, sizeof dummy, 999, &req);
+  int *dummy = guard_alloc(sizeof *dummy);
+  *dummy = 0;
+  st = t->ops->irecv(t, (rank + 1) % size, dummy, sizeof *dummy, 999, &req);
   CHECK(st == COLL_OK, "irecv: %s", t->error);
   st = t->ops->wait(t, &req);
   CHECK(st == COLL_ERR_CANCELLED, "cancelled wait returned %s", coll_status_string(st));
+  CHECK(*dummy == 0, "cancelled receive wrote %d", *dummy);
+  check_guards(dummy, "cancelled receive", 1);
   t->cancel = NULL;
   CHECK(coll_barrier(t) == COLL_OK, "barrier after cancel: %s", t->error);
 
   /* A short message (the ranks disagree about a length) is an error, not silent. */
   if (size >= 2 && rank < 2) {
-    double d[2] = {1, 2};
+    double *d = guard_alloc(2 * sizeof *d);
+    d[0] = 1, d[1] = 2;
     if (rank == 0) {
       st = t->ops->isend(t, 1, d, sizeof(double), 998, &req);
       if (st == COLL_OK) st = t->ops->wait(t, &req);
       CHECK(st == COLL_OK, "short send: %s", t->error);
     } else {
-      st = t->ops->irecv(t, 0, d, sizeof d, 998, &req);
+      st = t->ops->irecv(t, 0, d, 2 * sizeof *d, 998, &req);
       if (st == COLL_OK) st = t->ops->wait(t, &req);
       CHECK(st == COLL_ERR_ARG, "short message gave %s, expected invalid argument",
             coll_status_string(st));
     }
+    check_guards(d, "short message", 2);
+    guard_free(d);
   }
   CHECK(coll_barrier(t) == COLL_OK, "barrier after short message: %s", t->error);
 
-  free(all);
-  free(mine);
-  free(src);
-  free(seg);
-  free(b);
+  guard_free(all);
+  guard_free(mine);
+  guard_free(src);
+  guard_free(seg);
+  guard_free(b);
+  guard_free(dummy);
 }
 
 int main(int argc, char **argv) {

@@ -2,9 +2,12 @@
    results. Lengths 0, 1, N-1, N, N+1, non-divisible, larger than the fusion threshold
    (set to 64 KiB here so that is cheap); every dtype and op; in place and out of place;
    async with waits in reverse order (these get fused); ranks submitting in different
-   orders; unnamed calls; several user threads submitting at once; hvd_test polling. */
+   orders; unnamed calls; several user threads submitting at once; hvd_test polling.
+   Every user buffer has guard bytes on both sides (tests/guard.h), checked after each
+   allreduce: the runtime must not write one element before or past a buffer. */
 #include "hvd_test.h"
 #include "collectives/coll.h"
+#include "guard.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -43,6 +46,14 @@ static double expected(size_t i, hvd_dtype_t dt, hvd_op_t op, int salt) {
   return 0;
 }
 
+/* Fails the job when a write went outside p (a guard_alloc buffer). */
+static void check_guards(const void *p, size_t n, const char *what) {
+  size_t before, after;
+  CHECK(guard_damage2(p, &before, &after) == 0,
+        "%s (n=%zu): %zu guard bytes before the buffer and %zu after it overwritten", what, n,
+        before, after);
+}
+
 static void fill(void *buf, size_t n, hvd_dtype_t dt, int salt) {
   for (size_t i = 0; i < n; i++) coll_element_set(buf, i, (coll_dtype_t)dt, value(R, i, salt));
 }
@@ -62,7 +73,7 @@ static void verify(const void *got, size_t n, hvd_dtype_t dt, hvd_op_t op, int s
 static void one(const char *name, size_t n, hvd_dtype_t dt, hvd_op_t op, int in_place,
                 int salt) {
   size_t es = hvd_dtype_size(dt);
-  char *send = malloc(n * es + 1), *recv = malloc(n * es + 1);
+  char *send = guard_alloc(n * es), *recv = guard_alloc(n * es);
   CHECK(send && recv, "malloc");
   fill(send, n, dt, salt);
   if (in_place) memcpy(recv, send, n * es);
@@ -72,14 +83,16 @@ static void one(const char *name, size_t n, hvd_dtype_t dt, hvd_op_t op, int in_
   snprintf(what, sizeof(what), "allreduce %s n=%zu dtype=%d op=%d %s", name ? name : "(null)",
            n, dt, op, in_place ? "in place" : "out of place");
   verify(recv, n, dt, op, salt, what);
+  check_guards(recv, n, what);
+  check_guards(send, n, what);
   if (!in_place) {   /* the input is untouched */
     char *again = malloc(n * es + 1);
     fill(again, n, dt, salt);
     CHECK(memcmp(again, send, n * es) == 0, "%s: sendbuf was modified", what);
     free(again);
   }
-  free(send);
-  free(recv);
+  guard_free(send);
+  guard_free(recv);
 }
 
 static void lengths_dtypes_ops(void) {
@@ -106,7 +119,7 @@ static void async_orders(int unnamed) {
   size_t len[K];
   for (int k = 0; k < K; k++) {
     len[k] = (size_t)(k * 37 % 500) + (k == 7 ? 20000 : 0);
-    buf[k] = malloc(len[k] * sizeof(float) + 1);
+    buf[k] = guard_alloc(len[k] * sizeof(float));
     fill(buf[k], len[k], HVD_FLOAT32, k);
   }
   for (int j = 0; j < K; j++) {
@@ -129,7 +142,8 @@ static void async_orders(int unnamed) {
       CHECK_OK(hvd_wait(req[k]));
     }
     verify(buf[k], len[k], HVD_FLOAT32, HVD_SUM, k, unnamed ? "async unnamed" : "async");
-    free(buf[k]);
+    check_guards(buf[k], len[k], unnamed ? "async unnamed" : "async");
+    guard_free(buf[k]);
   }
 }
 
@@ -141,11 +155,12 @@ static void *user_thread(void *p) {
     char name[64];
     snprintf(name, sizeof(name), "thread.%d.%d", id, it);
     size_t n = (size_t)(id * 100 + it * 3 + 1);
-    int32_t *b = malloc(n * sizeof(int32_t));
+    int32_t *b = guard_alloc(n * sizeof(int32_t));
     fill(b, n, HVD_INT32, id + it);
     CHECK_OK(hvd_allreduce(name, b, b, n, HVD_INT32, HVD_SUM));
     verify(b, n, HVD_INT32, HVD_SUM, id + it, name);
-    free(b);
+    check_guards(b, n, name);
+    guard_free(b);
   }
   return NULL;
 }

@@ -6,7 +6,11 @@
    than the threshold alone). hvd_shutdown must leave MPI running (the program calls
    MPI_Barrier and hvd_init again), and the results must match to the bit: random floats
    on 2 ranks (where a sum does not depend on order), integer-valued ones on 3-4 ranks
-   (where the ring's order of additions depends on an element's offset). */
+   (where the ring's order of additions depends on an element's offset).
+   Each run is also checked against the closed form: element i of tensor k on rank r is
+   input(r, k, i), so the SUM is the sum over r, computed here in one float addition per
+   rank (exact: order-free on 2 ranks, integers on 3-4), and the AVERAGE that sum divided
+   by the number of ranks. */
 #include "hvd_test.h"
 
 #include <mpi.h>
@@ -15,26 +19,52 @@
 enum { K = 30 };
 
 static size_t len_of(int k) { return k == 5 ? 5000 : (size_t)(k * 53 % 700) + 1; }
+static hvd_op_t op_of(int k) { return k % 2 ? HVD_AVERAGE : HVD_SUM; }
+
+/* Element i of tensor k on rank r: a hash of (r, k, i); integers 0..99 when exact, else
+   floats in [-1.85, 1.85). */
+static float input(int r, int k, size_t i, int exact) {
+  uint32_t h = (uint32_t)r * 2654435761u ^ (uint32_t)k * 40503u ^ (uint32_t)i * 2246822519u;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  return exact ? (float)(h % 100) : ((float)(h & 0xffff) / 65536.0f - 0.5f) * 3.7f;
+}
+
+static float expected(int size, int k, size_t i, int exact) {
+  float sum = 0;
+  for (int r = 0; r < size; r++) sum += input(r, k, i, exact);
+  return op_of(k) == HVD_AVERAGE ? sum / (float)size : sum;
+}
+
+/* Every element of every tensor of one run against the closed form. */
+static void check_expected(float **res, int size, int exact, const char *run) {
+  int rank;   /* after hvd_shutdown, CHECK's hvd_rank() is -1 */
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (int k = 0; k < K; k++) {
+    size_t wrong = 0, first = 0;
+    for (size_t i = 0; i < len_of(k); i++)
+      if (res[k][i] != expected(size, k, i, exact) && wrong++ == 0) first = i;
+    CHECK(wrong == 0, "MPI rank %d of %d, %s run, tensor %d (%s): %zu of %zu elements wrong, "
+          "first [%zu] = %g, expected %g", rank, size, run, k,
+          op_of(k) == HVD_AVERAGE ? "AVERAGE" : "SUM", wrong, len_of(k), first, res[k][first],
+          expected(size, k, first, exact));
+  }
+}
 
 static void run(const char *threshold, int exact, float **res) {
   if (threshold) setenv("HVD_FUSION_THRESHOLD", threshold, 1);
   else unsetenv("HVD_FUSION_THRESHOLD");
   CHECK_OK(hvd_init());
   int R = hvd_rank();
-  unsigned seed = 12345u + (unsigned)R * 7919u;
   hvd_request_t req[K];
   for (int k = 0; k < K; k++) {
     size_t n = len_of(k);
     res[k] = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) {
-      seed = seed * 1103515245u + 12345u;
-      float u = (float)((seed >> 8) & 0xffff) / 65536.0f;
-      res[k][i] = exact ? (float)((seed >> 8) % 100) : (u - 0.5f) * 3.7f;
-    }
+    for (size_t i = 0; i < n; i++) res[k][i] = input(R, k, i, exact);
     char name[32];
     snprintf(name, sizeof(name), "f.%d", k);
-    CHECK_OK(hvd_allreduce_async(name, res[k], res[k], n, HVD_FLOAT32,
-                                 k % 2 ? HVD_AVERAGE : HVD_SUM, &req[k]));
+    CHECK_OK(hvd_allreduce_async(name, res[k], res[k], n, HVD_FLOAT32, op_of(k), &req[k]));
   }
   for (int k = 0; k < K; k++) CHECK_OK(hvd_wait(req[k]));
   CHECK_OK(hvd_shutdown());
@@ -64,6 +94,9 @@ int main(int argc, char **argv) {
   CHECK(MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS, "MPI_Barrier after hvd_shutdown");
   run(NULL, exact, fused);
   run("3000", exact, mixed);
+  check_expected(unfused, size, exact, "unfused");
+  check_expected(fused, size, exact, "fused");
+  check_expected(mixed, size, exact, "partly fused");
   for (int k = 0; k < K; k++) {
     CHECK(memcmp(unfused[k], fused[k], len_of(k) * sizeof(float)) == 0,
           "tensor %d: fused result differs from unfused", k);

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # hvdrun --check-build: the compiled-in backends (MPI name and version as the installed
-# mpirun reports them, GPU libraries marked absent in a CPU build, OpenBLAS, hwloc) and
-# the local topology, whose counts must equal hwloc-calc's and nproc's, and a placement
-# of one rank per core that gives every rank its own cores.
+# mpirun reports them, GPU libraries marked present exactly in a CUDA build, OpenBLAS,
+# hwloc) and the local topology, whose counts must equal hwloc-calc's and nproc's, and a
+# placement of one rank per core that gives every rank its own cores. Whether the build
+# under test has CUDA is read from $build/config.cuda (the Makefile's record); a CPU-only
+# hvdrun (make CUDA=0, a few seconds: launcher/*.c only) is built here from the same
+# sources, so "absent in a CPU build" is checked whatever kind of build is under test.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 build=${HVD_BUILD:-build}
@@ -10,6 +13,31 @@ hvdrun=$build/hvdrun
 if [ ! -x "$hvdrun" ]; then echo "SKIP: $hvdrun is not built (run make)"; exit 77; fi
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# gpu_libs OUTPUT WANT LABEL: the four GPU lines of --check-build OUTPUT say "[X] ...
+# compiled in" (WANT=1) or "[ ] ... not compiled in" (WANT=0).
+gpu_libs() {
+  local lib
+  for lib in CUDA cuDNN cuBLAS NCCL; do
+    if [ "$2" = 1 ]; then
+      grep -qE "^ +\[X\] $lib +compiled in$" <<<"$1" \
+        || fail "$3: $lib not marked compiled in: $(grep -E " $lib " <<<"$1")"
+    else
+      grep -qE "^ +\[ \] $lib +not compiled in" <<<"$1" \
+        || fail "$3: $lib not marked absent: $(grep -E " $lib " <<<"$1")"
+    fi
+  done
+}
+cpu=$(mktemp -d)
+trap 'rm -rf "$cpu"' EXIT
+# Not the caller's make flags: under `make test BUILD=...` they would redirect this build.
+if env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -j2 CUDA=0 BUILD="$cpu" "$cpu/hvdrun" \
+    >"$cpu/make.log" 2>&1; then
+  cpu_out=$("$cpu/hvdrun" --check-build 2>&1) || fail "CPU-only hvdrun --check-build exited $?"
+  gpu_libs "$cpu_out" 0 "CPU-only build (make CUDA=0)"
+else
+  fail "make CUDA=0 BUILD=$cpu $cpu/hvdrun failed: $(tail -n 5 "$cpu/make.log")"
+fi
 
 out=$("$hvdrun" --check-build 2>&1)
 rc=$?
@@ -22,11 +50,13 @@ if command -v mpirun >/dev/null && mpirun --version 2>&1 | grep -q "Open MPI"; t
   has "\[X\] MPI +Open MPI $v "
   has "launcher: .*mpirun \(mpirun \(Open MPI\) $v\)"
 fi
-for lib in CUDA cuDNN cuBLAS NCCL; do
-  if ! grep -q "HVD_WITH_${lib^^}" Makefile 2>/dev/null; then
-    has "^ +\[ \] $lib +not compiled in"
-  fi
-done
+if [ -f "$build/config.cuda" ]; then
+  with_cuda=0
+  grep -q '^USE_CUDA=1$' "$build/config.cuda" && with_cuda=1
+  gpu_libs "$out" "$with_cuda" "$hvdrun ($build/config.cuda: $(cat "$build/config.cuda"))"
+else
+  fail "$build/config.cuda is missing: cannot tell whether $hvdrun was built with CUDA"
+fi
 has '^ +\[X\] OpenBLAS +OpenBLAS [0-9]+\.[0-9]+'
 has '^ +\[X\] hwloc +API [0-9]+\.[0-9]+\.[0-9]+'
 
