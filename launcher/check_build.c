@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #if __has_include(<openblas_config.h>)
 #include <openblas_config.h>
 #endif
@@ -34,10 +35,11 @@ static void print_backends(void)
            MPI_VERSION, MPI_SUBVERSION);
 #endif
   line(1, "MPI", buf);
-  char path[PATH_MAX], version[256], err[HVDRUN_ERR_LEN];
-  if (hvdrun_find_launcher(HVDRUN_MPI_UNKNOWN, path, sizeof path, err) == 0) {
+  char *path = NULL, version[256], err[HVDRUN_ERR_LEN];
+  if (hvdrun_find_launcher(HVDRUN_MPI_UNKNOWN, &path, err) == 0) {
     hvdrun_detect_mpi(path, version, sizeof version);
     printf("                  launcher: %s (%s)\n", path, version);
+    free(path);
   } else {
     printf("                  launcher: none on PATH (apt-get install openmpi-bin)\n");
   }

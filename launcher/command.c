@@ -17,15 +17,19 @@
 #include <unistd.h>
 
 /* Looks name up as execvp would: a name with '/' as is, else each PATH entry.
-   Returns 0 with the path, or -1 with errno-like reason in *why. */
-static int lookup(const char *name, char *path, size_t len, const char **why)
+   Returns 0 with the path in *path (a new string), or -1 with the reason in *why. */
+static int lookup(const char *name, char **path, const char **why)
 {
   struct stat st;
+  *path = NULL;
   if (strchr(name, '/')) {
-    snprintf(path, len, "%s", name);
-    if (stat(path, &st) != 0) { *why = "no such file"; return -1; }
+    if (stat(name, &st) != 0) {
+      *why = errno == ENOENT ? "no such file" : strerror(errno);
+      return -1;
+    }
     if (S_ISDIR(st.st_mode)) { *why = "is a directory"; return -1; }
-    if (access(path, X_OK) != 0) { *why = "not executable (chmod +x?)"; return -1; }
+    if (access(name, X_OK) != 0) { *why = "not executable (chmod +x?)"; return -1; }
+    *path = hvdrun_xstrdup(name);
     return 0;
   }
   const char *env = getenv("PATH");
@@ -34,11 +38,16 @@ static int lookup(const char *name, char *path, size_t len, const char **why)
   for (;;) {
     const char *colon = strchr(p, ':');
     size_t dlen = colon ? (size_t)(colon - p) : strlen(p);
-    snprintf(path, len, "%.*s%s%s", (int)dlen, p, dlen ? "/" : "./", name);
-    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-      if (access(path, X_OK) == 0) return 0;
+    char *cand = dlen ? hvdrun_xasprintf("%.*s/%s", (int)dlen, p, name)
+                      : hvdrun_xasprintf("./%s", name);
+    if (stat(cand, &st) == 0 && S_ISREG(st.st_mode)) {
+      if (access(cand, X_OK) == 0) {
+        *path = cand;
+        return 0;
+      }
       *why = "found on PATH but not executable";
     }
+    free(cand);
     if (!colon) break;
     p = colon + 1;
   }
@@ -47,37 +56,35 @@ static int lookup(const char *name, char *path, size_t len, const char **why)
 
 int hvdrun_check_program(const char *prog, char *err)
 {
-  char path[PATH_MAX];
+  char *path;
   const char *why = NULL;
-  if (*prog == '\0') {
-    snprintf(err, HVDRUN_ERR_LEN, "the program name is empty");
-    return -1;
+  if (*prog == '\0') return hvdrun_errf(err, "the program name is empty");
+  if (lookup(prog, &path, &why) == 0) {
+    free(path);
+    return 0;
   }
-  if (lookup(prog, path, sizeof path, &why) == 0) return 0;
-  snprintf(err, HVDRUN_ERR_LEN, "program '%s' not found: %s%s", prog, why,
-           strchr(prog, '/') ? "" : " (give a path such as ./prog, or add its directory to PATH)");
-  return -1;
+  return hvdrun_errf(err, "program '%s' not found: %s%s", prog, why,
+                     strchr(prog, '/') ? ""
+                     : " (give a path such as ./prog, or add its directory to PATH)");
 }
 
-int hvdrun_find_launcher(hvdrun_mpi_t want, char *path, size_t len, char *err)
+int hvdrun_find_launcher(hvdrun_mpi_t want, char **path, char *err)
 {
   const char *forced = getenv("HVD_MPIRUN");
   const char *why = NULL;
   if (forced && *forced) {
-    if (lookup(forced, path, len, &why) == 0) return 0;
-    snprintf(err, HVDRUN_ERR_LEN, "MPI launcher '%s' (from HVD_MPIRUN) not found: %s",
-             forced, why);
-    return -1;
+    if (lookup(forced, path, &why) == 0) return 0;
+    return hvdrun_errf(err, "MPI launcher '%s' (from HVD_MPIRUN) not found: %s", forced,
+                       why);
   }
   static const char *openmpi[] = {"mpirun", "mpiexec", NULL};
   static const char *mpich[] = {"mpiexec.hydra", "mpiexec.mpich", "mpiexec", "mpirun", NULL};
   for (const char **c = want == HVDRUN_MPICH ? mpich : openmpi; *c; c++)
-    if (lookup(*c, path, len, &why) == 0) return 0;
-  snprintf(err, HVDRUN_ERR_LEN,
-           "no MPI launcher found: neither mpirun nor mpiexec is on PATH. Install one: "
-           "apt-get install openmpi-bin libopenmpi-dev (or: apt-get install mpich), "
-           "or name it with HVD_MPIRUN=/path/to/mpirun");
-  return -1;
+    if (lookup(*c, path, &why) == 0) return 0;
+  return hvdrun_errf(err,
+                     "no MPI launcher found: neither mpirun nor mpiexec is on PATH. Install "
+                     "one: apt-get install openmpi-bin libopenmpi-dev (or: apt-get install "
+                     "mpich), or name it with HVD_MPIRUN=/path/to/mpirun");
 }
 
 hvdrun_mpi_t hvdrun_detect_mpi(const char *launcher, char *version, size_t len)
@@ -156,65 +163,88 @@ static int env_true(const char *name)
   return v && (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0);
 }
 
+/* This program's own path (/proc/self/exe), a new string; NULL when unknown. */
+static char *own_path(void)
+{
+  for (size_t cap = 256;; cap *= 2) {
+    char *buf = hvdrun_xmalloc(cap);
+    ssize_t n = readlink("/proc/self/exe", buf, cap);
+    if (n <= 0) {
+      int e = errno;
+      free(buf);
+      errno = e;
+      return NULL;
+    }
+    if ((size_t)n < cap) {   /* else it may have been cut: try a larger buffer */
+      buf[n] = '\0';
+      return buf;
+    }
+    free(buf);
+  }
+}
+
 /* The rsh agent for the namespace hosts: $HVD_RSH_AGENT, else scripts/netns-rsh next to
-   the build directory this hvdrun lives in (build/hvdrun -> scripts/netns-rsh). */
-static int netns_agent(char *path, size_t len, char *err)
+   the build directory this hvdrun lives in (build/hvdrun -> scripts/netns-rsh).
+   *path: a new string. */
+static int netns_agent(char **path, char *err)
 {
   const char *env = getenv("HVD_RSH_AGENT");
+  *path = NULL;
   if (env && *env) {
-    snprintf(path, len, "%s", env);
+    *path = hvdrun_xstrdup(env);
   } else {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
-      snprintf(err, HVDRUN_ERR_LEN, "cannot find hvdrun's own path (/proc/self/exe): %s; "
-               "pass --rsh-agent PATH", strerror(errno));
-      return -1;
-    }
-    exe[n] = '\0';
+    char *exe = own_path();
+    if (exe == NULL)
+      return hvdrun_errf(err, "cannot find hvdrun's own path (/proc/self/exe): %s; pass "
+                         "--rsh-agent PATH", strerror(errno));
     char *slash = strrchr(exe, '/');   /* .../build/hvdrun -> .../build */
     if (slash) *slash = '\0';
     slash = strrchr(exe, '/');         /* .../build -> ... */
     if (slash) *slash = '\0';
-    if ((size_t)snprintf(path, len, "%s/scripts/netns-rsh", exe) >= len) {
-      snprintf(err, HVDRUN_ERR_LEN, "hvdrun's path is too long; pass --rsh-agent PATH");
-      return -1;
-    }
+    *path = hvdrun_xasprintf("%s/scripts/netns-rsh", exe);
+    free(exe);
   }
-  if (access(path, X_OK) != 0) {
-    snprintf(err, HVDRUN_ERR_LEN,
-             "the hosts are the project's network namespaces but the rsh agent '%s' is "
-             "missing or not executable; pass --rsh-agent PATH or set HVD_RSH_AGENT", path);
+  if (access(*path, X_OK) != 0) {
+    hvdrun_errf(err, "the hosts are the project's network namespaces but the rsh agent "
+                "'%s' is missing or not executable; pass --rsh-agent PATH or set "
+                "HVD_RSH_AGENT", *path);
+    free(*path);
+    *path = NULL;
     return -1;
   }
   return 0;
 }
 
-/* "a:2,b:2" for -H / -hosts. */
-static void host_list(const hvdrun_hosts_t *h, char *buf, size_t len)
+/* How the slot error names the hosts: the list when short, else its first and last. */
+static char *describe_hosts(const hvdrun_hosts_t *h, const char *list)
 {
-  size_t off = 0;
-  buf[0] = '\0';
-  for (int i = 0; i < h->n && off < len; i++)
-    off += (size_t)snprintf(buf + off, len - off, "%s%s:%d", i ? "," : "", h->v[i].name,
-                            h->v[i].slots);
+  if (strlen(list) <= 200) return hvdrun_xstrdup(list);
+  const hvdrun_host_t *first = &h->v[0], *last = &h->v[h->n - 1];
+  return hvdrun_xasprintf("%d hosts: %s:%d, ..., %s:%d", h->n, first->name, first->slots,
+                          last->name, last->slots);
 }
 
 int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char *launcher,
                          hvdrun_argv_t *cmd, char *err)
 {
-  /* Slots: the hosts' slots, or this machine's cores (OpenMPI's default). */
+  /* Slots: the hosts' slots, or this machine's cores (OpenMPI's default). Counted in a
+     long long: many hosts of many slots add up past INT_MAX. */
   int have_hosts = o->hosts.n > 0;
-  int slots = have_hosts ? hvdrun_hosts_total_slots(&o->hosts) : local_core_count();
-  int np = o->np > 0 ? o->np : slots;
+  long long slots = have_hosts ? hvdrun_hosts_total_slots(&o->hosts) : local_core_count();
   int oversubscribe = o->oversubscribe || env_true("OMPI_MCA_rmaps_base_oversubscribe");
-  char hosts[4096];
-  host_list(&o->hosts, hosts, sizeof hosts);
+  if (o->np <= 0 && slots > HVDRUN_MAX_RANKS)
+    return hvdrun_errf(err, "the hosts have %lld slots in all, more than the %d ranks "
+                       "hvdrun starts at most; give the number of ranks with -np N", slots,
+                       HVDRUN_MAX_RANKS);
+  int np = o->np > 0 ? o->np : (int)slots;
+  char *hosts = hvdrun_hosts_format(&o->hosts);
   if (np > slots && !oversubscribe) {
-    snprintf(err, HVDRUN_ERR_LEN,
-             "-np %d is more than the %d slots available (%s); add slots (-H host:N, "
-             "--hostfile) or pass --oversubscribe", np, slots,
-             have_hosts ? hosts : "this machine's cores");
+    char *which = have_hosts ? describe_hosts(&o->hosts, hosts)
+                             : hvdrun_xstrdup("this machine's cores");
+    hvdrun_errf(err, "-np %d is more than the %lld slots available (%s); add slots (-H "
+                "host:N, --hostfile) or pass --oversubscribe", np, slots, which);
+    free(which);
+    free(hosts);
     return -1;
   }
 
@@ -231,11 +261,15 @@ int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char
   const char *bind_to = o->bind_to ? o->bind_to : (overloaded || netns) ? "none" : "core";
   const char *map_by = o->map_by ? o->map_by : "slot";
 
-  char agent[PATH_MAX] = "";
-  if (o->rsh_agent) snprintf(agent, sizeof agent, "%s", o->rsh_agent);
-  else if (netns && netns_agent(agent, sizeof agent, err) != 0) return -1;
+  char *agent_found = NULL;   /* the namespace hosts' agent, when not given */
+  if (!o->rsh_agent && netns && netns_agent(&agent_found, err) != 0) {
+    free(hosts);
+    return -1;
+  }
+  const char *agent = o->rsh_agent ? o->rsh_agent : agent_found;
   const char *subnet = getenv("HVD_NETNS_SUBNET");
   if (!subnet || !*subnet) subnet = HVDRUN_NETNS_SUBNET;
+  int rc = 0;
 
   hvdrun_argv_push(cmd, launcher);
   if (mpi == HVDRUN_OPENMPI) {
@@ -260,7 +294,7 @@ int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char
       hvdrun_argv_push(cmd, "orte_startup_timeout");
       hvdrun_argv_pushf(cmd, "%d", o->start_timeout);
     }
-    if (agent[0]) {
+    if (agent) {
       hvdrun_argv_push(cmd, "--mca");
       hvdrun_argv_push(cmd, "plm_rsh_agent");
       hvdrun_argv_push(cmd, agent);
@@ -290,9 +324,9 @@ int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char
     }
   } else if (mpi == HVDRUN_MPICH) {
     if (o->mca.n > 0) {
-      snprintf(err, HVDRUN_ERR_LEN, "--mca %s: MCA parameters are OpenMPI's; the launcher "
-               "'%s' is MPICH's", o->mca.v[0], launcher);
-      return -1;
+      rc = hvdrun_errf(err, "--mca %s: MCA parameters are OpenMPI's; the launcher '%s' is "
+                       "MPICH's", o->mca.v[0], launcher);
+      goto out;
     }
     hvdrun_argv_push(cmd, "-np");
     hvdrun_argv_pushf(cmd, "%d", np);
@@ -312,7 +346,7 @@ int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char
       hvdrun_argv_push(cmd, "-errfile-pattern");
       hvdrun_argv_pushf(cmd, "%s/rank.%%r.stderr", o->output_dir);
     }
-    if (agent[0]) {
+    if (agent) {
       hvdrun_argv_push(cmd, "-launcher");
       hvdrun_argv_push(cmd, "rsh");
       hvdrun_argv_push(cmd, "-launcher-exec");
@@ -336,13 +370,16 @@ int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char
       hvdrun_argv_pushf(cmd, "%d", o->start_timeout);
     }
   } else {
-    snprintf(err, HVDRUN_ERR_LEN, "cannot tell which MPI '%s' belongs to (its --version "
-             "names neither Open MPI nor MPICH/Hydra); pass --mpi openmpi or --mpi mpich",
-             launcher);
-    return -1;
+    rc = hvdrun_errf(err, "cannot tell which MPI '%s' belongs to (its --version names "
+                     "neither Open MPI nor MPICH/Hydra); pass --mpi openmpi or --mpi mpich",
+                     launcher);
+    goto out;
   }
   for (int i = 0; i < o->prog_argc; i++) hvdrun_argv_push(cmd, o->prog_argv[i]);
-  return 0;
+out:
+  free(agent_found);
+  free(hosts);
+  return rc;
 }
 
 /* Quotes for a POSIX shell only where needed, so the printed line can be pasted. */

@@ -4,7 +4,6 @@
 #include "launcher/hvdrun.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,25 +13,23 @@
 /* mkdir -p, for --output-filename. */
 static int make_dirs(const char *dir, char *err)
 {
-  char path[PATH_MAX];
-  if ((size_t)snprintf(path, sizeof path, "%s", dir) >= sizeof path) {
-    snprintf(err, HVDRUN_ERR_LEN, "--output-filename: path too long");
-    return -1;
-  }
+  char *path = hvdrun_xstrdup(dir);
+  int rc = 0;
   for (char *p = path + 1;; p++) {
     if (*p == '/' || *p == '\0') {
       char c = *p;
       *p = '\0';
       if (mkdir(path, 0777) != 0 && errno != EEXIST) {
-        snprintf(err, HVDRUN_ERR_LEN, "--output-filename: cannot create '%.900s': %s", path,
-                 strerror(errno));
-        return -1;
+        rc = hvdrun_errf(err, "--output-filename: cannot create '%s': %s", path,
+                         strerror(errno));
+        break;
       }
       *p = c;
       if (c == '\0') break;
     }
   }
-  return 0;
+  free(path);
+  return rc;
 }
 
 static int fail(int code, const char *err)
@@ -61,11 +58,11 @@ int main(int argc, char **argv)
   }
 
   int rc = 0;
-  char launcher[PATH_MAX];
+  char *launcher = NULL;
   hvdrun_argv_t cmd = {0};
   if (hvdrun_check_program(o.prog_argv[0], err) != 0) {
     rc = fail(127, err);
-  } else if (hvdrun_find_launcher(o.mpi, launcher, sizeof launcher, err) != 0) {
+  } else if (hvdrun_find_launcher(o.mpi, &launcher, err) != 0) {
     rc = fail(127, err);
   } else {
     hvdrun_mpi_t mpi = o.mpi;
@@ -80,12 +77,24 @@ int main(int argc, char **argv)
       if (!o.dry_run) {
         fflush(NULL);
         execvp(cmd.v[0], cmd.v);
-        snprintf(err, sizeof err, "cannot run the MPI launcher '%s': %s", cmd.v[0],
-                 strerror(errno));
+        int e = errno;
+        size_t longest = 0;
+        for (int i = 0; i < cmd.n; i++)
+          if (strlen(cmd.v[i]) > longest) longest = strlen(cmd.v[i]);
+        /* Linux takes at most 32 pages (128 KiB) in one argument: a -H list of thousands
+           of hosts can be longer. */
+        if (e == E2BIG)
+          hvdrun_errf(err, "cannot run the MPI launcher '%s': %s (its longest argument has "
+                      "%zu characters, Linux takes at most 131072 in one and the host "
+                      "list is one: for this many hosts run mpirun with its own --hostfile)",
+                      cmd.v[0], strerror(e), longest);
+        else
+          hvdrun_errf(err, "cannot run the MPI launcher '%s': %s", cmd.v[0], strerror(e));
         rc = fail(127, err);
       }
     }
   }
+  free(launcher);
   hvdrun_argv_free(&cmd);
   hvdrun_options_free(&o);
   return rc;

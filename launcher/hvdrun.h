@@ -1,12 +1,29 @@
 /* launcher/hvdrun.h: the pieces of the hvdrun program (internal to launcher/).
    Functions that can fail return 0 on success and -1 on failure with a message in
-   err[HVDRUN_ERR_LEN] that says what was wrong and what to do; main() prints it. */
+   err[HVDRUN_ERR_LEN] that says what was wrong and what to do; main() prints it.
+   Nothing the user gives (host lists, option values, paths, hostfile lines) is held in
+   a fixed-size buffer: strings are sized to what they hold, so nothing is ever cut.
+   The one exception is err, a message for people: see hvdrun_errf. */
 #ifndef HVDRUN_H
 #define HVDRUN_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #define HVDRUN_ERR_LEN 1024
+
+/* The most ranks hvdrun starts (-np, or the slots of the hosts when -np is not given),
+   and the most slots one host can have, however its lines add up. */
+#define HVDRUN_MAX_RANKS 1000000
+#define HVDRUN_MAX_HOST_SLOTS 1000000
+/* A hostfile line longer than this is refused (a stream without newlines, such as a
+   device, must not be read into memory without end). */
+#define HVDRUN_MAX_LINE (1 << 20)
+
+/* Writes the message into err[HVDRUN_ERR_LEN]. One that does not fit (it quotes a very
+   long value) keeps its beginning and its end, which name the flag or file and say what
+   to do, and says how much of the middle it leaves out. Returns -1. */
+int hvdrun_errf(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The private subnet of the project's test hosts (scripts/netns-hosts.sh). */
 #define HVDRUN_NETNS_SUBNET "10.231.0.0/24"
@@ -23,26 +40,41 @@ void hvdrun_argv_pushf(hvdrun_argv_t *a, const char *fmt, ...)
 void hvdrun_argv_free(hvdrun_argv_t *a);
 void *hvdrun_xmalloc(size_t bytes);   /* exits with a message when memory runs out */
 char *hvdrun_xstrdup(const char *s);
+char *hvdrun_xstrndup(const char *s, size_t n);
+/* A new string of exactly the formatted length. */
+char *hvdrun_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *hvdrun_xvasprintf(const char *fmt, va_list ap);
 
 /* ---- hosts (-H and --hostfile) ---- */
 typedef struct {
   char *name;
-  int slots;
+  int slots;                /* 1..HVDRUN_MAX_HOST_SLOTS */
 } hvdrun_host_t;
 
 typedef struct {
   hvdrun_host_t *v;
   int n, cap;
+  /* Where each name is in v, so that a repeated host is found at once in a hostfile of
+     many thousand lines: open addressing, -1 for an empty place. */
+  int *index;
+  size_t index_cap;         /* a power of two, more than twice n; 0: none yet       */
 } hvdrun_hosts_t;
 
-/* Adds slots to host name (a repeated host adds up, as in OpenMPI). */
-void hvdrun_hosts_add(hvdrun_hosts_t *h, const char *name, int slots);
+/* Adds slots to host name[0..len) (a repeated host adds up, as in OpenMPI). Returns 0,
+   or -1 when the host's slots would add up past HVDRUN_MAX_HOST_SLOTS: *total then
+   says to how many (the caller words the error). */
+int hvdrun_hosts_add(hvdrun_hosts_t *h, const char *name, size_t len, int slots,
+                     long long *total);
 /* "a:2,b,c:4" (a host without :N has one slot). */
 int hvdrun_hosts_parse_list(hvdrun_hosts_t *h, const char *list, char *err);
 /* OpenMPI lines "host [slots=N] [max_slots=M]" and horovodrun lines "host:N";
-   '#' starts a comment. A malformed line is an error naming the file and line. */
+   '#' starts a comment. A malformed line, or one with a NUL byte, is an error naming
+   the file and line. */
 int hvdrun_hosts_parse_file(hvdrun_hosts_t *h, const char *path, char *err);
-int hvdrun_hosts_total_slots(const hvdrun_hosts_t *h);
+/* The sum of the hosts' slots (at most n * HVDRUN_MAX_HOST_SLOTS: no overflow). */
+long long hvdrun_hosts_total_slots(const hvdrun_hosts_t *h);
+/* "a:2,b:4": the list for the launcher's -H / -hosts, a new string. */
+char *hvdrun_hosts_format(const hvdrun_hosts_t *h);
 void hvdrun_hosts_free(hvdrun_hosts_t *h);
 
 /* ---- options ---- */
@@ -69,8 +101,8 @@ void hvdrun_options_free(hvdrun_options_t *o);
 void hvdrun_print_help(void);
 
 /* ---- the MPI launcher ---- */
-/* Finds the launcher on PATH ($HVD_MPIRUN overrides): path into buf. */
-int hvdrun_find_launcher(hvdrun_mpi_t want, char *path, size_t len, char *err);
+/* Finds the launcher on PATH ($HVD_MPIRUN overrides): *path, a new string. */
+int hvdrun_find_launcher(hvdrun_mpi_t want, char **path, char *err);
 /* Runs "launcher --version" (fork/exec, no shell) and tells OpenMPI from MPICH;
    version gets the first line of the output. */
 hvdrun_mpi_t hvdrun_detect_mpi(const char *launcher, char *version, size_t len);
