@@ -680,6 +680,9 @@ nn_status_t nn_model_forward(nn_model_t *m, const float *x, int n, int training)
       m->last_n = 0;
       return s;
     }
+    if (m->hook)
+      m->hook(m->hook_ctx, m, NN_HOOK_FORWARD, i, m->layers[i].out,
+              (size_t)n * sample_size(&m->layers[i]));
   }
   if (training) m->dropout_step++;
   m->last_n = n;
@@ -704,6 +707,9 @@ nn_status_t nn_model_loss(nn_model_t *m, const int32_t *labels, float *loss,
   nn_status_t s = nn_softmax_cross_entropy(m->last_n, m->num_classes, nn_model_logits(m),
                                            labels, &l, &c, m->dlogits);
   if (s != NN_OK) return s;
+  if (m->hook)
+    m->hook(m->hook_ctx, m, NN_HOOK_LOSS, -1, m->dlogits,
+            (size_t)m->last_n * m->num_classes);
   if (loss) *loss = l;
   if (correct) *correct = c;
   m->have_loss = 1;
@@ -769,6 +775,20 @@ static nn_status_t layer_backward(nn_model_t *m, int i, int n) {
   return nn_set_error(NN_ERR_ARG, "nn_model_backward: unknown layer kind");
 }
 
+/* The NN_HOOK_BACKWARD calls after layer i's backward: one per input gradient it
+   added into, as layer_backward chose them. */
+static void call_backward_hook(nn_model_t *m, int i, int n) {
+  const nn_layer_t *l = &m->layers[i];
+  size_t count = (size_t)n * l->in_c * l->in_h * l->in_w;
+  float *dx = layer_input_grad(m, l->in[0]);
+  if ((l->kind == NN_LAYER_CONV2D || l->kind == NN_LAYER_LINEAR) &&
+      !nn_layer_input_grad_wanted(m, l->in[0]))
+    dx = NULL;
+  m->hook(m->hook_ctx, m, NN_HOOK_BACKWARD, i, dx, dx ? count : 0);
+  if (l->kind == NN_LAYER_ADD)
+    m->hook(m->hook_ctx, m, NN_HOOK_BACKWARD, i, layer_input_grad(m, l->in[1]), count);
+}
+
 nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ctx) {
   if (!m) return nn_set_error(NN_ERR_ARG, "nn_model_backward: NULL model");
   if (!m->have_loss)
@@ -799,6 +819,7 @@ nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ct
     nn_status_t s = layer_backward(m, i, n);
     l->backward_s = now_s() - t0;
     if (s != NN_OK) return s;
+    if (m->hook) call_backward_hook(m, i, n);
     if (l->param_end > l->param_begin && l->param_begin < ready) {
       ready = l->param_begin;
       if (on_ready) on_ready(ctx, ready);

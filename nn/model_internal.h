@@ -53,6 +53,21 @@ typedef struct {
   double forward_s, backward_s;
 } nn_layer_t;
 
+/* A test hook of the CPU walk, for tests/test_nn_precision_emulation.c: it rounds what
+   the GPU stores in half precision (activations, activation gradients, weight
+   gradients) to emulate mixed precision on the CPU. NULL (the default) costs one test
+   per layer. Points of a step, in order:
+   - NN_HOOK_FORWARD after layer `layer`'s forward: buf is its output (count floats for
+     the batch; for a view, the floats it aliases).
+   - NN_HOOK_LOSS after nn_model_loss: buf is the gradient of the logits (layer -1).
+   - NN_HOOK_BACKWARD after layer `layer`'s backward, once per input gradient it added
+     into (an add has two): buf, count; buf NULL and count 0 when it computed none (a
+     convolution reading the model input). Its parameter gradients (grads[] from
+     param_begin to param_end) are final by then. */
+typedef enum { NN_HOOK_FORWARD, NN_HOOK_LOSS, NN_HOOK_BACKWARD } nn_model_hook_point_t;
+typedef void (*nn_model_hook_fn)(void *ctx, nn_model_t *m, nn_model_hook_point_t point,
+                                 int layer, float *buf, size_t count);
+
 struct nn_model {
   char name[32];
   nn_status_t status;     /* sticky build error: later add_* calls do nothing      */
@@ -86,6 +101,8 @@ struct nn_model {
   uint64_t dropout_step;  /* forward passes in training mode, for dropout masks        */
   void *cuda;             /* device state when on the GPU (nn/cuda/model_cuda.c), else NULL */
   nn_precision_config_t precision; /* defaults filled in; used by nn_model_to_device */
+  nn_model_hook_fn hook;  /* tests only (see above); the CPU walk only                  */
+  void *hook_ctx;
 };
 
 /* ---- what the CPU walk (model.c) and the device walk (cuda/model_cuda.c) share ---- */
