@@ -22,12 +22,16 @@
    (EarlyStopping, ModelCheckpoint, CSV): train_callbacks.c; TensorBoard:
    train_tfevents.c; progress display: train_progress.c. */
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,13 +79,25 @@ static int env_rank(void) {
   return 0;
 }
 
+/* Whether s is rank 0 having shut the runtime down on its way out (die, or a failure it
+   reported itself): it printed the reason, so a line from here would only blame the
+   collective this rank happened to be in. */
+static int stopped_by_rank0(hvd_status_t s) {
+  static const char mark[] = "hvd_shutdown was called on rank 0";
+  const char *m = s == HVD_ERR_SHUTDOWN && g_rank != 0 ? strstr(hvd_last_error(), mark) : NULL;
+  return m && !(m[sizeof mark - 1] >= '0' && m[sizeof mark - 1] <= '9');
+}
+
 /* A runtime failure (a peer lost, a stall, a mismatch) can show on any rank, so every
-   rank reports it, naming itself. */
+   rank reports it, naming itself; except when rank 0 stopped everybody (above): then
+   the other ranks exit non-zero without a line of their own. */
 static void hvd_check(hvd_status_t s, const char *what) {
   if (s == HVD_OK) return;
-  fprintf(stderr, "train: rank %d: %s failed: %s (%s)\n", g_rank, what, hvd_status_string(s),
-          hvd_last_error());
-  fflush(stderr);
+  if (!stopped_by_rank0(s)) {
+    fprintf(stderr, "train: rank %d: %s failed: %s (%s)\n", g_rank, what, hvd_status_string(s),
+            hvd_last_error());
+    fflush(stderr);
+  }
   if (g_hvd_up) hvd_shutdown();
   exit(1);
 }
@@ -248,6 +264,155 @@ static void save_checkpoint(run_t *r, const char *path) {
   if (train_ckpt_write(path, meta, s, n, err, sizeof err) != 0) die("%s", err);
 }
 
+/* ---- believing a checkpoint only after checking it ----
+   The CRC proves only that the file is what some writer wrote: a field edited by hand
+   (CRC recomputed) or written by a buggy run must not make this run loop from epoch
+   INT_MIN, write epoch--04.ckpt or train on NaN. Every value is checked against this
+   run's flags and the other fields before anything is copied in; the message names the
+   file and the field. */
+static const char *const st_names[ST_COUNT] = {
+    "epochs_done", "es_best", "es_best_epoch", "es_wait", "ck_best", "ck_best_epoch",
+    "best_val_acc", "best_val_acc_epoch", "train_seconds", "train_images", "have_best",
+    "dropout_step"};
+
+/* A count of samples or steps per epoch never exceeds an int. */
+#define CKPT_MAX_PER_EPOCH 2147483647.0
+
+static int whole_in(double v, double lo, double hi) {
+  return isfinite(v) && v == floor(v) && v >= lo && v <= hi;
+}
+
+static int ckpt_bad(char *err, size_t errlen, const char *path, const char *field,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int ckpt_bad(char *err, size_t errlen, const char *path, const char *field,
+                    const char *fmt, ...) {
+  int k = snprintf(err, errlen, "%s: bad checkpoint field %s: ", path, field);
+  if (k < 0 || (size_t)k >= errlen) return -1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err + k, errlen - (size_t)k, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* Every float of a section is finite (and >= 0 from index nonneg_from on). The data
+   sits at any offset of the file: read it with memcpy. */
+static int check_floats(const train_ckpt_section_t *s, size_t nonneg_from, const char *path,
+                        char *err, size_t errlen) {
+  size_t n = s->nbytes / sizeof(float);
+  const unsigned char *p = s->data;
+  for (size_t i = 0; i < n; i++) {
+    float v;
+    memcpy(&v, p + i * sizeof v, sizeof v);
+    if (!isfinite(v) || (i >= nonneg_from && v < 0))
+      return ckpt_bad(err, errlen, path, s->name, "value %zu of %zu is %g, expected %s", i, n,
+                      (double)v, i >= nonneg_from ? "a finite number >= 0" : "a finite number");
+  }
+  return 0;
+}
+
+/* The monitored metric's best (es_best or ck_best) and its epoch: a value of the metric
+   with a whole epoch in [0, done), or the 'none' marker (+inf for a loss, -inf for an
+   accuracy, as before the first epoch) with epoch -1. */
+static int check_best(const double *st, int best, int epoch, int higher, int done,
+                      const char *monitor, const char *path, char *err, size_t errlen) {
+  double v = st[best], e = st[epoch];
+  double none = higher ? -INFINITY : INFINITY;
+  if (v != none && !(isfinite(v) && v >= 0 && (!higher || v <= 1)))
+    return ckpt_bad(err, errlen, path, st_names[best],
+                    "%g, expected a %s (%s) or %s for none yet", v, monitor,
+                    higher ? "in [0, 1]" : ">= 0", higher ? "-inf" : "inf");
+  if (!whole_in(e, -1, done - 1))
+    return ckpt_bad(err, errlen, path, st_names[epoch],
+                    "%g, expected a whole epoch in [-1, %d] (epochs_done %d)", e, done - 1, done);
+  if ((v == none) != (e == -1))
+    return ckpt_bad(err, errlen, path, st_names[epoch], "%g with %s %g: they disagree", e,
+                    st_names[best], v);
+  return 0;
+}
+
+static int check_checkpoint(const run_t *r, const train_ckpt_t *c, const char *path, char *err,
+                            size_t errlen) {
+  double st[ST_COUNT];
+  memcpy(st, train_ckpt_find(c, "state")->data, sizeof st);
+  const int epochs = r->o->epochs;
+  if (!whole_in(st[ST_EPOCHS_DONE], 0, epochs))
+    return ckpt_bad(err, errlen, path, "epochs_done",
+                    "%g, expected a whole number of epochs in [0, %d] (--epochs %d)",
+                    st[ST_EPOCHS_DONE], epochs, epochs);
+  const int done = (int)st[ST_EPOCHS_DONE];
+  char v[64];
+  const char *meta_done = train_ckpt_meta(c, "epochs_done", v, sizeof v);
+  if (meta_done && strtol(meta_done, NULL, 10) != done)
+    return ckpt_bad(err, errlen, path, "epochs_done", "%d, but its metadata says epochs_done=%s",
+                    done, meta_done);
+  /* The best values belong to the monitor of the run that wrote them. */
+  char mon[32];
+  const char *monitor = train_ckpt_meta(c, "monitor", mon, sizeof mon);
+  if (!monitor) monitor = r->o->monitor;
+  int higher = strstr(monitor, "acc") != NULL;
+  if (check_best(st, ST_ES_BEST, ST_ES_BEST_EPOCH, higher, done, monitor, path, err, errlen) ||
+      check_best(st, ST_CK_BEST, ST_CK_BEST_EPOCH, higher, done, monitor, path, err, errlen))
+    return -1;
+  if (!whole_in(st[ST_ES_WAIT], 0, done))
+    return ckpt_bad(err, errlen, path, "es_wait",
+                    "%g, expected a whole number of epochs in [0, %d] (epochs_done)",
+                    st[ST_ES_WAIT], done);
+  double acc = st[ST_BEST_VAL_ACC], acc_e = st[ST_BEST_VAL_ACC_EPOCH];
+  if (acc != -1 && !(isfinite(acc) && acc >= 0 && acc <= 1))
+    return ckpt_bad(err, errlen, path, "best_val_acc", "%g, expected an accuracy in [0, 1] or -1",
+                    acc);
+  if (!whole_in(acc_e, -1, done - 1) || (acc == -1) != (acc_e == -1))
+    return ckpt_bad(err, errlen, path, "best_val_acc_epoch",
+                    "%g, expected a whole epoch in [0, %d] (-1 with best_val_acc -1)", acc_e,
+                    done - 1);
+  if (!(isfinite(st[ST_TRAIN_SECONDS]) && st[ST_TRAIN_SECONDS] >= 0))
+    return ckpt_bad(err, errlen, path, "train_seconds", "%g, expected a finite number >= 0",
+                    st[ST_TRAIN_SECONDS]);
+  const double per_epoch_max = done * CKPT_MAX_PER_EPOCH;
+  if (!whole_in(st[ST_TRAIN_IMAGES], 0, per_epoch_max))
+    return ckpt_bad(err, errlen, path, "train_images",
+                    "%g, expected a whole number in [0, %.0f] (%d epochs done)",
+                    st[ST_TRAIN_IMAGES], per_epoch_max, done);
+  if (st[ST_HAVE_BEST] != 0 && st[ST_HAVE_BEST] != 1)
+    return ckpt_bad(err, errlen, path, "have_best", "%g, expected 0 or 1", st[ST_HAVE_BEST]);
+  if (st[ST_HAVE_BEST] == 1 && st[ST_ES_BEST_EPOCH] < 0)
+    return ckpt_bad(err, errlen, path, "have_best", "1, but es_best_epoch is -1 (no best yet)");
+  if (!whole_in(st[ST_DROPOUT_STEP], 0, per_epoch_max))
+    return ckpt_bad(err, errlen, path, "dropout_step",
+                    "%g, expected a whole number of steps in [0, %.0f] (%d epochs done)",
+                    st[ST_DROPOUT_STEP], per_epoch_max, done);
+  int64_t step;
+  memcpy(&step, train_ckpt_find(c, "optim.step")->data, sizeof step);
+  if (step < 0 || (double)step > per_epoch_max)
+    return ckpt_bad(err, errlen, path, "optim.step",
+                    "%lld, expected a step count in [0, %.0f] (%d epochs done)",
+                    (long long)step, per_epoch_max, done);
+  const train_ckpt_section_t *cs = train_ckpt_find(c, "counters");
+  for (size_t i = 0; i < cs->nbytes / sizeof(int64_t); i++) {
+    int64_t k;
+    memcpy(&k, (const unsigned char *)cs->data + i * sizeof k, sizeof k);
+    if (k < 0 || (double)k > per_epoch_max)
+      return ckpt_bad(err, errlen, path, "counters",
+                      "value %zu is %lld, expected a batch count in [0, %.0f]", i, (long long)k,
+                      per_epoch_max);
+  }
+  /* Weights and optimizer state: finite; Adam's second moments (the second half of its
+     state, what scales each parameter's step) also >= 0. */
+  size_t optn = 0;
+  nn_optim_state(r->optim, &optn);
+  int adam = strcmp(r->o->optimizer, "sgd") != 0;
+  const char *finite[] = {"params", "buffers", "best.params", "best.buffers"};
+  for (size_t i = 0; i < sizeof finite / sizeof finite[0]; i++) {
+    const train_ckpt_section_t *s = train_ckpt_find(c, finite[i]);
+    if (s && check_floats(s, SIZE_MAX, path, err, errlen) != 0) return -1;
+  }
+  if (check_floats(train_ckpt_find(c, "optim.state"), adam ? optn / 2 : SIZE_MAX, path, err,
+                   errlen) != 0)
+    return -1;
+  return 0;
+}
+
 /* Rank 0: reads and checks a checkpoint against this run, then copies it in. Returns 0,
    or -1 with err naming the file; on failure nothing of the run has changed. */
 static int load_checkpoint(run_t *r, const char *path, char *err, size_t errlen) {
@@ -302,6 +467,7 @@ static int load_checkpoint(run_t *r, const char *path, char *err, size_t errlen)
     snprintf(err, errlen, "%s: best weights of the wrong size", path);
     goto fail;
   }
+  if (check_checkpoint(r, &c, path, err, errlen) != 0) goto fail;
   /* Everything checks out: copy in. */
   memcpy(nn_model_params(r->model), train_ckpt_find(&c, "params")->data, np * sizeof(float));
   memcpy(nn_model_buffers(r->model), train_ckpt_find(&c, "buffers")->data, nb * sizeof(float));
@@ -337,6 +503,77 @@ fail:
   return -1;
 }
 
+/* ---- rank 0's output paths, checked before any training ---- */
+
+/* Whether dir takes a new file: creates and removes one. 0, or -1 with errno set. */
+static int probe_dir(const char *dir) {
+  char p[4300];
+  snprintf(p, sizeof p, "%s/.train-probe.%d", dir, (int)getpid());
+  int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return -1;
+  int e = close(fd) != 0 ? errno : 0;
+  if (unlink(p) != 0 && !e) e = errno;
+  errno = e;
+  return e ? -1 : 0;
+}
+
+/* Opens the event file and log.csv of --logdir, creates --checkpoint-dir, and probes it
+   and the directory of --export: a path that cannot be written is found now, not after
+   an epoch or after all of training. 0, or -1 with one line in err naming the flag or
+   the file. */
+static int open_outputs(const train_opts_t *o, train_tfevents_t *tb, train_csv_t *csv,
+                        char *err, size_t errlen) {
+  if (o->checkpoint_dir) {
+    if (train_mkdirs(o->checkpoint_dir) != 0) {
+      snprintf(err, errlen, "--checkpoint-dir %s: cannot create (%s)", o->checkpoint_dir,
+               strerror(errno));
+      return -1;
+    }
+    if (probe_dir(o->checkpoint_dir) != 0) {
+      snprintf(err, errlen, "--checkpoint-dir %s: cannot write there (%s)", o->checkpoint_dir,
+               strerror(errno));
+      return -1;
+    }
+  }
+  if (o->export_path) {
+    struct stat st;
+    char buf[4200];
+    snprintf(buf, sizeof buf, "%s", o->export_path);
+    const char *dir = dirname(buf);
+    if (stat(o->export_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+      snprintf(err, errlen, "--export %s: is a directory (give a file name, such as %s/model.safetensors)",
+               o->export_path, o->export_path);
+      return -1;
+    }
+    if (stat(dir, &st) != 0) {
+      snprintf(err, errlen, "--export %s: directory %s: %s", o->export_path, dir,
+               errno == ENOENT ? "does not exist (create it first)" : strerror(errno));
+      return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      snprintf(err, errlen, "--export %s: %s is not a directory", o->export_path, dir);
+      return -1;
+    }
+    if (probe_dir(dir) != 0) {
+      snprintf(err, errlen, "--export %s: cannot write in %s (%s)", o->export_path, dir,
+               strerror(errno));
+      return -1;
+    }
+  }
+  if (o->logdir) {
+    if (train_tfevents_open(tb, o->logdir, err, errlen) != 0) return -1;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/log.csv", o->logdir);
+    if (train_csv_open(csv, p, o->resume != NULL) != 0) {
+      snprintf(err, errlen, "%s: cannot write (%s)", p, strerror(errno));
+      train_tfevents_close(tb);
+      unlink(tb->path);  /* nothing was logged into it */
+      return -1;
+    }
+  }
+  return 0;
+}
+
 static void bcast(const char *name, void *buf, size_t count, hvd_dtype_t t) {
   if (count == 0) return;
   hvd_check(hvd_broadcast(name, buf, count, t, 0), name);
@@ -351,6 +588,9 @@ static int count_counters(nn_model_t *m) {
 
 int main(int argc, char **argv) {
   g_rank = env_rank();
+  /* Over a file-size limit a write fails with EFBIG and is reported like a full disk,
+     instead of the signal killing the process without a word. */
+  signal(SIGXFSZ, SIG_IGN);
   train_opts_t o;
   train_flags_defaults(&o);
   char err[8192];
@@ -545,17 +785,14 @@ int main(int argc, char **argv) {
   uint32_t *idx = malloc(sizeof(uint32_t) * o.batch);
   if (!x || !y || !perm || !idx) die("out of memory for batches");
 
-  /* Rank 0's outputs. */
+  /* Rank 0's outputs, opened or probed now; every rank learns the verdict, so a bad
+     path ends the run before any training with rank 0's one line. */
   train_tfevents_t tb = {0};
   train_csv_t csv = {0};
-  if (rank == 0 && o.logdir) {
-    if (train_tfevents_open(&tb, o.logdir, err, sizeof err) != 0) die("%s", err);
-    char p[4200];
-    snprintf(p, sizeof p, "%s/log.csv", o.logdir);
-    if (train_csv_open(&csv, p, o.resume != NULL) != 0) die("%s: cannot write (%s)", p, strerror(errno));
-  }
-  if (rank == 0 && o.checkpoint_dir && train_mkdirs(o.checkpoint_dir) != 0)
-    die("--checkpoint-dir %s: cannot create (%s)", o.checkpoint_dir, strerror(errno));
+  int32_t outputs_ok = 1;
+  if (rank == 0 && open_outputs(&o, &tb, &csv, err, sizeof err) != 0) outputs_ok = 0;
+  bcast("setup.outputs", &outputs_ok, 1, HVD_INT32);
+  if (!outputs_ok) die("%s", err);
 
   train_progress_t prog;
   train_progress_init(&prog, rank == 0 && !o.quiet, g_launched);
@@ -717,18 +954,24 @@ int main(int argc, char **argv) {
                  o.monitor, o.es_patience);
       }
       train_progress_end(&prog, loss, acc, v.loss, v.acc, last_lr, ips, seconds, note);
+      /* A failed write (a full disk, a file-size limit) stops the run: the checkpoints
+         of this epoch are already complete. */
       if (tb.f) {
         double wall = (double)time(NULL);
-        train_tfevents_scalar(&tb, "loss", (float)loss, epoch + 1, wall);
-        train_tfevents_scalar(&tb, "accuracy", (float)acc, epoch + 1, wall);
-        train_tfevents_scalar(&tb, "val_loss", (float)v.loss, epoch + 1, wall);
-        train_tfevents_scalar(&tb, "val_accuracy", (float)v.acc, epoch + 1, wall);
-        train_tfevents_scalar(&tb, "learning_rate", (float)last_lr, epoch + 1, wall);
-        train_tfevents_scalar(&tb, "images_per_sec", (float)ips, epoch + 1, wall);
+        const char *tags[] = {"loss", "accuracy", "val_loss", "val_accuracy", "learning_rate",
+                              "images_per_sec"};
+        const double vals[] = {loss, acc, v.loss, v.acc, last_lr, ips};
+        for (int i = 0; i < 6; i++)
+          if (train_tfevents_scalar(&tb, tags[i], (float)vals[i], epoch + 1, wall) != 0)
+            die("%s: write failed (%s)", tb.path, strerror(errno));
       }
-      train_csv_row(&csv, epoch + 1, loss, acc, v.loss, v.acc, last_lr, ips, seconds);
+      if (csv.f && train_csv_row(&csv, epoch + 1, loss, acc, v.loss, v.acc, last_lr, ips,
+                                 seconds) != 0)
+        die("%s: write failed (%s)", csv.path, strerror(errno));
     }
   }
+  if (tb.f && train_tfevents_close(&tb) != 0) die("%s: write failed (%s)", tb.path, strerror(errno));
+  if (csv.f && train_csv_close(&csv) != 0) die("%s: write failed (%s)", csv.path, strerror(errno));
 
   int restored = 0;
   if (run.best_params && run.st[ST_HAVE_BEST] != 0 &&
@@ -767,10 +1010,9 @@ int main(int argc, char **argv) {
     if (o.export_path) printf("exported weights to %s\n", o.export_path);
     printf("test loss: %.4f\n", t.loss);
     printf("test accuracy: %.2f%%\n", 100.0 * t.acc);
-    fflush(stdout);
+    if (fflush(stdout) != 0 || ferror(stdout))
+      die("standard output: write failed (%s)", strerror(errno));
   }
-  train_tfevents_close(&tb);
-  train_csv_close(&csv);
   hvd_grad_buckets_free(buckets);
   nn_optim_free(optim);
   nn_cuda_optim_free(cuda_optim);

@@ -36,13 +36,17 @@ int train_early_stopping_update(train_early_stopping_t *e, double value, int epo
                                 int *improved);
 
 /* CSVLogger: epoch,loss,accuracy,val_loss,val_accuracy,learning_rate,images_per_sec,
-   seconds. append keeps the rows of an earlier (resumed) run. */
+   seconds. append keeps the rows of an earlier (resumed) run.
+   Every call returns 0, or -1 with errno set (a failed write, flush or close: a full
+   disk must not pass unnoticed); after a failed open nothing is left open. */
 typedef struct {
   FILE *f;
+  char path[4200];
 } train_csv_t;
 int train_csv_open(train_csv_t *c, const char *path, int append);
-void train_csv_row(train_csv_t *c, int epoch, double loss, double acc, double val_loss,
-                   double val_acc, double lr, double images_per_sec, double seconds);
-void train_csv_close(train_csv_t *c);
+/* Writes and flushes one row (a no-op returning 0 when the log is not open). */
+int train_csv_row(train_csv_t *c, int epoch, double loss, double acc, double val_loss,
+                  double val_acc, double lr, double images_per_sec, double seconds);
+int train_csv_close(train_csv_t *c);
 
 #endif /* TRAIN_CALLBACKS_H */

@@ -15,27 +15,141 @@ void train_dataset_free(train_dataset_t *d) {
   memset(d, 0, sizeof *d);
 }
 
-/* ---- IDX ---- */
+/* ---- IDX ----
+   An IDX file is read through zlib's inflate directly rather than gzread: gzread does
+   not report a gzip stream that ends early when the end of the file is already in its
+   input buffer (`head -c -8` of a .gz, trailer gone, reads "successfully"). Here the
+   data is good only when inflate reached Z_STREAM_END, which is after it checked the
+   CRC and length trailer. A file that does not start with the gzip magic is read as it
+   is (MNIST downloads come both ways). */
 
-/* Reads exactly len bytes; a short read means the file is truncated. zlib reads plain
-   files too (transparent mode), so .gz and uncompressed IDX files both work. */
-static int gz_read_exact(gzFile f, void *buf, size_t len, const char *path, const char *what,
-                         char *err, size_t errlen) {
-  unsigned char *p = buf;
-  while (len > 0) {
-    unsigned chunk = len > (1u << 30) ? (1u << 30) : (unsigned)len;
-    int got = gzread(f, p, chunk);
-    if (got < 0) {
-      int zerr;
-      const char *msg = gzerror(f, &zerr);
-      size_t pl = strlen(path); /* zlib puts the path in front of its message */
-      if (strncmp(msg, path, pl) == 0 && msg[pl] == ':') msg += pl + 2;
-      snprintf(err, errlen, "%s: corrupt file (reading %s: %s)", path, what, msg);
+/* The most a deflate stream can expand: 258 bytes out per 2 bits in (RFC 1951's longest
+   match from the shortest code), so 1032 bytes out per byte in. */
+#define DEFLATE_MAX_RATIO 1032u
+
+typedef struct {
+  FILE *f;
+  const char *path;
+  int gz;                 /* 1: gzip members, inflated; 0: the bytes as they are */
+  int zinit;              /* zs holds inflate state */
+  int member_ended;       /* the current gzip member's trailer was read and checked */
+  z_stream zs;            /* next_in/avail_in also serve the plain mode */
+  uint64_t file_size;     /* bytes on disk; 0 when not a regular file */
+  unsigned char in[1 << 16];
+} idx_reader_t;
+
+/* Refills the input buffer when it is empty; returns the bytes available, 0 at the end
+   of the file, -1 on a read error (err set). */
+static int rd_fill(idx_reader_t *r, char *err, size_t errlen) {
+  if (r->zs.avail_in > 0) return (int)r->zs.avail_in;
+  size_t got = fread(r->in, 1, sizeof r->in, r->f);
+  if (got == 0 && ferror(r->f)) {
+    snprintf(err, errlen, "%s: read error (%s)", r->path, strerror(errno));
+    return -1;
+  }
+  r->zs.next_in = r->in;
+  r->zs.avail_in = (uInt)got;
+  return (int)got;
+}
+
+static int rd_open(idx_reader_t *r, const char *path, char *err, size_t errlen) {
+  memset(r, 0, sizeof *r);
+  r->path = path;
+  r->f = fopen(path, "rb");
+  if (!r->f) {
+    snprintf(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fileno(r->f), &st) == 0 && S_ISREG(st.st_mode)) r->file_size = (uint64_t)st.st_size;
+  if (rd_fill(r, err, errlen) < 0) return -1;
+  if (r->zs.avail_in >= 2 && r->in[0] == 0x1f && r->in[1] == 0x8b) {
+    r->gz = 1;
+    /* next_in/avail_in already hold the first bytes: inflateInit2 keeps them. */
+    if (inflateInit2(&r->zs, 16 + MAX_WBITS) != Z_OK) {
+      snprintf(err, errlen, "%s: cannot start zlib (%s)", path,
+               r->zs.msg ? r->zs.msg : "out of memory");
       return -1;
     }
+    r->zinit = 1;
+  }
+  return 0;
+}
+
+static void rd_close(idx_reader_t *r) {
+  if (r->zinit) inflateEnd(&r->zs);
+  if (r->f) fclose(r->f);
+  r->zinit = 0;
+  r->f = NULL;
+}
+
+/* Inflates up to len bytes into buf (buf NULL: a scratch buffer, to look for bytes that
+   should not be there). Returns the bytes produced, 0 at the clean end of the input
+   (every member ended and checked), -1 with err set on a corrupt or truncated stream. */
+static long rd_inflate(idx_reader_t *r, unsigned char *buf, size_t len, const char *what,
+                       char *err, size_t errlen) {
+  for (;;) {
+    int avail = rd_fill(r, err, errlen);
+    if (avail < 0) return -1;
+    if (r->member_ended) {
+      if (avail == 0) return 0;
+      /* More bytes after a member: another member (gzip allows concatenation), or
+         garbage, which inflate's header check reports. */
+      inflateReset(&r->zs);
+      r->member_ended = 0;
+    }
+    if (avail == 0) {
+      snprintf(err, errlen,
+               "%s: truncated file (the gzip stream stops before its end and CRC trailer, "
+               "reading %s)", r->path, what);
+      return -1;
+    }
+    unsigned char scratch[256];
+    uInt want = len > (1u << 30) ? (1u << 30) : (uInt)len;
+    r->zs.next_out = buf ? buf : scratch;
+    r->zs.avail_out = buf ? want : (uInt)sizeof scratch;
+    uInt before = r->zs.avail_out, in_before = r->zs.avail_in;
+    int ret = inflate(&r->zs, Z_NO_FLUSH);
+    long produced = (long)(before - r->zs.avail_out);
+    if (ret == Z_BUF_ERROR && produced == 0 && r->zs.avail_in == in_before) {
+      snprintf(err, errlen, "%s: corrupt file (reading %s: inflate made no progress)", r->path,
+               what);
+      return -1;
+    }
+    if (ret == Z_STREAM_END) {
+      r->member_ended = 1;
+    } else if (ret == Z_DATA_ERROR || ret == Z_NEED_DICT || ret == Z_STREAM_ERROR) {
+      snprintf(err, errlen, "%s: corrupt file (reading %s: %s)", r->path, what,
+               r->zs.msg ? r->zs.msg : "invalid gzip data");
+      return -1;
+    } else if (ret == Z_MEM_ERROR) {
+      snprintf(err, errlen, "%s: out of memory inflating", r->path);
+      return -1;
+    }
+    if (produced > 0) return produced;
+  }
+}
+
+/* Reads exactly len bytes; running out first means the file is truncated. */
+static int rd_read_exact(idx_reader_t *r, void *buf, size_t len, const char *what, char *err,
+                         size_t errlen) {
+  unsigned char *p = buf;
+  while (len > 0) {
+    long got;
+    if (r->gz) {
+      got = rd_inflate(r, p, len, what, err, errlen);
+      if (got < 0) return -1;
+    } else {
+      int avail = rd_fill(r, err, errlen);
+      if (avail < 0) return -1;
+      got = (long)(len < (size_t)avail ? len : (size_t)avail);
+      memcpy(p, r->zs.next_in, (size_t)got);
+      r->zs.next_in += got;
+      r->zs.avail_in -= (uInt)got;
+    }
     if (got == 0) {
-      snprintf(err, errlen, "%s: truncated file (reading %s: %zu bytes missing)", path, what,
-               len);
+      snprintf(err, errlen, "%s: truncated file (reading %s: %zu bytes missing)", r->path,
+               what, len);
       return -1;
     }
     p += got;
@@ -44,22 +158,48 @@ static int gz_read_exact(gzFile f, void *buf, size_t len, const char *path, cons
   return 0;
 }
 
+/* After the data: nothing may follow, and a gzip stream must end with a good trailer. */
+static int rd_finish(idx_reader_t *r, size_t total, char *err, size_t errlen) {
+  long got;
+  if (r->gz) {
+    got = rd_inflate(r, NULL, 0, "what follows the data", err, errlen);
+    if (got < 0) return -1;
+  } else {
+    int avail = rd_fill(r, err, errlen);
+    if (avail < 0) return -1;
+    got = avail;
+  }
+  if (got > 0) {
+    snprintf(err, errlen, "%s: corrupt file (bytes after the %zu bytes of data)", r->path,
+             total);
+    return -1;
+  }
+  return 0;
+}
+
 static uint32_t be32(const unsigned char *b) {
   return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
 }
 
+/* Above this an IDX header is taken as corrupt whatever the file: 16 GiB of pixels is
+   more than any data set this program trains on fits in memory. */
+#define IDX_MAX_BYTES ((size_t)1 << 34)
+
 /* Reads one IDX file of unsigned bytes with the expected number of dimensions; returns
-   the data (malloc) and its dims. Checks the whole stream including the gzip trailer. */
+   the data (malloc) and its dims. The size the header claims is checked before anything
+   is allocated: against overflow, against IDX_MAX_BYTES, and against what the file can
+   hold (a plain file: its size; a gzip file: its size times DEFLATE_MAX_RATIO). */
 static uint8_t *idx_read(const char *path, int want_dims, uint32_t dims[3], char *err,
                          size_t errlen) {
-  gzFile f = gzopen(path, "rb");
-  if (!f) {
-    snprintf(err, errlen, "%s: cannot open (%s)", path, errno ? strerror(errno) : "zlib");
+  idx_reader_t *r = malloc(sizeof *r);
+  if (!r) {
+    snprintf(err, errlen, "%s: out of memory", path);
     return NULL;
   }
   uint8_t *data = NULL;
+  if (rd_open(r, path, err, errlen) != 0) goto fail;
   unsigned char hdr[4 + 12];
-  if (gz_read_exact(f, hdr, 4, path, "header", err, errlen) != 0) goto fail;
+  if (rd_read_exact(r, hdr, 4, "header", err, errlen) != 0) goto fail;
   if (hdr[0] != 0 || hdr[1] != 0 || hdr[2] != 0x08 || hdr[3] != want_dims) {
     snprintf(err, errlen,
              "%s: not an IDX file of unsigned bytes with %d dimension(s) (magic %02x%02x%02x%02x, "
@@ -67,49 +207,62 @@ static uint8_t *idx_read(const char *path, int want_dims, uint32_t dims[3], char
              path, want_dims, hdr[0], hdr[1], hdr[2], hdr[3], want_dims);
     goto fail;
   }
-  if (gz_read_exact(f, hdr + 4, 4 * (size_t)want_dims, path, "header", err, errlen) != 0)
-    goto fail;
+  size_t hlen = 4 + 4 * (size_t)want_dims;
+  if (rd_read_exact(r, hdr + 4, hlen - 4, "header", err, errlen) != 0) goto fail;
   size_t total = 1;
+  int overflow = 0;
+  char shape[64] = "";
   for (int i = 0; i < want_dims; i++) {
     dims[i] = be32(hdr + 4 + 4 * i);
-    if (dims[i] == 0 || dims[i] > (1u << 28)) {
-      snprintf(err, errlen, "%s: corrupt header (dimension %d is %u)", path, i, dims[i]);
+    size_t l = strlen(shape);
+    snprintf(shape + l, sizeof shape - l, "%s%u", i ? " x " : "", dims[i]);
+    if (dims[i] == 0 || dims[i] > (1u << 28)) {  /* counts fit an int */
+      snprintf(err, errlen, "%s: corrupt header (dimension %d is %u, expected 1..2^28)", path,
+               i, dims[i]);
       goto fail;
     }
-    total *= dims[i];
+    if (total > SIZE_MAX / dims[i]) overflow = 1;
+    else total *= dims[i];
   }
-  if (total > ((size_t)1 << 34)) {
-    snprintf(err, errlen, "%s: corrupt header (%zu bytes of data claimed)", path, total);
+  if (overflow || total > IDX_MAX_BYTES) {
+    snprintf(err, errlen,
+             "%s: corrupt header (%s bytes of data claimed, over the limit of %zu bytes)", path,
+             shape, IDX_MAX_BYTES);
     goto fail;
+  }
+  if (r->file_size > 0) {
+    uint64_t room;
+    if (r->gz) {
+      room = r->file_size * DEFLATE_MAX_RATIO;
+      if (hlen + total > room) {
+        snprintf(err, errlen,
+                 "%s: corrupt header (%s = %zu bytes of data claimed; a %llu-byte gzip file "
+                 "holds at most %llu, deflate's maximum ratio being %u:1)",
+                 path, shape, total, (unsigned long long)r->file_size,
+                 (unsigned long long)room, DEFLATE_MAX_RATIO);
+        goto fail;
+      }
+    } else if (hlen + total > r->file_size) {
+      snprintf(err, errlen,
+               "%s: truncated file or corrupt header (%s = %zu bytes of data claimed, the "
+               "file has %llu after the header)",
+               path, shape, total, (unsigned long long)(r->file_size - hlen));
+      goto fail;
+    }
   }
   data = malloc(total);
   if (!data) {
     snprintf(err, errlen, "%s: out of memory for %zu bytes", path, total);
     goto fail;
   }
-  if (gz_read_exact(f, data, total, path, "data", err, errlen) != 0) goto fail;
-  /* Nothing may follow, and the gzip trailer (CRC, length) must check out: reading past
-     the end makes zlib verify it. */
-  unsigned char extra;
-  int got = gzread(f, &extra, 1);
-  if (got != 0) {
-    int zerr;
-    const char *msg = gzerror(f, &zerr);
-    size_t pl = strlen(path);
-    if (strncmp(msg, path, pl) == 0 && msg[pl] == ':') msg += pl + 2;
-    if (got < 0) snprintf(err, errlen, "%s: corrupt file (%s)", path, msg);
-    else snprintf(err, errlen, "%s: corrupt file (bytes after the %zu bytes of data)", path, total);
-    goto fail;
-  }
-  int rc = gzclose(f);
-  f = NULL;
-  if (rc != Z_OK) {
-    snprintf(err, errlen, "%s: corrupt or truncated file (zlib error %d)", path, rc);
-    goto fail;
-  }
+  if (rd_read_exact(r, data, total, "data", err, errlen) != 0) goto fail;
+  if (rd_finish(r, total, err, errlen) != 0) goto fail;
+  rd_close(r);
+  free(r);
   return data;
 fail:
-  if (f) gzclose(f);
+  rd_close(r);
+  free(r);
   free(data);
   return NULL;
 }

@@ -91,7 +91,10 @@ static void put_le(pbuf_t *p, uint64_t v, int bytes) {
 }
 
 static int write_record(train_tfevents_t *w, const pbuf_t *ev) {
-  if (ev->n > sizeof ev->b) return -1;
+  if (ev->n > sizeof ev->b) {
+    errno = EOVERFLOW;
+    return -1;
+  }
   unsigned char hdr[12];
   uint64_t len = ev->n;
   for (int i = 0; i < 8; i++) hdr[i] = (unsigned char)(len >> (8 * i));
@@ -149,9 +152,11 @@ int train_tfevents_open(train_tfevents_t *w, const char *dir, char *err, size_t 
 
 int train_tfevents_scalar(train_tfevents_t *w, const char *tag, float value, int64_t step,
                           double wall_time) {
-  if (!w->f) return -1;
   size_t tl = strlen(tag);
-  if (tl > 200) return -1;
+  if (!w->f || tl > 200) {
+    errno = w->f ? EINVAL : EBADF;
+    return -1;
+  }
   pbuf_t val = {.n = 0};
   put_byte(&val, 0x0a);
   put_varint(&val, tl);
@@ -172,7 +177,11 @@ int train_tfevents_scalar(train_tfevents_t *w, const char *tag, float value, int
   return write_record(w, &ev);
 }
 
-void train_tfevents_close(train_tfevents_t *w) {
-  if (w->f) fclose(w->f);
+int train_tfevents_close(train_tfevents_t *w) {
+  if (!w->f) return 0;
+  int bad = ferror(w->f);
+  int rc = fclose(w->f);
   w->f = NULL;
+  if (bad && rc == 0) errno = EIO;
+  return bad || rc != 0 ? -1 : 0;
 }

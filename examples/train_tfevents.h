@@ -18,10 +18,12 @@ typedef struct {
    dir/events.out.tfevents.<seconds>.<hostname>, writing the file_version record.
    Returns 0 or -1 with a message in err. */
 int train_tfevents_open(train_tfevents_t *w, const char *dir, char *err, size_t errlen);
-/* One scalar at a step; flushed so TensorBoard sees it while training runs. */
+/* One scalar at a step; flushed so TensorBoard sees it while training runs. 0, or -1
+   with errno set (a failed write or flush: a full disk, a file-size limit). */
 int train_tfevents_scalar(train_tfevents_t *w, const char *tag, float value, int64_t step,
                           double wall_time);
-void train_tfevents_close(train_tfevents_t *w);
+/* 0, or -1 with errno set when a write or the close failed; w->path stays. */
+int train_tfevents_close(train_tfevents_t *w);
 
 /* CRC-32C (Castagnoli) and TFRecord's masked form. */
 uint32_t train_crc32c(const void *data, size_t len);

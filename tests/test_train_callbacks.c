@@ -4,6 +4,7 @@
    is compiled into this test directly. */
 #include "examples/train_callbacks.c"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -62,6 +63,18 @@ int main(void) {
   if (f) fclose(f);
   CHECK(lines == 3 && headers == 1, "csv has %d lines, %d headers", lines, headers);
   unlink(path);
+
+  /* A full device: the header's flush fails, and the open says so (nothing left open). */
+  errno = 0;
+  CHECK(train_csv_open(&c, "/dev/full", 0) != 0 && errno == ENOSPC && c.f == NULL,
+        "csv open on /dev/full did not fail with ENOSPC (errno %d)", errno);
+  /* A row that cannot be written fails too (log opened, then its stream swapped). */
+  CHECK(train_csv_open(&c, "/dev/null", 0) == 0, "csv open /dev/null");
+  fclose(c.f);
+  c.f = fopen("/dev/full", "w");
+  CHECK(c.f && train_csv_row(&c, 1, 0.5, 0.8, 0.4, 0.85, 0.01, 1000, 2.5) != 0,
+        "csv row on /dev/full did not fail");
+  train_csv_close(&c);
   if (failures) return 1;
   printf("callbacks: all checks passed\n");
   return 0;

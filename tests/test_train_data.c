@@ -258,6 +258,101 @@ static void test_batch(void) {
   train_dataset_free(&d);
 }
 
+/* Writes len bytes to path, gzip-compressed when gz. */
+static void write_file(const char *path, const void *buf, size_t len, int gz) {
+  if (gz) {
+    gzFile f = gzopen(path, "wb");
+    if (!f || gzwrite(f, buf, (unsigned)len) != (int)len || gzclose(f) != Z_OK)
+      fprintf(stderr, "cannot write %s\n", path);
+  } else {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(buf, 1, len, f) != len || fclose(f) != 0)
+      fprintf(stderr, "cannot write %s\n", path);
+  }
+}
+
+static long file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* The gzip trailer (CRC-32 and length, the last 8 bytes) must be there and agree. The
+   file is large enough that gzread hands the data straight to the caller's buffer: the
+   case where zlib's gzread did not notice a missing trailer. */
+static void test_idx_gzip_trailer(void) {
+  const uint32_t n = 60000;
+  size_t len = 8 + n;
+  unsigned char *buf = malloc(len);
+  buf[0] = 0; buf[1] = 0; buf[2] = 8; buf[3] = 1;
+  be(buf + 4, n);
+  for (uint32_t i = 0; i < n; i++) buf[8 + i] = (uint8_t)(i * 7 / 3 % 10);
+  char good[512], p[512], err[1024];
+  uint32_t dims[3];
+  snprintf(good, sizeof good, "%s/trailer-good.gz", tmpdir);
+  write_file(good, buf, len, 1);
+  free(buf);
+  uint8_t *d = idx_read(good, 1, dims, err, sizeof err);
+  CHECK(d && dims[0] == n && d[7] == 7 * 7 / 3 % 10, "good gz labels: %s", d ? "bad data" : err);
+  free(d);
+  long size = file_size(good);
+  const struct {
+    const char *what;
+    long keep;      /* bytes kept of the good file */
+    long flip;      /* offset of a byte to flip (-1: none) */
+  } cases[] = {
+      {"gz without its 8-byte trailer (head -c -8)", size - 8, -1},
+      {"gz without its last byte (head -c -1)", size - 1, -1},
+      {"gz without its length (head -c -4)", size - 4, -1},
+      {"gz with a flipped CRC byte", size, size - 8},
+      {"gz with a flipped length byte", size, size - 1},
+      {"gz cut in the middle", size / 2, -1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(p, sizeof p, "%s/trailer-%zu.gz", tmpdir, i);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "head -c %ld %s > %s", cases[i].keep, good, p);
+    if (system(cmd) != 0) fprintf(stderr, "cannot run %s\n", cmd);
+    if (cases[i].flip >= 0) flip_byte(p, cases[i].flip);
+    err[0] = '\0';
+    d = idx_read(p, 1, dims, err, sizeof err);
+    expect_error(d ? 0 : -1, err, p, cases[i].what);
+    free(d);
+  }
+}
+
+/* Headers claiming more than the file can hold fail before any allocation of that size:
+   a count that wraps size_t to 0 (256 x 2^28 x 2^28 = 2^64), one over the fixed limit,
+   one over what a gzip file of that size can inflate to (1032:1), one over a plain
+   file's size. */
+static void test_idx_header_sizes(void) {
+  const struct {
+    const char *what;
+    uint32_t dims[3];
+    int gz;
+    size_t data;     /* bytes of data after the header */
+    const char *needle;
+  } cases[] = {
+      {"256 x 2^28 x 2^28 (wraps to 0), gz", {256, 1u << 28, 1u << 28}, 1, 0, "corrupt header"},
+      {"256 x 2^28 x 2^28 (wraps to 0), plain", {256, 1u << 28, 1u << 28}, 0, 0, "corrupt header"},
+      {"2^28 x 2^28 x 1 (over the limit)", {1u << 28, 1u << 28, 1}, 1, 0, "corrupt header"},
+      {"2^28 x 8 x 8 in a tiny gz (16 GiB)", {1u << 28, 8, 8}, 1, 10, "1032"},
+      {"1000 x 28 x 28 in a 26-byte plain file", {1000, 28, 28}, 0, 10, "corrupt header"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    unsigned char buf[16 + 10] = {0, 0, 8, 3};
+    for (int k = 0; k < 3; k++) be(buf + 4 + 4 * k, cases[i].dims[k]);
+    char p[512], err[1024] = "";
+    snprintf(p, sizeof p, "%s/huge-%zu%s", tmpdir, i, cases[i].gz ? ".gz" : "");
+    write_file(p, buf, 16 + cases[i].data, cases[i].gz);
+    uint32_t dims[3];
+    uint8_t *d = idx_read(p, 3, dims, err, sizeof err);
+    expect_error(d ? 0 : -1, err, p, cases[i].what);
+    CHECK(d != NULL || strstr(err, cases[i].needle), "%s: '%s' does not say '%s'",
+          cases[i].what, err, cases[i].needle);
+    free(d);
+  }
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/test_train_data.XXXXXX");
   if (!mkdtemp(tmpdir)) {
@@ -265,6 +360,8 @@ int main(void) {
     return 1;
   }
   test_idx();
+  test_idx_gzip_trailer();
+  test_idx_header_sizes();
   test_cifar();
   test_sharding();
   test_batch();

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # build/train's failure paths: bad flags and values, corrupt and truncated data files,
-# a corrupt checkpoint, a checkpoint of another model. Each must exit non-zero with
-# exactly one "train: ..." line naming the flag or file, and leave existing checkpoints
-# byte-for-byte untouched.
+# a corrupt checkpoint, a checkpoint of another model, rank 0 failing alone (its --logdir,
+# a checkpoint mid-run). Each must exit non-zero with exactly one "train: ..." line
+# naming the flag or file (with 2 ranks: rank 0's line, nothing from rank 1 about the
+# runtime rank 0 shut down), and leave existing checkpoints byte-for-byte untouched.
+# (Output paths: test_train_output_paths.sh; failed writes: test_train_write_errors.sh.)
 set -u
 build=${HVD_BUILD:-build}
 train=$build/train
@@ -96,6 +98,16 @@ expect_error "checkpoint of another data set" "$tmp/ck/last.ckpt" mpi2 "$train" 
   --dataset fashion-mnist --max-train 512 --epochs 2 --resume "$tmp/ck/last.ckpt" --checkpoint-dir "$tmp/ck"
 expect_error "missing checkpoint" "$tmp/none.ckpt" mpi2 "$train" --model mlp "${common[@]}" \
   --epochs 2 --resume "$tmp/none.ckpt" --checkpoint-dir "$tmp/ck"
+
+# a setup failure of rank 0 alone (its --logdir): rank 0's line, nothing from rank 1
+touch "$tmp/file"
+expect_error "--logdir under a file" "--logdir" mpi2 "$train" --model mlp "${common[@]}" \
+  --epochs 2 --logdir "$tmp/file/logs"
+# a failure of rank 0 alone mid-run: a directory stands where epoch 2's checkpoint goes
+mkdir -p "$tmp/ck_mid/epoch-002.ckpt"
+expect_error "checkpoint failing mid-run" "epoch-002.ckpt" mpi2 "$train" --model mlp "${common[@]}" \
+  --epochs 3 --checkpoint-dir "$tmp/ck_mid"
+
 sums_after=$(cd "$tmp" && md5sum ck/* ck_lenet/*)
 if [ "$sums_before" != "$sums_after" ]; then
   echo "FAIL existing checkpoints changed:"; diff <(echo "$sums_before") <(echo "$sums_after")

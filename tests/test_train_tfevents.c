@@ -39,7 +39,18 @@ int main(void) {
         fprintf(stderr, "FAIL write\n");
         failures++;
       }
-  train_tfevents_close(&w);
+  if (train_tfevents_close(&w) != 0) {
+    fprintf(stderr, "FAIL close of a good event file failed\n");
+    failures++;
+  }
+
+  /* A full device: a scalar's write (its flush) fails and says so. */
+  train_tfevents_t full = {.f = fopen("/dev/full", "wb")};
+  if (!full.f || train_tfevents_scalar(&full, "loss", 1.0f, 1, 1.7e9) == 0) {
+    fprintf(stderr, "FAIL a scalar written to /dev/full did not fail\n");
+    failures++;
+  }
+  train_tfevents_close(&full);
 
   char cmd[8192], out[256];
   snprintf(cmd, sizeof cmd,
