@@ -6,34 +6,7 @@
 # untouched (no temporary file left over either). Before the checks these runs exited 0
 # with a truncated file, or were killed by SIGXFSZ without a word.
 set -u
-build=${HVD_BUILD:-build}
-train=$build/train
-if [ ! -x "$train" ]; then echo "skipped: $train is not built"; exit 77; fi
-tmp=$(mktemp -d /tmp/test_train_write_errors.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-fails=0
-mpi2() { timeout -k 5 60 mpirun -np 2 --oversubscribe "$@"; }
-
-# expect_error WHAT NEEDLE CMD...: non-zero exit (not a signal or a timeout), one
-# "train:" line on stderr containing NEEDLE.
-expect_error() {
-  local what=$1 needle=$2
-  shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  local lines
-  lines=$(grep -c '^train: ' "$tmp/err")
-  if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then
-    echo "FAIL $what: exit status $rc; stderr:"; cat "$tmp/err"; fails=$((fails + 1))
-  elif [ "$lines" -ne 1 ]; then
-    echo "FAIL $what: $lines 'train:' lines on stderr:"; cat "$tmp/err"; fails=$((fails + 1))
-  elif ! grep '^train: ' "$tmp/err" | grep -qF -- "$needle"; then
-    echo "FAIL $what: the message does not name '$needle':"; grep '^train: ' "$tmp/err"; fails=$((fails + 1))
-  else
-    echo "ok   $what: $(grep '^train: ' "$tmp/err")"
-  fi
-}
+. "$(dirname "$0")/train_prelude.sh"
 
 # Runs train alone (one rank) under a file-size limit of $1 KiB; stdout goes through a
 # pipe so the limit applies to the files train writes. PMIx's shared-memory store would
