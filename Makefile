@@ -12,6 +12,46 @@
 #   build/NAME                bench/NAME.c (one program per file)
 #   build/hvdrun              launcher/*.c
 #   build/tests/test_NAME     tests/test_NAME.c
+#   build/fuzz/fuzz_NAME      tests/fuzz/fuzz_NAME.c + tests/fuzz/replay.c: replays inputs
+#                             (files, directories) through a fuzz harness; tests/test_fuzz_regressions.sh
+# Sanitizers and fuzzing (docs/testing.md):
+#   make SANITIZE=address,undefined test   everything under ASan + UBSan, in build-address-undefined/
+#   make SANITIZE=thread test              the runtime tests (hvd/, collectives/) under TSan, in build-thread/
+#   make fuzz FUZZ_SECONDS=30              libFuzzer harnesses (clang), in build-fuzz/, each run N s
+
+comma := ,
+# ---- sanitizers ----
+# SANITIZE is a -fsanitize= list (address,undefined; thread). Its objects go to their own
+# directory (build-<list>, unless BUILD is given) so they never mix with the normal build,
+# and the list is recorded in $(BUILD)/config.flags so changing it rebuilds everything.
+# UBSan errors abort (-fno-sanitize-recover), so a test that trips one fails. The flags
+# reach the link lines and build/hvd.pc (a user program must link the sanitizer runtime).
+# SANITIZE implies CUDA=0: nvcc's device code is not instrumented, the CUDA driver maps
+# memory where ASan keeps its shadow (it needs protect_shadow_gap=0) and the static
+# cudart has its own allocator hooks; the GPU paths are checked by scripts/gpu_check.sh.
+# thread defines HVD_NO_TARGET_CLONES: target_clones makes an ifunc whose resolver runs
+# before TSan's runtime is set up, and crashes it (collectives/reduce.c then has one
+# portable copy of each loop). Runtime options and suppressions: tests/sanitize/.
+SANITIZE ?=
+ifneq ($(SANITIZE),)
+  BUILD ?= build-$(subst $(comma),-,$(SANITIZE))
+  ifeq ($(CUDA),1)
+    $(error SANITIZE=$(SANITIZE) with CUDA=1: sanitizer builds are CPU-only (CUDA=0); see the Makefile)
+  endif
+  override CUDA := 0
+  SAN_LIST  := $(subst $(comma), ,$(SANITIZE))
+  SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+  # gcc leaves float-cast-overflow out of undefined (clang has it): asked for by name.
+  SAN_FLAGS += $(if $(filter undefined,$(SAN_LIST)),-fsanitize=float-cast-overflow \
+                 -fno-sanitize-recover=undefined$(comma)float-cast-overflow)
+  SAN_FLAGS += $(if $(filter thread,$(SAN_LIST)),-DHVD_NO_TARGET_CLONES)
+endif
+# FUZZ=1 (set by `make fuzz`): clang, coverage for libFuzzer in every object, the harnesses
+# linked with libFuzzer's main instead of tests/fuzz/replay.c.
+FUZZ ?=
+ifeq ($(FUZZ),1)
+  SAN_FLAGS += -fsanitize=fuzzer-no-link
+endif
 
 BUILD   ?= build
 CC      ?= cc
@@ -19,7 +59,7 @@ OPT     ?= -O2
 # Portable baseline: no -march=native. Hot loops pick AVX2/FMA at run time
 # (__attribute__((target)) + __builtin_cpu_supports) where it pays.
 CFLAGS  ?= $(OPT) -g
-CFLAGS  += -std=c11 -Wall -Wextra -D_GNU_SOURCE -pthread -I. -MMD -MP
+CFLAGS  += -std=c11 -Wall -Wextra -D_GNU_SOURCE -pthread -I. -MMD -MP $(SAN_FLAGS)
 
 # MPI: take the compile and link flags from the MPI compiler wrapper
 # (OpenMPI: --showme; MPICH: -compile_info/-link_info), so plain cc builds.
@@ -41,6 +81,7 @@ BENCH_SRC := $(wildcard bench/*.c)
 TRAIN_SRC := $(wildcard examples/train.c examples/train_*.c)
 EX_SRC    := $(filter-out $(TRAIN_SRC),$(wildcard examples/*.c))
 LAUNCH_SRC := $(wildcard launcher/*.c)
+FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 
 # ---- CUDA (nn/cuda, NCCL allreduce of device memory) ----
 # CUDA=0 forces off; CUDA=1 insists (fails clearly when nvcc or a library is missing);
@@ -80,8 +121,9 @@ ifeq ($(USE_CUDA),1)
   HVD_CU_SRC   := $(wildcard hvd/*.cu)
 endif
 
-CONFIG_STAMP := $(BUILD)/config.cuda
-$(shell mkdir -p $(BUILD) && (echo 'USE_CUDA=$(USE_CUDA)' | cmp -s - $(CONFIG_STAMP) || echo 'USE_CUDA=$(USE_CUDA)' > $(CONFIG_STAMP)))
+CONFIG_STAMP := $(BUILD)/config.cuda $(BUILD)/config.flags
+$(shell mkdir -p $(BUILD) && (echo 'USE_CUDA=$(USE_CUDA)' | cmp -s - $(BUILD)/config.cuda || echo 'USE_CUDA=$(USE_CUDA)' > $(BUILD)/config.cuda))
+$(shell echo 'CC=$(CC) SAN_FLAGS=$(strip $(SAN_FLAGS))' | cmp -s - $(BUILD)/config.flags || echo 'CC=$(CC) SAN_FLAGS=$(strip $(SAN_FLAGS))' > $(BUILD)/config.flags)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
@@ -93,9 +135,17 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRC))
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_SRC))
 TRAIN  := $(if $(wildcard examples/train.c),$(BUILD)/train)
 HVDRUN := $(if $(LAUNCH_SRC),$(BUILD)/hvdrun)
+FUZZERS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
+# What the harnesses link: the train program's and hvdrun's pieces without their main().
+LIBTRAIN    := $(BUILD)/fuzz/libtrain.a
+LIBLAUNCHER := $(BUILD)/fuzz/liblauncher.a
+FUZZ_MAIN   := $(if $(filter 1,$(FUZZ)),-fsanitize=fuzzer,$(call obj,tests/fuzz/replay.c))
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 30
 
-.PHONY: all test run deps clean
-all: $(LIBNN) $(LIBHVD) $(BUILD)/hvd.pc $(TESTS) $(BENCHES) $(EXAMPLES) $(TRAIN) $(HVDRUN)
+.PHONY: all test run deps clean fuzz fuzzers fuzz-seeds
+all: $(LIBNN) $(LIBHVD) $(BUILD)/hvd.pc $(TESTS) $(BENCHES) $(EXAMPLES) $(TRAIN) $(HVDRUN) \
+     $(FUZZERS)
 
 $(BUILD)/obj/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
@@ -113,7 +163,7 @@ $(LIBHVD): $(call obj,$(HVD_SRC)) $(call cuobj,$(HVD_CU_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/hvd.pc: Makefile
+$(BUILD)/hvd.pc: Makefile $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	@printf '%s\n' \
 	  'prefix=$(abspath $(BUILD))' \
@@ -121,8 +171,8 @@ $(BUILD)/hvd.pc: Makefile
 	  'Name: hvd' \
 	  'Description: data-parallel training runtime (allreduce over MPI)' \
 	  'Version: 0.1' \
-	  'Cflags: -I$${srcdir}/hvd -I$${srcdir} $(MPI_CFLAGS)' \
-	  'Libs: -L$${prefix} -lhvd $(LDLIBS)' > $@
+	  'Cflags: -I$${srcdir}/hvd -I$${srcdir} $(MPI_CFLAGS) $(strip $(SAN_FLAGS))' \
+	  'Libs: -L$${prefix} -lhvd $(LDLIBS) $(strip $(SAN_FLAGS))' > $@
 
 $(BUILD)/tests/%: $(call obj,tests/%.c $(TEST_LIB_SRC)) $(LIBNN) $(LIBHVD)
 	@mkdir -p $(dir $@)
@@ -144,12 +194,51 @@ $(BUILD)/hvdrun: $(call obj,$(LAUNCH_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ $(HWLOC_LDFLAGS) -o $@
 
+$(LIBTRAIN): $(call obj,$(filter-out examples/train.c,$(TRAIN_SRC)))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBLAUNCHER): $(call obj,$(filter-out launcher/hvdrun.c,$(LAUNCH_SRC)))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/fuzz/%: $(call obj,tests/fuzz/%.c) $(filter %.o,$(FUZZ_MAIN)) $(LIBTRAIN) $(LIBLAUNCHER) \
+                 $(LIBNN) $(LIBHVD)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(FUZZ_MAIN) $(LIBTRAIN) $(LIBLAUNCHER) $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+
+fuzzers: $(FUZZERS)
+
+# Rewrites the binary seeds of tests/fuzz/corpus/ with the project's writers.
+$(BUILD)/fuzz-seeds/make_seeds: $(call obj,tests/fuzz/make_seeds.c) $(LIBTRAIN) $(LIBNN) $(LIBHVD)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+
+fuzz-seeds: $(BUILD)/fuzz-seeds/make_seeds
+	mkdir -p $(addprefix tests/fuzz/corpus/,fuzz_idx fuzz_checkpoint fuzz_safetensors)
+	$< tests/fuzz/corpus
+
+# Builds the libFuzzer harnesses with clang (ASan + UBSan) in $(FUZZ_BUILD) and runs each
+# for FUZZ_SECONDS on a copy of its seeds (tests/fuzz/corpus/NAME), two at a time.
+fuzz:
+	$(MAKE) FUZZ=1 CC=clang CUDA=0 SANITIZE=address,undefined BUILD=$(FUZZ_BUILD) fuzzers
+	scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 deps:
 	@scripts/install-deps.sh
 
+# Under SANITIZE=thread only the runtime's tests run (hvd/, collectives/: the threads are
+# theirs); nn's compute threads and the programs' tests are for the other builds.
+TEST_FILTER ?= $(if $(filter thread,$(SAN_LIST)),^test_(hvd_|coll_|grad_buckets))
+# Under any sanitizer, two tests are not run again: they build and check programs of their
+# own without the sanitizer (scripts/gpu_check.sh's nvcc build) or re-run other tests
+# against mutated sources (scripts/mutation_check.sh), the same work as in the plain
+# `make test`, for minutes of the CI budget.
+TEST_EXCLUDE ?= $(if $(SANITIZE),^test_(gpu_check_build|mutation_check)\.sh$$)
+
 test: deps
 	$(MAKE) all
-	tests/run.sh $(BUILD)
+	HVD_TEST_EXCLUDE='$(TEST_EXCLUDE)' tests/run.sh $(BUILD) '$(TEST_FILTER)'
 
 run: deps
 	$(MAKE) all

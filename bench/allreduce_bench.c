@@ -177,7 +177,11 @@ static size_t parse_size(const char *s) {
     case '\0': break;
     default: return 0;
   }
-  return v > 0 ? (size_t)v : 0;
+  if (*end != '\0' && end[1] != '\0') return 0;   /* one suffix letter, nothing after */
+  /* 0 is "bad" to the callers: NaN, below one byte, or past size_t (converting that
+     would be undefined) */
+  if (!(v >= 1.0) || v >= 18446744073709551616.0) return 0;
+  return (size_t)v;
 }
 
 static void usage(FILE *f) {

@@ -14,7 +14,13 @@
 #include "collectives/coll_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* HVD_NO_TARGET_CLONES (make SANITIZE=thread): target_clones is an ifunc, whose resolver
+   runs before ThreadSanitizer's runtime is set up and crashes it. */
+#ifdef HVD_NO_TARGET_CLONES
+#define REDUCE_CLONES
+#else
 #define REDUCE_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
 #define REDUCE_HAVE_F16C 1
 #include <immintrin.h>
 #else

@@ -170,7 +170,8 @@ static coll_status_t inproc_wait_aligned(coll_transport_t *t, void *req) {
   coll_status_t s = COLL_OK;
   pthread_mutex_lock(&w->lock);
   while (!r->done) {
-    if (t->cancel && *t->cancel) {
+    /* Another thread sets *cancel: read it atomically (TSan: a data race otherwise). */
+    if (t->cancel && __atomic_load_n(t->cancel, __ATOMIC_RELAXED)) {
       s = coll_fail(t, COLL_ERR_CANCELLED, "inproc: rank %d cancelled waiting for rank %d",
                     t->rank, r->src);
       break;

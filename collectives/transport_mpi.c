@@ -132,7 +132,8 @@ static coll_status_t mpi_wait_aligned(coll_transport_t *t, void *req) {
         }
         break;
       }
-      if (t->cancel && *t->cancel) {
+      /* Another thread sets *cancel: read it atomically (TSan: a data race otherwise). */
+      if (t->cancel && __atomic_load_n(t->cancel, __ATOMIC_RELAXED)) {
         abandon(q);
         return coll_fail(t, COLL_ERR_CANCELLED, "mpi: rank %d cancelled a %s of %zu bytes (peer %d)",
                          t->rank, what, q->bytes, q->peer);

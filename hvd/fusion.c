@@ -174,7 +174,13 @@ static hvd_status_t run_allgather(struct hvd_request *r, const hvd_response_t *r
   size_t *counts = malloc((size_t)hvd_g.size * sizeof(size_t));
   void *out = NULL;
   if (counts) {
-    for (int i = 0; i < hvd_g.size; i++) counts[i] = (size_t)resp->counts[i];
+    /* resp->counts points into the response message, at any alignment (UBSan:
+       misaligned int64_t load): each is copied out. */
+    for (int i = 0; i < hvd_g.size; i++) {
+      int64_t c;
+      memcpy(&c, (const char *)resp->counts + (size_t)i * sizeof c, sizeof c);
+      counts[i] = (size_t)c;
+    }
     out = malloc(total * es > 0 ? total * es : 1);
   }
   /* Agree before moving data: a rank without memory must not leave the others inside

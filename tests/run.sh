@@ -4,10 +4,13 @@
 # A test passes with exit 0, is skipped with exit 77 (it prints why, and only a missing
 # GPU or root is a reason: see skip_ok), fails otherwise; a test source that was not
 # built, or a script without its executable bit, fails too.
-# Usage: tests/run.sh [BUILD_DIR] [NAME_FILTER]
+# Usage: tests/run.sh [BUILD_DIR] [NAME_FILTER]   (NAME_FILTER: an extended regex, e.g. a
+# name or part of one, or '^test_(hvd|coll)'; a sanitizer build's options: tests/sanitize/)
 set -u
 build=${1:-build}
 filter=${2:-}
+# Tests left out of this run (an extended regex; make sets it for the sanitizer builds).
+exclude=${HVD_TEST_EXCLUDE:-}
 limit=${HVD_TEST_TIME_LIMIT:-300}
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build
@@ -15,6 +18,8 @@ export HVD_BUILD=$build
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 logdir=$build/test-logs
+# Sanitizer runtime options and suppressions (no effect on a build without sanitizers).
+. tests/sanitize/options.sh
 mkdir -p "$logdir"
 
 # A skip is for what a machine may lack that no install step can bring: a GPU, root (or
@@ -30,13 +35,16 @@ fail_unrunnable() { # NAME WHY
 # fails instead of vanishing from the count.
 for src in tests/test_*.c; do
   name=$(basename "$src" .c)
-  [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && continue
+  [ -n "$filter" ] && ! [[ "$name" =~ $filter ]] && continue
   [ -x "$build/tests/$name" ] || fail_unrunnable "$name" "$src was not built ($build/tests/$name missing: run make)"
 done
 for t in "$build"/tests/test_* tests/test_*.sh; do
   name=$(basename "$t")
   case "$name" in *.d|*.o) continue ;; esac
-  [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && continue
+  [ -n "$filter" ] && ! [[ "$name" =~ $filter ]] && continue
+  if [ -n "$exclude" ] && [[ "$name" =~ $exclude ]]; then
+    printf 'NOTE  %-40s not run in this build (HVD_TEST_EXCLUDE)\n' "$name"; continue
+  fi
   if [ ! -x "$t" ]; then
     [ -e "$t" ] && fail_unrunnable "$name" "$t is not executable (chmod +x)"
     continue

@@ -298,7 +298,7 @@ static coll_status_t cancel_rank(coll_transport_t *t, void *arg) {
   if (t->rank == 1) {
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL);
-    cancel_flag = 1;
+    __atomic_store_n(&cancel_flag, 1, __ATOMIC_RELAXED);   /* read atomically by the transport */
     return COLL_OK;
   }
   t->cancel = &cancel_flag;
