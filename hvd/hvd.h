@@ -81,8 +81,9 @@ hvd_status_t hvd_test(hvd_request_t req, int *done); /* never blocks; when *done
 /* Bytes of one element of dtype; 0 for an invalid dtype. */
 size_t hvd_dtype_size(hvd_dtype_t dtype);
 
-/* Longest tensor name in bytes (without the terminating 0); longer names, and names that
-   start with a control character, are HVD_ERR_INVALID_ARGUMENT. */
+/* Longest tensor name in bytes (without the terminating 0); longer names, empty names
+   (pass NULL for an automatic one) and names that start with a control character are
+   HVD_ERR_INVALID_ARGUMENT at the call, and the runtime goes on. */
 #define HVD_NAME_MAX 255
 
 /* CUDA: collectives on device buffers run on hvd's own stream after waiting for the

@@ -61,7 +61,11 @@ static hvd_status_t check_common(const char *name, hvd_dtype_t dtype, size_t cou
       return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
                            "%s: tensor name \"%.40s...\" is longer than %d bytes", what,
                            name, HVD_NAME_MAX);
-    if (n > 0 && (unsigned char)name[0] < 0x20)
+    if (n == 0)
+      return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                           "%s: tensor name is empty (pass NULL for an automatic name)",
+                           what);
+    if ((unsigned char)name[0] < 0x20)
       return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
                            "%s: tensor name starts with control character 0x%02x", what,
                            (unsigned char)name[0]);

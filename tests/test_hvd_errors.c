@@ -98,6 +98,9 @@ static void invalid_arguments(void) {
   CHECK_STATUS(hvd_allreduce(longname, a, a, 1, HVD_FLOAT32, HVD_SUM), HVD_ERR_INVALID_ARGUMENT);
   check_error_has("longer than");
   CHECK_STATUS(hvd_allreduce("\x01x", a, a, 1, HVD_FLOAT32, HVD_SUM), HVD_ERR_INVALID_ARGUMENT);
+  /* an empty name is refused at the call (the runtime goes on: the allreduce below) */
+  CHECK_STATUS(hvd_allreduce("", a, a, 1, HVD_FLOAT32, HVD_SUM), HVD_ERR_INVALID_ARGUMENT);
+  check_error_has("empty");
   CHECK_STATUS(hvd_allreduce_async("x", a, a, 1, HVD_FLOAT32, HVD_SUM, NULL),
                HVD_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(hvd_wait(NULL), HVD_ERR_INVALID_ARGUMENT);
