@@ -34,3 +34,33 @@ expect_error() {
     echo "ok   $what: $(grep '^train: ' "$tmp/err")"
   fi
 }
+
+# snapshot DIR...: checksums of every file in the folders under $tmp (a file left over, a
+# temporary one, changes it too); fails when a folder is missing or empty. Use as
+# `before=$(snapshot DIR...) || exit 1`.
+snapshot() {
+  local d files=()
+  for d in "$@"; do files+=("$tmp/$d"/*); done
+  (cd "$tmp" && md5sum "${files[@]#"$tmp"/}") || { echo "FAIL snapshot of $* under $tmp" >&2; return 1; }
+}
+
+# finish WHAT BEFORE DIR...: fails when the folders' files differ from the snapshot BEFORE,
+# then ends the test with its verdict (WHAT: "error cases pass", ...).
+finish() {
+  local what=$1 before=$2
+  shift 2
+  local after
+  after=$(snapshot "$@")
+  if [ -z "$before" ] || [ -z "$after" ]; then
+    echo "FAIL no snapshot of $* to compare"; fails=$((fails + 1))
+  elif [ "$before" != "$after" ]; then
+    echo "FAIL existing files changed (or a temporary file was left):"
+    diff <(echo "$before") <(echo "$after") | head -20
+    fails=$((fails + 1))
+  else
+    echo "ok   existing files untouched: $*"
+  fi
+  [ $fails -eq 0 ] && echo "all $what" && exit 0
+  echo "$fails case(s) failed"
+  exit 1
+}
