@@ -449,14 +449,19 @@ static int write_trace(const char *path, const step_trace_t *tr, int steps,
   return 0;
 }
 
-int main(int argc, char **argv) {
-  options_t o = {
+/* The flags' defaults (tf_cnn_benchmarks' where it has the flag). */
+static options_t default_options(void) {
+  return (options_t){
       .model = "trivial", .batch_size = 32, .num_batches = 100, .num_warmup_batches = 10,
       .display_every = 10, .device = "cpu", .variable_update = "horovod", .use_fp16 = 0,
       .data_format = "NCHW", .optimizer = "sgd", .learning_rate = 0.01f,
       .momentum = 0.9f, .weight_decay = 4e-5f, .threads = 0, .bucket_mb = 25,
       .first_bucket_mb = 1, .overlap = 1, .fp16_allreduce = 0, .seed = 1,
       .trace_file = NULL};
+}
+
+int main(int argc, char **argv) {
+  options_t o = default_options();
   parse_args(argc, argv, &o);
   const int horovod = !strcmp(o.variable_update, "horovod");
 

@@ -29,14 +29,7 @@ __attribute__((noreturn)) static void fuzz_exit(int code) { longjmp(fuzz_exit_ju
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_argv_t a;
   fuzz_argv_make(&a, "cnn_bench", data, size);
-  /* main's defaults */
-  options_t o = {
-      .model = "trivial", .batch_size = 32, .num_batches = 100, .num_warmup_batches = 10,
-      .display_every = 10, .device = "cpu", .variable_update = "horovod", .use_fp16 = 0,
-      .data_format = "NCHW", .optimizer = "sgd", .learning_rate = 0.01f,
-      .momentum = 0.9f, .weight_decay = 4e-5f, .threads = 0, .bucket_mb = 25,
-      .first_bucket_mb = 1, .overlap = 1, .fp16_allreduce = 0, .seed = 1,
-      .trace_file = NULL};
+  options_t o = default_options();   /* main's */
   /* --help prints the usage to stdout, errors go to stderr: keep the fuzzer's output
      readable. */
   if (setjmp(fuzz_exit_jump) == 0) {
