@@ -441,7 +441,7 @@ void *hvd_background_main(void *arg) {
   /* Whatever is still pending (only possible on the error paths) fails. */
   local_stop(HVD_ERR_SHUTDOWN, "the hvd runtime was shut down");
   /* Device state goes here, on the thread that chose the device, while the host
-     transports are still up (hvd_shutdown's own call then finds nothing to do). */
+     transports are still up. */
   hvd_device_shutdown();
   hvd_coordinator_free(bg.coord);
   progress_sends(&bg, 1, hvd_now_us() + 1e6);

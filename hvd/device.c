@@ -653,19 +653,12 @@ hvd_status_t hvd_device_broadcast(struct hvd_request *r, char *msg, size_t len) 
   return wait_stream(msg, len);
 }
 
-/* After the background thread ended, before the host transports and MPI go. After a
-   failure, queued NCCL work may wait for a peer that never comes: the communicators are
-   aborted (which does not wait) before the stream is waited for; otherwise the stream
-   is idle and they are destroyed. */
+/* On the background thread as it ends (its device is current), while the host
+   transports are still up. After a failure, queued NCCL work may wait for a peer that
+   never comes: the communicators are aborted (which does not wait) before the stream is
+   waited for; otherwise the stream is idle and they are destroyed. */
 void hvd_device_shutdown(void) {
   if (dev.ready) {
-    /* Called on the user's thread: its current device is put back afterwards. */
-    int caller_device = -1;
-    if (cudaGetDevice(&caller_device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      caller_device = -1;
-    }
-    (void)cudaSetDevice(dev.device);
 #ifdef HVD_WITH_NCCL
     if (dev.failed) {
       if (dev.local) (void)ncclCommAbort(dev.local);
@@ -684,7 +677,6 @@ void hvd_device_shutdown(void) {
     (void)cudaEventDestroy(dev.stream_done);
     (void)cudaEventDestroy(dev.compute_done);
     (void)cudaStreamDestroy(dev.stream);
-    if (caller_device >= 0 && caller_device != dev.device) (void)cudaSetDevice(caller_device);
   }
   memset(&dev, 0, sizeof dev);   /* also forgets a failure: the next hvd_init starts clean */
 }

@@ -218,7 +218,7 @@ hvd_status_t hvd_device_allreduce(struct hvd_request **reqs, int n,
                                   hvd_host_allreduce_fn host_allreduce, char *msg,
                                   size_t len);
 hvd_status_t hvd_device_broadcast(struct hvd_request *r, char *msg, size_t len);
-void hvd_device_shutdown(void);   /* after the background thread ended */
+void hvd_device_shutdown(void);   /* the background thread, as it ends */
 void *hvd_device_compute_stream(void);   /* what hvd_cuda_set_stream set (NULL: legacy) */
 
 /* device_cast.c: float16 compression of device gradients (hvd_grad_buckets), on the user

@@ -278,8 +278,7 @@ hvd_status_t hvd_shutdown(void) {
   hvd_g.shutdown_requested = 1;
   pthread_cond_signal(&hvd_g.work_cv);
   pthread_mutex_unlock(&hvd_g.mu);
-  pthread_join(hvd_g.thread, NULL);
-  hvd_device_shutdown();   /* NCCL communicator, device buffers (nothing without CUDA) */
+  pthread_join(hvd_g.thread, NULL);   /* it released the device state as it ended */
   /* From here on calls return HVD_ERR_NOT_INITIALIZED. */
   atomic_store(&hvd_g_initialized, 0);
   pthread_cond_destroy(&hvd_g.work_cv);

@@ -8,6 +8,7 @@
 #include "tests/check.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,7 +123,26 @@ static void test_loss_scale_rule(void) {
         "static: scale %g skipped %lld", st.scale, st.skipped);
 }
 
+/* Notices (how a slower path taken on the GPU is said) reach the program's handler,
+   formatted, once per call; NULL puts back the default (stderr). */
+static char notice_seen[128];
+static int notice_calls;
+static void on_notice(const char *line, void *ctx) {
+  notice_calls++;
+  snprintf(notice_seen, sizeof notice_seen, "%s%s", (const char *)ctx, line);
+}
+static void test_notice_handler(void) {
+  nn_set_notice_handler(on_notice, "ctx:");
+  nn_notice("cuDNN refused %s in %s", "batch norm", "bf16 NHWC");
+  CHECK(notice_calls == 1 && strcmp(notice_seen, "ctx:cuDNN refused batch norm in bf16 NHWC") == 0,
+        "notice handler got %d call(s), \"%s\"", notice_calls, notice_seen);
+  nn_set_notice_handler(NULL, NULL);
+  nn_notice("to stderr");
+  CHECK(notice_calls == 1, "the handler was called after it was removed");
+}
+
 int main(void) {
+  test_notice_handler();
   test_names();
   test_defaults_and_validation();
   test_loss_scale_rule();

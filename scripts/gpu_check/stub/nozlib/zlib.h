@@ -15,6 +15,28 @@ typedef struct gpu_check_gz *gzFile;
 #define Z_OK 0
 #define Z_ERRNO (-1)
 
+/* inflate: the fields and calls train's IDX reader uses; inflateInit2 always fails
+   (Z_STREAM_ERROR), so a gzip file says so instead of being misread. */
+#define Z_NO_FLUSH 0
+#define Z_STREAM_END 1
+#define Z_NEED_DICT 2
+#define Z_STREAM_ERROR (-2)
+#define Z_DATA_ERROR (-3)
+#define Z_MEM_ERROR (-4)
+#define Z_BUF_ERROR (-5)
+#define MAX_WBITS 15
+typedef struct {
+  const Bytef *next_in;
+  uInt avail_in;
+  Bytef *next_out;
+  uInt avail_out;
+  const char *msg;
+} z_stream;
+int inflateInit2(z_stream *strm, int window_bits);
+int inflate(z_stream *strm, int flush);
+int inflateReset(z_stream *strm);
+int inflateEnd(z_stream *strm);
+
 uLong crc32(uLong crc, const Bytef *buf, uInt len);
 gzFile gzopen(const char *path, const char *mode);
 int gzread(gzFile file, void *buf, unsigned len);
