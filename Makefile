@@ -7,7 +7,10 @@
 #   build/libnn.a             nn/*.c
 #   build/libhvd.a            hvd/*.c + collectives/*.c
 #   build/hvd.pc              pkg-config file for user programs
-#   build/train               examples/train.c + examples/train_*.c
+#   build/libtrain.a          train/*.c but main.c: the train program's parts (data, flags,
+#                             checkpoints, callbacks, event files, progress), which the
+#                             tests and cnn_bench link too
+#   build/train               train/main.c + libtrain.a
 #   build/examples/NAME       examples/NAME.c (other examples)
 #   build/NAME                bench/NAME.c (one program per file)
 #   build/hvdrun              launcher/*.c
@@ -78,8 +81,8 @@ HVD_SRC   := $(wildcard hvd/*.c) $(wildcard collectives/*.c)
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 BENCH_SRC := $(wildcard bench/*.c)
-TRAIN_SRC := $(wildcard examples/train.c examples/train_*.c)
-EX_SRC    := $(filter-out $(TRAIN_SRC),$(wildcard examples/*.c))
+TRAIN_LIB_SRC := $(filter-out train/main.c,$(wildcard train/*.c))
+EX_SRC    := $(wildcard examples/*.c)
 LAUNCH_SRC := $(wildcard launcher/*.c)
 FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 
@@ -133,18 +136,18 @@ LIBHVD := $(BUILD)/libhvd.a
 TESTS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 BENCHES := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRC))
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_SRC))
-TRAIN  := $(if $(wildcard examples/train.c),$(BUILD)/train)
+LIBTRAIN := $(BUILD)/libtrain.a
+TRAIN  := $(BUILD)/train
 HVDRUN := $(if $(LAUNCH_SRC),$(BUILD)/hvdrun)
 FUZZERS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
-# What the harnesses link: the train program's and hvdrun's pieces without their main().
-LIBTRAIN    := $(BUILD)/fuzz/libtrain.a
+# What the harnesses link: hvdrun's pieces without its main().
 LIBLAUNCHER := $(BUILD)/fuzz/liblauncher.a
 FUZZ_MAIN   := $(if $(filter 1,$(FUZZ)),-fsanitize=fuzzer,$(call obj,tests/fuzz/replay.c))
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 30
 
 .PHONY: all test run deps clean fuzz fuzzers fuzz-seeds
-all: $(LIBNN) $(LIBHVD) $(BUILD)/hvd.pc $(TESTS) $(BENCHES) $(EXAMPLES) $(TRAIN) $(HVDRUN) \
+all: $(LIBNN) $(LIBHVD) $(LIBTRAIN) $(BUILD)/hvd.pc $(TESTS) $(BENCHES) $(EXAMPLES) $(TRAIN) $(HVDRUN) \
      $(FUZZERS)
 
 $(BUILD)/obj/%.o: %.c $(CONFIG_STAMP)
@@ -174,29 +177,29 @@ $(BUILD)/hvd.pc: Makefile $(CONFIG_STAMP)
 	  'Cflags: -I$${srcdir}/hvd -I$${srcdir} $(MPI_CFLAGS) $(strip $(SAN_FLAGS))' \
 	  'Libs: -L$${prefix} -lhvd $(LDLIBS) $(strip $(SAN_FLAGS))' > $@
 
-$(BUILD)/tests/%: $(call obj,tests/%.c $(TEST_LIB_SRC)) $(LIBNN) $(LIBHVD)
+$(LIBTRAIN): $(call obj,$(TRAIN_LIB_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(filter %.o,$^) $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/%: $(call obj,bench/%.c) $(LIBNN) $(LIBHVD)
+$(BUILD)/tests/%: $(call obj,tests/%.c $(TEST_LIB_SRC)) $(LIBTRAIN) $(LIBNN) $(LIBHVD)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(filter %.o,$^) $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+
+$(BUILD)/%: $(call obj,bench/%.c) $(LIBTRAIN) $(LIBNN) $(LIBHVD)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
 
 $(BUILD)/examples/%: $(call obj,examples/%.c) $(LIBNN) $(LIBHVD)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
 
-$(BUILD)/train: $(call obj,$(TRAIN_SRC)) $(LIBNN) $(LIBHVD)
+$(BUILD)/train: $(call obj,train/main.c) $(LIBTRAIN) $(LIBNN) $(LIBHVD)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(filter %.o,$^) $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $< $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
 
 $(BUILD)/hvdrun: $(call obj,$(LAUNCH_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ $(HWLOC_LDFLAGS) -o $@
-
-$(LIBTRAIN): $(call obj,$(filter-out examples/train.c,$(TRAIN_SRC)))
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
 
 $(LIBLAUNCHER): $(call obj,$(filter-out launcher/hvdrun.c,$(LAUNCH_SRC)))
 	@mkdir -p $(dir $@)

@@ -263,11 +263,11 @@ build() {
     # shellcheck disable=SC2086
     $CC $cflags "$f" $link -o "$BLD/$(basename "$f" .c)" &
   done
-  # The real programs: bench/cnn_bench, and train with its examples/train_*.c.
+  # The real programs: bench/cnn_bench, and train with its train/*.c.
   # shellcheck disable=SC2086
   $CC $cflags bench/cnn_bench.c $link -o "$BLD/cnn_bench" &
   # shellcheck disable=SC2086
-  $CC $cflags $ZLIB_CFLAGS examples/train.c examples/train_*.c $ZLIB_LIBS $link -o "$BLD/train" &
+  $CC $cflags $ZLIB_CFLAGS train/*.c $ZLIB_LIBS $link -o "$BLD/train" &
   wait_all || return 1
 }
 # wait_all: waits for every background job of the shell; fails if any failed.

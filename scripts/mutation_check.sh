@@ -23,9 +23,9 @@ JOBS=${JOBS:-2}
 # NAME|FILE|SED EXPRESSION|TESTS (space-separated names for tests/run.sh, each matched
 # exactly). No | inside a sed expression.
 MUTATIONS=$(cat <<'EOF'
-ckpt-write-in-place|examples/train_checkpoint.c|s#snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());#snprintf(tmp, sizeof tmp, "%s", path);#|test_train_checkpoint
-ckpt-crc-unchecked|examples/train_checkpoint.c|s#if ((c \& 0xffffffffu) != get_le(b + size - 4, 4)) why#if (0) why#|test_train_checkpoint
-idx-dims-unchecked|examples/train_data.c|s#hdr\[3\] != want_dims) {#hdr[3] == 0) {#|test_train_data
+ckpt-write-in-place|train/checkpoint.c|s#snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());#snprintf(tmp, sizeof tmp, "%s", path);#|test_train_checkpoint
+ckpt-crc-unchecked|train/checkpoint.c|s#if ((c \& 0xffffffffu) != get_le(b + size - 4, 4)) why#if (0) why#|test_train_checkpoint
+idx-dims-unchecked|train/data.c|s#hdr\[3\] != want_dims) {#hdr[3] == 0) {#|test_train_data
 safetensors-msg-no-file|nn/model_io.c|s#path, s->name, got, m->name, exp);#"(file)", s->name, got, m->name, exp);#|test_nn_model_safetensors
 param-slices-unaligned|nn/model.c|s#s->offset = (m->param_len + NN_PARAM_ALIGN - 1) / NN_PARAM_ALIGN \* NN_PARAM_ALIGN;#s->offset = m->param_len;#|test_nn_models
 sgd-momentum-order|nn/optim.c|s#      p\[i\] -= lr \* buf\[i\];#      p[i] -= lr * d;#|test_nn_optim test_nn_model_step
@@ -42,9 +42,9 @@ hosts-slots-not-summed|launcher/hosts.c|s#      h->v\[i\].slots += slots;#      
 hvd-thread-device-late|hvd/background.c|s#^  hvd_device_thread_start();#  /* hvd_device_thread_start(); */#|test_hvd_device_thread
 softmax-grad-label-sign|nn/softmax_cross_entropy.c|s#      d\[labels\[i\]\] -= inv_n;#      d[labels[i]] += inv_n;#|test_nn_layers_torch test_nn_gradcheck
 linear-bias-grad-dropped|nn/linear.c|s#db\[o\] += dr\[o\];#db[o] = dr[o];#|test_nn_layers_torch test_nn_gradcheck test_nn_model_step
-idx-trailing-data-accepted|examples/train_data.c|s#^  if (got > 0) {#  if (got > (1L << 30)) {#|test_train_data
-gzip-end-not-required|examples/train_data.c|s#^    if (avail == 0) {#    if (avail == 0 \&\& 0) {#;/inflate made no progress/,/return -1;/s#return -1;#return 0;#|test_train_data
-ckpt-train-seconds-unchecked|examples/train.c|s#  if (!(isfinite(st\[ST_TRAIN_SECONDS\]) \&\& st\[ST_TRAIN_SECONDS\] >= 0))#  if (0)#|test_train_ckpt_fields.sh
+idx-trailing-data-accepted|train/data.c|s#^  if (got > 0) {#  if (got > (1L << 30)) {#|test_train_data
+gzip-end-not-required|train/data.c|s#^    if (avail == 0) {#    if (avail == 0 \&\& 0) {#;/inflate made no progress/,/return -1;/s#return -1;#return 0;#|test_train_data
+ckpt-train-seconds-unchecked|train/main.c|s#  if (!(isfinite(st\[ST_TRAIN_SECONDS\]) \&\& st\[ST_TRAIN_SECONDS\] >= 0))#  if (0)#|test_train_ckpt_fields.sh
 hvd-dtype-mismatch-unchecked|hvd/negotiation.c|s#    if (a->dtype != b->dtype) {#    if (0) {#|test_hvd_errors
 hvd-count-mismatch-unchecked|hvd/negotiation.c|s#    if (a->kind != HVD_KIND_ALLGATHER \&\& a->count != b->count) {#    if (0) {#|test_hvd_errors
 hvd-empty-name-accepted|hvd/queue.c|s#^    if (n == 0)$#    if (0)#|test_hvd_errors

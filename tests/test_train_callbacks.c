@@ -2,7 +2,10 @@
    EarlyStopping on val_loss and val_accuracy with min_delta and patience (the epoch it
    stops at, the best epoch), and the CSV log's header and append behaviour. The module
    is compiled into this test directly. */
-#include "examples/train_callbacks.c"
+#include "train/callbacks.h"
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include <errno.h>
 #include <stdlib.h>

@@ -4,7 +4,16 @@
    rejected with one line naming the file; a write that fails part-way (a full disk,
    simulated with a file-size limit) leaves the old file byte-identical.
    The module is compiled into this test directly. */
-#include "examples/train_checkpoint.c"
+#include "train/checkpoint.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include "tests/check.h"
 

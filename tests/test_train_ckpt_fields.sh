@@ -12,7 +12,7 @@ set -u
 
 # ckedit IN OUT SECTION TYPE INDEX VALUE: rewrites element INDEX (negative: from the end)
 # of SECTION, read as TYPE (d: float64, q: int64, f: float32), to VALUE, and recomputes
-# the file's crc32 (layout: examples/train_checkpoint.h).
+# the file's crc32 (layout: train/checkpoint.h).
 ckedit() {
   /usr/bin/python3 - "$@" <<'EOF'
 import struct, sys, zlib

@@ -4,7 +4,13 @@
    epoch exactly once; epochs differ, seeds reproduce; augmentation stays in bounds.
    The module is compiled into this test directly (it is part of build/train, not of a
    library). */
-#include "examples/train_data.c"
+#include "train/data.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
 
 #include <math.h>
 #include <unistd.h>
@@ -291,7 +297,7 @@ static void test_idx_gzip_trailer(void) {
   snprintf(good, sizeof good, "%s/trailer-good.gz", tmpdir);
   write_file(good, buf, len, 1);
   free(buf);
-  uint8_t *d = idx_read(good, 1, dims, err, sizeof err);
+  uint8_t *d = train_idx_read(good, 1, dims, err, sizeof err);
   CHECK(d && dims[0] == n && d[7] == 7 * 7 / 3 % 10, "good gz labels: %s", d ? "bad data" : err);
   free(d);
   long size = file_size(good);
@@ -314,7 +320,7 @@ static void test_idx_gzip_trailer(void) {
     if (system(cmd) != 0) fprintf(stderr, "cannot run %s\n", cmd);
     if (cases[i].flip >= 0) flip_byte(p, cases[i].flip);
     err[0] = '\0';
-    d = idx_read(p, 1, dims, err, sizeof err);
+    d = train_idx_read(p, 1, dims, err, sizeof err);
     expect_error(d ? 0 : -1, err, p, cases[i].what);
     free(d);
   }
@@ -345,7 +351,7 @@ static void test_idx_header_sizes(void) {
     snprintf(p, sizeof p, "%s/huge-%zu%s", tmpdir, i, cases[i].gz ? ".gz" : "");
     write_file(p, buf, 16 + cases[i].data, cases[i].gz);
     uint32_t dims[3];
-    uint8_t *d = idx_read(p, 3, dims, err, sizeof err);
+    uint8_t *d = train_idx_read(p, 3, dims, err, sizeof err);
     expect_error(d ? 0 : -1, err, p, cases[i].what);
     CHECK(d != NULL || strstr(err, cases[i].needle), "%s: '%s' does not say '%s'",
           cases[i].what, err, cases[i].needle);

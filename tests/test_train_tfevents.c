@@ -3,7 +3,13 @@
    back by tests/tfevents_reader.py (an independent reader in Python: both CRCs of every
    record, the Event and Summary fields), and the values it prints must be the ones
    written. The module is compiled into this test directly. */
-#include "examples/train_tfevents.c"
+#include "train/tfevents.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <math.h>
 

@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_checkpoint.c: the train program's checkpoint reader
-   (examples/train_checkpoint.c train_ckpt_read, then train_ckpt_find and
+   (train/checkpoint.c train_ckpt_read, then train_ckpt_find and
    train_ckpt_meta as train.c uses them) on arbitrary bytes. The file ends in a crc32 of
    everything before it, which random bytes never match: the harness writes the right
    crc32 into the input's last 4 bytes, so the fuzzer gets past the check to the
@@ -8,7 +8,7 @@
 
 #include <zlib.h>
 
-#include "examples/train_checkpoint.h"
+#include "train/checkpoint.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t *copy = malloc(size ? size : 1);

@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_idx.c: the IDX loader of the train program (examples/train_data.c
+/* tests/fuzz/fuzz_idx.c: the IDX loader of the train program (train/data.c
    train_load_idx: an images file of 3 dimensions and a labels file of 1, each plain or
    gzip) on arbitrary bytes. Input layout: byte 0 is a mode (bit 0: gzip the images
    file, bit 1: gzip the labels file, so the fuzzer can work on plain IDX bytes and still
@@ -9,7 +9,7 @@
 
 #include <zlib.h>
 
-#include "examples/train_data.h"
+#include "train/data.h"
 
 /* gzip data[0..size) into a new buffer (gzip header and trailer, as gzip(1) writes). */
 static uint8_t *gzip_bytes(const uint8_t *data, size_t size, size_t *out_len) {

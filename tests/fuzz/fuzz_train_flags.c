@@ -1,9 +1,9 @@
-/* tests/fuzz/fuzz_train_flags.c: the train program's flags (examples/train_flags.c
+/* tests/fuzz/fuzz_train_flags.c: the train program's flags (train/flags.c
    train_flags_parse, then train_flags_describe of what parsed). Input: one argument per
    line (tests/fuzz/fuzz.h). */
 #include "tests/fuzz/fuzz.h"
 
-#include "examples/train_flags.h"
+#include "train/flags.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_argv_t a;

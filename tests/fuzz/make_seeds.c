@@ -9,7 +9,7 @@
 
 #include <zlib.h>
 
-#include "examples/train_checkpoint.h"
+#include "train/checkpoint.h"
 
 static char dir[512];
 

@@ -1,6 +1,6 @@
-/* examples/train_flags.c: parsing of the train program's flags ("--name value" or
+/* train/flags.c: parsing of the train program's flags ("--name value" or
    "--name=value"); every bad flag or value is one line naming it. */
-#include "examples/train_flags.h"
+#include "train/flags.h"
 
 #include <errno.h>
 #include <math.h>

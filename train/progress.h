@@ -1,4 +1,4 @@
-/* examples/train_progress.h: the per-epoch progress display of rank 0: a redrawn bar
+/* train/progress.h: the per-epoch progress display of rank 0: a redrawn bar
    (steps, loss, accuracy, images/sec, ETA) when stdout is a terminal, else one plain
    line per epoch. */
 #ifndef TRAIN_PROGRESS_H

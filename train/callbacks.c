@@ -1,5 +1,5 @@
-/* examples/train_callbacks.c: monitor, EarlyStopping and CSV log (see the header). */
-#include "examples/train_callbacks.h"
+/* train/callbacks.c: monitor, EarlyStopping and CSV log (see the header). */
+#include "train/callbacks.h"
 
 #include <errno.h>
 #include <math.h>

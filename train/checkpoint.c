@@ -1,5 +1,5 @@
-/* examples/train_checkpoint.c: checkpoint files (see train_checkpoint.h for the layout). */
-#include "examples/train_checkpoint.h"
+/* train/checkpoint.c: checkpoint files (see train/checkpoint.h for the layout). */
+#include "train/checkpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* examples/train_tfevents.c: TensorBoard scalar event files, TFRecord + protobuf by hand.
+/* train/tfevents.c: TensorBoard scalar event files, TFRecord + protobuf by hand.
 
    Protobuf wire format used here (field number << 3 | wire type):
      Event   { double wall_time = 1;  (0x09, 8 bytes LE)
@@ -7,7 +7,7 @@
                Summary summary  = 5;  (0x2a, length-delimited) }
      Summary { repeated Value value = 1; (0x0a) }
      Value   { string tag = 1; (0x0a)   float simple_value = 2; (0x15, 4 bytes LE) } */
-#include "examples/train_tfevents.h"
+#include "train/tfevents.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* examples/train_callbacks.h: Keras-style callbacks of the train program, as plain
+/* train/callbacks.h: Keras-style callbacks of the train program, as plain
    state machines the loop calls at epoch ends: a monitor of the best value (shared by
    EarlyStopping and ModelCheckpoint's save_best_only), EarlyStopping, and a CSV log. */
 #ifndef TRAIN_CALLBACKS_H

@@ -1,4 +1,4 @@
-/* examples/train_checkpoint.h: the train program's checkpoint file.
+/* train/checkpoint.h: the train program's checkpoint file.
    Layout (little-endian):
      "HVDCKPT1"                      8-byte magic
      u64 file length                 catches truncation before anything else

@@ -1,4 +1,4 @@
-/* examples/train_tfevents.h: a TensorBoard event file writer for scalars, by hand:
+/* train/tfevents.h: a TensorBoard event file writer for scalars, by hand:
    TFRecord framing (length, masked crc32c of the length, data, masked crc32c of the
    data) around Event protobufs (wall_time, step, file_version or a Summary of one
    simple_value). TensorBoard reads files named events.out.tfevents.*. */

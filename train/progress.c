@@ -1,5 +1,5 @@
-/* examples/train_progress.c: progress bar (terminal) or plain lines (pipes, logs). */
-#include "examples/train_progress.h"
+/* train/progress.c: progress bar (terminal) or plain lines (pipes, logs). */
+#include "train/progress.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* examples/train_data.h: data sets of the train program (IDX, CIFAR-10 binary,
+/* train/data.h: data sets of the train program (IDX, CIFAR-10 binary,
    synthetic), per-rank shards reshuffled every epoch, normalisation and augmentation.
    Independent of nn and hvd so the tests can use it alone.
    Errors: functions return 0 or -1 and write a one-line message into err. */
@@ -20,6 +20,11 @@ void train_dataset_free(train_dataset_t *d);
 /* IDX pair (images idx3, labels idx1), gzip or plain (zlib reads both). */
 int train_load_idx(const char *images_path, const char *labels_path, train_dataset_t *out,
                    char *err, size_t errlen);
+/* One IDX file of unsigned bytes with want_dims dimensions: the data (malloc; the
+   caller frees) and its dims, or NULL with the reason in err. The size the header
+   claims is checked against overflow and the file before anything is allocated. */
+uint8_t *train_idx_read(const char *path, int want_dims, uint32_t dims[3], char *err,
+                        size_t errlen);
 /* CIFAR-10 binary batch files (1 label byte + 3072 pixel bytes per record), appended. */
 int train_load_cifar(const char *const *paths, int count, train_dataset_t *out, char *err,
                      size_t errlen);

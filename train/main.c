@@ -1,4 +1,4 @@
-/* examples/train.c: the `train` program. Trains a model of nn data-parallel on every
+/* train/main.c: the `train` program. Trains a model of nn data-parallel on every
    rank with the hvd runtime, in the Horovod recipe:
      - rank 0's initial weights and buffers (and optimizer state on resume) are
        broadcast to all ranks;
@@ -18,9 +18,9 @@
    --use-fp16 / --use-bf16 (GPU only): mixed precision (nn_model_set_precision before
    the move, nn_model_optim_step_cuda for the update); weights, gradients, optimizer
    state and checkpoints stay float32, and the fp16 loss scale is shown every epoch.
-   Flags: train_flags.c; data: train_data.c; checkpoints: train_checkpoint.c; callbacks
-   (EarlyStopping, ModelCheckpoint, CSV): train_callbacks.c; TensorBoard:
-   train_tfevents.c; progress display: train_progress.c. */
+   Flags: train/flags.c; data: train/data.c; checkpoints: train/checkpoint.c; callbacks
+   (EarlyStopping, ModelCheckpoint, CSV): train/callbacks.c; TensorBoard:
+   train/tfevents.c; progress display: train/progress.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -35,12 +35,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "examples/train_callbacks.h"
-#include "examples/train_checkpoint.h"
-#include "examples/train_data.h"
-#include "examples/train_flags.h"
-#include "examples/train_progress.h"
-#include "examples/train_tfevents.h"
+#include "train/callbacks.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/flags.h"
+#include "train/progress.h"
+#include "train/tfevents.h"
 #include "hvd/hvd.h"
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"

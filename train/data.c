@@ -1,5 +1,5 @@
-/* examples/train_data.c: loading, sharding and batching of the train program's data. */
-#include "examples/train_data.h"
+/* train/data.c: loading, sharding and batching of the train program's data. */
+#include "train/data.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -189,8 +189,8 @@ static uint32_t be32(const unsigned char *b) {
    the data (malloc) and its dims. The size the header claims is checked before anything
    is allocated: against overflow, against IDX_MAX_BYTES, and against what the file can
    hold (a plain file: its size; a gzip file: its size times DEFLATE_MAX_RATIO). */
-static uint8_t *idx_read(const char *path, int want_dims, uint32_t dims[3], char *err,
-                         size_t errlen) {
+uint8_t *train_idx_read(const char *path, int want_dims, uint32_t dims[3], char *err,
+                        size_t errlen) {
   idx_reader_t *r = malloc(sizeof *r);
   if (!r) {
     snprintf(err, errlen, "%s: out of memory", path);
@@ -271,9 +271,9 @@ int train_load_idx(const char *images_path, const char *labels_path, train_datas
                    char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   uint32_t idims[3], ldims[3];
-  uint8_t *img = idx_read(images_path, 3, idims, err, errlen);
+  uint8_t *img = train_idx_read(images_path, 3, idims, err, errlen);
   if (!img) return -1;
-  uint8_t *lab = idx_read(labels_path, 1, ldims, err, errlen);
+  uint8_t *lab = train_idx_read(labels_path, 1, ldims, err, errlen);
   if (!lab) {
     free(img);
     return -1;

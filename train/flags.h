@@ -1,4 +1,4 @@
-/* examples/train_flags.h: command-line flags of the train program. */
+/* train/flags.h: command-line flags of the train program. */
 #ifndef TRAIN_FLAGS_H
 #define TRAIN_FLAGS_H
 
