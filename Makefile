@@ -6,6 +6,8 @@
 # Layout of outputs:
 #   build/libnn.a             nn/*.c
 #   build/libhvd.a            hvd/*.c + collectives/*.c
+#   build/libutil.a           util/*.c: the programs' flag parser (util/ has no dependency;
+#                             its headers, e.g. util/clock.h, are usable everywhere)
 #   build/hvd.pc              pkg-config file for user programs
 #   build/libtrain.a          train/*.c but main.c: the train program's parts (data, flags,
 #                             checkpoints, callbacks, event files, progress), which the
@@ -78,6 +80,7 @@ LDLIBS  := $(MPI_LDFLAGS) $(BLAS_LDFLAGS) $(HWLOC_LDFLAGS) -lz -lm -lpthread
 
 NN_SRC    := $(wildcard nn/*.c)
 HVD_SRC   := $(wildcard hvd/*.c) $(wildcard collectives/*.c)
+UTIL_SRC  := $(wildcard util/*.c)
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 BENCH_SRC := $(wildcard bench/*.c)
@@ -110,7 +113,7 @@ else ifeq ($(CUDA),auto)
   USE_CUDA := $(if $(and $(NVCC_OK),$(CUDA_HDRS)),1)
 endif
 ifeq ($(USE_CUDA),1)
-  CUDA_DEFS    := -DHVD_WITH_CUDA=1 -DHVD_WITH_CUDNN=1 -DHVD_WITH_CUBLAS=1 -DHVD_WITH_NCCL=1
+  CUDA_DEFS    := -DNN_WITH_CUDA=1 -DHVD_WITH_CUDA=1 -DHVD_WITH_CUDNN=1 -DHVD_WITH_CUBLAS=1 -DHVD_WITH_NCCL=1
   CUDA_ARCH    ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
                   -gencode arch=compute_90,code=compute_90
   NVCCFLAGS    ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra
@@ -133,6 +136,7 @@ cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
 
 LIBNN  := $(BUILD)/libnn.a
 LIBHVD := $(BUILD)/libhvd.a
+LIBUTIL := $(BUILD)/libutil.a
 TESTS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 BENCHES := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRC))
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_SRC))
@@ -147,7 +151,7 @@ FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 30
 
 .PHONY: all test run deps clean fuzz fuzzers fuzz-seeds
-all: $(LIBNN) $(LIBHVD) $(LIBTRAIN) $(BUILD)/hvd.pc $(TESTS) $(BENCHES) $(EXAMPLES) $(TRAIN) $(HVDRUN) \
+all: $(LIBNN) $(LIBHVD) $(LIBUTIL) $(LIBTRAIN) $(BUILD)/hvd.pc $(TESTS) $(BENCHES) $(EXAMPLES) $(TRAIN) $(HVDRUN) \
      $(FUZZERS)
 
 $(BUILD)/obj/%.o: %.c $(CONFIG_STAMP)
@@ -181,23 +185,28 @@ $(LIBTRAIN): $(call obj,$(TRAIN_LIB_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/tests/%: $(call obj,tests/%.c $(TEST_LIB_SRC)) $(LIBTRAIN) $(LIBNN) $(LIBHVD)
+# Never empty (an archive with no members is still a valid archive).
+$(LIBUTIL): $(call obj,$(UTIL_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(filter %.o,$^) $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/%: $(call obj,bench/%.c) $(LIBTRAIN) $(LIBNN) $(LIBHVD)
+$(BUILD)/tests/%: $(call obj,tests/%.c $(TEST_LIB_SRC)) $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LIBUTIL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(filter %.o,$^) $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LIBUTIL) $(LDLIBS) -o $@
+
+$(BUILD)/%: $(call obj,bench/%.c) $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LIBUTIL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LIBUTIL) $(LDLIBS) -o $@
 
 $(BUILD)/examples/%: $(call obj,examples/%.c) $(LIBNN) $(LIBHVD)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
 
-$(BUILD)/train: $(call obj,train/main.c) $(LIBTRAIN) $(LIBNN) $(LIBHVD)
+$(BUILD)/train: $(call obj,train/main.c) $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LIBUTIL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $< $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LIBUTIL) $(LDLIBS) -o $@
 
-$(BUILD)/hvdrun: $(call obj,$(LAUNCH_SRC))
+$(BUILD)/hvdrun: $(call obj,$(LAUNCH_SRC)) $(LIBUTIL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ $(HWLOC_LDFLAGS) -o $@
 
@@ -206,14 +215,14 @@ $(LIBLAUNCHER): $(call obj,$(filter-out launcher/hvdrun.c,$(LAUNCH_SRC)))
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/fuzz/%: $(call obj,tests/fuzz/%.c) $(filter %.o,$(FUZZ_MAIN)) $(LIBTRAIN) $(LIBLAUNCHER) \
-                 $(LIBNN) $(LIBHVD)
+                 $(LIBNN) $(LIBHVD) $(LIBUTIL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(FUZZ_MAIN) $(LIBTRAIN) $(LIBLAUNCHER) $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $< $(FUZZ_MAIN) $(LIBTRAIN) $(LIBLAUNCHER) $(LIBNN) $(LIBHVD) $(LIBUTIL) $(LDLIBS) -o $@
 
 fuzzers: $(FUZZERS)
 
 # Rewrites the binary seeds of tests/fuzz/corpus/ with the project's writers.
-$(BUILD)/fuzz-seeds/make_seeds: $(call obj,tests/fuzz/make_seeds.c) $(LIBTRAIN) $(LIBNN) $(LIBHVD)
+$(BUILD)/fuzz-seeds/make_seeds: $(call obj,tests/fuzz/make_seeds.c) $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LIBUTIL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
 
