@@ -66,25 +66,62 @@ OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 CFLAGS  += -std=c11 -Wall -Wextra -D_GNU_SOURCE -pthread -I. -MMD -MP $(SAN_FLAGS)
 
-# MPI: take the compile and link flags from the MPI compiler wrapper
-# (OpenMPI: --showme; MPICH: -compile_info/-link_info), so plain cc builds.
-MPICC        ?= mpicc
-MPI_CFLAGS   := $(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -compile_info 2>/dev/null | cut -d' ' -f2-)
-MPI_LDFLAGS  := $(shell $(MPICC) --showme:link 2>/dev/null || $(MPICC) -link_info 2>/dev/null | cut -d' ' -f2-)
-BLAS_CFLAGS  := $(shell pkg-config --cflags openblas 2>/dev/null)
-BLAS_LDFLAGS := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+# ---- MPI, BLAS and zlib: the system's, or stand-ins for the device check ----
+# MPI=system (default): the compile and link flags of the MPI compiler wrapper (OpenMPI:
+#   --showme; MPICH: -compile_info/-link_info), so plain cc builds.
+# MPI=stub: scripts/gpu_check/stub/mpi, a single-process MPI (hvd at size 1) for a machine
+#   without one; BLAS=ref: scripts/gpu_check/stub/blas, a plain C SGEMM instead of
+#   OpenBLAS; ZLIB=none: scripts/gpu_check/stub/nozlib (crc32, no gzip). The device
+#   machine has none of the three; scripts/gpu_check.sh builds there with
+#   `make MPI=stub BLAS=ref` (and ZLIB=none when it lacks zlib), so the GPU check and the
+#   normal build are one build. hwloc is hvdrun's alone.
+MPI  ?= system
+BLAS ?= openblas
+ZLIB ?= system
+STUB_DIR := scripts/gpu_check/stub
+ifeq ($(MPI),stub)
+  MPI_CFLAGS  := -I$(STUB_DIR)/mpi
+  MPI_LDFLAGS :=
+  HVD_STUB_SRC := $(STUB_DIR)/mpi/mpi_stub.c
+else ifeq ($(MPI),system)
+  MPICC        ?= mpicc
+  MPI_CFLAGS   := $(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -compile_info 2>/dev/null | cut -d' ' -f2-)
+  MPI_LDFLAGS  := $(shell $(MPICC) --showme:link 2>/dev/null || $(MPICC) -link_info 2>/dev/null | cut -d' ' -f2-)
+else
+  $(error MPI=$(MPI): use MPI=system (the MPI compiler wrapper's flags) or MPI=stub (one process, for the GPU check))
+endif
+ifeq ($(BLAS),ref)
+  BLAS_CFLAGS  := -I$(STUB_DIR)/blas
+  BLAS_LDFLAGS :=
+  NN_STUB_SRC  := $(STUB_DIR)/blas/cblas_stub.c
+else ifeq ($(BLAS),openblas)
+  BLAS_CFLAGS  := $(shell pkg-config --cflags openblas 2>/dev/null)
+  BLAS_LDFLAGS := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+else
+  $(error BLAS=$(BLAS): use BLAS=openblas or BLAS=ref (a plain C SGEMM, for the GPU check))
+endif
+ifeq ($(ZLIB),none)
+  ZLIB_CFLAGS  := -I$(STUB_DIR)/nozlib
+  ZLIB_LDFLAGS :=
+  TRAIN_STUB_SRC := $(STUB_DIR)/nozlib/zlib.c
+else ifeq ($(ZLIB),system)
+  ZLIB_CFLAGS  :=
+  ZLIB_LDFLAGS := -lz
+else
+  $(error ZLIB=$(ZLIB): use ZLIB=system or ZLIB=none (crc32 only, no gzip; for the GPU check))
+endif
 HWLOC_LDFLAGS := $(shell pkg-config --libs hwloc 2>/dev/null || echo -lhwloc)
 
-CFLAGS  += $(MPI_CFLAGS) $(BLAS_CFLAGS)
-LDLIBS  := $(MPI_LDFLAGS) $(BLAS_LDFLAGS) $(HWLOC_LDFLAGS) -lz -lm -lpthread
+CFLAGS  += $(MPI_CFLAGS) $(BLAS_CFLAGS) $(ZLIB_CFLAGS)
+LDLIBS  := $(MPI_LDFLAGS) $(BLAS_LDFLAGS) $(ZLIB_LDFLAGS) -lm -lpthread
 
-NN_SRC    := $(wildcard nn/*.c)
-HVD_SRC   := $(wildcard hvd/*.c) $(wildcard collectives/*.c)
+NN_SRC    := $(wildcard nn/*.c) $(NN_STUB_SRC)
+HVD_SRC   := $(wildcard hvd/*.c) $(wildcard collectives/*.c) $(HVD_STUB_SRC)
 UTIL_SRC  := $(wildcard util/*.c)
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 BENCH_SRC := $(wildcard bench/*.c)
-TRAIN_LIB_SRC := $(filter-out train/main.c,$(wildcard train/*.c))
+TRAIN_LIB_SRC := $(filter-out train/main.c,$(wildcard train/*.c)) $(TRAIN_STUB_SRC)
 EX_SRC    := $(wildcard examples/*.c)
 LAUNCH_SRC := $(wildcard launcher/*.c)
 FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
@@ -100,13 +137,16 @@ CUDA      ?= auto
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
 NVCC_OK   := $(if $(NVCC),$(shell test -x '$(NVCC)' && echo 1))
-CUDA_HDRS := $(and $(wildcard $(CUDA_HOME)/include/cudnn.h),$(wildcard $(CUDA_HOME)/include/nccl.h),$(wildcard $(CUDA_HOME)/include/cublas_v2.h))
+# Where cudnn.h, nccl.h and cublas_v2.h are (one or more directories; the device
+# machine's come from Python wheels), and how to link the libraries.
+CUDA_INC_DIRS ?= $(CUDA_HOME)/include
+CUDA_HDRS := $(and $(wildcard $(addsuffix /cudnn.h,$(CUDA_INC_DIRS))),$(wildcard $(addsuffix /nccl.h,$(CUDA_INC_DIRS))),$(wildcard $(addsuffix /cublas_v2.h,$(CUDA_INC_DIRS))))
 ifeq ($(CUDA),1)
   ifneq ($(NVCC_OK),1)
     $(error CUDA=1 but no nvcc: '$(NVCC)' is not an executable, and none was found in PATH or $(CUDA_HOME)/bin (set CUDA_HOME or NVCC))
   endif
   ifeq ($(CUDA_HDRS),)
-    $(error CUDA=1 but cudnn.h, nccl.h or cublas_v2.h is missing under $(CUDA_HOME)/include)
+    $(error CUDA=1 but cudnn.h, nccl.h or cublas_v2.h is missing under $(CUDA_INC_DIRS) (set CUDA_HOME or CUDA_INC_DIRS))
   endif
   USE_CUDA := 1
 else ifeq ($(CUDA),auto)
@@ -117,11 +157,12 @@ ifeq ($(USE_CUDA),1)
   CUDA_ARCH    ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
                   -gencode arch=compute_90,code=compute_90
   NVCCFLAGS    ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra
-  NVCCFLAGS    += -I. $(CUDA_DEFS) -MMD -MP
-  CFLAGS       += $(CUDA_DEFS) -I$(CUDA_HOME)/include
+  NVCCFLAGS    += -I. $(addprefix -I,$(CUDA_INC_DIRS)) $(CUDA_DEFS) -MMD -MP
+  CFLAGS       += $(CUDA_DEFS) $(addprefix -I,$(CUDA_INC_DIRS))
   CUDA_LIBDIR  := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
-  LDLIBS       += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudnn -lcublas -lcublasLt \
-                  -lnccl -lcudart_static -ldl -lrt -lstdc++
+  CUDA_LDLIBS  ?= -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudnn -lcublas -lcublasLt \
+                  -lnccl -lcudart_static
+  LDLIBS       += $(CUDA_LDLIBS) -ldl -lrt -lstdc++
   NN_SRC       += $(wildcard nn/cuda/*.c)
   NN_CU_SRC    := $(wildcard nn/cuda/*.cu)
   HVD_CU_SRC   := $(wildcard hvd/*.cu)
@@ -129,7 +170,8 @@ endif
 
 CONFIG_STAMP := $(BUILD)/config.cuda $(BUILD)/config.flags
 $(shell mkdir -p $(BUILD) && (echo 'USE_CUDA=$(USE_CUDA)' | cmp -s - $(BUILD)/config.cuda || echo 'USE_CUDA=$(USE_CUDA)' > $(BUILD)/config.cuda))
-$(shell echo 'CC=$(CC) SAN_FLAGS=$(strip $(SAN_FLAGS))' | cmp -s - $(BUILD)/config.flags || echo 'CC=$(CC) SAN_FLAGS=$(strip $(SAN_FLAGS))' > $(BUILD)/config.flags)
+CONFIG_FLAGS := CC=$(CC) SAN_FLAGS=$(strip $(SAN_FLAGS)) MPI=$(MPI) BLAS=$(BLAS) ZLIB=$(ZLIB)
+$(shell echo '$(CONFIG_FLAGS)' | cmp -s - $(BUILD)/config.flags || echo '$(CONFIG_FLAGS)' > $(BUILD)/config.flags)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
@@ -217,9 +259,16 @@ $(LIBLAUNCHER): $(call obj,$(filter-out launcher/hvdrun.c,$(LAUNCH_SRC)))
 $(BUILD)/fuzz/%: $(call obj,tests/fuzz/%.c) $(filter %.o,$(FUZZ_MAIN)) $(LIBTRAIN) $(LIBLAUNCHER) \
                  $(LIBNN) $(LIBHVD) $(LIBUTIL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(FUZZ_MAIN) $(LIBTRAIN) $(LIBLAUNCHER) $(LIBNN) $(LIBHVD) $(LIBUTIL) $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $< $(FUZZ_MAIN) $(LIBTRAIN) $(LIBLAUNCHER) $(LIBNN) $(LIBHVD) $(LIBUTIL) $(LDLIBS) \
+	  $(HWLOC_LDFLAGS) -o $@
 
 fuzzers: $(FUZZERS)
+
+# The GPU check's bare training loop (its fallback throughput run); built on demand by
+# scripts/gpu_check.sh, not part of `all`.
+$(BUILD)/train_bench: $(call obj,scripts/gpu_check/train_bench.c) $(LIBNN) $(LIBHVD)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIBNN) $(LIBHVD) $(LDLIBS) -o $@
 
 # Rewrites the binary seeds of tests/fuzz/corpus/ with the project's writers.
 $(BUILD)/fuzz-seeds/make_seeds: $(call obj,tests/fuzz/make_seeds.c) $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LIBUTIL)

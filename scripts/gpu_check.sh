@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh: the whole GPU check of hvd's CUDA backend in one call, for a
 # machine with an NVIDIA GPU, nvcc, cuDNN, NCCL and PyTorch but no OpenMPI, no OpenBLAS
-# and no internet (the device machine). Self-contained: it builds a single-process
-# variant of nn + hvd there, with stand-ins that exist ONLY for this check and are
-# clearly labelled in scripts/gpu_check/stub/: a single-process MPI (hvd at size 1), a
-# plain C SGEMM for the CPU reference, and (only when the machine has no zlib) a zlib
-# with crc32 and no gzip for `train`. It builds the real bench/cnn_bench and the real
-# train program against them. Then:
+# and no internet (the device machine). It builds with the project's Makefile, single
+# process: `make CUDA=1 MPI=stub BLAS=ref` (ZLIB=none where the machine has no zlib), the
+# stand-ins of scripts/gpu_check/stub/ for what the device machine lacks: a
+# single-process MPI (hvd at size 1), a plain C SGEMM for the CPU reference, a zlib with
+# crc32 and no gzip. So the check runs the real bench/cnn_bench and train program, built
+# as everywhere else. Then:
 #   0. the CPU reference (PyTorch fixtures, gradient check) with the C SGEMM, and short
 #      CPU runs of cnn_bench and train (the stub MPI at work; no GPU needed)
 #   1. every layer's GPU forward/backward against the CPU reference (tests/test_cuda_layers)
@@ -26,7 +26,7 @@
 #      timed steps, a GPU synchronize, the clock. PyTorch is the reference, not a check:
 #      its failure is reported and does not fail the check.
 #   5. a summary table, last: one row per step with the seconds it took.
-# Logs go to $OUT (default build/gpu_check/out); binaries to build/gpu_check.
+# Logs go to $OUT (default build/gpu_check/out); the build to build/gpu_check (make BUILD=).
 #
 # Budget: GPU_CHECK_BUDGET_S (default 300) seconds for everything, the build included.
 # Each step has a planned maximum, and the maxima add up to the budget:
@@ -67,7 +67,7 @@ cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
 BLD=$ROOT/build/gpu_check
 OUT=${OUT:-$BLD/out}
-mkdir -p "$BLD/obj" "$OUT" || exit 2
+mkdir -p "$BLD" "$OUT" || exit 2
 BUDGET=${GPU_CHECK_BUDGET_S:-300}
 BATCH=${BATCH:-256}
 STEPS=${STEPS:-10}
@@ -205,83 +205,53 @@ find_lib() { # path of lib$1.so or lib$1.so.N
   done
   return 1
 }
-INC="-I$CUDA_HOME/include"
+INC_DIRS="$CUDA_HOME/include"
 for h in cudnn.h nccl.h cublas_v2.h; do
   d=$(find_hdr "$h") || { log "header $h not found in: $SEARCH"; row "build" - "FAIL: no $h"; finish 2; }
-  INC="$INC -I$d"
+  case " $INC_DIRS " in *" $d "*) ;; *) INC_DIRS="$INC_DIRS $d" ;; esac
 done
 LIBS=""
-RPATH=""
 for l in cudnn cublas cublasLt nccl; do
   f=$(find_lib "$l") || { log "library lib$l not found in: $SEARCH"; row "build" - "FAIL: no lib$l"; finish 2; }
-  LIBS="$LIBS $f"
-  RPATH="$RPATH -Wl,-rpath,$(dirname "$f")"
+  LIBS="$LIBS $f -Wl,-rpath,$(dirname "$f")"
 done
 CUDART=$(find_lib cudart_static 2>/dev/null || true)
 [ -z "$CUDART" ] && for d in $SEARCH; do [ -f "$d/lib64/libcudart_static.a" ] && CUDART=$d/lib64/libcudart_static.a && break; done
 [ -z "$CUDART" ] && CUDART=$(find_lib cudart)
 # train needs zlib (crc32; gzip IDX files): the machine's when it has one, else the
-# GPU-check-only stand-in (crc32, no gzip; the check trains on synthetic data).
+# GPU-check-only stand-in (make ZLIB=none: crc32, no gzip; the check trains on
+# synthetic data).
 if printf '#include <zlib.h>\nint main(void) { return (int)crc32(0, 0, 0); }\n' |
    $CC -x c - -lz -o "$BLD/zlib_probe" > /dev/null 2>&1; then
-  ZLIB_CFLAGS=""
-  ZLIB_LIBS="-lz"
-  ZLIB_NOTE="zlib"
+  ZLIB=system
 else
-  ZLIB_CFLAGS="-I$ROOT/scripts/gpu_check/stub/nozlib"
-  ZLIB_LIBS="$ROOT/scripts/gpu_check/stub/nozlib/zlib.c"
-  ZLIB_NOTE="no zlib here: the stand-in"
+  ZLIB=none
 fi
+command -v make > /dev/null || { log "no make here"; row "build" - "FAIL: no make"; finish 2; }
 log "nvcc: $NVCC ($("$NVCC" --version | tail -1))"
-log "include: $INC"
-log "libs: $LIBS $CUDART; train: $ZLIB_NOTE"
+log "include: $INC_DIRS"
+log "libs: $LIBS $CUDART; zlib: $ZLIB"
 
-# ---- build (single process: stub MPI, plain C SGEMM) ----
-build() {
-  local defs="-DHVD_WITH_CUDA=1 -DHVD_WITH_CUDNN=1 -DHVD_WITH_CUBLAS=1 -DHVD_WITH_NCCL=1"
-  local cflags="-O2 -g -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -Wno-unused-parameter -I$ROOT/scripts/gpu_check/stub -I$ROOT $INC $defs"
-  local srcs f
-  srcs=$(ls nn/*.c nn/cuda/*.c hvd/*.c collectives/*.c scripts/gpu_check/stub/*.c)
-  rm -f "$BLD"/obj/*.o
-  # shellcheck disable=SC2086
-  printf '%s\n' $srcs | xargs -P "$JOBS" -I{} sh -c \
-    'o='"$BLD"'/obj/$(echo {} | tr / _ | sed "s/\.c$/.o/"); '"$CC $cflags"' -c {} -o $o || exit 255' || return 1
-  # Every nn/cuda/*.cu and hvd/*.cu, as the Makefile.
-  for f in nn/cuda/*.cu hvd/*.cu; do
-    # shellcheck disable=SC2086
-    "$NVCC" -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
-      -I"$ROOT" $INC $defs -c "$f" -o "$BLD/obj/$(echo "$f" | tr / _).o" &
-  done
-  wait_all || return 1
-  rm -f "$BLD/libgpucheck.a"
-  ar rcs "$BLD/libgpucheck.a" "$BLD"/obj/*.o || return 1
-  local link="$BLD/libgpucheck.a $LIBS $CUDART $RPATH -ldl -lrt -lstdc++ -lm -lpthread"
-  # The tests (every tests/test_cuda_*.c, the CPU reference checks) and the fallback
-  # throughput loop: one source each.
-  for f in tests/test_cuda_*.c scripts/gpu_check/train_bench.c tests/test_nn_layers_torch.c \
-           tests/test_nn_gradcheck.c; do
-    # shellcheck disable=SC2086
-    $CC $cflags "$f" $link -o "$BLD/$(basename "$f" .c)" &
-  done
-  # The real programs: bench/cnn_bench, and train with its train/*.c.
-  # shellcheck disable=SC2086
-  $CC $cflags bench/cnn_bench.c $link -o "$BLD/cnn_bench" &
-  # shellcheck disable=SC2086
-  $CC $cflags $ZLIB_CFLAGS train/*.c $ZLIB_LIBS $link -o "$BLD/train" &
-  wait_all || return 1
-}
-# wait_all: waits for every background job of the shell; fails if any failed.
-wait_all() {
-  local rc=0 p
-  for p in $(jobs -p); do wait "$p" || rc=1; done
-  return "$rc"
-}
-if run_step "build" "$T_BUILD" "$OUT/build.log" bash -c "$(declare -f build wait_all); BLD='$BLD' ROOT='$ROOT' CC='$CC' NVCC='$NVCC' INC='$INC' LIBS='$LIBS' CUDART='$CUDART' RPATH='$RPATH' JOBS='$JOBS' ZLIB_CFLAGS='$ZLIB_CFLAGS' ZLIB_LIBS='$ZLIB_LIBS' build"; then
-  row "build (nvcc sm_90, stub MPI, C SGEMM)" "$STEP_SECS" "ok"
+# ---- build: the project's Makefile, single process (MPI=stub, BLAS=ref) ----
+# The same build as everywhere else, with the stand-ins of scripts/gpu_check/stub for what
+# the device machine lacks, sm_90 only (the device is an H100/H200), into build/gpu_check.
+# What the check runs: the CUDA tests, the CPU reference tests, cnn_bench, train and the
+# bare loop train_bench.
+TESTS_BUILT=()
+for f in tests/test_cuda_*.c tests/test_nn_layers_torch.c tests/test_nn_gradcheck.c; do
+  TESTS_BUILT+=("$BLD/tests/$(basename "$f" .c)")
+done
+MAKE_CMD=(make -j "$JOBS" BUILD="$BLD" CUDA=1 MPI=stub BLAS=ref ZLIB="$ZLIB" CC="$CC"
+  NVCC="$NVCC" CUDA_HOME="$CUDA_HOME" CUDA_INC_DIRS="$INC_DIRS" CUDA_LDLIBS="$LIBS $CUDART"
+  "CUDA_ARCH=-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
+  "${TESTS_BUILT[@]}" "$BLD/cnn_bench" "$BLD/train" "$BLD/train_bench")
+if run_step "build" "$T_BUILD" "$OUT/build.log" "${MAKE_CMD[@]}"; then
+  row "build (make MPI=stub BLAS=ref, nvcc sm_90)" "$STEP_SECS" "ok"
 else
-  row "build (nvcc sm_90, stub MPI, C SGEMM)" "$STEP_SECS" "FAIL (see build.log)"
+  row "build (make MPI=stub BLAS=ref, nvcc sm_90)" "$STEP_SECS" "FAIL (see build.log)"
   finish 2
 fi
+TB=$BLD/tests
 
 # ---- 0: the CPU reference itself (with the C SGEMM): PyTorch fixtures, gradient check ----
 check() { # NAME MAX LOG BIN [ARGS]
@@ -298,8 +268,8 @@ check() { # NAME MAX LOG BIN [ARGS]
   else row "$name" "$STEP_SECS" "FAIL (exit $rc)$what"; FAILED=1
   fi
 }
-check "0. CPU reference vs PyTorch fixtures" "$T_CPU_TEST" "$OUT/cpu_layers_torch.log" "$BLD/test_nn_layers_torch"
-check "0. CPU reference gradient check" "$T_CPU_TEST" "$OUT/cpu_gradcheck.log" "$BLD/test_nn_gradcheck"
+check "0. CPU reference vs PyTorch fixtures" "$T_CPU_TEST" "$OUT/cpu_layers_torch.log" "$TB/test_nn_layers_torch"
+check "0. CPU reference gradient check" "$T_CPU_TEST" "$OUT/cpu_gradcheck.log" "$TB/test_nn_gradcheck"
 
 # Parsers of the programs' output (plain lines: stdout is a file here).
 # bench_ips LOG: cnn_bench's "total images/sec", or, when the run was cut short, the
@@ -349,7 +319,7 @@ smoke "0. train mlp on the CPU (stub MPI)" "$T_CPU_RUN" "$OUT/train_cpu.log" tra
 # shellcheck disable=SC2016
 run_step "GPU probe" "$T_PROBE" "$OUT/probe.log" bash -c \
   'timeout 5 nvidia-smi > "$1" 2>&1; exec "$2" --probe' probe "$OUT/nvidia-smi.txt" \
-  "$BLD/test_cuda_layers"
+  "$TB/test_cuda_layers"
 probe_rc=$?
 if [ "$STEP_SKIPPED" = 1 ]; then row "GPU" - "SKIPPED (time budget)"; finish 1; fi
 if [ "$probe_rc" -eq 124 ] || [ "$probe_rc" -eq 137 ]; then
@@ -366,11 +336,11 @@ fi
 row "GPU" "$STEP_SECS" "$(head -1 "$OUT/probe.log")"
 
 # ---- 1-3: correctness ----
-check "1. layers GPU vs CPU (fp32, TF32)" "$T_LAYERS" "$OUT/layers.log" "$BLD/test_cuda_layers"
-check "2. training step GPU vs CPU (5 models)" "$T_MODEL_STEP" "$OUT/model_step.log" "$BLD/test_cuda_model_step"
-check "3. hvd_allreduce device memory, NCCL" "$T_ALLREDUCE" "$OUT/hvd_allreduce.log" "$BLD/test_cuda_hvd_allreduce"
+check "1. layers GPU vs CPU (fp32, TF32)" "$T_LAYERS" "$OUT/layers.log" "$TB/test_cuda_layers"
+check "2. training step GPU vs CPU (5 models)" "$T_MODEL_STEP" "$OUT/model_step.log" "$TB/test_cuda_model_step"
+check "3. hvd_allreduce device memory, NCCL" "$T_ALLREDUCE" "$OUT/hvd_allreduce.log" "$TB/test_cuda_hvd_allreduce"
 for t in "${OTHER_CUDA_TESTS[@]}"; do
-  check "3. $t" "$T_CUDA_TEST" "$OUT/$t.log" "$BLD/$t"
+  check "3. $t" "$T_CUDA_TEST" "$OUT/$t.log" "$TB/$t"
 done
 
 # train --device gpu, fp32 and fp16: a correctness check, so before the throughput runs.

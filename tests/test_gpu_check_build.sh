@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh on a machine without a GPU: it must build its single-process
-# programs (nvcc kernels, nn + hvd against the GPU-check-only MPI stub and C SGEMM), pass
+# programs through the Makefile (make MPI=stub BLAS=ref: nvcc kernels, nn + hvd against
+# the GPU-check-only MPI stub and C SGEMM), pass
 # its CPU reference checks (PyTorch fixtures and gradient check with the C SGEMM), then
 # stop with exit 2 and a clear "NO GPU" line. Keeps the script from rotting while the
 # sources change. Also checks that every summary row carries the seconds its step took
@@ -26,7 +27,7 @@ cat "$out/stdout"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 [ "$rc" -eq 2 ] || fail "gpu_check.sh exited $rc, expected 2 (no GPU)"
-grep -qE '^build \(nvcc.* ok$' "$out/summary.txt" || fail "the build step did not pass"
+grep -qE '^build \(make MPI=stub BLAS=ref, nvcc.* ok$' "$out/summary.txt" || fail "the build step did not pass"
 grep -qE '^0\. CPU reference vs PyTorch fixtures +[0-9]+s +PASS' "$out/summary.txt" ||
   fail "the CPU reference (C SGEMM) does not match the PyTorch fixtures"
 grep -qE '^0\. CPU reference gradient check +[0-9]+s +PASS' "$out/summary.txt" ||
@@ -45,8 +46,11 @@ grep -qE '^budget: 300s +in force: .*HVD_STALL_SHUTDOWN_TIME_SECONDS=20' "$out/s
   fail "the summary does not show HVD_STALL_SHUTDOWN_TIME_SECONDS=20 in force"
 grep -qE 'HVD_STALL_CHECK_TIME_SECONDS=[0-9]' "$out/stdout" ||
   fail "HVD_STALL_CHECK_TIME_SECONDS is not set in the check"
-for p in test_cuda_layers test_cuda_model_step test_cuda_hvd_allreduce train_bench; do
+for p in tests/test_cuda_layers tests/test_cuda_model_step tests/test_cuda_hvd_allreduce train_bench \
+         cnn_bench train; do
   [ -x "build/gpu_check/$p" ] || fail "build/gpu_check/$p was not built"
 done
+# One build: the check went through the Makefile with the stand-ins, not a build of its own.
+grep -q 'make .*MPI=stub BLAS=ref' "$out/gpu_check.log" || fail "the check did not build through make MPI=stub BLAS=ref"
 if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "gpu_check.sh builds and stops clearly without a GPU"

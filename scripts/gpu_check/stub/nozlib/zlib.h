@@ -3,7 +3,7 @@
    real one first). `train` needs zlib for crc32 (checkpoints) and for gzip-compressed
    IDX files; the GPU check trains on --dataset synthetic only. crc32 here is the real
    CRC-32 (the same values as zlib); gzopen always fails (ENOSYS), so a data set on disk
-   says "cannot open" instead of being misread. Never used by the normal build. */
+   says "cannot open" instead of being misread. Built only with `make ZLIB=none`. */
 #ifndef GPU_CHECK_NOZLIB_H
 #define GPU_CHECK_NOZLIB_H
 

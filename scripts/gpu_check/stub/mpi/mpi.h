@@ -1,9 +1,9 @@
-/* scripts/gpu_check/stub/mpi.h: A SINGLE-PROCESS MPI STAND-IN, ONLY FOR THE GPU CHECK.
+/* scripts/gpu_check/stub/mpi/mpi.h: A SINGLE-PROCESS MPI STAND-IN, ONLY FOR THE GPU CHECK.
    The GPU machine has no OpenMPI; scripts/gpu_check.sh builds hvd against this so that
    hvd_init works at size 1 and hvd_allreduce of device memory goes through NCCL with one
    rank. It implements exactly the calls hvd and collectives use, for one process:
    rank 0 of size 1, messages to oneself queued and matched by communicator and tag.
-   Never used by the normal build (the Makefile uses the real MPI). */
+   Built only with `make MPI=stub` (what scripts/gpu_check.sh runs). */
 #ifndef GPU_CHECK_STUB_MPI_H
 #define GPU_CHECK_STUB_MPI_H
 

@@ -1,4 +1,4 @@
-/* scripts/gpu_check/stub/cblas_stub.c: cblas_sgemm in plain C, ONLY FOR THE GPU CHECK
+/* scripts/gpu_check/stub/blas/cblas_stub.c: cblas_sgemm in plain C, ONLY FOR THE GPU CHECK
    (see cblas.h). Row-major C = alpha op(A) op(B) + beta C: each row of C accumulates
    rows of op(B) (contiguous after packing a transposed B), which compilers vectorise. */
 #include "cblas.h"

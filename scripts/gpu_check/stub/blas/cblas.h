@@ -1,6 +1,6 @@
-/* scripts/gpu_check/stub/cblas.h: A PLAIN C SGEMM, ONLY FOR THE GPU CHECK. The GPU
+/* scripts/gpu_check/stub/blas/cblas.h: A PLAIN C SGEMM, ONLY FOR THE GPU CHECK. The GPU
    machine has no OpenBLAS; the CPU reference of the GPU check (small shapes) runs on
-   this instead. Never used by the normal build. */
+   this instead. Built only with `make BLAS=ref` (what scripts/gpu_check.sh runs). */
 #ifndef GPU_CHECK_STUB_CBLAS_H
 #define GPU_CHECK_STUB_CBLAS_H
 

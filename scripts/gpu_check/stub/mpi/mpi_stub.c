@@ -1,4 +1,4 @@
-/* scripts/gpu_check/stub/mpi_stub.c: the single-process MPI of stub/mpi.h, ONLY FOR THE
+/* scripts/gpu_check/stub/mpi/mpi_stub.c: the single-process MPI of mpi.h, ONLY FOR THE
    GPU CHECK (see there). Sends to oneself are copied into a queue at once (so they
    complete immediately); receives match the oldest queued message of the same
    communicator and tag. */
