@@ -109,7 +109,7 @@ static void progress_sends(bg_t *bg, int all, double deadline_us) {
     }
     bg->nsends = j;
     if (!all || bg->nsends == 0) return;
-    if (hvd_now_us() > deadline_us) {
+    if (util_now_us() > deadline_us) {
       /* A peer that never receives: let MPI finish or drop them; the buffers must stay
          valid while MPI may still read them, so they are not freed. */
       for (int i = 0; i < bg->nsends; i++) MPI_Request_free(&bg->sends[i].req);
@@ -172,9 +172,9 @@ static void global_shutdown(bg_t *bg, hvd_status_t s, const char *text) {
     if (!send_msg(bg, r, HVD_MSG_SHUTDOWN, s, full, err, sizeof(err)))
       hvd_log(HVD_LOG_ERROR, "%s", err);
   local_stop(s, full);
-  double deadline = hvd_now_us() + DRAIN_LIMIT_US;
+  double deadline = util_now_us() + DRAIN_LIMIT_US;
   int acks = 0, src;
-  while (acks < hvd_g.size - 1 && hvd_now_us() < deadline) {
+  while (acks < hvd_g.size - 1 && util_now_us() < deadline) {
     int got = poll_message(bg, &src, err, sizeof(err));
     if (got < 0) break;
     if (got == 1) {
@@ -209,7 +209,7 @@ static int fatal_error(bg_t *bg, hvd_status_t s, const char *text, int agreed) {
     bg->stop_requested = 1;
   }
   bg->failed = 1;
-  bg->stop_deadline_us = hvd_now_us() + DRAIN_LIMIT_US;
+  bg->stop_deadline_us = util_now_us() + DRAIN_LIMIT_US;
   return 0;
 }
 
@@ -259,7 +259,7 @@ static int take_submissions(bg_t *bg, int *shutdown_requested, int *end) {
     ((hvd_msg_header_t *)b.p)->n = n;
     if (hvd_g.rank == 0)
       ok = hvd_coordinator_add(bg->coord, 0, b.p + sizeof(h), b.len - sizeof(h), n,
-                               hvd_now_us());
+                               util_now_us());
     else
       ok = send_bytes(bg, 0, b.p, b.len, err, sizeof(err));
   }
@@ -280,7 +280,7 @@ static int coordinator_message(bg_t *bg, int src) {
   switch (h.type) {
     case HVD_MSG_REQUESTS:
       if (!hvd_coordinator_add(bg->coord, src, bg->in.p + sizeof(h),
-                               bg->in.len - sizeof(h), h.n, hvd_now_us())) {
+                               bg->in.len - sizeof(h), h.n, util_now_us())) {
         snprintf(text, sizeof(text), "malformed or duplicate requests from rank %d", src);
         return fatal_error(bg, HVD_ERR_BACKEND, text, 0);
       }
@@ -319,14 +319,14 @@ static int worker_message(bg_t *bg) {
     local_stop((hvd_status_t)h.status, text);
     if (!send_msg(bg, 0, HVD_MSG_SHUTDOWN_ACK, 0, NULL, err, sizeof(err)))
       hvd_log(HVD_LOG_ERROR, "%s", err);
-    progress_sends(bg, 1, hvd_now_us() + DRAIN_LIMIT_US);
+    progress_sends(bg, 1, util_now_us() + DRAIN_LIMIT_US);
     return 1;
   }
   return 0;
 }
 
 static void idle_wait(bg_t *bg) {
-  double now = hvd_now_us();
+  double now = util_now_us();
   pthread_mutex_lock(&hvd_g.mu);
   int busy = hvd_g.ninflight > 0 || bg->stop_requested || bg->failed || bg->nsends > 0;
   if (atomic_load(&hvd_g.queued) > 0 || hvd_g.shutdown_requested) {
@@ -372,7 +372,7 @@ static void loop(bg_t *bg) {
         return;
       }
       bg->stop_requested = 1;
-      bg->stop_deadline_us = hvd_now_us() + STOP_WAIT_LIMIT_US;
+      bg->stop_deadline_us = util_now_us() + STOP_WAIT_LIMIT_US;
     }
     for (;;) {
       int got = poll_message(bg, &src, err, sizeof(err));
@@ -384,7 +384,7 @@ static void loop(bg_t *bg) {
       progressed = 1;
       if (hvd_g.rank == 0 ? coordinator_message(bg, src) : worker_message(bg)) return;
     }
-    double now = hvd_now_us();
+    double now = util_now_us();
     if (hvd_g.rank == 0) {
       if (hvd_coordinator_should_emit(bg->coord, now)) {
         hvd_buf_t msg = {0};
@@ -418,7 +418,7 @@ static void loop(bg_t *bg) {
     }
     if (bg->nsends > 0) progress_sends(bg, 0, 0);
     if (progressed) {
-      bg->last_progress_us = hvd_now_us();
+      bg->last_progress_us = util_now_us();
       bg->sleep_us = SLEEP_MIN_US;
     } else {
       idle_wait(bg);
@@ -431,7 +431,7 @@ void *hvd_background_main(void *arg) {
   bg_t bg;
   memset(&bg, 0, sizeof(bg));
   bg.sleep_us = SLEEP_MIN_US;
-  bg.last_progress_us = bg.last_stall_check_us = hvd_now_us();
+  bg.last_progress_us = bg.last_stall_check_us = util_now_us();
   hvd_device_thread_start();   /* before this thread makes any other CUDA call */
   if (hvd_g.rank == 0 && (bg.coord = hvd_coordinator_create(hvd_g.size)) == NULL) {
     local_stop(HVD_ERR_NO_MEMORY, "rank 0: out of memory creating the coordinator");
@@ -444,7 +444,7 @@ void *hvd_background_main(void *arg) {
      transports are still up. */
   hvd_device_shutdown();
   hvd_coordinator_free(bg.coord);
-  progress_sends(&bg, 1, hvd_now_us() + 1e6);
+  progress_sends(&bg, 1, util_now_us() + 1e6);
   free(bg.sends);
   free(bg.resp);
   hvd_buf_free(&bg.in);

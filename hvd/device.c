@@ -385,7 +385,7 @@ static hvd_status_t wait_stream(char *msg, size_t len) {
      are aborted, not destroyed, at shutdown. */
   const double limit_us = hvd_g.cfg.stall_shutdown_s > 0 ? hvd_g.cfg.stall_shutdown_s * 1e6
                                                          : 0;
-  const double start_us = hvd_now_us();
+  const double start_us = util_now_us();
   for (long polls = 0;; polls++) {
     cudaError_t e = cudaEventQuery(dev.stream_done);
     if (e == cudaSuccess) return HVD_OK;
@@ -402,7 +402,7 @@ static hvd_status_t wait_stream(char *msg, size_t len) {
                "running", hvd_g.rank);
       return HVD_ERR_BACKEND;
     }
-    if (limit_us > 0 && hvd_now_us() - start_us > limit_us) {
+    if (limit_us > 0 && util_now_us() - start_us > limit_us) {
       dev.failed = 1;
       snprintf(msg, len, "rank %d: a device collective did not finish within "
                "HVD_STALL_SHUTDOWN_TIME_SECONDS=%g s (a peer may have died or hung); the "

@@ -2,7 +2,6 @@
 #include "hvd/hvd_internal.h"
 
 #include <string.h>
-#include <time.h>
 
 /* Each user thread sees the message of its own last failed call. */
 static _Thread_local char last_error[HVD_ERROR_MAX];
@@ -35,12 +34,6 @@ hvd_status_t hvd_set_error(hvd_status_t s, const char *fmt, ...) {
   vsnprintf(last_error, sizeof(last_error), fmt, ap);
   va_end(ap);
   return s;
-}
-
-double hvd_now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
 size_t hvd_dtype_size(hvd_dtype_t dtype) {

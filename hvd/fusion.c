@@ -79,7 +79,7 @@ static hvd_status_t run_allreduce(struct hvd_request **reqs, const hvd_response_
   hvd_dtype_t dtype = reqs[0]->dtype;
   hvd_op_t op = reqs[0]->op;
   size_t es = hvd_dtype_size(dtype);
-  double t0 = hvd_now_us();
+  double t0 = util_now_us();
   if (hvd_g.timeline)
     for (int i = 0; i < n; i++) {
       timeline(&resp[i], reqs[i]->key, "NEGOTIATE", resp[i].first_seen_us, resp[i].ready_us, 0);
@@ -89,7 +89,7 @@ static hvd_status_t run_allreduce(struct hvd_request **reqs, const hvd_response_
   double t1 = t0, t2, t3;
   if (n == 1) {
     cs = allreduce(reqs[0]->sendbuf, reqs[0]->recvbuf, reqs[0]->count, dtype, op);
-    t2 = t3 = hvd_now_us();
+    t2 = t3 = util_now_us();
   } else {
     size_t off = 0, total = 0;
     char *fb = hvd_g.fusion_buf;
@@ -98,9 +98,9 @@ static hvd_status_t run_allreduce(struct hvd_request **reqs, const hvd_response_
       off += reqs[i]->count * es;
       total += reqs[i]->count;
     }
-    t1 = hvd_now_us();
+    t1 = util_now_us();
     cs = allreduce(fb, fb, total, dtype, op);
-    t2 = hvd_now_us();
+    t2 = util_now_us();
     if (cs == COLL_OK) {
       off = 0;
       for (int i = 0; i < n; i++) {
@@ -108,7 +108,7 @@ static hvd_status_t run_allreduce(struct hvd_request **reqs, const hvd_response_
         off += reqs[i]->count * es;
       }
     }
-    t3 = hvd_now_us();
+    t3 = util_now_us();
   }
   if (hvd_g.timeline)
     for (int i = 0; i < n; i++) {
@@ -146,9 +146,9 @@ static hvd_status_t host_allreduce(void *buf, size_t count, hvd_dtype_t dtype, h
 static hvd_status_t run_allreduce_device(struct hvd_request **reqs,
                                          const hvd_response_t *resp, int n, char *msg,
                                          size_t len) {
-  double t0 = hvd_now_us();
+  double t0 = util_now_us();
   hvd_status_t s = hvd_device_allreduce(reqs, n, host_allreduce, msg, len);
-  double t1 = hvd_now_us();
+  double t1 = util_now_us();
   if (hvd_g.timeline)
     for (int i = 0; i < n; i++) {
       timeline(&resp[i], reqs[i]->key, "NEGOTIATE", resp[i].first_seen_us, resp[i].ready_us, 0);
@@ -198,10 +198,10 @@ static hvd_status_t run_allgather(struct hvd_request *r, const hvd_response_t *r
     free(counts);
     return failed == hvd_g.rank ? HVD_ERR_NO_MEMORY : HVD_ERR_SHUTDOWN;
   }
-  double t0 = hvd_now_us();
+  double t0 = util_now_us();
   if (cs == COLL_OK) cs = coll_allgatherv(hvd_g.world, r->sendbuf, out, counts,
                                           (coll_dtype_t)r->dtype);
-  double t1 = hvd_now_us();
+  double t1 = util_now_us();
   free(counts);
   if (hvd_g.timeline) {
     timeline(resp, r->key, "NEGOTIATE", resp->first_seen_us, resp->ready_us, 0);
@@ -223,7 +223,7 @@ static hvd_status_t run_allgather(struct hvd_request *r, const hvd_response_t *r
 
 static hvd_status_t run_single(struct hvd_request *r, const hvd_response_t *resp,
                                char *msg, size_t len) {
-  double t0 = hvd_now_us();
+  double t0 = util_now_us();
   coll_status_t cs = COLL_OK;
   size_t bytes = r->count * hvd_dtype_size(r->dtype);
   if (r->kind == HVD_KIND_BROADCAST && on_device(r)) {
@@ -236,7 +236,7 @@ static hvd_status_t run_single(struct hvd_request *r, const hvd_response_t *resp
   } else {
     cs = coll_barrier(hvd_g.world);
   }
-  double t1 = hvd_now_us();
+  double t1 = util_now_us();
   if (hvd_g.timeline) {
     timeline(resp, r->key, "NEGOTIATE", resp->first_seen_us, resp->ready_us, 0);
     timeline(resp, r->key, "QUEUE", resp->ready_us, t0, 0);

@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Not under clang (make fuzz): clang 14's __builtin_cpu_supports has no "f16c", and
    collectives/reduce.c makes the same choice. */
@@ -60,12 +59,6 @@ struct hvd_grad_buckets {
   hvd_status_t error;    /* first failure in this step                   */
   hvd_grad_buckets_stats_t stats;
 };
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Bulk float32 <-> float16 for the compression casts (millions of gradients per step):
    the F16C instructions when the CPU has them (round to nearest even, like
@@ -236,7 +229,7 @@ static hvd_status_t submit(hvd_grad_buckets_t *b, size_t k) {
   bucket_t *bk = &b->buckets[k];
   char name[48];
   snprintf(name, sizeof(name), "grad.bucket.%zu", k);
-  bk->t_submit = now_s();
+  bk->t_submit = util_now_s();
   hvd_status_t s;
   if (b->compression == HVD_COMPRESSION_FP16) {
     uint16_t *h = b->half + bk->offset;
@@ -286,7 +279,7 @@ static void poll_in_flight(hvd_grad_buckets_t *b) {
     }
     if (done) {
       bk->req = NULL;
-      bk->t_done = now_s();
+      bk->t_done = util_now_s();
     }
   }
 }
@@ -314,7 +307,7 @@ void hvd_grad_buckets_on_ready(void *b, size_t ready_from) {
 hvd_status_t hvd_grad_buckets_wait(hvd_grad_buckets_t *b) {
   if (b == NULL)
     return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_grad_buckets_wait: b is NULL");
-  double t0 = now_s();
+  double t0 = util_now_s();
   poll_in_flight(b);
   /* Submit what is left even after an error: the other ranks may be waiting for these
      names, and the runtime reports a shut-down state on its own. */
@@ -327,7 +320,7 @@ hvd_status_t hvd_grad_buckets_wait(hvd_grad_buckets_t *b) {
     if (bk->req != NULL) {
       record_error(b, hvd_wait(bk->req));
       bk->req = NULL;
-      bk->t_done = now_s();
+      bk->t_done = util_now_s();
     }
     int div = b->op == HVD_AVERAGE ? hvd_size() : 1;
     if (b->compression == HVD_COMPRESSION_FP16 && b->device >= 0)
@@ -339,7 +332,7 @@ hvd_status_t hvd_grad_buckets_wait(hvd_grad_buckets_t *b) {
   }
   if (b->compression == HVD_COMPRESSION_FP16 && b->device >= 0 && b->num > 0)
     record_error(b, hvd_device_sync_compute(b->device));
-  double t1 = now_s();
+  double t1 = util_now_s();
   b->stats.blocked_s += t1 - t0;
   b->stats.steps++;
   /* Communication time: the union of the buckets' [submit, done] intervals, which

@@ -10,6 +10,7 @@
 
 #include "hvd/hvd.h"
 #include "collectives/coll.h"
+#include "util/clock.h"
 
 #include <mpi.h>
 #include <pthread.h>
@@ -82,7 +83,6 @@ void hvd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 hvd_status_t hvd_set_error(hvd_status_t s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));   /* sets this thread's last error */
 void hvd_set_error_text(const char *msg);
-double hvd_now_us(void);                    /* monotonic microseconds */
 
 /* timeline.c (rank 0 only; all calls are from the background thread except open/close) */
 typedef struct hvd_timeline hvd_timeline_t;

@@ -208,7 +208,7 @@ hvd_status_t hvd_init(void) {
                                   "MPI_THREAD_MULTIPLE, ...)" : "");
   }
 
-  hvd_g.start_us = hvd_now_us();
+  hvd_g.start_us = util_now_us();
   hvd_g.ctrl = hvd_g.local_comm = hvd_g.cross_comm = MPI_COMM_NULL;
   hvd_g.cancel = 0;
   s = topology();

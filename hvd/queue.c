@@ -131,7 +131,7 @@ static struct hvd_request *request_new(hvd_kind_t kind) {
   struct hvd_request *r = calloc(1, sizeof(*r));
   if (r == NULL) return NULL;
   r->kind = kind;
-  r->submit_time = hvd_now_us();
+  r->submit_time = util_now_us();
   return r;
 }
 
@@ -248,8 +248,8 @@ hvd_status_t hvd_wait(hvd_request_t req) {
   if (req == NULL) return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_wait: req is NULL");
   /* A short operation finishes within tens of microseconds: poll that long (yielding
      the core) before sleeping, since a futex wake-up costs about as much again. */
-  double until = hvd_now_us() + HVD_WAIT_SPIN_US;
-  while (!atomic_load(&req->done) && hvd_now_us() < until) sched_yield();
+  double until = util_now_us() + HVD_WAIT_SPIN_US;
+  while (!atomic_load(&req->done) && util_now_us() < until) sched_yield();
   if (!atomic_load(&req->done)) {
     pthread_mutex_lock(&hvd_g.mu);
     while (!atomic_load(&req->done)) pthread_cond_wait(&hvd_g.done_cv, &hvd_g.mu);

@@ -6,11 +6,11 @@
 #define HVD_TEST_H
 
 #include "hvd/hvd.h"
+#include "util/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,12 +62,6 @@ static inline int hvd_test_mpirun(const char *self, int np, const char *mode,
   int st = pclose(p);
   fflush(stdout);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static inline double hvd_test_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 #endif /* HVD_TEST_H */
