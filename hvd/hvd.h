@@ -1,6 +1,7 @@
 /* hvd/hvd.h: the one public header of the hvd runtime.
-   The declarations below the line "contract" are fixed by shared/design/API.md: programs
-   outside the project are written against exactly these names and meanings.
+   The declarations below the line "contract" are a fixed contract (docs/api.md): programs
+   outside the project are written against exactly these names and meanings; extend, never
+   rename or change them. docs/api.md also lists the contract's calls not declared yet.
    Build a user program with the flags of
      PKG_CONFIG_PATH=build pkg-config --cflags --libs hvd                                */
 #ifndef HVD_H
@@ -10,7 +11,7 @@
 extern "C" {
 #endif
 
-/* ---- contract (API.md) ---- */
+/* ---- contract (docs/api.md) ---- */
 #include <stddef.h>
 #include <stdint.h>
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/bench_hierarchical.sh: flat vs hierarchical allreduce of the hvd runtime on
 # 2 simulated hosts x 2 ranks (network namespaces, links shaped with tc), plus the
-# alpha-beta calibration of both kinds of link that the model in the README's section
-# "Scaling beyond one machine" uses.
+# alpha-beta calibration of both kinds of link that the model in docs/performance.md
+# ("The alpha-beta model") uses.
 #
 #   sudo scripts/bench_hierarchical.sh [--rate 10gbit] [--reps 3] [--min 1M] [--max 64M]
 #                                      [--iters 5] [--out FILE]
@@ -103,7 +103,7 @@ for _ in $(seq 1 "$reps"); do
     -b "$min" -e "$max" -f 4 -n "$iters" -w 2 || exit 1
 done
 
-# The model (README, "Scaling beyond one machine") for H = 2 hosts of L = 2 ranks, S bytes:
+# The model (docs/performance.md, "The alpha-beta model") for H = 2 hosts of L = 2 ranks, S bytes:
 #   flat ring, 4 ranks, one ring edge per host on the network:
 #     T = 6 alpha_n + 1.5 S beta_n
 #   hierarchical: reduce-scatter and allgather within the host (1 step of S/2 each),

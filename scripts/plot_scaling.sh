@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# plot_scaling.sh: the README's figures, as PNG with gnuplot.
+# plot_scaling.sh: the figures of docs/performance.md, as PNG with gnuplot.
 #   docs/img/scaling_MODEL.png  total images/sec vs ranks: ours (horovod), PyTorch DDP,
 #                               and the no-communication ceiling (--variable_update none),
 #                               from scripts/compare_scaling.sh's scaling_ranks_MODEL.dat
