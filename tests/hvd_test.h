@@ -14,18 +14,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Fails the whole job: mpirun ends every rank when one exits non-zero. */
-#define CHECK(cond, ...)                                                          \
-  do {                                                                            \
-    if (!(cond)) {                                                                \
-      fprintf(stderr, "rank %d: %s:%d: CHECK(%s) failed: ", hvd_rank(), __FILE__, \
-              __LINE__, #cond);                                                   \
-      fprintf(stderr, __VA_ARGS__);                                               \
-      fprintf(stderr, "\n");                                                      \
-      fflush(stderr);                                                             \
-      _exit(1);                                                                   \
-    }                                                                             \
-  } while (0)
+/* CHECK (tests/check.h) names the rank and fails the whole job at once: mpirun ends
+   every rank when one exits non-zero. */
+#define CHECK_RANK() hvd_rank()
+#define CHECK_FATAL 1
+#include "tests/check.h"
 
 #define CHECK_STATUS(expr, want)                                                  \
   do {                                                                            \

@@ -17,17 +17,9 @@
 #include <string.h>
 
 static int world_rank, world_size;
-static int failures;
 
-#define CHECK(cond, ...)                                                        \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      fprintf(stderr, "rank %d: %s:%d: ", world_rank, __FILE__, __LINE__);      \
-      fprintf(stderr, __VA_ARGS__);                                             \
-      fprintf(stderr, "\n");                                                    \
-      failures++;                                                               \
-    }                                                                           \
-  } while (0)
+#define CHECK_RANK() world_rank
+#include "tests/check.h"
 
 static void mpi_check(int rc, const char *what)
 {

@@ -12,17 +12,8 @@
 
 #include "collectives/coll.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);            \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fprintf(stderr, "\n");                                          \
-      failures++;                                                     \
-      if (failures > 20) exit(1);                                     \
-    }                                                                 \
-  } while (0)
+#define CHECK_MAX_FAILURES 20
+#include "tests/check.h"
 
 static int is_unsigned(coll_dtype_t d) { return d == COLL_UINT8; }
 

@@ -13,17 +13,10 @@
 #include "collectives/coll.h"
 #include "guard.h"
 
-static int rank, size, wrong;
+static int rank, size;
 
-#define CHECK(cond, ...)                                               \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      fprintf(stderr, "rank %d FAIL line %d: ", rank, __LINE__);       \
-      fprintf(stderr, __VA_ARGS__);                                    \
-      fprintf(stderr, "\n");                                           \
-      wrong++;                                                         \
-    }                                                                  \
-  } while (0)
+#define CHECK_RANK() rank
+#include "tests/check.h"
 
 static double value(int r, size_t i) { return (double)((r * 5 + i) % 9); }
 
@@ -245,7 +238,7 @@ int main(int argc, char **argv) {
   if (big && atoi(big)) test_big_message(t);
   coll_transport_destroy(t);
   int total = 0;
-  MPI_Allreduce(&wrong, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) printf("test_coll_mpi: np=%d, %d failed checks\n", size, total);
   MPI_Finalize();
   return total ? 1 : 0;
