@@ -2,15 +2,15 @@
 # Allreduce side by side, float32 sum, np ranks on this machine: our ring
 # (build/allreduce_bench --backend ring), the MPI library through the same program
 # (--backend mpi), MPI_Sendrecv one-way bandwidth (--backend sendrecv), the hvd runtime
-# (--backend hvd, when the bench has it), the MPI peer (shared/tools/peers) and Gloo
+# (--backend hvd, when the bench has it), the MPI peer (scripts/peers) and Gloo
 # through PyTorch. Runs every program once per repetition, interleaved (A B A B), and
 # prints each one's median busbw (GB/s) per size, then the ratios the goals are about.
 #   usage: scripts/compare_allreduce.sh [-np N] [-reps R] [-b MIN] [-e MAX] [--no-gloo]
-#   env:   HVD_BUILD (default build), PEERS (default /work/shared/tools/peers)
+#   env:   HVD_BUILD (default build), PEERS (default scripts/peers)
 set -u
 cd "$(dirname "$0")/.."
 build=${HVD_BUILD:-build}
-peers=${PEERS:-/work/shared/tools/peers}
+peers=${PEERS:-scripts/peers}
 np=2; reps=3; lo=1048576; hi=268435456; gloo=1
 while [ $# -gt 0 ]; do
   case "$1" in

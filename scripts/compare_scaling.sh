@@ -31,8 +31,7 @@ mpirun_args=${MPIRUN_ARGS:---bind-to none}
 bucket_args=()
 [ -n "${BUCKET_MB:-}" ] && bucket_args+=(--bucket_mb "$BUCKET_MB")
 [ -n "${FIRST_BUCKET_MB:-}" ] && bucket_args+=(--first_bucket_mb "$FIRST_BUCKET_MB")
-peer=/work/shared/tools/peers/torch_ddp_bench.py
-[ -f "$peer" ] || peer=../shared/tools/peers/torch_ddp_bench.py
+peer=scripts/peers/torch_ddp_bench.py
 py=/usr/bin/python3
 bench=$build/cnn_bench
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Training speed of nn against PyTorch on the CPU, side by side (a benchmark, not a test).
 # For each model and thread count: REPS repetitions of ours (build/nn_train_bench) and
-# PyTorch's (shared/tools/peers/torch_ddp_bench.py, NPROC=1), alternating A B A B, same
+# PyTorch's (scripts/peers/torch_ddp_bench.py, NPROC=1), alternating A B A B, same
 # model, batch and thread count; prints every run, the medians and ours/torch.
 # Usage: scripts/compare_torch_cpu.sh [BUILD_DIR]
 # Environment: MODELS ("lenet resnet20"), THREADS ("1 2"), BATCH (64), REPS (5),
 #   STEPS_lenet (20), STEPS_resnet20 (8), PROFILE=1 (our per-layer times after each
-#   model/thread pair), PEERS (/work/shared/tools/peers), PYTHON (/usr/bin/python3).
+#   model/thread pair), PEERS (scripts/peers), PYTHON (/usr/bin/python3).
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ MODELS=${MODELS:-"lenet resnet20"}
 THREADS=${THREADS:-"1 2"}
 BATCH=${BATCH:-64}
 REPS=${REPS:-5}
-PEERS=${PEERS:-/work/shared/tools/peers}
+PEERS=${PEERS:-scripts/peers}
 PYTHON=${PYTHON:-/usr/bin/python3}
 ours=$build/nn_train_bench
 

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-PEERS = "/work/shared/tools/peers"
+PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers")
 sys.path.insert(0, PEERS)
 import torch_models  # noqa: E402  (lenet, resnet20: the reference definitions)
 

@@ -4,7 +4,7 @@ run as /usr/bin/python3 scripts/torch_roundtrip.py after `make`).
 
 1. nn -> torch: build/tests/test_nn_model_safetensors --export DIR writes lenet and
    resnet20 (after one training step) and the logits nn computes on an input; this script
-   loads each file into the reference model (shared/tools/peers/torch_models.py) with
+   loads each file into the reference model (scripts/peers/torch_models.py) with
    load_state_dict(strict=True) and compares eval- and training-mode logits. With --all,
    also mlp, trivial, resnet50, resnet101, vgg16 and alexnet at their init (eval logits
    only: training mode has dropout), against the torchvision-equivalent definitions in

@@ -3,7 +3,7 @@
 reference model and prints its test accuracy on the same test samples train used, as
 "test accuracy: NN.NN%". Reads safetensors and IDX by hand (no extra packages).
 Usage: train_torch_eval.py FILE MODEL DATA_DIR MAX_TEST
-The model definitions are those of shared/tools/peers/torch_models.py."""
+The model definitions are those of scripts/peers/torch_models.py."""
 import gzip
 import json
 import struct
