@@ -9,35 +9,24 @@ shape arguments (see each case). Then, if scripts/fixtures_models.py exists, cal
 write(root) for the full-model fixtures. Deterministic: fixed seeds and one thread, so a
 rerun writes identical files.
 """
-import json, os, struct, sys
+import os, sys
 
 import torch
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", "tests", "fixtures"))
-
-DTYPES = {torch.float32: "F32", torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8"}
-
+sys.path.insert(0, HERE)  # fixtures_models, the safetensors writer and the model fixtures
 
 def st_write(path, tensors):
-    """Writes a dict name -> tensor as safetensors (header order = insertion order)."""
-    header, blobs, off = {}, [], 0
+    """Writes a dict name -> tensor as safetensors (header order = insertion order), through
+    fixtures_models.st_write (one writer): float64 tensors are stored as float32."""
+    import fixtures_models
+    arrays = {}
     for name, t in tensors.items():
         t = t.detach().contiguous()
-        if t.dtype == torch.float64:
-            t = t.float()
-        raw = t.numpy().tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - (8 + len(h)) % 8) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-    os.replace(tmp, path)
+        arrays[name] = (t.float() if t.dtype == torch.float64 else t).numpy()
+    fixtures_models.st_write(path, arrays)
 
 
 def rand(*shape):
@@ -194,11 +183,9 @@ def main():
     torch.set_num_threads(1)
     root = os.path.normpath(sys.argv[1]) if len(sys.argv) > 1 else ROOT
     print("wrote", write_layers(root))
-    if os.path.exists(os.path.join(HERE, "fixtures_models.py")):
-        sys.path.insert(0, HERE)
-        import fixtures_models
-        fixtures_models.write(root)
-        print("wrote", os.path.join(root, "models"))
+    import fixtures_models
+    fixtures_models.write(root)
+    print("wrote", os.path.join(root, "models"))
 
 
 if __name__ == "__main__":
