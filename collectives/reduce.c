@@ -102,31 +102,29 @@ float coll_bfloat16_to_float(uint16_t b) { return bf16_to_float(b); }
 #define OP_USUM(T, U) ((T)((U)(x) + (U)(y)))
 #define OP_UPROD(T, U) ((T)((U)(x) * (U)(y)))
 
+/* OUT[i] = EXPR(x = A[i], y = B[i]) over n elements, blocked so the compiler vectorises
+   the inner loop. One body for the out-of-place and the in-place kernel (OUT == A). */
+#define REDUCE_LOOP(T, EXPR, OUT, A, B, N)                                             \
+  size_t i = 0;                                                                        \
+  for (; i + REDUCE_BLOCK <= (N); i += REDUCE_BLOCK)                                   \
+    for (size_t j = 0; j < REDUCE_BLOCK; j++) {                                        \
+      T x = (A)[i + j], y = (B)[i + j];                                                \
+      (OUT)[i + j] = (T)(EXPR);                                                        \
+    }                                                                                  \
+  for (; i < (N); i++) {                                                               \
+    T x = (A)[i], y = (B)[i];                                                          \
+    (OUT)[i] = (T)(EXPR);                                                              \
+  }
+
+/* Two kernels per op: restrict promises no aliasing, which the in-place call (out == a)
+   would break, so it has its own signature rather than passing io twice. */
 #define DEFINE_REDUCE(NAME, T, EXPR)                                                   \
   REDUCE_CLONES static void NAME##_oop(T *restrict out, const T *restrict a,           \
                                        const T *restrict b, size_t n) {                \
-    size_t i = 0;                                                                      \
-    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)                                   \
-      for (size_t j = 0; j < REDUCE_BLOCK; j++) {                                      \
-        T x = a[i + j], y = b[i + j];                                                  \
-        out[i + j] = (T)(EXPR);                                                        \
-      }                                                                                \
-    for (; i < n; i++) {                                                               \
-      T x = a[i], y = b[i];                                                            \
-      out[i] = (T)(EXPR);                                                              \
-    }                                                                                  \
+    REDUCE_LOOP(T, EXPR, out, a, b, n)                                                 \
   }                                                                                    \
   REDUCE_CLONES static void NAME##_inp(T *restrict io, const T *restrict b, size_t n) {\
-    size_t i = 0;                                                                      \
-    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)                                   \
-      for (size_t j = 0; j < REDUCE_BLOCK; j++) {                                      \
-        T x = io[i + j], y = b[i + j];                                                 \
-        io[i + j] = (T)(EXPR);                                                         \
-      }                                                                                \
-    for (; i < n; i++) {                                                               \
-      T x = io[i], y = b[i];                                                           \
-      io[i] = (T)(EXPR);                                                               \
-    }                                                                                  \
+    REDUCE_LOOP(T, EXPR, io, io, b, n)                                                 \
   }
 
 #define DEFINE_FOUR(PFX, T, SUMX, PRODX)  \
