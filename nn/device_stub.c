@@ -1,8 +1,9 @@
 /* nn/device_stub.c: the device API of nn/nn_cuda.h in a build without CUDA
-   (HVD_WITH_CUDA unset): every call says the build lacks CUDA, so programs can call it
+   (NN_WITH_CUDA unset): every call says the build lacks CUDA, so programs can call it
    unconditionally and fall back to the CPU. With CUDA, nn/cuda/ defines these. */
-#ifndef HVD_WITH_CUDA
+#ifndef NN_WITH_CUDA
 #include "nn/nn_cuda.h"
+#include "nn/model_internal.h"
 
 #include <stddef.h>
 
@@ -25,34 +26,9 @@ int nn_cuda_is_device_ptr(const void *p) {
   return 0;
 }
 
-nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
-  (void)m;
-  if (device == NN_DEVICE_CPU) return NN_OK;
-  return no_cuda("nn_model_to_device");
-}
-nn_device_t nn_model_device(const nn_model_t *m) {
-  (void)m;
-  return NN_DEVICE_CPU;
-}
-float *nn_model_device_params(nn_model_t *m) {
-  (void)m;
-  return NULL;
-}
-float *nn_model_device_grads(nn_model_t *m) {
-  (void)m;
-  return NULL;
-}
 const float *nn_model_device_logits(const nn_model_t *m) {
   (void)m;
   return NULL;
-}
-nn_status_t nn_model_sync_to_host(nn_model_t *m) {
-  (void)m;
-  return NN_OK;
-}
-nn_status_t nn_model_sync_to_device(nn_model_t *m) {
-  (void)m;
-  return NN_OK;
 }
 nn_status_t nn_cuda_optim_create(nn_cuda_optim_t **out, const nn_optim_config_t *cfg,
                                  size_t count) {
@@ -99,11 +75,11 @@ nn_status_t nn_model_optim_step_cuda(nn_model_t *m, nn_cuda_optim_t *o, float lr
   (void)m, (void)o, (void)lr;
   return no_cuda("nn_model_optim_step_cuda");
 }
-nn_status_t nn_model_loss_scale(nn_model_t *m, float *scale, int64_t *skipped_steps) {
-  (void)m;
-  if (scale) *scale = 1.0f;
-  if (skipped_steps) *skipped_steps = 0;
-  return NN_OK;
+nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
+  int done;
+  nn_status_t s = nn_model_to_device_args(m, device, &done);
+  if (s != NN_OK || done) return s;
+  return no_cuda("nn_model_to_device");
 }
 #else
 /* ISO C forbids an empty translation unit. */

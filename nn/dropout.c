@@ -1,15 +1,7 @@
-/* nn/dropout.c: inverted dropout with a counter-based random stream (CPU reference).
-   Element i of (seed, step) keeps its value when a hash of (seed, step, i) falls at or
-   above p: no generator state, so any step can be replayed, any range computed
-   independently (threads, or a GPU backend drawing the same mask). */
+/* nn/dropout.c: inverted dropout (CPU reference) over the counter-based random stream
+   of nn/dropout_rng.h, which the CUDA kernel shares, so both draw the same masks. */
+#include "nn/dropout_rng.h"   /* the stream, shared with the CUDA kernel */
 #include "nn/nn.h"
-
-/* splitmix64's finaliser: a strong 64-bit mix of a counter. */
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 void nn_dropout_forward(size_t count, float p, uint64_t seed, uint64_t step, const float *x,
                         float *y, uint8_t *mask) {
@@ -28,12 +20,10 @@ void nn_dropout_forward(size_t count, float p, uint64_t seed, uint64_t step, con
     return;
   }
   const float scale = 1.0f / (1.0f - p);
-  /* Keep when the top 24 bits, as a fraction of 2^24, are >= p. */
-  const uint32_t threshold = (uint32_t)((double)p * 16777216.0);
-  const uint64_t key = mix64(seed ^ mix64(step + 0x9e3779b97f4a7c15ULL));
+  const uint32_t threshold = nn_dropout_threshold(p);
+  const uint64_t key = nn_dropout_key(seed, step);
   for (size_t i = 0; i < count; i++) {
-    uint32_t r = (uint32_t)(mix64(key + i * 0x9e3779b97f4a7c15ULL) >> 40);
-    uint8_t keep = r >= threshold;
+    uint8_t keep = (uint8_t)nn_dropout_keep(key, i, threshold);
     mask[i] = keep;
     y[i] = keep ? x[i] * scale : 0.0f;
   }

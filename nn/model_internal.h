@@ -1,22 +1,37 @@
-/* nn/model_internal.h: the layer graph behind nn_model_t, shared by model.c (forward,
-   backward, buffers), models.c (builders by name) and model_io.c (safetensors).
-   Not public: programs use nn.h only. */
+/* nn/model_internal.h: the layer graph behind nn_model_t and the backend interface.
+   model.c builds the graph (models.c names the built-in ones, model_io.c saves and
+   loads it); model_walk.c walks it (forward, loss, backward, the update) through the
+   backend the model lives on: model_cpu.c (host memory, the reference) or
+   cuda/model_cuda.c (a GPU). A backend knows how to run each layer kind on its device;
+   the walk knows the graph. Not public: programs use nn.h only. */
 #ifndef NN_MODEL_INTERNAL_H
 #define NN_MODEL_INTERNAL_H
 
+#include "nn/dropout_rng.h"
 #include "nn/nn.h"
 
+/* The layer kinds, each with the stem of its functions in every backend: a backend
+   defines static stem_forward and stem_backward (nn_layer_ops_t) for every kind and
+   fills its table with NN_LAYER_KIND_LIST(NN_LAYER_OPS_ENTRY), so a new kind is one
+   line here and one function pair per backend, and a backend without it fails to
+   compile. */
+#define NN_LAYER_KIND_LIST(X)       \
+  X(NN_LAYER_CONV2D, conv)          \
+  X(NN_LAYER_BATCHNORM2D, bn)       \
+  X(NN_LAYER_RELU, relu)            \
+  X(NN_LAYER_MAXPOOL2D, maxpool)    \
+  X(NN_LAYER_AVGPOOL2D, avgpool)    \
+  X(NN_LAYER_GLOBAL_AVGPOOL, gap)   \
+  X(NN_LAYER_LINEAR, linear)        \
+  X(NN_LAYER_DROPOUT, dropout)      \
+  X(NN_LAYER_FLATTEN, flatten)      \
+  X(NN_LAYER_ADD, add)
+#define NN_LAYER_ENUM_ENTRY(kind, stem) kind,
+#define NN_LAYER_OPS_ENTRY(kind, stem) [kind] = {stem##_forward, stem##_backward},
+
 typedef enum {
-  NN_LAYER_CONV2D,
-  NN_LAYER_BATCHNORM2D,
-  NN_LAYER_RELU,
-  NN_LAYER_MAXPOOL2D,
-  NN_LAYER_AVGPOOL2D,
-  NN_LAYER_GLOBAL_AVGPOOL,
-  NN_LAYER_LINEAR,
-  NN_LAYER_DROPOUT,
-  NN_LAYER_FLATTEN,
-  NN_LAYER_ADD
+  NN_LAYER_KIND_LIST(NN_LAYER_ENUM_ENTRY)
+  NN_LAYER_KINDS          /* the number of kinds */
 } nn_layer_kind_t;
 
 #define NN_MODEL_INPUT (-1) /* input index meaning "the model's input batch"       */
@@ -41,11 +56,18 @@ typedef struct {
   int counter;            /* batch norm num_batches_tracked index, -1 otherwise        */
   size_t param_begin, param_end; /* range of this layer's params in params[]           */
 
-  /* activations for cfg.batch samples. A view (flatten, in-place relu) aliases its
-     input's out and dout instead of owning memory. */
+  /* The graph decides views: a flatten, and a relu that may overwrite its input
+     (nn_model_finish), alias their input's activations instead of owning memory. */
   int is_view;
   int consumers;          /* how many layers read this one's output                   */
-  float *out, *dout;
+
+  /* Activations for cfg.batch samples in the backend's memory and element type (host
+     floats on the CPU; device memory in the model's precision on a GPU), set up by the
+     backend. own_out/own_dout: allocated for this layer (else an alias), so released
+     by nn_model_free_activations. */
+  void *out, *dout;
+  int own_out, own_dout;
+  /* The CPU backend's per-layer state (model_cpu.c); NULL on other backends. */
   float *save_mean, *save_invstd; /* batch norm, c floats each                         */
   int32_t *argmax;        /* max pool                                                  */
   uint8_t *mask;          /* dropout                                                   */
@@ -85,37 +107,165 @@ struct nn_model {
   size_t num_buffers;
   int num_counters;
 
+  /* Host arrays: the parameters, gradients and buffers of a model on the CPU; the
+     mirror (nn_model_sync_to_host/_to_device) of one on a GPU. Counters always live
+     here (the host counts batch-norm steps on every backend). */
   float *params, *grads, *buffers;
   int64_t *counters;
+  nn_optim_t *optim;      /* nn_model_optim_create; on a GPU the host mirror of the
+                             device optimizer's state                                 */
+  nn_optim_config_t optim_cfg;
 
-  float *input;           /* copy of the last forward's input, for conv backward       */
-  float *dinput;          /* gradient scratch for layers other than conv/linear that
+  /* Where the model lives and runs (model_cpu.c unless nn_model_to_device moved it),
+     and that backend's private state (NULL on the CPU). */
+  const struct nn_backend *backend;
+  void *backend_state;
+
+  /* Backend memory, like the activations: */
+  void *input;            /* copy of the last forward's input, for conv backward       */
+  void *dinput;           /* gradient scratch for layers other than conv/linear that
                              read the input (none of the built-in models)             */
-  float *dlogits;         /* set by nn_model_loss                                      */
-  float *workspace;       /* conv im2col scratch shared by all convolutions            */
+  void *dlogits;          /* set by nn_model_loss                                      */
+  size_t act_size;        /* bytes per activation element on the backend               */
+  int need_dinput;        /* a layer other than conv/linear/flatten reads the input    */
+  float *workspace;       /* CPU: conv im2col scratch shared by all convolutions       */
   size_t workspace_floats;
 
   int last_n;             /* samples of the last forward                               */
   int last_training;
   int have_loss;          /* nn_model_loss ran after the last forward                  */
   uint64_t dropout_step;  /* forward passes in training mode, for dropout masks        */
-  void *cuda;             /* device state when on the GPU (nn/cuda/model_cuda.c), else NULL */
   nn_precision_config_t precision; /* defaults filled in; used by nn_model_to_device */
-  nn_model_hook_fn hook;  /* tests only (see above); the CPU walk only                  */
+  nn_model_hook_fn hook;  /* tests only (see above); host-memory backends only           */
   void *hook_ctx;
 };
 
-/* ---- what the CPU walk (model.c) and the device walk (cuda/model_cuda.c) share ---- */
+/* ---- the backend interface ----
+   The walk (model_walk.c) runs a model through the table of the backend it lives on.
+   Every pointer a backend hands the walk or its layers (activations, m->input, ...) is
+   in that backend's memory; the walk never dereferences one, it only passes them on
+   (and to the test hook on host backends). A new layer kind is one entry per table. */
+typedef struct {
+  /* Layer i over the first n samples: reads its input(s), writes l->out. */
+  nn_status_t (*forward)(nn_model_t *m, int i, int n, int training);
+  /* ADDS into the gradient(s) of its input(s) and its parameter gradients; by return
+     this layer's parameter gradients are final in the home gradients (what
+     nn_model_grads_home points to), as the grad-ready callback announces them. */
+  nn_status_t (*backward)(nn_model_t *m, int i, int n);
+} nn_layer_ops_t;
+
+typedef struct nn_backend {
+  const char *name;                         /* for messages: "CPU", "CUDA"           */
+  nn_device_t device;
+  nn_layer_ops_t layer[NN_LAYER_KINDS];
+  /* Backend memory: zero and copy bytes (may be asynchronous, in order). */
+  nn_status_t (*zero)(void *p, size_t bytes);
+  nn_status_t (*copy)(void *dst, const void *src, size_t bytes);
+  /* The host batch x (n samples) into m->input; also whatever the layers need before
+     a forward (the compute copy of the weights). Refuses what the backend cannot run. */
+  nn_status_t (*load_input)(nn_model_t *m, const float *x, int n);
+  nn_status_t (*forward_done)(nn_model_t *m, int n);    /* NULL: nothing to do     */
+  /* Loss of the last forward (m->last_n samples); fills m->dlogits. labels: host
+     memory, or device memory on a device backend. loss/correct may be NULL. */
+  nn_status_t (*loss)(nn_model_t *m, const int32_t *labels, float *loss, int *correct);
+  const float *(*logits_host)(const nn_model_t *m);     /* last forward's, host   */
+  /* Parameters and gradients where this backend keeps them (float32, param_len). */
+  float *(*params_home)(nn_model_t *m);
+  float *(*grads_home)(nn_model_t *m);
+  nn_status_t (*zero_grads)(nn_model_t *m);
+  nn_status_t (*scale_grads)(nn_model_t *m, size_t from, size_t to, float factor);
+  /* m->optim was created (or replaced): make the backend's optimizer from m->optim_cfg
+     and m->optim's state. NULL: m->optim itself is the optimizer. */
+  nn_status_t (*optim_attach)(nn_model_t *m);
+  nn_status_t (*optim_step)(nn_model_t *m, float lr);
+  /* Host arrays <-> the backend's copies (params, buffers, optimizer state); NULL on
+     the host. */
+  nn_status_t (*sync_to_host)(nn_model_t *m);
+  nn_status_t (*sync_to_device)(nn_model_t *m);
+  nn_status_t (*loss_scale)(nn_model_t *m, float *scale, int64_t *skipped); /* NULL: 1 */
+  /* Frees everything the backend allocated for m (activations included) and leaves
+     m->backend_state NULL. */
+  void (*release)(nn_model_t *m);
+} nn_backend_t;
+
+/* The checks of nn_model_to_device common to the CUDA build (nn/cuda/model_cuda.c) and
+   the build without it (nn/device_stub.c): NN_OK with *done = 1 when m is already on
+   device; NN_OK with *done = 0 when the move to CUDA is to be made; an error otherwise. */
+static inline nn_status_t nn_model_to_device_args(const nn_model_t *m, nn_device_t device,
+                                                  int *done) {
+  *done = 0;
+  if (!m) return nn_set_error(NN_ERR_ARG, "nn_model_to_device: NULL model");
+  if (device == m->backend->device) {
+    *done = 1;
+    return NN_OK;
+  }
+  if (device == NN_DEVICE_CPU)
+    return nn_set_error(NN_ERR_UNSUPPORTED, "nn_model_to_device: moving a model back to "
+                        "the CPU is not supported (nn_model_sync_to_host copies its state)");
+  if (device != NN_DEVICE_CUDA)
+    return nn_set_error(NN_ERR_ARG, "nn_model_to_device: unknown device %d", (int)device);
+  return NN_OK;
+}
+
+/* The CPU backend (model_cpu.c): allocates the host activations for cfg.batch and
+   makes it m's backend (nn_model_finish). */
+nn_status_t nn_cpu_backend_attach(nn_model_t *m);
+/* Frees the activations the layers own (own_out/own_dout) and m->input, m->dinput and
+   m->dlogits with free_fn (the backend's), and clears the pointers. */
+void nn_model_free_activations(nn_model_t *m, void (*free_fn)(void *));
+
+/* ---- what the backends share about a layer (inline: no backend calls another file
+   of nn for them) ---- */
+static inline size_t nn_layer_sample_size(const nn_layer_t *l) {
+  return (size_t)l->c * l->h * l->w;
+}
+static inline size_t nn_model_input_size(const nn_model_t *m) {
+  return (size_t)m->in_c * m->in_h * m->in_w;
+}
 /* Kernel shapes of layer l for a batch of n. */
-nn_conv2d_shape_t nn_layer_conv_shape(const nn_layer_t *l, int n);
-nn_pool2d_shape_t nn_layer_pool_shape(const nn_layer_t *l, int n);
-nn_batchnorm2d_shape_t nn_layer_bn_shape(const nn_layer_t *l, int n);
+static inline nn_conv2d_shape_t nn_layer_conv_shape(const nn_layer_t *l, int n) {
+  nn_conv2d_shape_t s = {n, l->in_c, l->in_h, l->in_w, l->c, l->kh, l->kw,
+                         l->stride, l->stride, l->pad, l->pad, l->h, l->w};
+  return s;
+}
+static inline nn_pool2d_shape_t nn_layer_pool_shape(const nn_layer_t *l, int n) {
+  nn_pool2d_shape_t s = {n, l->c, l->in_h, l->in_w, l->kh, l->kw, l->stride, l->stride,
+                         l->pad, l->pad, l->h, l->w};
+  return s;
+}
+static inline nn_batchnorm2d_shape_t nn_layer_bn_shape(const nn_layer_t *l, int n) {
+  nn_batchnorm2d_shape_t s = {n, l->c, l->h, l->w, l->eps, l->momentum};
+  return s;
+}
+/* The output of layer `in` (NN_MODEL_INPUT: the input copy) and its gradient. */
+static inline void *nn_layer_in(const nn_model_t *m, int in) {
+  return in == NN_MODEL_INPUT ? m->input : m->layers[in].out;
+}
+static inline void *nn_layer_in_grad(const nn_model_t *m, int in) {
+  return in == NN_MODEL_INPUT ? m->dinput : m->layers[in].dout;
+}
 /* Whether anybody needs the gradient of layer `in`'s output: not of the model input,
    nor of a flatten of it (mlp, trivial), so conv/linear can skip computing dx. */
-int nn_layer_input_grad_wanted(const nn_model_t *m, int in);
+static inline int nn_layer_input_grad_wanted(const nn_model_t *m, int in) {
+  if (in == NN_MODEL_INPUT) return 0;
+  const nn_layer_t *l = &m->layers[in];
+  return !(l->kind == NN_LAYER_FLATTEN && l->in[0] == NN_MODEL_INPUT);
+}
+/* The gradient buffer layer i's backward adds into for its first input: NULL for a
+   convolution or linear layer whose input gradient nobody wants. */
+static inline void *nn_layer_dx(const nn_model_t *m, int i) {
+  const nn_layer_t *l = &m->layers[i];
+  if ((l->kind == NN_LAYER_CONV2D || l->kind == NN_LAYER_LINEAR) &&
+      !nn_layer_input_grad_wanted(m, l->in[0]))
+    return NULL;
+  return nn_layer_in_grad(m, l->in[0]);
+}
 /* The dropout seed of layer i: its masks are drawn from (this, m->dropout_step), the
-   same on the CPU and the GPU. */
-uint64_t nn_layer_dropout_seed(const nn_model_t *m, int i);
+   same on the CPU and the GPU (splitmix64 of the model seed and the layer index). */
+static inline uint64_t nn_layer_dropout_seed(const nn_model_t *m, int i) {
+  uint64_t z = m->cfg.seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(i + 1));
+  return nn_dropout_mix64(z + 0x9E3779B97F4A7C15ull);
+}
 
 /* ---- graph construction (model.c), used by the builders in models.c ----
    Each add_* appends one layer reading layer `in` (NN_MODEL_INPUT for the input) and

@@ -1,5 +1,5 @@
 /* nn/models.c: the built-in models, built by name. Layer and tensor names follow the
-   reference definitions: lenet and resnet20 as shared/tools/peers/torch_models.py;
+   reference definitions: lenet and resnet20 as scripts/peers/torch_models.py;
    resnet50, resnet101, vgg16 and alexnet as torchvision.models. Layers are added in
    PyTorch's registration order, which is both the state_dict order and a valid forward
    order (torchvision computes a block's downsample after its main branch).

@@ -231,14 +231,49 @@ nn_status_t nn_model_loss(nn_model_t *m, const int32_t *labels, float *loss, int
    in this pass. Lets a training loop start allreduces of gradient buckets while
    backward goes on. */
 typedef void (*nn_grad_ready_fn)(void *ctx, size_t ready_from);
-/* Zeroes grads[], then back-propagates the last loss. on_ready may be NULL. */
+/* Zeroes the gradients, then back-propagates the last loss. on_ready may be NULL. */
 nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ctx);
+
+/* ---- where a model lives ----
+   A model is built on the CPU; nn_model_to_device moves it to a GPU (a build with CUDA
+   and a device: see nn_cuda.h), after which forward, loss, backward, the gradients and
+   the optimizer step (nn_model_optim_*) run there without host round trips. The host
+   arrays (nn_model_params, nn_model_grads, nn_model_buffers, nn_model_optim_state) are
+   then a mirror: nn_model_sync_to_host refreshes it (before saving, printing or
+   broadcasting from it), nn_model_sync_to_device pushes it (after loading or editing
+   it). On the CPU the host arrays are the model itself and both syncs do nothing, so
+   a training loop written against this section runs unchanged on either device.
+   Counters (nn_model_counters) always live on the host. */
+/* Moves m to `device` with its parameters, buffers and optimizer (state included).
+   NN_DEVICE_CPU on a model on the CPU does nothing; back from a GPU is
+   NN_ERR_UNSUPPORTED; NN_DEVICE_CUDA without CUDA or a device is NN_ERR_UNSUPPORTED. */
+nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device);
+nn_device_t nn_model_device(const nn_model_t *m);
+/* The parameters and gradients where the model computes with them, param_len floats
+   each, in the layout of nn_model_params: device memory on a GPU, the host arrays on
+   the CPU. Hand nn_model_grads_home to the gradient allreduce. */
+float *nn_model_params_home(nn_model_t *m);
+float *nn_model_grads_home(nn_model_t *m);
+/* Host arrays <-> the device copies: params, buffers and the optimizer state and step.
+   Wait for the GPU. */
+nn_status_t nn_model_sync_to_host(nn_model_t *m);
+nn_status_t nn_model_sync_to_device(nn_model_t *m);
+/* Sets every gradient to zero (a step with no samples still joins the allreduce). */
+nn_status_t nn_model_zero_grads(nn_model_t *m);
+/* Multiplies gradients [from, to) by factor where they live: for a training loop that
+   weights a rank's uneven last batch; callable from the grad-ready callback for the
+   range it just announced (on a GPU the scaling is enqueued before the allreduce). */
+nn_status_t nn_model_scale_grads(nn_model_t *m, size_t from, size_t to, float factor);
+/* The current loss scale and how many updates were skipped for inf/NaN gradients so far
+   (1 and 0 unless the model runs in fp16/bf16 on a GPU). Waits for the GPU: for logs,
+   not for every step. */
+nn_status_t nn_model_loss_scale(nn_model_t *m, float *scale, int64_t *skipped_steps);
 
 /* ---- mixed precision (models on the CUDA device only) ----
    fp16/bf16: activations, convolution and GEMM inputs in half precision with float32
    accumulation (tensor cores); float32 master weights, gradients (what hvd reduces),
    batch-norm statistics and optimizer state. The loss is scaled before backward so that
-   small float16 gradients do not flush to zero; nn_model_optim_step_cuda unscales them,
+   small float16 gradients do not flush to zero; nn_model_optim_step unscales them,
    skips the update when any is inf/NaN and adapts the scale (PyTorch's GradScaler
    rules), all on the device without waiting for it. */
 typedef enum { NN_PRECISION_FP32 = 0, NN_PRECISION_FP16 = 1, NN_PRECISION_BF16 = 2 }
@@ -322,6 +357,21 @@ nn_status_t nn_optim_step(nn_optim_t *o, float *params, const float *grads, floa
 /* State for checkpoints: the floats (momentum buffer, or m then v) and the step count. */
 float *nn_optim_state(nn_optim_t *o, size_t *count);
 int64_t *nn_optim_step_count(nn_optim_t *o);
+
+/* ---- a model's own optimizer, where its parameters live ----
+   nn_model_optim_create gives m an optimizer over its param_len parameters (replacing
+   any previous one; before or after nn_model_to_device: a move takes it along).
+   nn_model_optim_step applies it to the home parameters and gradients: on a GPU one
+   fused kernel, and in fp16/bf16 it also divides the gradients by the loss scale, skips
+   the update when any is inf or NaN and adapts the scale (PyTorch's GradScaler rules),
+   all enqueued on nn's stream without waiting. Call it after the gradients are reduced.
+   nn_model_optim_state / _step_count: the state as nn_optim_state, in host memory
+   (on a GPU the mirror that nn_model_sync_to_host refreshes and nn_model_sync_to_device
+   pushes), for checkpoints and broadcasts; NULL (count 0) before an optimizer exists. */
+nn_status_t nn_model_optim_create(nn_model_t *m, const nn_optim_config_t *cfg);
+nn_status_t nn_model_optim_step(nn_model_t *m, float lr);
+float *nn_model_optim_state(nn_model_t *m, size_t *count);
+int64_t *nn_model_optim_step_count(nn_model_t *m);
 
 /* ---- learning-rate schedules ---- */
 typedef enum { NN_LR_CONSTANT, NN_LR_STEP, NN_LR_COSINE } nn_lr_kind_t;

@@ -1,6 +1,6 @@
 /* nn/nn_cuda.h: the CUDA backend of nn (cuDNN, cuBLAS and nn's own kernels).
 
-   Built when the Makefile finds CUDA (HVD_WITH_CUDA=1). Without it, or on a machine
+   Built when the Makefile finds CUDA (NN_WITH_CUDA=1). Without it, or on a machine
    without a GPU or driver, every function here returns NN_ERR_UNSUPPORTED (or 0 for
    nn_cuda_available) and nothing touches CUDA: the CPU paths run as in a CPU-only build.
 
@@ -11,13 +11,10 @@
    call. Every CUDA, cuDNN and cuBLAS call is checked and a failure is NN_ERR_BACKEND
    with the file and line in nn_last_error().
 
-   Models on the device: nn_model_to_device moves a model built by nn_model_create.
-   Parameters, gradients, running statistics, activations and the optimizer state then
-   live in device memory and forward/backward/loss run there without host round trips
-   (the loss and the number of correct predictions are copied back only when asked).
-   The host arrays (nn_model_params, nn_model_buffers, ...) are a mirror refreshed by
-   nn_model_sync_to_host (before saving or printing) and pushed by nn_model_sync_to_device
-   (after loading or editing them). */
+   Models on the device: nn.h's device-neutral model API (nn_model_to_device,
+   nn_model_optim_*, nn_model_sync_*, nn_model_*_home) is all a training loop needs; a
+   model on the device copies back only the loss and the number of correct predictions,
+   and only when asked. The model functions below are the device-only views of it. */
 #ifndef NN_CUDA_H
 #define NN_CUDA_H
 
@@ -122,30 +119,18 @@ nn_status_t nn_cuda_optim_state_to_device(nn_cuda_optim_t *o, const float *state
                                           size_t count, int64_t step);
 
 /* ---- models on device ---- */
-/* Moves m to NN_DEVICE_CUDA (only that; NN_DEVICE_CPU after CUDA is NN_ERR_UNSUPPORTED).
-   Allocates everything on the current device and copies params, buffers, counters. */
-nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device);
-nn_device_t nn_model_device(const nn_model_t *m);
-/* Device parameter and gradient buffers (same layout as the host ones); NULL on CPU.
-   Reduce nn_model_device_grads with hvd_allreduce / hvd_grad_buckets (no compression). */
+/* Device parameter and gradient buffers (nn_model_params_home/_grads_home of a model
+   on the device); NULL on the CPU. */
 float *nn_model_device_params(nn_model_t *m);
 float *nn_model_device_grads(nn_model_t *m);
-/* Logits of the last forward, in device memory. */
+/* Logits of the last forward, in device memory (float32); NULL on the CPU. */
 const float *nn_model_device_logits(const nn_model_t *m);
-nn_status_t nn_model_sync_to_host(nn_model_t *m);    /* params, buffers, counters */
-nn_status_t nn_model_sync_to_device(nn_model_t *m);
 
-/* ---- a training step's update for a model on the device ----
-   fp32: nn_cuda_optim_step on the model's parameters and gradients. fp16/bf16 (mixed
-   precision, nn_model_set_precision): divides the gradients by the loss scale, skips the
-   update when any gradient is inf or NaN, updates the float32 master weights and adapts
-   the loss scale (backoff after an overflow, growth after growth_interval clean steps).
-   Everything is enqueued on nn's stream: nothing waits for the GPU. Call it after the
-   gradients are reduced (hvd_grad_buckets_wait / hvd_allreduce). */
+/* An update with a device optimizer the caller owns (nn_cuda_optim_create for
+   nn_model_param_len parameters), instead of the model's own (nn_model_optim_step, the
+   same rules): fp32 is nn_cuda_optim_step on the model's parameters and gradients;
+   fp16/bf16 also unscale, skip on inf/NaN and adapt the loss scale. */
 nn_status_t nn_model_optim_step_cuda(nn_model_t *m, nn_cuda_optim_t *o, float lr);
-/* The current loss scale and how many updates were skipped for inf/NaN gradients so far
-   (1 and 0 in fp32). Waits for the GPU: for logs, not for every step. */
-nn_status_t nn_model_loss_scale(nn_model_t *m, float *scale, int64_t *skipped_steps);
 
 #ifdef __cplusplus
 }

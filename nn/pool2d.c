@@ -187,17 +187,17 @@ nn_status_t nn_maxpool2d_backward(const nn_pool2d_shape_t *s, const int32_t *arg
   return NN_OK;
 }
 
-static void avgpool_forward_task(void *vj, int t, int worker) {
-  (void)worker;
-  const pool_job_t *j = vj;
+/* Average pooling over one task's planes, each window clipped to the input (padded
+   cells count as zeros): forward y = window sum / window size, or backward
+   dx += dy / window size over the window. */
+static void avgpool_planes(const pool_job_t *j, int t, int backward) {
   const nn_pool2d_shape_t *s = j->s;
   const int H = s->h_in, W = s->w_in, Ho = s->h_out, Wo = s->w_out;
   const float inv = 1.0f / (float)(s->kh * s->kw);
   int p0 = t * j->planes_per_task, p1 = p0 + j->planes_per_task;
   if (p1 > j->planes) p1 = j->planes;
   for (int pl = p0; pl < p1; pl++) {
-    const float *x = j->x + (size_t)pl * H * W;
-    float *y = j->y + (size_t)pl * Ho * Wo;
+    const size_t in_off = (size_t)pl * H * W, out_off = (size_t)pl * Ho * Wo;
     for (int oh = 0; oh < Ho; oh++) {
       int h0 = oh * s->stride_h - s->pad_h, h1 = h0 + s->kh;
       if (h0 < 0) h0 = 0;
@@ -206,13 +206,31 @@ static void avgpool_forward_task(void *vj, int t, int worker) {
         int w0 = ow * s->stride_w - s->pad_w, w1 = w0 + s->kw;
         if (w0 < 0) w0 = 0;
         if (w1 > W) w1 = W;
-        float acc = 0;
-        for (int ih = h0; ih < h1; ih++)
-          for (int iw = w0; iw < w1; iw++) acc += x[ih * W + iw];
-        y[oh * Wo + ow] = acc * inv;
+        if (backward) {
+          float *dx = j->dx + in_off;
+          float g = j->dy[out_off + (size_t)oh * Wo + ow] * inv;
+          for (int ih = h0; ih < h1; ih++)
+            for (int iw = w0; iw < w1; iw++) dx[ih * W + iw] += g;
+        } else {
+          const float *x = j->x + in_off;
+          float acc = 0;
+          for (int ih = h0; ih < h1; ih++)
+            for (int iw = w0; iw < w1; iw++) acc += x[ih * W + iw];
+          j->y[out_off + (size_t)oh * Wo + ow] = acc * inv;
+        }
       }
     }
   }
+}
+
+static void avgpool_forward_task(void *vj, int t, int worker) {
+  (void)worker;
+  avgpool_planes(vj, t, 0);
+}
+
+static void avgpool_backward_task(void *vj, int t, int worker) {
+  (void)worker;
+  avgpool_planes(vj, t, 1);
 }
 
 nn_status_t nn_avgpool2d_forward(const nn_pool2d_shape_t *s, const float *x, float *y) {
@@ -222,33 +240,6 @@ nn_status_t nn_avgpool2d_forward(const nn_pool2d_shape_t *s, const float *x, flo
   pool_job_t j = {s, x, NULL, y, NULL, NULL, NULL, 0, 0};
   pool_run(&j, avgpool_forward_task);
   return NN_OK;
-}
-
-static void avgpool_backward_task(void *vj, int t, int worker) {
-  (void)worker;
-  const pool_job_t *j = vj;
-  const nn_pool2d_shape_t *s = j->s;
-  const int H = s->h_in, W = s->w_in, Ho = s->h_out, Wo = s->w_out;
-  const float inv = 1.0f / (float)(s->kh * s->kw);
-  int p0 = t * j->planes_per_task, p1 = p0 + j->planes_per_task;
-  if (p1 > j->planes) p1 = j->planes;
-  for (int pl = p0; pl < p1; pl++) {
-    float *dx = j->dx + (size_t)pl * H * W;
-    const float *dy = j->dy + (size_t)pl * Ho * Wo;
-    for (int oh = 0; oh < Ho; oh++) {
-      int h0 = oh * s->stride_h - s->pad_h, h1 = h0 + s->kh;
-      if (h0 < 0) h0 = 0;
-      if (h1 > H) h1 = H;
-      for (int ow = 0; ow < Wo; ow++) {
-        int w0 = ow * s->stride_w - s->pad_w, w1 = w0 + s->kw;
-        if (w0 < 0) w0 = 0;
-        if (w1 > W) w1 = W;
-        float g = dy[oh * Wo + ow] * inv;
-        for (int ih = h0; ih < h1; ih++)
-          for (int iw = w0; iw < w1; iw++) dx[ih * W + iw] += g;
-      }
-    }
-  }
 }
 
 nn_status_t nn_avgpool2d_backward(const nn_pool2d_shape_t *s, const float *dy, float *dx) {

@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#ifdef HVD_WITH_CUDA
+#ifdef NN_WITH_CUDA
 #include "nn/cuda/cuda_internal.h"
 #include "tests/cuda_check.h"
 

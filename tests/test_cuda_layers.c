@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#ifdef HVD_WITH_CUDA
+#ifdef NN_WITH_CUDA
 #include "nn/cuda/cuda_internal.h"   /* nn_cuda_conv_searches */
 #include "tests/cuda_check.h"
 

@@ -2,7 +2,7 @@
    and bf16 on the GPU) against the same models in float32 on the CPU: logits and loss,
    every gradient (divided by the loss scale), batch-norm running statistics and
    evaluation logits after the step, with tolerances per model and precision; the
-   parameters after nn_model_optim_step_cuda exactly against SGD on the GPU's gradients.
+   parameters after nn_model_optim_step exactly against SGD on the GPU's gradients.
    Then the loss scaling itself: an overflowing scale skips the update (parameters and
    the optimizer's step count unchanged) and backs off; clean steps grow it; bf16 keeps
    a static scale of 1; input from device memory equals input from host memory; an
@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#ifdef HVD_WITH_CUDA
+#ifdef NN_WITH_CUDA
 #include "tests/cuda_check.h"
 
 #include "tests/mixed_precision_tolerances.h"
@@ -145,16 +145,15 @@ static void run_case(const mp_case_t *k, nn_precision_t p, int nhwc) {
      GPU's own (unscaled) gradients from the same starting weights, which must agree to
      float rounding whatever the gradients' own error. */
   nn_optim_config_t oc = {NN_OPTIM_SGD, MP_MOMENTUM, 0, MP_WEIGHT_DECAY, 0, 0, 0};
-  nn_optim_t *o, *own;
-  nn_cuda_optim_t *go;
+  nn_optim_t *own;
   float *expect_p = cc_host(np);
   memcpy(expect_p, nn_model_params(cpu), np * sizeof(float));
-  CC_OK(nn_optim_create(&o, &oc, np));
+  CC_OK(nn_model_optim_create(cpu, &oc));
+  CC_OK(nn_model_optim_create(gpu, &oc));
   CC_OK(nn_optim_create(&own, &oc, np));
-  CC_OK(nn_cuda_optim_create(&go, &oc, np));
-  CC_OK(nn_optim_step(o, nn_model_params(cpu), nn_model_grads(cpu), MP_LR));
+  CC_OK(nn_model_optim_step(cpu, MP_LR));
   CC_OK(nn_optim_step(own, expect_p, g, MP_LR));
-  CC_OK(nn_model_optim_step_cuda(gpu, go, MP_LR));
+  CC_OK(nn_model_optim_step(gpu, MP_LR));   /* unscales, checks, steps, adapts */
   CC_OK(nn_model_loss_scale(gpu, &scale, &skipped));
   int ok = skipped == 0 && scale == init_scale;
   printf("%-4s no update skipped (skipped %lld), scale %g (want %g)\n", ok ? "ok" : "FAIL",
@@ -170,9 +169,7 @@ static void run_case(const mp_case_t *k, nn_precision_t p, int nhwc) {
   CC_OK(nn_model_forward(gpu, x, k->batch, 0));
   check("eval logits after the step", cpu, nn_model_logits(gpu), 0, nn_model_logits(cpu),
         (size_t)k->batch * classes, k->eval[j]);
-  nn_optim_free(o);
   nn_optim_free(own);
-  nn_cuda_optim_free(go);
   nn_model_free(cpu);
   nn_model_free(gpu);
   free(x);

@@ -1,7 +1,8 @@
 /* test_cuda_model_step: one training step of whole models on the GPU against the same
    model on the CPU (same seed, same batch): logits and loss of the training forward,
-   every gradient, the parameters after an SGD-with-momentum step (nn_cuda_optim against
-   nn_optim applied to the GPU's own gradients: float rounding only), batch-norm running
+   every gradient, the parameters and the optimizer state after an SGD-with-momentum step
+   (the model's own optimizer, nn_model_optim_step, against nn_optim applied to the
+   GPU's own gradients: float rounding only), batch-norm running
    statistics, and the logits of an evaluation forward after a step on each side. Models:
    mlp, lenet, resnet20, alexnet (dropout: the GPU draws the CPU's mask) and resnet50 at
    64x64. Exits 77 without a CUDA device. Optional argument: a comma-separated list of
@@ -12,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#ifdef HVD_WITH_CUDA
+#ifdef NN_WITH_CUDA
 #include "tests/cuda_check.h"
 
 /* tol: logits, loss, running statistics. gtol: gradients. etol: evaluation logits
@@ -60,17 +61,25 @@ static void run_case(const case_t *k) {
   CC_OK(nn_cuda_to_host(g, nn_model_device_grads(gpu), np * sizeof(float)));
   memcpy(expect_p, nn_model_params(cpu), np * sizeof(float));
   nn_optim_config_t oc = {NN_OPTIM_SGD, 0.9f, 0, 1e-4f, 0, 0, 0};
-  nn_optim_t *o, *own;
-  nn_cuda_optim_t *go;
-  CC_OK(nn_optim_create(&o, &oc, np));
+  nn_optim_t *own;
+  /* Each model's own optimizer, where its parameters live (the train program's way). */
+  CC_OK(nn_model_optim_create(cpu, &oc));
+  CC_OK(nn_model_optim_create(gpu, &oc));
   CC_OK(nn_optim_create(&own, &oc, np));
-  CC_OK(nn_cuda_optim_create(&go, &oc, np));
-  CC_OK(nn_optim_step(o, nn_model_params(cpu), nn_model_grads(cpu), lr));
+  CC_OK(nn_model_optim_step(cpu, lr));
   CC_OK(nn_optim_step(own, expect_p, g, lr));
-  CC_OK(nn_cuda_optim_step(go, nn_model_device_params(gpu), nn_model_device_grads(gpu), lr));
+  CC_OK(nn_model_optim_step(gpu, lr));
   cc_compare("params = SGD on the GPU's gradients", nn_model_device_params(gpu), 1, expect_p,
              np, 1e-5);
-  CC_OK(nn_model_sync_to_host(gpu));
+  CC_OK(nn_model_sync_to_host(gpu));   /* params, buffers and the optimizer state */
+  size_t sn = 0, on = 0;
+  const float *gs = nn_model_optim_state(gpu, &sn), *os = nn_optim_state(own, &on);
+  if (sn != on) {
+    printf("FAIL optimizer state: %zu floats on the host mirror, want %zu\n", sn, on);
+    cc_failures++;
+  } else {
+    cc_compare("optimizer state (host mirror) = SGD's momentum", gs, 0, os, on, 1e-5);
+  }
   if (nn_model_num_buffers(cpu))
     cc_compare("batch-norm running statistics", nn_model_buffers(gpu), 0,
                nn_model_buffers(cpu), nn_model_num_buffers(cpu), k->tol);
@@ -78,11 +87,9 @@ static void run_case(const case_t *k) {
   CC_OK(nn_model_forward(gpu, x, k->batch, 0));
   cc_compare("eval logits after the step", nn_model_logits(gpu), 0, nn_model_logits(cpu),
              (size_t)k->batch * classes, k->etol);
-  nn_optim_free(o);
   nn_optim_free(own);
   free(g);
   free(expect_p);
-  nn_cuda_optim_free(go);
   nn_model_free(cpu);
   nn_model_free(gpu);
   free(x);

@@ -29,12 +29,12 @@
 #include "nn/nn.h"
 #include "tests/check.h"
 #include "tests/mixed_precision_tolerances.h"
+#include "util/clock.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ---- rounding to the half types, float to float ---- */
 
@@ -425,8 +425,7 @@ int main(int argc, char **argv) {
       only = argv[i];
     }
   }
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  const double t0 = util_now_s();
   test_rounding();
   printf("emulated error of one step against float32 over %d inputs, by metric (max "
          "relative: best and worst input;\nrelative L2, tensor norms: worst), and the "
@@ -437,8 +436,7 @@ int main(int argc, char **argv) {
     if (only && strcmp(only, mp_cases[i].name)) continue;
     run_case(&mp_cases[i]);
   }
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  printf("%.1f s\n", (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
+  printf("%.1f s\n", util_now_s() - t0);
   if (failures) printf("%d check(s) failed\n", failures);
   return failures ? 1 : 0;
 }

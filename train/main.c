@@ -10,14 +10,18 @@
        before the optimizer step;
      - validation loss and accuracy are sums and counts allreduced over the ranks;
      - only rank 0 prints and writes files.
-   --device gpu: the model, its gradients and the optimizer state live on GPU local_rank
-   (nn_model_to_device, nn_cuda_optim), the buckets are allreduced in device memory
-   (NCCL); the data stays on the host and nn_model_forward copies each batch up. The host
-   arrays of the model and of the CPU optimizer object are the mirror that broadcasts,
-   checkpoints, best weights and --export read: synced once per epoch and before export.
+   --device gpu: the model, its gradients and its optimizer live on GPU local_rank
+   (nn_model_to_device), the buckets are allreduced in device memory (NCCL); the data
+   stays on the host and nn_model_forward copies each batch up. The loop itself is the
+   same on either device: nn keeps parameters, gradients and optimizer where the model
+   lives (nn_model_optim_step, nn_model_scale_grads, nn_model_zero_grads), and the host
+   arrays (nn_model_params, nn_model_optim_state, ...) are the mirror that broadcasts,
+   checkpoints, best weights and --export read, refreshed by nn_model_sync_to_host once
+   per epoch and before export (no-ops on the CPU).
    --use-fp16 / --use-bf16 (GPU only): mixed precision (nn_model_set_precision before
-   the move, nn_model_optim_step_cuda for the update); weights, gradients, optimizer
-   state and checkpoints stay float32, and the fp16 loss scale is shown every epoch.
+   the move; nn_model_optim_step unscales and adapts the loss scale); weights, gradients,
+   optimizer state and checkpoints stay float32, and the fp16 loss scale is shown every
+   epoch.
    Flags: train/flags.c; data: train/data.c; checkpoints: train/checkpoint.c; callbacks
    (EarlyStopping, ModelCheckpoint, CSV): train/callbacks.c; TensorBoard:
    train/tfevents.c; progress display: train/progress.c. */
@@ -116,16 +120,13 @@ static void nn_check_rank(nn_status_t s, const char *what) {
   exit(1);
 }
 
-/* Device copies in floats (nn_cuda_* count bytes). In a build without CUDA they return
-   NN_ERR_UNSUPPORTED, and --device gpu stops before hvd_init anyway. */
-static nn_status_t gpu_to_host(float *dst, const float *src, size_t count) {
-  return nn_cuda_to_host(dst, src, count * sizeof(float));
-}
-static nn_status_t gpu_to_device(float *dst, const float *src, size_t count) {
-  return nn_cuda_to_device(dst, src, count * sizeof(float));
-}
-static nn_status_t gpu_zero(float *p, size_t count) {
-  return nn_cuda_memset0(p, count * sizeof(float));
+/* Failures of nn on the model's device: on a GPU they can differ between ranks (out of
+   device memory, a missing device for this local rank), so each rank reports its own;
+   on the CPU every rank fails the same way and rank 0 speaks for all. */
+static int g_gpu;
+static void nn_check_model(nn_status_t s, const char *what) {
+  if (g_gpu) nn_check_rank(s, what);
+  else nn_check(s, what);
 }
 
 /* nn_cuda_info() without its "; running on CPU" tail, for the --device gpu error. */
@@ -141,19 +142,23 @@ static const char *cuda_reason(void) {
    nn's loss is the mean over the local batch. The global mean gradient is
    sum_r n_r g_r / N; with an AVERAGE over `size` ranks each rank contributes
    g_r * size * n_r / N, which is g_r itself when the batches are equal (every step but
-   possibly the last of an epoch), so the scale is applied only when it is not 1. */
+   possibly the last of an epoch), so the scale is applied only when it is not 1, where
+   the gradients live (on a GPU the scaling is enqueued before the bucket's allreduce). */
 typedef struct {
   hvd_grad_buckets_t *buckets;
-  float *grads;                /* host gradients; only read when scale != 1 (CPU) */
+  nn_model_t *model;
   float scale;
   size_t scaled_from;          /* [scaled_from, count) already scaled */
   hvd_status_t status;
+  nn_status_t nn_status;       /* of the scaling */
 } grad_sync_t;
 
 static void grad_ready(void *ctx, size_t ready_from) {
   grad_sync_t *g = ctx;
-  if (g->scale != 1.0f)
-    for (size_t i = ready_from; i < g->scaled_from; i++) g->grads[i] *= g->scale;
+  if (g->scale != 1.0f && ready_from < g->scaled_from) {
+    nn_status_t s = nn_model_scale_grads(g->model, ready_from, g->scaled_from, g->scale);
+    if (s != NN_OK && g->nn_status == NN_OK) g->nn_status = s;
+  }
   if (ready_from < g->scaled_from) g->scaled_from = ready_from;
   hvd_status_t s = hvd_grad_buckets_ready(g->buckets, ready_from);
   if (s != HVD_OK && g->status == HVD_OK) g->status = s;
@@ -216,8 +221,7 @@ enum {
 
 typedef struct {
   const train_opts_t *o;
-  nn_model_t *model;
-  nn_optim_t *optim;
+  nn_model_t *model;          /* with its optimizer (nn_model_optim_create) */
   float *best_params;          /* restore-best-weights copy (NULL when off) */
   float *best_buffers;
   double st[ST_COUNT];
@@ -237,7 +241,7 @@ static void checkpoint_meta(const run_t *r, char *buf, size_t len) {
 static void save_checkpoint(run_t *r, const char *path) {
   r->st[ST_DROPOUT_STEP] = (double)nn_model_dropout_step(r->model);
   size_t optn = 0;
-  float *opt = nn_optim_state(r->optim, &optn);
+  float *opt = nn_model_optim_state(r->model, &optn);
   int ncounters = 0;
   for (int i = 0; i < nn_model_num_slices(r->model); i++)
     if (nn_model_slice(r->model, i)->kind == NN_SLICE_COUNTER) ncounters++;
@@ -250,7 +254,8 @@ static void save_checkpoint(run_t *r, const char *path) {
   s[n++] = (train_ckpt_section_t){"counters", nn_model_counters(r->model),
                                   (size_t)ncounters * sizeof(int64_t)};
   s[n++] = (train_ckpt_section_t){"optim.state", opt, optn * sizeof(float)};
-  s[n++] = (train_ckpt_section_t){"optim.step", nn_optim_step_count(r->optim), sizeof(int64_t)};
+  s[n++] = (train_ckpt_section_t){"optim.step", nn_model_optim_step_count(r->model),
+                                  sizeof(int64_t)};
   s[n++] = (train_ckpt_section_t){"state", r->st, sizeof r->st};
   if (r->best_params && r->st[ST_HAVE_BEST] != 0) {
     s[n++] = (train_ckpt_section_t){"best.params", r->best_params,
@@ -399,7 +404,7 @@ static int check_checkpoint(const run_t *r, const train_ckpt_t *c, const char *p
   /* Weights and optimizer state: finite; Adam's second moments (the second half of its
      state, what scales each parameter's step) also >= 0. */
   size_t optn = 0;
-  nn_optim_state(r->optim, &optn);
+  nn_model_optim_state(r->model, &optn);
   int adam = strcmp(r->o->optimizer, "sgd") != 0;
   const char *finite[] = {"params", "buffers", "best.params", "best.buffers"};
   for (size_t i = 0; i < sizeof finite / sizeof finite[0]; i++) {
@@ -441,7 +446,7 @@ static int load_checkpoint(run_t *r, const char *path, char *err, size_t errlen)
     goto fail;
   }
   size_t optn = 0;
-  float *ostate = nn_optim_state(r->optim, &optn);
+  float *ostate = nn_model_optim_state(r->model, &optn);
   size_t np = nn_model_param_len(r->model), nb = nn_model_num_buffers(r->model);
   int ncounters = 0;
   for (int i = 0; i < nn_model_num_slices(r->model); i++)
@@ -473,7 +478,7 @@ static int load_checkpoint(run_t *r, const char *path, char *err, size_t errlen)
   memcpy(nn_model_counters(r->model), train_ckpt_find(&c, "counters")->data,
          ncounters * sizeof(int64_t));
   memcpy(ostate, train_ckpt_find(&c, "optim.state")->data, optn * sizeof(float));
-  memcpy(nn_optim_step_count(r->optim), train_ckpt_find(&c, "optim.step")->data,
+  memcpy(nn_model_optim_step_count(r->model), train_ckpt_find(&c, "optim.step")->data,
          sizeof(int64_t));
   memcpy(r->st, train_ckpt_find(&c, "state")->data, sizeof r->st);
   if (r->best_params && bp && bb) {
@@ -604,6 +609,7 @@ int main(int argc, char **argv) {
   }
   if (o.threads > 0) nn_set_threads(o.threads);
   const int gpu = strcmp(o.device, "gpu") == 0;
+  g_gpu = gpu;
   if (o.use_fp16 && o.use_bf16) die("--use-fp16 and --use-bf16 together: choose one precision");
   /* On the CPU nn computes in float32 only: stop before any data is loaded. */
   if (!gpu && (o.use_fp16 || o.use_bf16))
@@ -649,7 +655,7 @@ int main(int argc, char **argv) {
   int rank = hvd_rank(), size = hvd_size();
   g_rank = rank;
   if (train.n < size) die("%d training samples cannot feed %d ranks", train.n, size);
-#ifdef HVD_WITH_CUDA
+#ifdef NN_WITH_CUDA
   /* A CUDA build on a machine without a usable GPU: say so once (the reason, and that
      it runs on the CPU). */
   if (rank == 0 && !o.quiet && !nn_cuda_available()) {
@@ -674,7 +680,7 @@ int main(int argc, char **argv) {
     die("--model %s with %s (%dx%dx%d): %s", o.model, o.dataset, train.c, train.h, train.w,
         nn_last_error());
   size_t np = nn_model_param_len(model), nb = nn_model_num_buffers(model);
-  float *params = nn_model_params(model), *grads = nn_model_grads(model);
+  float *params = nn_model_params(model);   /* the host array (a mirror on a GPU) */
   int ncounters = count_counters(model);
 
   nn_optim_config_t ocfg = {.momentum = o.momentum, .nesterov = o.nesterov,
@@ -682,12 +688,11 @@ int main(int argc, char **argv) {
   ocfg.kind = strcmp(o.optimizer, "sgd") == 0 ? NN_OPTIM_SGD
               : strcmp(o.optimizer, "adam") == 0 ? NN_OPTIM_ADAM : NN_OPTIM_ADAMW;
   if (ocfg.kind != NN_OPTIM_SGD) ocfg.momentum = 0;
-  nn_optim_t *optim = NULL;
-  nn_check(nn_optim_create(&optim, &ocfg, np), "optimizer");
+  nn_check(nn_model_optim_create(model, &ocfg), "optimizer");
   size_t optn = 0;
-  float *ostate = nn_optim_state(optim, &optn);
+  float *ostate = nn_model_optim_state(model, &optn);
 
-  run_t run = {.o = &o, .model = model, .optim = optim, .ranks = size};
+  run_t run = {.o = &o, .model = model, .ranks = size};
   if (o.restore_best) {
     run.best_params = malloc(np * sizeof(float));
     run.best_buffers = malloc((nb ? nb : 1) * sizeof(float));
@@ -711,7 +716,7 @@ int main(int argc, char **argv) {
     bcast("resume.status", &ok, 1, HVD_INT32);
     if (!ok) die("%s", err);
     bcast("resume.optim.state", ostate, optn, HVD_FLOAT32);
-    bcast("resume.optim.step", nn_optim_step_count(optim), 1, HVD_INT64);
+    bcast("resume.optim.step", nn_model_optim_step_count(model), 1, HVD_INT64);
     bcast("resume.state", run.st, ST_COUNT, HVD_FLOAT64);
     nn_model_set_dropout_step(model, (uint64_t)run.st[ST_DROPOUT_STEP]);
     if (run.best_params && run.st[ST_HAVE_BEST] != 0) {
@@ -730,10 +735,8 @@ int main(int argc, char **argv) {
   bcast("init.counters", nn_model_counters(model), (size_t)ncounters, HVD_INT64);
 
   /* --device gpu: everything above went through the host arrays (rank 0's weights, or
-     the checkpoint's weights and optimizer state); moving to the device copies them up.
-     The CPU optimizer object stays as the host mirror of the state for checkpoints. */
-  nn_cuda_optim_t *cuda_optim = NULL;
-  float *dgrads = NULL;
+     the checkpoint's weights and optimizer state); moving to the device takes them, the
+     optimizer included, along. */
   if (gpu) {
     /* Mixed precision changes how the model is laid out on the device: before moving.
        Weights, gradients (what hvd averages) and the optimizer state stay float32, so
@@ -742,11 +745,6 @@ int main(int argc, char **argv) {
                                 .channels_last = o.channels_last};
     nn_check(nn_model_set_precision(model, &pc), "setting the precision");
     nn_check_rank(nn_model_to_device(model, NN_DEVICE_CUDA), "moving the model to the GPU");
-    nn_check_rank(nn_cuda_optim_create(&cuda_optim, &ocfg, np), "optimizer (GPU)");
-    nn_check_rank(nn_cuda_optim_state_to_device(cuda_optim, ostate, optn,
-                                            *nn_optim_step_count(optim)),
-                  "optimizer state to the GPU");
-    dgrads = nn_model_device_grads(model);
     /* A bucket's allreduce waits for the kernels queued on nn's stream (backward). */
     hvd_cuda_set_stream(nn_cuda_stream());
   }
@@ -756,7 +754,8 @@ int main(int argc, char **argv) {
   if (bucket_bytes < sizeof(float)) bucket_bytes = sizeof(float);
   size_t first_bytes = bucket_bytes < 1048576 ? bucket_bytes : 1048576;
   hvd_grad_buckets_t *buckets = NULL;
-  hvd_check(hvd_grad_buckets_create(&buckets, gpu ? dgrads : grads, np, bucket_bytes, first_bytes,
+  hvd_check(hvd_grad_buckets_create(&buckets, nn_model_grads_home(model), np, bucket_bytes,
+                                    first_bytes,
                                     o.fp16_allreduce ? HVD_COMPRESSION_FP16 : HVD_COMPRESSION_NONE,
                                     HVD_AVERAGE),
             "gradient buckets");
@@ -812,7 +811,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
 
-  grad_sync_t gs = {.buckets = buckets, .grads = grads};
+  grad_sync_t gs = {.buckets = buckets, .model = model};
   int stopped_early = 0;
   double last_lr = nn_lr_at(&sched, start_epoch);
   for (int epoch = start_epoch; epoch < o.epochs && !stopped_early; epoch++) {
@@ -834,38 +833,23 @@ int main(int argc, char **argv) {
         nn_check(nn_model_forward(model, x, n, 1), "forward");
         nn_check(nn_model_loss(model, y, &loss, &correct), "loss");
         gs.scale = (float)((double)size * n / total);
-        if (gpu && gs.scale != 1.0f) {
-          /* An uneven tail step on the GPU (at most once per epoch): no scaling kernel,
-             so scale through the host copy of the gradients, then submit them all. */
-          nn_check(nn_model_backward(model, NULL, NULL), "backward");
-          nn_check_rank(gpu_to_host(grads, dgrads, np), "gradients to the host");
-          for (size_t i = 0; i < np; i++) grads[i] *= gs.scale;
-          nn_check_rank(gpu_to_device(dgrads, grads, np), "gradients to the GPU");
-          gs.scale = 1.0f;
-        } else {
-          nn_check(nn_model_backward(model, grad_ready, &gs), "backward");
-        }
+        nn_check(nn_model_backward(model, grad_ready, &gs), "backward");
         grad_ready(&gs, 0);   /* whatever the callback has not covered yet */
         sums[0] += (double)loss * n;
         sums[1] += correct;
         sums[2] += n;
       } else {
         /* An empty tail step still joins every allreduce, with zeros. */
-        if (gpu)
-          nn_check_rank(gpu_zero(dgrads, np), "zeroing the gradients");
-        else
-          memset(grads, 0, np * sizeof(float));
+        nn_check_model(nn_model_zero_grads(model), "zeroing the gradients");
         gs.scale = 1.0f;
         grad_ready(&gs, 0);
       }
+      nn_check_model(gs.nn_status, "scaling the gradients");
       if (gs.status != HVD_OK) hvd_check(gs.status, "gradient allreduce");
       hvd_check(hvd_grad_buckets_wait(buckets), "gradient allreduce");
       last_lr = nn_lr_at(&sched, epoch + (double)s / steps);
-      if (gpu)   /* fp16/bf16: also unscales, skips on inf/NaN, adapts the loss scale */
-        nn_check_rank(nn_model_optim_step_cuda(model, cuda_optim, (float)last_lr),
-                      "optimizer step (GPU)");
-      else
-        nn_check(nn_optim_step(optim, params, grads, (float)last_lr), "optimizer step");
+      /* fp16/bf16: also unscales, skips on inf/NaN, adapts the loss scale */
+      nn_check_model(nn_model_optim_step(model, (float)last_lr), "optimizer step");
       if (prog.tty && sums[2] > 0) {
         double el = train_now() - t0;
         train_progress_step(&prog, s + 1, sums[0] / sums[2], sums[1] / sums[2],
@@ -877,23 +861,16 @@ int main(int argc, char **argv) {
               "allreduce of metrics");
     double loss = sums[2] > 0 ? sums[0] / sums[2] : 0, acc = sums[2] > 0 ? sums[1] / sums[2] : 0;
     double ips = train_s > 0 ? sums[2] / train_s : 0; /* all ranks together */
-    /* --device gpu: refresh the host mirror (weights, buffers; optimizer state when
-       checkpoints are written) that the buffer average, best weights and checkpoints
-       below read. */
-    if (gpu) {
-      nn_check_rank(nn_model_sync_to_host(model), "copying the model to the host");
-      if (o.checkpoint_dir)
-        nn_check_rank(nn_cuda_optim_state_to_host(cuda_optim, ostate, optn,
-                                              nn_optim_step_count(optim)),
-                      "copying the optimizer state to the host");
-    }
+    /* Refresh the host mirror (weights, buffers, optimizer state) that the buffer
+       average, best weights and checkpoints below read (on the CPU: nothing to do). */
+    nn_check_model(nn_model_sync_to_host(model), "copying the model to the host");
     /* Batch-norm statistics drift apart on each rank's shard: average them so every
        rank (and every checkpoint) holds the same model. */
     if (nb > 0)
       hvd_check(hvd_allreduce("epoch.buffers", nn_model_buffers(model), nn_model_buffers(model),
                               nb, HVD_FLOAT32, HVD_AVERAGE), "allreduce of buffers");
-    if (gpu && nb > 0)
-      nn_check_rank(nn_model_sync_to_device(model), "copying the averaged buffers to the GPU");
+    if (nb > 0)
+      nn_check_model(nn_model_sync_to_device(model), "copying the averaged buffers to the GPU");
     if (ncounters > 0)
       hvd_check(hvd_allreduce("epoch.counters", nn_model_counters(model),
                               nn_model_counters(model), (size_t)ncounters, HVD_INT64, HVD_MAX),
@@ -924,10 +901,10 @@ int main(int argc, char **argv) {
 
     char note[4400] = "";
     /* fp16 on the GPU: where dynamic loss scaling stands (one wait for the GPU). */
-    if (gpu && precision == NN_PRECISION_FP16) {
+    if (precision == NN_PRECISION_FP16) {
       float scale = 1.0f;
       int64_t skipped = 0;
-      nn_check_rank(nn_model_loss_scale(model, &scale, &skipped), "reading the loss scale");
+      nn_check_model(nn_model_loss_scale(model, &scale, &skipped), "reading the loss scale");
       note_add(note, sizeof note, "loss_scale %g (%lld skipped steps)", (double)scale,
                (long long)skipped);
     }
@@ -978,12 +955,12 @@ int main(int argc, char **argv) {
     memcpy(params, run.best_params, np * sizeof(float));
     memcpy(nn_model_buffers(model), run.best_buffers, nb * sizeof(float));
     restored = 1;
-    if (gpu) nn_check_rank(nn_model_sync_to_device(model), "copying the best weights to the GPU");
+    nn_check_model(nn_model_sync_to_device(model), "copying the best weights to the GPU");
   }
   eval_t t = evaluate(model, &test, &bo, o.batch, rank, size, x, y, idx, "test.metrics");
   if (rank == 0) {
     if (o.export_path) {
-      if (gpu) nn_check_rank(nn_model_sync_to_host(model), "copying the model to the host");
+      nn_check_model(nn_model_sync_to_host(model), "copying the model to the host");
       nn_check(nn_model_save_safetensors(model, o.export_path), "--export");
     }
     double secs = run.st[ST_TRAIN_SECONDS];
@@ -1013,8 +990,6 @@ int main(int argc, char **argv) {
       die("standard output: write failed (%s)", strerror(errno));
   }
   hvd_grad_buckets_free(buckets);
-  nn_optim_free(optim);
-  nn_cuda_optim_free(cuda_optim);
   nn_model_free(model);
   free(run.best_params);
   free(run.best_buffers);

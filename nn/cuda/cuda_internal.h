@@ -1,7 +1,7 @@
 /* nn/cuda/cuda_internal.h: what the files of nn's CUDA backend share: the per-process
    context (device, compute stream, cuDNN and cuBLAS handles, a growable workspace) and
    the checking macros that turn a failed CUDA/cuDNN/cuBLAS call into NN_ERR_BACKEND with
-   the call, file and line in nn_last_error(). Compiled only when HVD_WITH_CUDA=1. */
+   the call, file and line in nn_last_error(). Compiled only when NN_WITH_CUDA=1. */
 #ifndef NN_CUDA_INTERNAL_H
 #define NN_CUDA_INTERNAL_H
 
@@ -207,6 +207,8 @@ cudaError_t nn_cuk_sgd(cudaStream_t st, size_t n, float *p, const float *g, floa
 cudaError_t nn_cuk_adam(cudaStream_t st, size_t n, float *p, const float *g, float *m,
                         float *v, float b1, float b2, float eps, float decay, float l2,
                         const nn_cuda_optim_dev_t *od);
+/* x *= factor over n float32 values. */
+cudaError_t nn_cuk_scale(cudaStream_t st, size_t n, float *x, float factor);
 cudaError_t nn_cuk_amp_unscale(cudaStream_t st, size_t n, float *g, nn_cuda_amp_t *a);
 cudaError_t nn_cuk_amp_update(cudaStream_t st, nn_cuda_amp_t *a, float growth, float backoff,
                               int interval, int static_scale);

@@ -8,6 +8,7 @@
 // __nv_bfloat16 (NN_PRECISION_FP32/FP16/BF16). Arithmetic is done in float whatever
 // the storage type, so a half kernel rounds once per stored value.
 #include "nn/cuda/cuda_internal.h"
+#include "nn/dropout_rng.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -280,18 +281,11 @@ __global__ void bn_backward(int n, int c, int hw, int nhwc, const T *x, const fl
   }
 }
 
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 template <typename T>
 __global__ void dropout_fwd(size_t n, uint32_t threshold, float scale, uint64_t key,
                             const T *x, T *y, uint8_t *mask) {
   GRID_LOOP(i, n) {
-    uint32_t r = (uint32_t)(mix64(key + i * 0x9e3779b97f4a7c15ULL) >> 40);
-    uint8_t keep = r >= threshold;
+    uint8_t keep = (uint8_t)nn_dropout_keep(key, i, threshold);
     mask[i] = keep;
     y[i] = st<T>(keep ? ld(x[i]) * scale : 0.0f);
   }
@@ -431,6 +425,11 @@ __global__ void amp_unscale(size_t n, float *g, nn_cuda_amp_t *a) {
     bad |= !isfinite(v);
   }
   if (bad) a->found_inf = 1;
+}
+
+// x *= factor over float32 values (the gradients of an uneven last batch).
+__global__ void scale_floats(size_t n, float *x, float factor) {
+  GRID_LOOP(i, n) x[i] *= factor;
 }
 
 // One thread, after the optimizer read found_inf: adapt the scale, clear the flag.
@@ -620,16 +619,9 @@ cudaError_t nn_cuk_dropout_forward(cudaStream_t st, nn_precision_t prec, size_t 
                        n, !(p > 0.0f), (const E *)x, (E *)y, mask)));
     return cudaGetLastError();
   }
-  // The same derivation as nn/dropout.c.
-  uint64_t z = step + 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z = z ^ (z >> 31);
-  uint64_t key = seed ^ z;
-  key = (key ^ (key >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  key = (key ^ (key >> 27)) * 0x94d049bb133111ebULL;
-  key = key ^ (key >> 31);
-  uint32_t threshold = (uint32_t)((double)p * 16777216.0);
+  // nn/dropout_rng.h: the stream the CPU kernel draws from.
+  const uint64_t key = nn_dropout_key(seed, step);
+  const uint32_t threshold = nn_dropout_threshold(p);
   const float scale = 1.0f / (1.0f - p);
   DISPATCH(prec, (dropout_fwd<E><<<blocks_for(n), kThreads, 0, st>>>(
                      n, threshold, scale, key, (const E *)x, (E *)y, mask)));
@@ -690,6 +682,11 @@ cudaError_t nn_cuk_adam(cudaStream_t st, size_t n, float *p, const float *g, flo
 
 cudaError_t nn_cuk_amp_unscale(cudaStream_t st, size_t n, float *g, nn_cuda_amp_t *a) {
   if (n) amp_unscale<<<blocks_for(n), kThreads, 0, st>>>(n, g, a);
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_scale(cudaStream_t st, size_t n, float *x, float factor) {
+  if (n) scale_floats<<<blocks_for(n), kThreads, 0, st>>>(n, x, factor);
   return cudaGetLastError();
 }
 

@@ -1,8 +1,10 @@
-/* nn/cuda/model_cuda.c: a model on the GPU. The layer graph is the one model.c built
-   (same order, same parameter layout); this file gives every layer device memory and
-   runs forward/backward through the typed _cuda kernels on nn's stream. Nothing inside a
-   step waits for the GPU: the input and labels go up through pinned staging buffers,
-   and the loss and correct count come back only when the caller asks for them.
+/* nn/cuda/model_cuda.c: the CUDA backend of the model walk (nn/model_walk.c). The
+   layer graph is the one model.c built (same order, same parameter layout); this file
+   gives every layer device memory (nn_cuda_model_attach) and runs each layer kind
+   through the typed _cuda kernels on nn's stream, and owns the device optimizer.
+   Nothing inside a step waits for the GPU: the input and labels go up through pinned
+   staging buffers, and the loss and correct count come back only when the caller asks
+   for them.
 
    Precision (nn_model_set_precision before nn_model_to_device):
    - fp32: activations, weights and gradients in float32.
@@ -15,8 +17,8 @@
      for half data). Each convolution/linear layer's half gradients are cast into the
      float32 gradients as soon as backward has computed them, before the layer is
      announced ready, so hvd reduces float32 gradients as in fp32. The loss is scaled
-     by the loss scale (nn_cuda_amp_t, device memory) in the softmax kernel;
-     nn_model_optim_step_cuda unscales, checks, steps and adapts the scale.
+     by the loss scale (nn_cuda_amp_t, device memory) in the softmax kernel; the
+     optimizer step (optim_step_amp) unscales, checks, steps and adapts the scale.
 
    Layout (nn_precision_config_t.channels_last): NCHW, or NHWC (PyTorch's channels_last,
    what cuDNN's tensor-core convolutions and batch norm prefer). In NHWC the input batch
@@ -29,17 +31,17 @@
    Relu runs in place on the device where it does on the CPU, except over a pooling
    output: cuDNN's pooling backward reads the forward output y, which an in-place relu
    would have changed (the CPU max pool keeps an argmax instead). */
-#include "nn/cuda/model_cuda.h"
+#include "nn/model_internal.h"
 #include "nn/cuda/cuda_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+/* A layer's device state besides its activations (which live in nn_layer_t once the
+   model is on the device; out/dout here only until nn_cuda_model_attach commits). */
 typedef struct {
-  void *out, *dout;        /* activations in the model's precision                  */
-  int own;                 /* out/dout allocated for this layer (else aliases)      */
-  int own_out;             /* out allocated here (flatten of the input: dout only)  */
+  void *out, *dout;        /* staged activations in the model's precision           */
+  int own_out, own_dout;
   int inplace_relu;
   int permute;             /* NHWC flatten of a spatial map: out is its NCHW copy   */
   float *save_mean, *save_invstd;
@@ -65,7 +67,7 @@ typedef struct {
      linear layers, when it differs from the master (mixed precision: half; NHWC:
      conv weights K x R x S x C); NULL otherwise. */
   void *params_h, *grads_h;
-  void *input, *dinput, *dlogits;    /* in the model's precision                    */
+  void *input, *dinput, *dlogits;    /* staged until commit (then m->input, ...)    */
   float *input_f;          /* the float32 input before its cast/permutation         */
   float *logits_f;         /* mixed precision: float32 logits of the last forward   */
   int32_t *labels;
@@ -74,17 +76,17 @@ typedef struct {
   nn_cuda_amp_t *amp;      /* mixed precision: loss-scaling state                   */
   staging_t in_stage, label_stage;
   float *h_logits;         /* host mirror for nn_model_logits */
+  nn_cuda_optim_t *optim;  /* the model's optimizer (nn_model_optim_create)         */
 } cuda_model_t;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+static const nn_backend_t cuda_backend;
+
+static cuda_model_t *CM(const nn_model_t *m) { return (cuda_model_t *)m->backend_state; }
+
+/* The device state of m, or NULL when m is not on this backend. */
+static cuda_model_t *on_device(const nn_model_t *m) {
+  return m && m->backend == &cuda_backend ? CM(m) : NULL;
 }
-
-static size_t sample_size(const nn_layer_t *l) { return (size_t)l->c * l->h * l->w; }
-
-static cuda_model_t *CM(const nn_model_t *m) { return (cuda_model_t *)m->cuda; }
 
 static int mixed(const cuda_model_t *d) { return d->fmt.prec != NN_PRECISION_FP32; }
 
@@ -123,15 +125,14 @@ static nn_status_t upload(nn_cuda_ctx_t *c, staging_t *s, void *dst, const void 
   return NN_OK;
 }
 
-static void cuda_model_release(nn_model_t *m, cuda_model_t *d) {
+/* Frees d and what it still owns (staged activations only before a commit). */
+static void cuda_model_release(const nn_model_t *m, cuda_model_t *d) {
   if (!d) return;
   if (d->L)
     for (int i = 0; i < m->num_layers; i++) {
       dlayer_t *l = &d->L[i];
-      if (l->own) {
-        if (l->own_out) nn_cuda_free(l->out);
-        nn_cuda_free(l->dout);
-      }
+      if (l->own_out) nn_cuda_free(l->out);
+      if (l->own_dout) nn_cuda_free(l->dout);
       nn_cuda_free(l->save_mean);
       nn_cuda_free(l->save_invstd);
       nn_cuda_bn_reserve_free(&l->bn_reserve);
@@ -152,42 +153,127 @@ static void cuda_model_release(nn_model_t *m, cuda_model_t *d) {
   nn_cuda_free(d->loss);
   nn_cuda_free(d->correct);
   nn_cuda_free(d->amp);
+  nn_cuda_optim_free(d->optim);
   staging_free(&d->in_stage);
   staging_free(&d->label_stage);
   free(d->h_logits);
   free(d);
 }
 
-void nn_cuda_model_free(nn_model_t *m) {
-  if (!m || !m->cuda) return;
+static void cuda_release(nn_model_t *m) {
+  if (!m->backend_state) return;
   /* Kernels may still read the buffers (nothing in a step waits): let them finish. */
   (void)nn_cuda_synchronize();
+  nn_model_free_activations(m, nn_cuda_free);
   cuda_model_release(m, CM(m));
-  m->cuda = NULL;
+  m->backend_state = NULL;
 }
+
+/* ---- the optimizer ---- */
+
+/* A device optimizer from m's optimizer configuration and host state. */
+static nn_status_t make_optim(const nn_model_t *m, nn_cuda_optim_t **out) {
+  nn_cuda_optim_t *o = NULL;
+  size_t count = 0;
+  float *state = nn_optim_state(m->optim, &count);
+  nn_status_t s = nn_cuda_optim_create(&o, &m->optim_cfg, m->param_len);
+  if (s == NN_OK)
+    s = nn_cuda_optim_state_to_device(o, state, count, *nn_optim_step_count(m->optim));
+  if (s != NN_OK) {
+    nn_cuda_optim_free(o);
+    return s;
+  }
+  *out = o;
+  return NN_OK;
+}
+
+static nn_status_t cuda_optim_attach(nn_model_t *m) {
+  nn_cuda_optim_t *o = NULL;
+  nn_status_t s = make_optim(m, &o);
+  if (s != NN_OK) return s;
+  nn_cuda_optim_free(CM(m)->optim);
+  CM(m)->optim = o;
+  return NN_OK;
+}
+
+/* One update of m with o. fp32: the optimizer on the master weights. Mixed precision:
+   unscale the gradients (flagging inf/NaN on the device), step unless flagged, adapt
+   the loss scale: all enqueued, nothing waits. */
+static nn_status_t optim_step_amp(nn_model_t *m, nn_cuda_optim_t *o, float lr) {
+  cuda_model_t *d = CM(m);
+  if (nn_cuda_optim_count(o) != m->param_len)
+    return nn_set_error(NN_ERR_ARG, "nn_model_optim_step (CUDA): the optimizer was created "
+                        "for %zu parameters, the model has %zu", nn_cuda_optim_count(o),
+                        m->param_len);
+  if (!mixed(d)) return nn_cuda_optim_step(o, d->params, d->grads, lr);
+  nn_cuda_ctx_t *c;
+  nn_status_t s = nn_cuda_ctx(&c);
+  if (s != NN_OK) return s;
+  const nn_precision_config_t *k = &m->precision;
+  NN_CUDA_CHECK(nn_cuk_amp_unscale(c->stream, m->param_len, d->grads, d->amp));
+  s = nn_cuda_optim_step_skip(o, d->params, d->grads, lr, &d->amp->found_inf);
+  if (s != NN_OK) return s;
+  NN_CUDA_CHECK(nn_cuk_amp_update(c->stream, d->amp, k->growth_factor, k->backoff_factor,
+                                  k->growth_interval, k->static_scale));
+  return NN_OK;
+}
+
+static nn_status_t cuda_optim_step(nn_model_t *m, float lr) {
+  return optim_step_amp(m, CM(m)->optim, lr);
+}
+
+nn_status_t nn_model_optim_step_cuda(nn_model_t *m, nn_cuda_optim_t *o, float lr) {
+  if (!m || !o) return nn_set_error(NN_ERR_ARG, "nn_model_optim_step_cuda: NULL argument");
+  if (!on_device(m))
+    return nn_set_error(NN_ERR_ARG, "nn_model_optim_step_cuda: the model is not on the "
+                        "device (nn_model_to_device)");
+  return optim_step_amp(m, o, lr);
+}
+
+/* ---- moving a model to the device ---- */
 
 #define ALLOC(p, bytes)                                           \
   do {                                                            \
     if ((s = nn_cuda_malloc((void **)&(p), (bytes))) != NN_OK) goto fail; \
   } while (0)
 
-nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
-  if (!m) return nn_set_error(NN_ERR_ARG, "nn_model_to_device: NULL model");
-  if (device == NN_DEVICE_CPU) {
-    if (!m->cuda) return NN_OK;
-    return nn_set_error(NN_ERR_UNSUPPORTED, "nn_model_to_device: moving a model back to "
-                        "the CPU is not supported (nn_model_sync_to_host copies its state)");
+/* Hands the staged device activations to the model's layers, after the host ones are
+   gone: the walk reads them from there. */
+static void commit(nn_model_t *m, cuda_model_t *d) {
+  for (int i = 0; i < m->num_layers; i++) {
+    nn_layer_t *l = &m->layers[i];
+    dlayer_t *dl = &d->L[i];
+    l->out = dl->out;
+    l->dout = dl->dout;
+    l->own_out = dl->own_out;
+    l->own_dout = dl->own_dout;
+    dl->out = dl->dout = NULL;
+    dl->own_out = dl->own_dout = 0;
   }
-  if (device != NN_DEVICE_CUDA)
-    return nn_set_error(NN_ERR_ARG, "nn_model_to_device: unknown device %d", (int)device);
-  if (m->cuda) return NN_OK;
+  m->input = d->input;
+  m->dinput = d->dinput;
+  m->dlogits = d->dlogits;
+  d->input = d->dinput = d->dlogits = NULL;
+  m->act_size = d->es;
+  m->backend = &cuda_backend;
+  m->backend_state = d;
+}
+
+/* Gives every layer of m (on the CPU) device memory, copies the parameters, buffers
+   and optimizer up, frees the host activations and makes the CUDA backend m's. On
+   failure m stays on the CPU, unchanged. nn reaches this backend only through here (the
+   caller's nn_model_to_device) and the table it installs: nothing in nn/ names nn/cuda. */
+nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
+  int done;
+  nn_status_t st = nn_model_to_device_args(m, device, &done);
+  if (st != NN_OK || done) return st;
   if (!nn_cuda_available())
     return nn_set_error(NN_ERR_UNSUPPORTED, "nn_model_to_device: %s", nn_cuda_info());
   nn_cuda_ctx_t *c;
   nn_status_t s = nn_cuda_ctx(&c);
   if (s != NN_OK) return s;
   size_t batch = (size_t)m->cfg.batch;
-  size_t in_elems = batch * (size_t)m->in_c * m->in_h * m->in_w;
+  size_t in_elems = batch * nn_model_input_size(m);
   size_t logit_elems = batch * (size_t)m->num_classes;
   cuda_model_t *d = calloc(1, sizeof *d);
   if (!d) return nn_set_error(NN_ERR_NO_MEMORY, "nn_model_to_device: out of memory");
@@ -205,7 +291,7 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
   ALLOC(d->grads, m->param_len * sizeof(float));
   ALLOC(d->buffers, m->num_buffers * sizeof(float));
   ALLOC(d->input, in_elems * es);
-  if (m->dinput) ALLOC(d->dinput, in_elems * es);
+  if (m->need_dinput) ALLOC(d->dinput, in_elems * es);
   ALLOC(d->dlogits, logit_elems * es);
   ALLOC(d->labels, batch * sizeof(int32_t));
   ALLOC(d->loss, sizeof(float));
@@ -225,7 +311,7 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
   for (int i = 0; i < m->num_layers; i++) {
     const nn_layer_t *l = &m->layers[i];
     dlayer_t *dl = &d->L[i];
-    size_t bytes = batch * sample_size(l) * es;
+    size_t bytes = batch * nn_layer_sample_size(l) * es;
     int view = l->is_view;
     if (l->kind == NN_LAYER_RELU && view) {
       nn_layer_kind_t sk = m->layers[l->in[0]].kind;
@@ -233,18 +319,18 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
       else dl->inplace_relu = 1;
     }
     if (d->fmt.nhwc && l->kind == NN_LAYER_FLATTEN && l->in_c > 1 && l->in_h * l->in_w > 1) {
-      dl->permute = dl->own = dl->own_out = 1;
+      dl->permute = dl->own_out = dl->own_dout = 1;
       ALLOC(dl->out, bytes);
       ALLOC(dl->dout, bytes);
     } else if (view) {
       dl->out = d->L[l->in[0]].out;
       dl->dout = d->L[l->in[0]].dout;
     } else if (l->kind == NN_LAYER_FLATTEN && l->in[0] == NN_MODEL_INPUT) {
-      dl->own = 1;
+      dl->own_dout = 1;
       dl->out = d->input;
       ALLOC(dl->dout, bytes);
     } else {
-      dl->own = dl->own_out = 1;
+      dl->own_out = dl->own_dout = 1;
       ALLOC(dl->out, bytes);
       ALLOC(dl->dout, bytes);
     }
@@ -252,7 +338,7 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
       ALLOC(dl->save_mean, (size_t)l->c * sizeof(float));
       ALLOC(dl->save_invstd, (size_t)l->c * sizeof(float));
     }
-    if (l->kind == NN_LAYER_DROPOUT) ALLOC(dl->mask, batch * sample_size(l));
+    if (l->kind == NN_LAYER_DROPOUT) ALLOC(dl->mask, batch * nn_layer_sample_size(l));
   }
   if ((s = nn_cuda_to_device(d->params, m->params, m->param_len * sizeof(float))) != NN_OK ||
       (s = nn_cuda_to_device(d->buffers, m->buffers, m->num_buffers * sizeof(float))) != NN_OK ||
@@ -262,27 +348,13 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
     nn_cuda_amp_t a = {m->precision.init_scale, 0, 0, 0, 0};
     if ((s = nn_cuda_to_device(d->amp, &a, sizeof a)) != NN_OK) goto fail;
   }
+  /* The optimizer moves along, with its state (a resumed run's). */
+  if (m->optim && (s = make_optim(m, &d->optim)) != NN_OK) goto fail;
   /* The host activations are no longer used: give their memory back (it can be many
-     GiB for resnet50 at batch 256). Parameters, buffers and counters stay as the host
-     mirror. */
-  for (int i = 0; i < m->num_layers; i++) {
-    nn_layer_t *l = &m->layers[i];
-    if (!l->is_view) {
-      if (l->kind != NN_LAYER_FLATTEN) free(l->out);
-      free(l->dout);
-    }
-    l->out = l->dout = NULL;
-    free(l->argmax);
-    free(l->mask);
-    l->argmax = NULL;
-    l->mask = NULL;
-  }
-  free(m->workspace);
-  m->workspace = NULL;
-  m->workspace_floats = 0;
-  free(m->input);
-  m->input = NULL;
-  m->cuda = d;
+     GiB for resnet50 at batch 256). Parameters, buffers, counters and the optimizer
+     state stay as the host mirror. */
+  m->backend->release(m);
+  commit(m, d);
   m->last_n = 0;
   m->have_loss = 0;
   return NN_OK;
@@ -292,38 +364,45 @@ fail:
   return s;
 }
 
-nn_device_t nn_model_device(const nn_model_t *m) {
-  return m && m->cuda ? NN_DEVICE_CUDA : NN_DEVICE_CPU;
+/* ---- host arrays ---- */
+
+static nn_status_t cuda_sync_to_host(nn_model_t *m) {
+  cuda_model_t *d = CM(m);
+  nn_status_t s = nn_cuda_to_host(m->params, d->params, m->param_len * sizeof(float));
+  if (s == NN_OK)
+    s = nn_cuda_to_host(m->buffers, d->buffers, m->num_buffers * sizeof(float));
+  if (s == NN_OK && d->optim) {
+    size_t count = 0;
+    float *state = nn_optim_state(m->optim, &count);
+    s = nn_cuda_optim_state_to_host(d->optim, state, count, nn_optim_step_count(m->optim));
+  }
+  return s;
 }
 
-float *nn_model_device_params(nn_model_t *m) { return m && m->cuda ? CM(m)->params : NULL; }
-float *nn_model_device_grads(nn_model_t *m) { return m && m->cuda ? CM(m)->grads : NULL; }
+static nn_status_t cuda_sync_to_device(nn_model_t *m) {
+  cuda_model_t *d = CM(m);
+  nn_status_t s = nn_cuda_to_device(d->params, m->params, m->param_len * sizeof(float));
+  if (s == NN_OK)
+    s = nn_cuda_to_device(d->buffers, m->buffers, m->num_buffers * sizeof(float));
+  if (s == NN_OK && d->optim) {
+    size_t count = 0;
+    float *state = nn_optim_state(m->optim, &count);
+    s = nn_cuda_optim_state_to_device(d->optim, state, count, *nn_optim_step_count(m->optim));
+  }
+  return s;
+}
+
+static float *cuda_params_home(nn_model_t *m) { return CM(m)->params; }
+static float *cuda_grads_home(nn_model_t *m) { return CM(m)->grads; }
 
 const float *nn_model_device_logits(const nn_model_t *m) {
-  if (!m || !m->cuda) return NULL;
-  if (mixed(CM(m))) return CM(m)->logits_f;
-  return (const float *)CM(m)->L[m->num_layers - 1].out;
+  const cuda_model_t *d = on_device(m);
+  if (!d) return NULL;
+  if (mixed(d)) return d->logits_f;
+  return (const float *)m->layers[m->num_layers - 1].out;
 }
 
-nn_status_t nn_model_sync_to_host(nn_model_t *m) {
-  if (!m) return nn_set_error(NN_ERR_ARG, "nn_model_sync_to_host: NULL model");
-  if (!m->cuda) return NN_OK;
-  nn_status_t s = nn_cuda_to_host(m->params, CM(m)->params, m->param_len * sizeof(float));
-  if (s == NN_OK)
-    s = nn_cuda_to_host(m->buffers, CM(m)->buffers, m->num_buffers * sizeof(float));
-  return s;
-}
-
-nn_status_t nn_model_sync_to_device(nn_model_t *m) {
-  if (!m) return nn_set_error(NN_ERR_ARG, "nn_model_sync_to_device: NULL model");
-  if (!m->cuda) return NN_OK;
-  nn_status_t s = nn_cuda_to_device(CM(m)->params, m->params, m->param_len * sizeof(float));
-  if (s == NN_OK)
-    s = nn_cuda_to_device(CM(m)->buffers, m->buffers, m->num_buffers * sizeof(float));
-  return s;
-}
-
-const float *nn_cuda_model_logits_host(const nn_model_t *m) {
+static const float *cuda_logits_host(const nn_model_t *m) {
   cuda_model_t *d = CM(m);
   size_t n = (size_t)(m->last_n > 0 ? m->last_n : 0) * m->num_classes;
   if (n && nn_cuda_to_host(d->h_logits, nn_model_device_logits(m), n * sizeof(float)) !=
@@ -332,15 +411,52 @@ const float *nn_cuda_model_logits_host(const nn_model_t *m) {
   return d->h_logits;
 }
 
+static nn_status_t cuda_loss_scale(nn_model_t *m, float *scale, int64_t *skipped_steps) {
+  nn_cuda_amp_t a = {1.0f, 0, 0, 0, 0};
+  if (CM(m)->amp) {
+    nn_status_t s = nn_cuda_to_host(&a, CM(m)->amp, sizeof a);
+    if (s != NN_OK) return s;
+  }
+  if (scale) *scale = a.scale;
+  if (skipped_steps) *skipped_steps = (int64_t)a.skipped;
+  return NN_OK;
+}
+
+/* ---- memory and gradients on nn's stream ---- */
+
+static nn_status_t cuda_zero(void *p, size_t bytes) {
+  nn_cuda_ctx_t *c;
+  nn_status_t s = nn_cuda_ctx(&c);
+  if (s != NN_OK) return s;
+  NN_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, c->stream));
+  return NN_OK;
+}
+
+static nn_status_t cuda_copy(void *dst, const void *src, size_t bytes) {
+  nn_cuda_ctx_t *c;
+  nn_status_t s = nn_cuda_ctx(&c);
+  if (s != NN_OK) return s;
+  NN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+  return NN_OK;
+}
+
+/* The float32 gradients and their compute copy, which backward adds into. */
+static nn_status_t cuda_zero_grads(nn_model_t *m) {
+  cuda_model_t *d = CM(m);
+  nn_status_t s = cuda_zero(d->grads, m->param_len * sizeof(float));
+  if (s == NN_OK && d->grads_h) s = cuda_zero(d->grads_h, m->param_len * d->es);
+  return s;
+}
+
+static nn_status_t cuda_scale_grads(nn_model_t *m, size_t from, size_t to, float factor) {
+  nn_cuda_ctx_t *c;
+  nn_status_t s = nn_cuda_ctx(&c);
+  if (s != NN_OK) return s;
+  NN_CUDA_CHECK(nn_cuk_scale(c->stream, to - from, CM(m)->grads + from, factor));
+  return NN_OK;
+}
+
 /* ---- forward ---- */
-
-static const void *in_out(const nn_model_t *m, int in) {
-  return in == NN_MODEL_INPUT ? CM(m)->input : CM(m)->L[in].out;
-}
-
-static void *in_grad(const nn_model_t *m, int in) {
-  return in == NN_MODEL_INPUT ? CM(m)->dinput : CM(m)->L[in].dout;
-}
 
 /* Weights (and their gradients) of convolutions and linear layers: the compute copy
    when there is one (mixed precision, NHWC), the float32 master otherwise. */
@@ -373,7 +489,7 @@ static nn_status_t refresh_compute_params(nn_model_t *m, nn_cuda_ctx_t *c) {
    weights permuted back in NHWC), before the layer is announced ready. */
 static nn_status_t gather_layer_grads(nn_model_t *m, nn_cuda_ctx_t *c, const nn_layer_t *l) {
   cuda_model_t *d = CM(m);
-  if (l->param_end <= l->param_begin) return NN_OK;
+  if (!d->grads_h || l->param_end <= l->param_begin) return NN_OK;
   if (l->kind == NN_LAYER_CONV2D && d->fmt.nhwc) {
     NN_CUDA_CHECK(nn_cuk_nhwc_to_float(c->stream, d->fmt.prec, l->c, l->in_c, l->kh * l->kw,
                                        elem(d->grads_h, l->w_off, d->es),
@@ -390,134 +506,59 @@ static nn_status_t gather_layer_grads(nn_model_t *m, nn_cuda_ctx_t *c, const nn_
   return NN_OK;
 }
 
-static nn_status_t layer_forward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n,
-                                 int training) {
-  const nn_layer_t *l = &m->layers[i];
-  cuda_model_t *d = CM(m);
-  dlayer_t *dl = &d->L[i];
-  const nn_precision_t p = d->fmt.prec;
-  const nn_cuda_fmt_t f = d->fmt;
-  const void *x = in_out(m, l->in[0]);
-  size_t count = (size_t)n * sample_size(l);
-  float *P = d->params, *B = d->buffers;
-  switch (l->kind) {
-  case NN_LAYER_CONV2D: {
-    nn_conv2d_shape_t s = nn_layer_conv_shape(l, n);
-    return nn_conv2d_forward_cuda_p(f, &s, x, gemm_param(d, l->w_off),
-                                    l->has_bias ? gemm_param(d, l->b_off) : NULL, dl->out);
-  }
-  case NN_LAYER_BATCHNORM2D: {
-    nn_batchnorm2d_shape_t s = nn_layer_bn_shape(l, n);
-    if (!training)
-      return nn_batchnorm2d_forward_infer_cuda_p(f, &s, x, P + l->w_off, P + l->b_off,
-                                                 B + l->rm_off, B + l->rv_off, dl->out);
-    m->counters[l->counter]++;
-    return nn_batchnorm2d_forward_train_cuda_p(f, &s, x, P + l->w_off, P + l->b_off,
-                                               B + l->rm_off, B + l->rv_off, dl->out,
-                                               dl->save_mean, dl->save_invstd,
-                                               &dl->bn_reserve);
-  }
-  case NN_LAYER_RELU:
-    NN_CUDA_CHECK(nn_cuk_relu_forward(c->stream, p, count, dl->inplace_relu ? dl->out : x,
-                                      dl->out));
-    return NN_OK;
-  case NN_LAYER_MAXPOOL2D:
-  case NN_LAYER_AVGPOOL2D: {
-    nn_pool2d_shape_t s = nn_layer_pool_shape(l, n);
-    return nn_pool2d_forward_cuda_p(f, l->kind == NN_LAYER_MAXPOOL2D, &s, x, dl->out);
-  }
-  case NN_LAYER_GLOBAL_AVGPOOL:
-    if (n < 1 || l->c < 1 || l->in_h * l->in_w < 1)
-      return nn_set_error(NN_ERR_ARG, "global average pool (CUDA): bad shape");
-    NN_CUDA_CHECK(nn_cuk_gap_forward(c->stream, p, f.nhwc, n, l->c, l->in_h * l->in_w, x,
-                                     dl->out));
-    return NN_OK;
-  case NN_LAYER_LINEAR:
-    return nn_linear_forward_cuda_p(p, n, l->in_c * l->in_h * l->in_w, l->c, x,
-                                    gemm_param(d, l->w_off),
-                                    l->has_bias ? gemm_param(d, l->b_off) : NULL, dl->out);
-  case NN_LAYER_DROPOUT:
-    if (training && l->p > 0.0f) {
-      /* The CPU model's seed, so the masks match its masks. */
-      NN_CUDA_CHECK(nn_cuk_dropout_forward(c->stream, p, count, l->p,
-                                           nn_layer_dropout_seed(m, i), m->dropout_step, x,
-                                           dl->out, dl->mask));
-      return NN_OK;
-    }
-    NN_CUDA_CHECK(nn_cuk_dropout_forward(c->stream, p, count, 0.0f, 0, 0, x, dl->out,
-                                         dl->mask));
-    return NN_OK;
-  case NN_LAYER_FLATTEN:
-    if (dl->permute)
-      NN_CUDA_CHECK(nn_cuk_nhwc_to_nchw(c->stream, p, n, l->in_c, l->in_h * l->in_w, x,
-                                        dl->out));
-    return NN_OK;
-  case NN_LAYER_ADD:
-    NN_CUDA_CHECK(nn_cuk_add_forward(c->stream, p, count, x, in_out(m, l->in[1]), dl->out));
-    return NN_OK;
-  }
-  return nn_set_error(NN_ERR_ARG, "nn_model_forward (CUDA): unknown layer kind");
-}
-
-/* The input batch into d->input, in the model's precision. */
+/* The input batch into m->input, in the model's precision. */
 static nn_status_t load_input(nn_model_t *m, nn_cuda_ctx_t *c, const float *x, int n) {
   cuda_model_t *d = CM(m);
-  size_t elems = (size_t)n * m->in_c * m->in_h * m->in_w;
-  const int on_device = nn_cuda_is_device_ptr(x);
+  size_t elems = (size_t)n * nn_model_input_size(m);
+  const int on_dev = nn_cuda_is_device_ptr(x);
   if (!converted(d)) {
-    if (on_device) {
-      NN_CUDA_CHECK(cudaMemcpyAsync(d->input, x, elems * sizeof(float),
+    if (on_dev) {
+      NN_CUDA_CHECK(cudaMemcpyAsync(m->input, x, elems * sizeof(float),
                                     cudaMemcpyDeviceToDevice, c->stream));
       return NN_OK;
     }
-    return upload(c, &d->in_stage, d->input, x, elems * sizeof(float));
+    return upload(c, &d->in_stage, m->input, x, elems * sizeof(float));
   }
-  if (!on_device) {
+  if (!on_dev) {
     nn_status_t s = upload(c, &d->in_stage, d->input_f, x, elems * sizeof(float));
     if (s != NN_OK) return s;
     x = d->input_f;
   }
   if (d->fmt.nhwc)
     NN_CUDA_CHECK(nn_cuk_float_to_nhwc(c->stream, d->fmt.prec, n, m->in_c,
-                                       m->in_h * m->in_w, x, d->input));
+                                       m->in_h * m->in_w, x, m->input));
   else
-    NN_CUDA_CHECK(nn_cuk_cast_from_float(c->stream, d->fmt.prec, elems, x, d->input));
+    NN_CUDA_CHECK(nn_cuk_cast_from_float(c->stream, d->fmt.prec, elems, x, m->input));
   return NN_OK;
 }
 
-nn_status_t nn_cuda_model_forward(nn_model_t *m, const float *x, int n, int training) {
-  cuda_model_t *d = CM(m);
+static nn_status_t cuda_load_input(nn_model_t *m, const float *x, int n) {
   nn_cuda_ctx_t *c;
   nn_status_t s = nn_cuda_ctx(&c);
   if (s != NN_OK) return s;
-  m->have_loss = 0;
-  m->last_n = 0;
   if ((s = load_input(m, c, x, n)) != NN_OK) return s;
   /* This forward's compute weights from the float32 master weights. */
-  if (d->params_h && (s = refresh_compute_params(m, c)) != NN_OK) return s;
-  for (int i = 0; i < m->num_layers; i++) {
-    double t0 = now_s();   /* enqueue time only: kernels run asynchronously */
-    s = layer_forward(m, c, i, n, training);
-    m->layers[i].forward_s = now_s() - t0;
-    if (s != NN_OK) return s;
-  }
-  if (mixed(d))
-    NN_CUDA_CHECK(nn_cuk_cast_to_float(c->stream, d->fmt.prec, (size_t)n * m->num_classes,
-                                       d->L[m->num_layers - 1].out, d->logits_f));
-  if (training) m->dropout_step++;
-  m->last_n = n;
-  m->last_training = training;
+  if (CM(m)->params_h) return refresh_compute_params(m, c);
   return NN_OK;
 }
 
-nn_status_t nn_cuda_model_loss(nn_model_t *m, const int32_t *labels, float *loss,
-                               int *correct) {
+static nn_status_t cuda_forward_done(nn_model_t *m, int n) {
+  cuda_model_t *d = CM(m);
+  if (!mixed(d)) return NN_OK;
+  nn_cuda_ctx_t *c;
+  nn_status_t s = nn_cuda_ctx(&c);
+  if (s != NN_OK) return s;
+  NN_CUDA_CHECK(nn_cuk_cast_to_float(c->stream, d->fmt.prec, (size_t)n * m->num_classes,
+                                     m->layers[m->num_layers - 1].out, d->logits_f));
+  return NN_OK;
+}
+
+static nn_status_t cuda_loss(nn_model_t *m, const int32_t *labels, float *loss,
+                             int *correct) {
   cuda_model_t *d = CM(m);
   nn_cuda_ctx_t *c;
   nn_status_t s = nn_cuda_ctx(&c);
   if (s != NN_OK) return s;
-  if (m->last_n == 0)
-    return nn_set_error(NN_ERR_ARG, "nn_model_loss: no forward pass to take the loss of");
   int n = m->last_n;
   if (nn_cuda_is_device_ptr(labels)) {
     NN_CUDA_CHECK(cudaMemcpyAsync(d->labels, labels, (size_t)n * sizeof(int32_t),
@@ -532,8 +573,8 @@ nn_status_t nn_cuda_model_loss(nn_model_t *m, const int32_t *labels, float *loss
       return s;
   }
   NN_CUDA_CHECK(nn_cuk_softmax_xent(c->stream, d->fmt.prec, n, m->num_classes,
-                                    d->L[m->num_layers - 1].out, d->labels, d->loss,
-                                    d->correct, d->dlogits, d->amp ? &d->amp->scale : NULL));
+                                    m->layers[m->num_layers - 1].out, d->labels, d->loss,
+                                    d->correct, m->dlogits, d->amp ? &d->amp->scale : NULL));
   if (loss || correct) {  /* the only wait of a step, and only when asked */
     float l = 0;
     int k = 0;
@@ -544,152 +585,221 @@ nn_status_t nn_cuda_model_loss(nn_model_t *m, const int32_t *labels, float *loss
     if (loss) *loss = l;
     if (correct) *correct = k;
   }
-  m->have_loss = 1;
   return NN_OK;
 }
 
-/* ---- backward ---- */
+/* ---- the layers ---- */
 
-static nn_status_t layer_backward(nn_model_t *m, nn_cuda_ctx_t *c, int i, int n) {
-  const nn_layer_t *l = &m->layers[i];
-  cuda_model_t *d = CM(m);
-  dlayer_t *dl = &d->L[i];
-  const nn_precision_t p = d->fmt.prec;
-  const nn_cuda_fmt_t f = d->fmt;
-  const void *x = in_out(m, l->in[0]);
-  void *dx = in_grad(m, l->in[0]);
-  const void *dy = dl->dout;
-  size_t count = (size_t)n * sample_size(l);
-  float *P = d->params, *G = d->grads;
-  switch (l->kind) {
-  case NN_LAYER_CONV2D: {
-    nn_conv2d_shape_t s = nn_layer_conv_shape(l, n);
-    if (!nn_layer_input_grad_wanted(m, l->in[0])) dx = NULL;
-    return nn_conv2d_backward_cuda_p(f, &s, x, gemm_param(d, l->w_off), dy, dx,
-                                     gemm_grad(d, l->w_off),
-                                     l->has_bias ? gemm_grad(d, l->b_off) : NULL);
-  }
-  case NN_LAYER_BATCHNORM2D: {
-    nn_batchnorm2d_shape_t s = nn_layer_bn_shape(l, n);
-    return nn_batchnorm2d_backward_cuda_p(f, &s, x, P + l->w_off, dl->save_mean,
-                                          dl->save_invstd, dy, dx, G + l->w_off,
-                                          G + l->b_off, &dl->bn_reserve);
-  }
-  case NN_LAYER_RELU:
-    if (dl->inplace_relu)
-      NN_CUDA_CHECK(nn_cuk_relu_backward(c->stream, p, count, dl->out, dl->dout, dl->dout));
-    else
-      NN_CUDA_CHECK(nn_cuk_relu_backward(c->stream, p, count, dl->out, dy, dx));
-    return NN_OK;
-  case NN_LAYER_MAXPOOL2D:
-  case NN_LAYER_AVGPOOL2D: {
-    nn_pool2d_shape_t s = nn_layer_pool_shape(l, n);
-    return nn_pool2d_backward_cuda_p(f, l->kind == NN_LAYER_MAXPOOL2D, &s, x, dl->out, dy,
-                                     dx);
-  }
-  case NN_LAYER_GLOBAL_AVGPOOL:
-    NN_CUDA_CHECK(nn_cuk_gap_backward(c->stream, p, f.nhwc, n, l->c, l->in_h * l->in_w, dy,
-                                      dx));
-    return NN_OK;
-  case NN_LAYER_LINEAR:
-    if (!nn_layer_input_grad_wanted(m, l->in[0])) dx = NULL;
-    return nn_linear_backward_cuda_p(p, n, l->in_c * l->in_h * l->in_w, l->c, x,
-                                     gemm_param(d, l->w_off), dy, dx,
-                                     gemm_grad(d, l->w_off),
-                                     l->has_bias ? gemm_grad(d, l->b_off) : NULL);
-  case NN_LAYER_DROPOUT:
-    NN_CUDA_CHECK(nn_cuk_dropout_backward(c->stream, p, count, l->p, dl->mask, dy, dx));
-    return NN_OK;
-  case NN_LAYER_FLATTEN:
-    if (l->in[0] == NN_MODEL_INPUT || !dl->own) return NN_OK;
-    if (dl->permute)
-      NN_CUDA_CHECK(nn_cuk_nchw_to_nhwc_acc(c->stream, p, n, l->in_c, l->in_h * l->in_w, dy,
-                                            dx));
-    else
-      NN_CUDA_CHECK(nn_cuk_accumulate(c->stream, p, count, dy, dx));
-    return NN_OK;
-  case NN_LAYER_ADD:
-    NN_CUDA_CHECK(nn_cuk_add_backward(c->stream, p, count, dy, dx, in_grad(m, l->in[1])));
-    return NN_OK;
-  }
-  return nn_set_error(NN_ERR_ARG, "nn_model_backward (CUDA): unknown layer kind");
+/* What every layer function starts from. */
+#define LAYER_VARS                                              \
+  const nn_layer_t *l = &m->layers[i];                          \
+  cuda_model_t *d = CM(m);                                      \
+  dlayer_t *dl = &d->L[i];                                      \
+  const nn_precision_t p = d->fmt.prec;                         \
+  const nn_cuda_fmt_t f = d->fmt;                               \
+  const void *x = nn_layer_in(m, l->in[0]);                     \
+  size_t count = (size_t)n * nn_layer_sample_size(l);           \
+  float *P = d->params, *G = d->grads;                          \
+  nn_cuda_ctx_t *c;                                             \
+  nn_status_t s = nn_cuda_ctx(&c);                              \
+  if (s != NN_OK) return s;                                     \
+  (void)dl, (void)p, (void)f, (void)x, (void)count, (void)P, (void)G
+
+static nn_status_t conv_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  nn_conv2d_shape_t sh = nn_layer_conv_shape(l, n);
+  return nn_conv2d_forward_cuda_p(f, &sh, x, gemm_param(d, l->w_off),
+                                  l->has_bias ? gemm_param(d, l->b_off) : NULL, l->out);
 }
 
-nn_status_t nn_cuda_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ctx) {
-  cuda_model_t *d = CM(m);
-  nn_cuda_ctx_t *c;
-  nn_status_t s = nn_cuda_ctx(&c);
-  if (s != NN_OK) return s;
-  const int n = m->last_n;
-  const size_t es = d->es;
-  NN_CUDA_CHECK(cudaMemsetAsync(d->grads, 0, m->param_len * sizeof(float), c->stream));
-  if (d->grads_h)
-    NN_CUDA_CHECK(cudaMemsetAsync(d->grads_h, 0, m->param_len * es, c->stream));
-  for (int i = 0; i < m->num_layers; i++)
-    if (d->L[i].own)
-      NN_CUDA_CHECK(cudaMemsetAsync(d->L[i].dout, 0,
-                                    (size_t)n * sample_size(&m->layers[i]) * es, c->stream));
-  if (d->dinput)
-    NN_CUDA_CHECK(cudaMemsetAsync(d->dinput, 0, (size_t)n * m->in_c * m->in_h * m->in_w * es,
-                                  c->stream));
-  NN_CUDA_CHECK(cudaMemcpyAsync(d->L[m->num_layers - 1].dout, d->dlogits,
-                                (size_t)n * m->num_classes * es, cudaMemcpyDeviceToDevice,
-                                c->stream));
-  size_t ready = m->param_len;
-  for (int i = m->num_layers - 1; i >= 0; i--) {
-    nn_layer_t *l = &m->layers[i];
-    double t0 = now_s();
-    s = layer_backward(m, c, i, n);
-    /* This layer's weight gradients from the compute copy into the float32 ones. */
-    if (s == NN_OK && d->grads_h &&
-        (l->kind == NN_LAYER_CONV2D || l->kind == NN_LAYER_LINEAR))
-      s = gather_layer_grads(m, c, l);
-    l->backward_s = now_s() - t0;
-    if (s != NN_OK) return s;
-    /* Enqueued, not finished: a consumer (hvd) orders itself after nn's stream. */
-    if (l->param_end > l->param_begin && l->param_begin < ready) {
-      ready = l->param_begin;
-      if (on_ready) on_ready(ctx, ready);
-    }
-  }
-  if (ready != 0 && on_ready) on_ready(ctx, 0);
-  m->have_loss = 0;
+static nn_status_t conv_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  nn_conv2d_shape_t sh = nn_layer_conv_shape(l, n);
+  s = nn_conv2d_backward_cuda_p(f, &sh, x, gemm_param(d, l->w_off), l->dout,
+                                nn_layer_dx(m, i), gemm_grad(d, l->w_off),
+                                l->has_bias ? gemm_grad(d, l->b_off) : NULL);
+  /* This layer's weight gradients from the compute copy into the float32 ones. */
+  return s == NN_OK ? gather_layer_grads(m, c, l) : s;
+}
+
+static nn_status_t bn_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  nn_batchnorm2d_shape_t sh = nn_layer_bn_shape(l, n);
+  float *B = d->buffers;
+  if (!training)
+    return nn_batchnorm2d_forward_infer_cuda_p(f, &sh, x, P + l->w_off, P + l->b_off,
+                                               B + l->rm_off, B + l->rv_off, l->out);
+  m->counters[l->counter]++;
+  return nn_batchnorm2d_forward_train_cuda_p(f, &sh, x, P + l->w_off, P + l->b_off,
+                                             B + l->rm_off, B + l->rv_off, l->out,
+                                             dl->save_mean, dl->save_invstd,
+                                             &dl->bn_reserve);
+}
+
+static nn_status_t bn_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  nn_batchnorm2d_shape_t sh = nn_layer_bn_shape(l, n);
+  return nn_batchnorm2d_backward_cuda_p(f, &sh, x, P + l->w_off, dl->save_mean,
+                                        dl->save_invstd, l->dout, nn_layer_dx(m, i),
+                                        G + l->w_off, G + l->b_off, &dl->bn_reserve);
+}
+
+static nn_status_t relu_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  NN_CUDA_CHECK(nn_cuk_relu_forward(c->stream, p, count, dl->inplace_relu ? l->out : x,
+                                    l->out));
   return NN_OK;
 }
 
-/* ---- the update ---- */
-
-nn_status_t nn_model_optim_step_cuda(nn_model_t *m, nn_cuda_optim_t *o, float lr) {
-  if (!m || !o) return nn_set_error(NN_ERR_ARG, "nn_model_optim_step_cuda: NULL argument");
-  if (!m->cuda)
-    return nn_set_error(NN_ERR_ARG, "nn_model_optim_step_cuda: the model is not on the "
-                        "device (nn_model_to_device)");
-  cuda_model_t *d = CM(m);
-  if (nn_cuda_optim_count(o) != m->param_len)
-    return nn_set_error(NN_ERR_ARG, "nn_model_optim_step_cuda: the optimizer was created "
-                        "for %zu parameters, the model has %zu", nn_cuda_optim_count(o),
-                        m->param_len);
-  if (!mixed(d)) return nn_cuda_optim_step(o, d->params, d->grads, lr);
-  nn_cuda_ctx_t *c;
-  nn_status_t s = nn_cuda_ctx(&c);
-  if (s != NN_OK) return s;
-  const nn_precision_config_t *k = &m->precision;
-  NN_CUDA_CHECK(nn_cuk_amp_unscale(c->stream, m->param_len, d->grads, d->amp));
-  s = nn_cuda_optim_step_skip(o, d->params, d->grads, lr, &d->amp->found_inf);
-  if (s != NN_OK) return s;
-  NN_CUDA_CHECK(nn_cuk_amp_update(c->stream, d->amp, k->growth_factor, k->backoff_factor,
-                                  k->growth_interval, k->static_scale));
+static nn_status_t relu_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  if (dl->inplace_relu)
+    NN_CUDA_CHECK(nn_cuk_relu_backward(c->stream, p, count, l->out, l->dout, l->dout));
+  else
+    NN_CUDA_CHECK(nn_cuk_relu_backward(c->stream, p, count, l->out, l->dout,
+                                       nn_layer_dx(m, i)));
   return NN_OK;
 }
 
-nn_status_t nn_model_loss_scale(nn_model_t *m, float *scale, int64_t *skipped_steps) {
-  if (!m) return nn_set_error(NN_ERR_ARG, "nn_model_loss_scale: NULL model");
-  nn_cuda_amp_t a = {1.0f, 0, 0, 0, 0};
-  if (m->cuda && CM(m)->amp) {
-    nn_status_t s = nn_cuda_to_host(&a, CM(m)->amp, sizeof a);
-    if (s != NN_OK) return s;
+/* cuDNN pools both ways; its backward reads x and y (no argmax). */
+static nn_status_t pool_forward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  nn_pool2d_shape_t sh = nn_layer_pool_shape(l, n);
+  return nn_pool2d_forward_cuda_p(f, l->kind == NN_LAYER_MAXPOOL2D, &sh, x, l->out);
+}
+
+static nn_status_t pool_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  nn_pool2d_shape_t sh = nn_layer_pool_shape(l, n);
+  return nn_pool2d_backward_cuda_p(f, l->kind == NN_LAYER_MAXPOOL2D, &sh, x, l->out, l->dout,
+                                   nn_layer_dx(m, i));
+}
+
+static nn_status_t maxpool_forward(nn_model_t *m, int i, int n, int training) {
+  (void)training;
+  return pool_forward(m, i, n);
+}
+static nn_status_t maxpool_backward(nn_model_t *m, int i, int n) {
+  return pool_backward(m, i, n);
+}
+static nn_status_t avgpool_forward(nn_model_t *m, int i, int n, int training) {
+  (void)training;
+  return pool_forward(m, i, n);
+}
+static nn_status_t avgpool_backward(nn_model_t *m, int i, int n) {
+  return pool_backward(m, i, n);
+}
+
+static nn_status_t gap_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  if (n < 1 || l->c < 1 || l->in_h * l->in_w < 1)
+    return nn_set_error(NN_ERR_ARG, "global average pool (CUDA): bad shape");
+  NN_CUDA_CHECK(nn_cuk_gap_forward(c->stream, p, f.nhwc, n, l->c, l->in_h * l->in_w, x,
+                                   l->out));
+  return NN_OK;
+}
+
+static nn_status_t gap_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  NN_CUDA_CHECK(nn_cuk_gap_backward(c->stream, p, f.nhwc, n, l->c, l->in_h * l->in_w,
+                                    l->dout, nn_layer_dx(m, i)));
+  return NN_OK;
+}
+
+static nn_status_t linear_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  return nn_linear_forward_cuda_p(p, n, l->in_c * l->in_h * l->in_w, l->c, x,
+                                  gemm_param(d, l->w_off),
+                                  l->has_bias ? gemm_param(d, l->b_off) : NULL, l->out);
+}
+
+static nn_status_t linear_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  s = nn_linear_backward_cuda_p(p, n, l->in_c * l->in_h * l->in_w, l->c, x,
+                                gemm_param(d, l->w_off), l->dout, nn_layer_dx(m, i),
+                                gemm_grad(d, l->w_off),
+                                l->has_bias ? gemm_grad(d, l->b_off) : NULL);
+  return s == NN_OK ? gather_layer_grads(m, c, l) : s;
+}
+
+static nn_status_t dropout_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  if (training && l->p > 0.0f) {
+    /* The CPU model's seed, so the masks match its masks. */
+    NN_CUDA_CHECK(nn_cuk_dropout_forward(c->stream, p, count, l->p,
+                                         nn_layer_dropout_seed(m, i), m->dropout_step, x,
+                                         l->out, dl->mask));
+    return NN_OK;
   }
-  if (scale) *scale = a.scale;
-  if (skipped_steps) *skipped_steps = (int64_t)a.skipped;
+  NN_CUDA_CHECK(nn_cuk_dropout_forward(c->stream, p, count, 0.0f, 0, 0, x, l->out, dl->mask));
   return NN_OK;
 }
+
+static nn_status_t dropout_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  NN_CUDA_CHECK(nn_cuk_dropout_backward(c->stream, p, count, l->p, dl->mask, l->dout,
+                                        nn_layer_dx(m, i)));
+  return NN_OK;
+}
+
+static nn_status_t flatten_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  if (dl->permute)
+    NN_CUDA_CHECK(nn_cuk_nhwc_to_nchw(c->stream, p, n, l->in_c, l->in_h * l->in_w, x,
+                                      l->out));
+  return NN_OK;
+}
+
+static nn_status_t flatten_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  if (l->in[0] == NN_MODEL_INPUT || !l->own_dout) return NN_OK;
+  void *dx = nn_layer_dx(m, i);
+  if (dl->permute)
+    NN_CUDA_CHECK(nn_cuk_nchw_to_nhwc_acc(c->stream, p, n, l->in_c, l->in_h * l->in_w,
+                                          l->dout, dx));
+  else
+    NN_CUDA_CHECK(nn_cuk_accumulate(c->stream, p, count, l->dout, dx));
+  return NN_OK;
+}
+
+static nn_status_t add_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  NN_CUDA_CHECK(nn_cuk_add_forward(c->stream, p, count, x, nn_layer_in(m, l->in[1]),
+                                   l->out));
+  return NN_OK;
+}
+
+static nn_status_t add_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  NN_CUDA_CHECK(nn_cuk_add_backward(c->stream, p, count, l->dout, nn_layer_dx(m, i),
+                                    nn_layer_in_grad(m, l->in[1])));
+  return NN_OK;
+}
+
+static const nn_backend_t cuda_backend = {
+    .name = "CUDA",
+    .device = NN_DEVICE_CUDA,
+    .zero = cuda_zero,
+    .copy = cuda_copy,
+    .load_input = cuda_load_input,
+    .forward_done = cuda_forward_done,
+    .loss = cuda_loss,
+    .logits_host = cuda_logits_host,
+    .params_home = cuda_params_home,
+    .grads_home = cuda_grads_home,
+    .zero_grads = cuda_zero_grads,
+    .scale_grads = cuda_scale_grads,
+    .optim_attach = cuda_optim_attach,
+    .optim_step = cuda_optim_step,
+    .sync_to_host = cuda_sync_to_host,
+    .sync_to_device = cuda_sync_to_device,
+    .loss_scale = cuda_loss_scale,
+    .release = cuda_release,
+    .layer = {NN_LAYER_KIND_LIST(NN_LAYER_OPS_ENTRY)},
+};

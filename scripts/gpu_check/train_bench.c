@@ -7,11 +7,11 @@
    Usage: train_bench MODEL BATCH STEPS fp32|tf32|fp16|bf16 */
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
+#include "util/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define OK(expr)                                                                   \
   do {                                                                             \
@@ -21,12 +21,6 @@
       return 1;                                                                    \
     }                                                                              \
   } while (0)
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int main(int argc, char **argv) {
   if (argc != 5) {
@@ -69,23 +63,22 @@ int main(int argc, char **argv) {
   OK(nn_cuda_to_device(dx, hx, nx * sizeof(float)));
   OK(nn_cuda_to_device(dl, hl, (size_t)batch * sizeof(int32_t)));
   nn_optim_config_t oc = {NN_OPTIM_SGD, 0.9f, 0, 1e-4f, 0, 0, 0};
-  nn_cuda_optim_t *o;
-  OK(nn_cuda_optim_create(&o, &oc, nn_model_param_len(m)));
+  OK(nn_model_optim_create(m, &oc));   /* on the device with the model */
   int warm = 5;
   double t0 = 0;
   float loss = 0;
   for (int s = 0; s < warm + steps; s++) {
     if (s == warm) {
       OK(nn_cuda_synchronize());
-      t0 = now_s();
+      t0 = util_now_s();
     }
     OK(nn_model_forward(m, dx, batch, 1));
     OK(nn_model_loss(m, dl, NULL, NULL));  /* no host round trip */
     OK(nn_model_backward(m, NULL, NULL));
-    OK(nn_model_optim_step_cuda(m, o, 0.01f));
+    OK(nn_model_optim_step(m, 0.01f));
   }
   OK(nn_cuda_synchronize());
-  double t = now_s() - t0;
+  double t = util_now_s() - t0;
   OK(nn_model_loss(m, dl, &loss, NULL));
   printf("loss after %d steps: %.4f\n", warm + steps, (double)loss);
   float scale;
@@ -94,7 +87,6 @@ int main(int argc, char **argv) {
   printf("loss scale: %g (%lld of %d steps skipped)\n", (double)scale, (long long)skipped,
          warm + steps);
   printf("RESULT hvd %s %s %d %.1f\n", name, prec, batch, (double)batch * steps / t);
-  nn_cuda_optim_free(o);
   nn_cuda_free(dx);
   nn_cuda_free(dl);
   nn_model_free(m);
