@@ -12,6 +12,7 @@
    one-way bandwidth a copy can reach, for reference; busbw = algbw there). Adding one
    (e.g. the hvd runtime) is a new row: init, run, fini. */
 #include <limits.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 
 #include "collectives/coll.h"
 #include "hvd/hvd.h"
+#include "util/flags.h"
 
 typedef struct bench bench_t;
 
@@ -166,50 +168,106 @@ static double expected(size_t i, int n, coll_op_t op) {
   return acc;
 }
 
-/* ---- flags ---- */
-static size_t parse_size(const char *s) {
-  char *end;
-  double v = strtod(s, &end);
-  switch (*end) {
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    case 'M': case 'm': v *= 1024.0 * 1024; break;
-    case 'K': case 'k': v *= 1024.0; break;
-    case '\0': break;
-    default: return 0;
+/* ---- flags (nccl-tests' letters and long names) ---- */
+typedef struct {
+  size_t minb, maxb, chunk, small;
+  double factor;
+  int iters, warmup, reps, inplace;
+  const char *dtype, *op, *backend;
+} flags_t;
+
+static const char *const OPS[] = {"sum", "min", "max", "prod", NULL};   /* coll_op_t order */
+/* The choices of -d and --backend, in coll_dtype_t's and the table's order. */
+static const char *dtype_names[COLL_INT64 + 2];
+static const char *backend_names[NBACKENDS + 1];
+
+enum { NFLAGS = 12 };
+static void flag_table(flags_t *fl, util_flag_t table[NFLAGS]) {
+  for (int d = COLL_FLOAT32; d <= COLL_INT64; d++) dtype_names[d] = coll_dtype_name((coll_dtype_t)d);
+  /* The backends' names and help come from their table, so a new row shows here. */
+  static char backend_help[1024];
+  size_t used = 0;
+  for (size_t k = 0; k < NBACKENDS; k++) {
+    backend_names[k] = backends[k].name;
+    if (used < sizeof backend_help)
+      used += (size_t)snprintf(backend_help + used, sizeof backend_help - used, "%s%s: %s",
+                               k ? "; " : "", backends[k].name, backends[k].help);
   }
-  if (*end != '\0' && end[1] != '\0') return 0;   /* one suffix letter, nothing after */
-  /* 0 is "bad" to the callers: NaN, below one byte, or past size_t (converting that
-     would be undefined) */
-  if (!(v >= 1.0) || v >= 18446744073709551616.0) return 0;
-  return (size_t)v;
+  const util_flag_t t[] = {
+      {"minbytes", UTIL_FLAG_SIZE, &fl->minb, .aliases = "-b", .min = 1, .max = INFINITY,
+       .help = "smallest message in bytes"},
+      {"maxbytes", UTIL_FLAG_SIZE, &fl->maxb, .aliases = "-e", .min = 1, .max = INFINITY,
+       .help = "largest message in bytes"},
+      {"stepfactor", UTIL_FLAG_DOUBLE, &fl->factor, .aliases = "-f", .min = 1.0000001,
+       .max = INFINITY, .help = "multiply the size by this each row"},
+      {"iters", UTIL_FLAG_INT, &fl->iters, .aliases = "-n", .min = 1, .max = INFINITY,
+       .help = "timed iterations per size"},
+      {"warmup_iters", UTIL_FLAG_INT, &fl->warmup, .aliases = "-w", .min = 0, .max = INFINITY,
+       .help = "warm-up iterations per size"},
+      {"reps", UTIL_FLAG_INT, &fl->reps, .aliases = "-r", .min = 1, .max = INFINITY,
+       .help = "repeat the timed loop, report the best"},
+      {"datatype", UTIL_FLAG_CHOICE, &fl->dtype, .aliases = "-d", .choices = dtype_names,
+       .metavar = "DTYPE", .help = "element type"},
+      {"op", UTIL_FLAG_CHOICE, &fl->op, .aliases = "-o", .choices = OPS, .help = "reduction"},
+      {"inplace", UTIL_FLAG_BOOL, &fl->inplace,
+       .help = "sendbuf == recvbuf (off: out of place)"},
+      {"chunk", UTIL_FLAG_SIZE, &fl->chunk, .min = 1, .max = INFINITY,
+       .help = "ring pipeline chunk (coll_set_chunk_bytes)"},
+      {"small", UTIL_FLAG_SIZE, &fl->small,
+       .help = "below this, recursive doubling (coll_set_small_message_bytes)"},
+      {"backend", UTIL_FLAG_CHOICE, &fl->backend, .choices = backend_names, .metavar = "B",
+       .help = backend_help},
+  };
+  _Static_assert(sizeof t / sizeof t[0] == NFLAGS, "NFLAGS is the number of flags");
+  memcpy(table, t, sizeof t);
+}
+
+static flags_t default_flags(void) {
+  return (flags_t){.minb = 8, .maxb = 128u << 20, .chunk = coll_chunk_bytes(),
+                   .small = coll_small_message_bytes(), .factor = 2, .iters = 20,
+                   .warmup = 5, .reps = 1, .dtype = "float", .op = "sum",
+                   .backend = backends[0].name};
+}
+
+static util_flags_spec_t flag_spec(const util_flag_t *table) {
+  return (util_flags_spec_t){
+      .prog = "allreduce_bench", .usage = "mpirun -np N allreduce_bench [flags]",
+      .flags = table, .nflags = NFLAGS,
+      .footer = "Prints nccl-tests columns on rank 0; exits 1 when any #wrong > 0.\n"};
 }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: mpirun -np N allreduce_bench [flags]\n"
-          "  -b SIZE     smallest message in bytes (K/M/G suffixes), default 8\n"
-          "  -e SIZE     largest message in bytes, default 128M\n"
-          "  -f FACTOR   multiply the size by this each row, default 2\n"
-          "  -n ITERS    timed iterations per size, default 20\n"
-          "  -w ITERS    warm-up iterations per size, default 5\n"
-          "  -r REPS     repeat the timed loop, report the best, default 1\n"
-          "  -d DTYPE    float|double|half|bfloat16|int8|uint8|int32|int64, default float\n"
-          "  -o OP       sum|prod|min|max, default sum\n"
-          "  --inplace   sendbuf == recvbuf (default: out of place)\n"
-          "  --chunk SIZE  ring pipeline chunk (coll_set_chunk_bytes), default %zu\n"
-          "  --small SIZE  below this, recursive doubling (coll_set_small_message_bytes), default %zu\n"
-          "  --backend B one of:\n",
-          coll_chunk_bytes(), coll_small_message_bytes());
-  for (size_t i = 0; i < NBACKENDS; i++) fprintf(f, "      %-9s %s\n", backends[i].name, backends[i].help);
-  fprintf(f, "Prints nccl-tests columns on rank 0; exits 1 when any #wrong > 0.\n");
+  flags_t defaults = default_flags();
+  util_flag_t table[NFLAGS];
+  flag_table(&defaults, table);
+  util_flags_spec_t spec = flag_spec(table);
+  util_flags_usage(&spec, f);
+}
+
+/* Parses argv into fl: UTIL_FLAGS_OK, _HELP or _ERROR with the message in err. */
+static int parse_flags(int argc, char **argv, flags_t *fl, char *err, size_t errlen) {
+  util_flag_t table[NFLAGS];
+  flag_table(fl, table);
+  util_flags_spec_t spec = flag_spec(table);
+  int first;
+  int rc = util_flags_parse(&spec, argc, argv, &first, err, errlen);
+  if (rc == UTIL_FLAGS_OK && fl->minb > fl->maxb) {
+    snprintf(err, errlen, "-b %zu is larger than -e %zu; see allreduce_bench --help", fl->minb,
+             fl->maxb);
+    return UTIL_FLAGS_ERROR;
+  }
+  return rc;
 }
 
 int main(int argc, char **argv) {
-  /* The hvd backend's background thread calls MPI while main times with MPI_Barrier /
-     MPI_Allreduce: that needs MPI_THREAD_MULTIPLE, asked only then. */
+  /* The flags first (they need no MPI): the hvd backend's background thread calls MPI
+     while main times with MPI_Barrier / MPI_Allreduce, which needs MPI_THREAD_MULTIPLE,
+     asked only then. Only rank 0 reports a bad flag, once MPI says which rank this is. */
+  flags_t fl = default_flags();
+  char err[512] = "";
+  const int parsed = parse_flags(argc, argv, &fl, err, sizeof err);
   int provided, want = MPI_THREAD_SERIALIZED;
-  for (int i = 1; i + 1 < argc; i++)
-    if (!strcmp(argv[i], "--backend") && !strcmp(argv[i + 1], "hvd")) want = MPI_THREAD_MULTIPLE;
+  if (parsed == UTIL_FLAGS_OK && !strcmp(fl.backend, "hvd")) want = MPI_THREAD_MULTIPLE;
   MPI_Init_thread(&argc, &argv, want, &provided);
   if (provided < want) {
     fprintf(stderr, "allreduce_bench: MPI provides thread level %d, need %d\n", provided, want);
@@ -218,83 +276,20 @@ int main(int argc, char **argv) {
   bench_t b = {0};
   MPI_Comm_rank(MPI_COMM_WORLD, &b.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &b.size);
-  size_t minb = 8, maxb = 128u << 20;
-  double factor = 2;
-  int iters = 20, warmup = 5, reps = 1, inplace = 0;
-  b.dtype = COLL_FLOAT32;
-  b.op = COLL_SUM;
-  b.backend = &backends[0];
-  const char *bad = NULL;
-  for (int i = 1; i < argc && !bad; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      if (b.rank == 0) usage(stdout);
-      MPI_Finalize();
-      return 0;
-    } else if (!strcmp(a, "--inplace")) {
-      inplace = 1;
-    } else if (!v) {
-      bad = a;
-    } else if (!strcmp(a, "-b")) {
-      if (!(minb = parse_size(v))) bad = a;
-      i++;
-    } else if (!strcmp(a, "-e")) {
-      if (!(maxb = parse_size(v))) bad = a;
-      i++;
-    } else if (!strcmp(a, "-f")) {
-      factor = atof(v);
-      if (factor <= 1) bad = a;
-      i++;
-    } else if (!strcmp(a, "-n")) {
-      if ((iters = atoi(v)) < 1) bad = a;
-      i++;
-    } else if (!strcmp(a, "-w")) {
-      if ((warmup = atoi(v)) < 0) bad = a;
-      i++;
-    } else if (!strcmp(a, "--chunk")) {
-      size_t c = parse_size(v);
-      if (!c) bad = a;
-      else coll_set_chunk_bytes(c);
-      i++;
-    } else if (!strcmp(a, "--small")) {
-      coll_set_small_message_bytes(parse_size(v));
-      i++;
-    } else if (!strcmp(a, "-r")) {
-      if ((reps = atoi(v)) < 1) bad = a;
-      i++;
-    } else if (!strcmp(a, "-d")) {
-      int found = 0;
-      for (int d = COLL_FLOAT32; d <= COLL_INT64; d++)
-        if (!strcmp(v, coll_dtype_name((coll_dtype_t)d))) b.dtype = (coll_dtype_t)d, found = 1;
-      if (!found) bad = a;
-      i++;
-    } else if (!strcmp(a, "-o")) {
-      const char *names[] = {"sum", "min", "max", "prod"};
-      int found = 0;
-      for (int o = 0; o < 4; o++)
-        if (!strcmp(v, names[o])) b.op = (coll_op_t)o, found = 1;
-      if (!found) bad = a;
-      i++;
-    } else if (!strcmp(a, "--backend")) {
-      int found = 0;
-      for (size_t k = 0; k < NBACKENDS; k++)
-        if (!strcmp(v, backends[k].name)) b.backend = &backends[k], found = 1;
-      if (!found) bad = a;
-      i++;
-    } else {
-      bad = a;
-    }
-  }
-  if (bad || minb > maxb) {
-    if (b.rank == 0) {
-      if (bad) fprintf(stderr, "allreduce_bench: bad or incomplete flag %s\n", bad);
-      else fprintf(stderr, "allreduce_bench: -b %zu is larger than -e %zu\n", minb, maxb);
-      usage(stderr);
-    }
+  if (parsed != UTIL_FLAGS_OK) {
+    if (b.rank == 0 && parsed == UTIL_FLAGS_HELP) usage(stdout);
+    else if (b.rank == 0) fprintf(stderr, "allreduce_bench: %s\n", err);
     MPI_Finalize();
-    return 2;
+    return parsed == UTIL_FLAGS_HELP ? 0 : 2;
   }
-  char err[512] = "";
+  const size_t minb = fl.minb, maxb = fl.maxb;
+  const double factor = fl.factor;
+  const int iters = fl.iters, warmup = fl.warmup, reps = fl.reps, inplace = fl.inplace;
+  coll_set_chunk_bytes(fl.chunk);
+  coll_set_small_message_bytes(fl.small);
+  b.dtype = (coll_dtype_t)util_flags_choice(dtype_names, fl.dtype);
+  b.op = (coll_op_t)util_flags_choice(OPS, fl.op);
+  b.backend = &backends[util_flags_choice(backend_names, fl.backend)];
   if (b.backend->init && b.backend->init(&b, err, sizeof err)) {
     if (b.rank == 0) fprintf(stderr, "allreduce_bench: %s\n", err);
     MPI_Finalize();

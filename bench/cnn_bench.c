@@ -36,6 +36,7 @@
 #include "hvd/hvd.h"
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
+#include "util/flags.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -70,82 +71,98 @@ typedef struct {
   const char *trace_file;    /* rank 0's compute phases, Chrome trace; NULL: none */
 } options_t;
 
+/* The flags' defaults (tf_cnn_benchmarks' where it has the flag). */
+static options_t default_options(void) {
+  return (options_t){
+      .model = "trivial", .batch_size = 32, .num_batches = 100, .num_warmup_batches = 10,
+      .display_every = 10, .device = "cpu", .variable_update = "horovod", .use_fp16 = 0,
+      .data_format = "NCHW", .optimizer = "sgd", .learning_rate = 0.01f,
+      .momentum = 0.9f, .weight_decay = 4e-5f, .threads = 0, .bucket_mb = 25,
+      .first_bucket_mb = 1, .overlap = 1, .fp16_allreduce = 0, .seed = 1,
+      .trace_file = NULL};
+}
+
+static const char *const DEVICES[] = {"cpu", "gpu", NULL};
+static const char *const UPDATES[] = {"horovod", "none", NULL};
+static const char *const FORMATS[] = {"NCHW", "NHWC", NULL};
+static const char *const OPTIMIZERS[] = {"sgd", "momentum", NULL};
+
+/* The flags (tf_cnn_benchmarks' names, '_' spelling), writing into o: --help builds the
+   table over default_options() to show the defaults. */
+enum { NFLAGS = 22 };
+static void flag_table(options_t *o, util_flag_t table[NFLAGS]) {
+  const util_flag_t t[] = {
+      {"model", UTIL_FLAG_CHOICE, &o->model, .choices = nn_model_names(), .metavar = "NAME",
+       .help = "the network"},
+      {"batch_size", UTIL_FLAG_INT, &o->batch_size, .min = 1, .max = 1e9,
+       .help = "images per device (rank) per step"},
+      {"num_batches", UTIL_FLAG_INT, &o->num_batches, .min = 1, .max = 1e9,
+       .help = "timed steps"},
+      {"num_warmup_batches", UTIL_FLAG_INT, &o->num_warmup_batches, .min = 0, .max = 1e9,
+       .help = "untimed steps first"},
+      {"display_every", UTIL_FLAG_INT, &o->display_every, .min = 1, .max = 1e9,
+       .help = "print a Step line every N steps"},
+      {"device", UTIL_FLAG_CHOICE, &o->device, .choices = DEVICES,
+       .help = "gpu needs a build with CUDA and a GPU: local rank i uses GPU i"},
+      {"variable_update", UTIL_FLAG_CHOICE, &o->variable_update, .choices = UPDATES,
+       .help = "horovod: average gradients over ranks; none: independent replicas, the "
+               "no-communication ceiling"},
+      {"use_fp16", UTIL_FLAG_BOOL, &o->use_fp16,
+       .help = "mixed precision with float16 (--device gpu only): float16 activations and "
+               "tensor-core math, float32 weights and gradients, dynamic loss scaling"},
+      {"use_bf16", UTIL_FLAG_BOOL, &o->use_bf16,
+       .help = "the same with bfloat16 (no loss scaling needed)"},
+      {"allow_tf32", UTIL_FLAG_BOOL, &o->allow_tf32,
+       .help = "TF32 tensor-core math for float32 convolutions and GEMMs (--device gpu "
+               "only; off: exact float32)"},
+      {"data_format", UTIL_FLAG_CHOICE, &o->data_format, .choices = FORMATS,
+       .help = "activation layout (NHWC, channels last, needs --device gpu)"},
+      {"optimizer", UTIL_FLAG_CHOICE, &o->optimizer, .choices = OPTIMIZERS,
+       .help = "SGD with momentum"},
+      {"init_learning_rate", UTIL_FLAG_FLOAT, &o->learning_rate, .min = 0, .max = INFINITY,
+       .help = "learning rate"},
+      {"momentum", UTIL_FLAG_FLOAT, &o->momentum, .min = 0, .max = INFINITY,
+       .help = "SGD momentum"},
+      {"weight_decay", UTIL_FLAG_FLOAT, &o->weight_decay, .min = 0, .max = INFINITY,
+       .help = "L2 weight decay"},
+      {"threads", UTIL_FLAG_INT, &o->threads, .min = 1, .max = 1e9,
+       .def = "1 under a multi-rank launcher, else all cores",
+       .help = "compute threads per rank"},
+      {"bucket_mb", UTIL_FLAG_DOUBLE, &o->bucket_mb, .min = 1e-6, .max = INFINITY,
+       .help = "gradient bucket size in MiB (25: PyTorch DDP's)"},
+      {"first_bucket_mb", UTIL_FLAG_DOUBLE, &o->first_bucket_mb, .min = 1e-6, .max = INFINITY,
+       .help = "size of the first bucket submitted"},
+      {"overlap", UTIL_FLAG_BOOL, &o->overlap,
+       .help = "allreduce gradient buckets during backward; --no-overlap submits them all "
+               "after backward"},
+      {"fp16-allreduce", UTIL_FLAG_BOOL, &o->fp16_allreduce,
+       .help = "cast gradients to float16 for the allreduce"},
+      {"seed", UTIL_FLAG_U64, &o->seed, .help = "weights and synthetic data"},
+      {"trace_file", UTIL_FLAG_STRING, &o->trace_file, .metavar = "FILE",
+       .help = "rank 0 writes its compute phases (forward, backward, allreduce wait, "
+               "optimizer) of the timed steps as a Chrome trace (merge it with HVD_TIMELINE's "
+               "file by scripts/cnn_bench_timeline.py); with --device gpu every step then "
+               "waits for the GPU (phase times need it), so its images/sec is lower than "
+               "without"},
+  };
+  _Static_assert(sizeof t / sizeof t[0] == NFLAGS, "NFLAGS is the number of flags");
+  memcpy(table, t, sizeof t);
+}
+
+static util_flags_spec_t flag_spec(const util_flag_t *table) {
+  return (util_flags_spec_t){
+      .prog = "cnn_bench", .usage = "cnn_bench [flags]   (flags as tf_cnn_benchmarks)",
+      .flags = table, .nflags = NFLAGS,
+      .footer = "Environment: HVD_TIMELINE=file writes a Chrome-trace timeline of the "
+                "allreduces.\n"};
+}
+
 static void usage(FILE *f) {
-  fprintf(f,
-      "usage: cnn_bench [flags]   (flags as tf_cnn_benchmarks; --flag=value or --flag value)\n"
-      "  --model NAME              trivial, lenet, resnet20, resnet50, resnet101, vgg16,\n"
-      "                            alexnet (default trivial)\n"
-      "  --batch_size N            images per device (rank) per step (default 32)\n"
-      "  --num_batches N           timed steps (default 100)\n"
-      "  --num_warmup_batches N    untimed steps first (default 10)\n"
-      "  --display_every N         print a Step line every N steps (default 10)\n"
-      "  --device cpu|gpu          (default cpu; gpu needs a build with CUDA and a GPU:\n"
-      "                            local rank i uses GPU i)\n"
-      "  --variable_update horovod|none\n"
-      "                            horovod: average gradients over ranks (default);\n"
-      "                            none: independent replicas, the no-communication ceiling\n"
-      "  --use_fp16                mixed precision with float16 (--device gpu only):\n"
-      "                            float16 activations and tensor-core math, float32\n"
-      "                            weights and gradients, dynamic loss scaling\n"
-      "  --use_bf16                the same with bfloat16 (no loss scaling needed)\n"
-      "  --allow_tf32              TF32 tensor-core math for float32 convolutions and\n"
-      "                            GEMMs (--device gpu only; default off: exact float32)\n"
-      "  --data_format NCHW|NHWC   activation layout (default NCHW; NHWC, channels last,\n"
-      "                            needs --device gpu)\n"
-      "  --optimizer sgd|momentum  SGD with momentum (default sgd)\n"
-      "  --init_learning_rate X    (default 0.01)\n"
-      "  --momentum X              (default 0.9)\n"
-      "  --weight_decay X          (default 0.00004)\n"
-      "  --threads N               compute threads per rank (default: 1 under a\n"
-      "                            multi-rank launcher, else all cores)\n"
-      "  --bucket_mb X             gradient bucket size in MiB (default 25, as PyTorch DDP)\n"
-      "  --first_bucket_mb X       size of the first bucket submitted (default 1)\n"
-      "  --no-overlap              submit all gradient allreduces after backward\n"
-      "  --fp16-allreduce          cast gradients to float16 for the allreduce\n"
-      "  --seed N                  weights and synthetic data (default 1)\n"
-      "  --trace_file FILE         rank 0 writes its compute phases (forward, backward,\n"
-      "                            allreduce wait, optimizer) of the timed steps as a\n"
-      "                            Chrome trace (merge it with HVD_TIMELINE's file by\n"
-      "                            scripts/cnn_bench_timeline.py); with --device gpu every\n"
-      "                            step then waits for the GPU (phase times need it), so\n"
-      "                            its images/sec is lower than without\n"
-      "  --help                    this text\n"
-      "Environment: HVD_TIMELINE=file writes a Chrome-trace timeline of the allreduces.\n");
-}
-
-static void die_flag(const char *flag, const char *value, const char *expected) {
-  fprintf(stderr, "cnn_bench: bad value '%s' for %s: expected %s (see --help)\n", value,
-          flag, expected);
-  exit(2);
-}
-
-static int parse_int(const char *flag, const char *v, int min) {
-  char *end;
-  long x = strtol(v, &end, 10);
-  if (*v == '\0' || *end != '\0' || x < min || x > 1000000000L) {
-    char want[64];
-    snprintf(want, sizeof(want), "an integer >= %d", min);
-    die_flag(flag, v, want);
-  }
-  return (int)x;
-}
-
-static double parse_double(const char *flag, const char *v, double min) {
-  char *end;
-  double x = strtod(v, &end);
-  if (*v == '\0' || *end != '\0' || !(x >= min) || !isfinite(x)) {
-    char want[64];
-    snprintf(want, sizeof(want), "a number >= %g", min);
-    die_flag(flag, v, want);
-  }
-  return x;
-}
-
-static int parse_bool(const char *flag, const char *v) {
-  if (v == NULL || !strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) return 1;
-  if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0")) return 0;
-  die_flag(flag, v, "true or false");
-  return 0;
+  options_t defaults = default_options();
+  util_flag_t table[NFLAGS];
+  flag_table(&defaults, table);
+  util_flags_spec_t spec = flag_spec(table);
+  util_flags_usage(&spec, f);
 }
 
 /* nn_cuda_info() without its "; running on CPU" tail, for the --device gpu error (that
@@ -158,86 +175,26 @@ static const char *cuda_reason(void) {
   return buf;
 }
 
+/* Parses the flags into o (main's defaults), then refuses what parses but this build or
+   machine cannot run; prints and exits on --help and on any error. */
 static void parse_args(int argc, char **argv, options_t *o) {
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-      usage(stdout);
-      exit(0);
-    }
-    if (strncmp(arg, "--", 2) != 0) {
-      fprintf(stderr, "cnn_bench: unexpected argument '%s' (see --help)\n", arg);
-      exit(2);
-    }
-    /* Split --name=value; boolean flags take no separate value. */
-    char name[64];
-    const char *eq = strchr(arg, '=');
-    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-    if (len >= sizeof(name)) len = sizeof(name) - 1;
-    memcpy(name, arg, len);
-    name[len] = '\0';
-    const char *val = eq ? eq + 1 : NULL;
-
-    if (!strcmp(name, "--use_fp16")) { o->use_fp16 = parse_bool(name, val); continue; }
-    if (!strcmp(name, "--use_bf16")) { o->use_bf16 = parse_bool(name, val); continue; }
-    if (!strcmp(name, "--allow_tf32")) { o->allow_tf32 = parse_bool(name, val); continue; }
-    if (!strcmp(name, "--no-overlap") || !strcmp(name, "--no_overlap")) {
-      o->overlap = !parse_bool(name, val);
-      continue;
-    }
-    if (!strcmp(name, "--fp16-allreduce") || !strcmp(name, "--fp16_allreduce")) {
-      o->fp16_allreduce = parse_bool(name, val);
-      continue;
-    }
-    static const char *const valued[] = {
-        "--model", "--batch_size", "--num_batches", "--num_warmup_batches",
-        "--display_every", "--device", "--variable_update", "--data_format",
-        "--optimizer", "--init_learning_rate", "--momentum", "--weight_decay",
-        "--threads", "--bucket_mb", "--first_bucket_mb", "--seed", "--trace_file", NULL};
-    int known = 0;
-    for (int k = 0; valued[k]; k++) known |= !strcmp(name, valued[k]);
-    if (!known) {
-      fprintf(stderr, "cnn_bench: unknown flag %s (see --help)\n", name);
-      exit(2);
-    }
-    if (val == NULL) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "cnn_bench: %s needs a value (see --help)\n", name);
-        exit(2);
-      }
-      val = argv[++i];
-    }
-    if (!strcmp(name, "--model")) o->model = val;
-    else if (!strcmp(name, "--batch_size")) o->batch_size = parse_int(name, val, 1);
-    else if (!strcmp(name, "--num_batches")) o->num_batches = parse_int(name, val, 1);
-    else if (!strcmp(name, "--num_warmup_batches"))
-      o->num_warmup_batches = parse_int(name, val, 0);
-    else if (!strcmp(name, "--display_every")) o->display_every = parse_int(name, val, 1);
-    else if (!strcmp(name, "--device")) o->device = val;
-    else if (!strcmp(name, "--variable_update")) o->variable_update = val;
-    else if (!strcmp(name, "--data_format")) o->data_format = val;
-    else if (!strcmp(name, "--optimizer")) o->optimizer = val;
-    else if (!strcmp(name, "--init_learning_rate"))
-      o->learning_rate = (float)parse_double(name, val, 0);
-    else if (!strcmp(name, "--momentum")) o->momentum = (float)parse_double(name, val, 0);
-    else if (!strcmp(name, "--weight_decay"))
-      o->weight_decay = (float)parse_double(name, val, 0);
-    else if (!strcmp(name, "--threads")) o->threads = parse_int(name, val, 1);
-    else if (!strcmp(name, "--bucket_mb")) o->bucket_mb = parse_double(name, val, 1e-6);
-    else if (!strcmp(name, "--first_bucket_mb"))
-      o->first_bucket_mb = parse_double(name, val, 1e-6);
-    else if (!strcmp(name, "--seed")) o->seed = (uint64_t)parse_int(name, val, 0);
-    else if (!strcmp(name, "--trace_file")) o->trace_file = val;
+  util_flag_t table[NFLAGS];
+  flag_table(o, table);
+  util_flags_spec_t spec = flag_spec(table);
+  char err[512];
+  int first;
+  int rc = util_flags_parse(&spec, argc, argv, &first, err, sizeof err);
+  if (rc == UTIL_FLAGS_HELP) {
+    usage(stdout);
+    exit(0);
+  }
+  if (rc != UTIL_FLAGS_OK) {
+    fprintf(stderr, "cnn_bench: %s\n", err);
+    exit(2);
   }
 
   /* Values that parse but this build cannot run. */
-  if (!strcmp(o->device, "gpu")) {
-    o->gpu = 1;
-  } else if (strcmp(o->device, "cpu") != 0) {
-    fprintf(stderr, "cnn_bench: bad value '%s' for --device: expected cpu or gpu\n",
-            o->device);
-    exit(2);
-  }
+  o->gpu = strcmp(o->device, "gpu") == 0;
   if (o->use_fp16 && o->use_bf16) {
     fprintf(stderr, "cnn_bench: --use_fp16 and --use_bf16 together: choose one precision\n");
     exit(2);
@@ -262,23 +219,9 @@ static void parse_args(int argc, char **argv, options_t *o) {
             cuda_reason());
     exit(2);
   }
-  if (strcmp(o->variable_update, "horovod") != 0 && strcmp(o->variable_update, "none") != 0)
-    die_flag("--variable_update", o->variable_update, "horovod or none");
-  if (strcmp(o->data_format, "NCHW") != 0 && strcmp(o->data_format, "NHWC") != 0)
-    die_flag("--data_format", o->data_format, "NCHW or NHWC");
   if (!o->gpu && strcmp(o->data_format, "NHWC") == 0) {
     fprintf(stderr, "cnn_bench: --data_format NHWC needs --device gpu (channels-last "
                     "activations; on the CPU nn's layout is NCHW)\n");
-    exit(2);
-  }
-  if (strcmp(o->optimizer, "sgd") != 0 && strcmp(o->optimizer, "momentum") != 0)
-    die_flag("--optimizer", o->optimizer, "sgd or momentum (SGD with --momentum)");
-  int known = 0;
-  for (const char *const *n = nn_model_names(); *n; n++) known |= !strcmp(*n, o->model);
-  if (!known) {
-    fprintf(stderr, "cnn_bench: unknown --model '%s': expected one of", o->model);
-    for (const char *const *n = nn_model_names(); *n; n++) fprintf(stderr, " %s", *n);
-    fprintf(stderr, "\n");
     exit(2);
   }
 }
@@ -447,17 +390,6 @@ static int write_trace(const char *path, const step_trace_t *tr, int steps,
     return -1;
   }
   return 0;
-}
-
-/* The flags' defaults (tf_cnn_benchmarks' where it has the flag). */
-static options_t default_options(void) {
-  return (options_t){
-      .model = "trivial", .batch_size = 32, .num_batches = 100, .num_warmup_batches = 10,
-      .display_every = 10, .device = "cpu", .variable_update = "horovod", .use_fp16 = 0,
-      .data_format = "NCHW", .optimizer = "sgd", .learning_rate = 0.01f,
-      .momentum = 0.9f, .weight_decay = 4e-5f, .threads = 0, .bucket_mb = 25,
-      .first_bucket_mb = 1, .overlap = 1, .fp16_allreduce = 0, .seed = 1,
-      .trace_file = NULL};
 }
 
 int main(int argc, char **argv) {

@@ -2,10 +2,11 @@
    at a given batch, forward and backward, so kernel changes can be measured (and put side
    by side with bench/torch_layer_bench.py, the same shapes in PyTorch).
    Usage: nn_layer_bench [--threads N] [--batch N] [--reps N] [--filter SUBSTRING]
-   [--min] [--winograd 0|1] [--wino-min C] [--wino-tiles N] [--block-kb K]   (--min: fastest rep; conv2d knobs, see nn/conv2d_internal.h)
+   [--min] [--winograd 0|1] [--wino-min C] [--wino-tiles N] [--block-kb K] (--help)
    Prints the median milliseconds of forward and backward per layer. Not a test. */
 #include "nn/nn.h"
 #include "nn/conv2d_internal.h"
+#include "util/flags.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,31 +55,52 @@ static const layer_t layers[] = {
   {"lenet fc2 512->10", 'l', 512, 1, 1, 10, 0, 0, 0},
 };
 
+/* Parses the flags into the locals of main and nn's conv2d knobs; exits on --help and on
+   a bad flag. */
+static void parse_flags(int argc, char **argv, int *threads, int *batch, int *reps,
+                        const char **filter, int *use_min) {
+  int block_kb = (int)(nn_conv2d_block_bytes >> 10);
+  const util_flag_t table[] = {
+      {"threads", UTIL_FLAG_INT, threads, .min = 1, .max = 4096, .help = "CPU threads"},
+      {"batch", UTIL_FLAG_INT, batch, .min = 1, .max = 1 << 20, .help = "samples per layer call"},
+      {"reps", UTIL_FLAG_INT, reps, .min = 1, .max = 1 << 20, .help = "timed repetitions"},
+      {"filter", UTIL_FLAG_STRING, filter, .metavar = "SUBSTRING",
+       .help = "only the layers whose name holds SUBSTRING"},
+      {"min", UTIL_FLAG_BOOL, use_min,
+       .help = "the fastest rep instead of the median (for a loaded machine)"},
+      {NULL, .help = "conv2d knobs (nn/conv2d_internal.h):"},
+      {"winograd", UTIL_FLAG_INT, &nn_conv2d_winograd, .min = 0, .max = 1,
+       .help = "1: 3x3 and 5x5 stride-1 convolutions by Winograd; 0: im2col + GEMM"},
+      {"wino-min", UTIL_FLAG_INT, &nn_conv2d_wino_min_channels, .min = 0, .max = 1 << 20,
+       .metavar = "C", .help = "Winograd only when c_in and c_out are both at least C"},
+      {"wino-tiles", UTIL_FLAG_INT, &nn_wino_group_tiles, .min = 1, .max = 1 << 20,
+       .help = "Winograd tiles per group of samples (the N of its GEMMs)"},
+      {"block-kb", UTIL_FLAG_INT, &block_kb, .min = 1, .max = 1 << 20, .metavar = "K",
+       .help = "KiB of im2col columns per block"},
+  };
+  const util_flags_spec_t spec = {
+      .prog = "nn_layer_bench", .usage = "nn_layer_bench [flags]", .flags = table,
+      .nflags = UTIL_FLAGS_COUNT(table),
+      .about = "Median ms of forward and backward per kernel on resnet20/lenet layer shapes.\n"};
+  char err[512];
+  int first;
+  int rc = util_flags_parse(&spec, argc, argv, &first, err, sizeof err);
+  if (rc == UTIL_FLAGS_HELP) {
+    util_flags_usage(&spec, stdout);
+    exit(0);
+  }
+  if (rc != UTIL_FLAGS_OK) {
+    fprintf(stderr, "nn_layer_bench: %s\n", err);
+    exit(2);
+  }
+  nn_conv2d_block_bytes = (size_t)block_kb << 10;
+}
+
 int main(int argc, char **argv) {
   int threads = 1, batch = 64, reps = 20;
   const char *filter = NULL;
   int use_min = 0; /* --min: fastest rep instead of the median (for a loaded machine) */
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
-    else if (!strcmp(argv[i], "--min")) use_min = 1;
-    else if (!strcmp(argv[i], "--winograd") && i + 1 < argc) nn_conv2d_winograd = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--block-kb") && i + 1 < argc)
-      nn_conv2d_block_bytes = (size_t)atoi(argv[++i]) << 10;
-    else if (!strcmp(argv[i], "--wino-min") && i + 1 < argc)
-      nn_conv2d_wino_min_channels = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--wino-tiles") && i + 1 < argc)
-      nn_wino_group_tiles = atoi(argv[++i]);
-    else {
-      printf("usage: %s [--threads N] [--batch N] [--reps N] [--filter SUBSTRING]\n"
-           "       [--min] [--winograd 0|1] [--wino-min C] [--wino-tiles N] [--block-kb K]\n"
-             "Median ms of forward and backward per kernel on resnet20/lenet layer shapes.\n",
-             argv[0]);
-      return strcmp(argv[i], "--help") == 0 ? 0 : 2;
-    }
-  }
+  parse_flags(argc, argv, &threads, &batch, &reps, &filter, &use_min);
   if (reps < 1) reps = 1;
   nn_set_threads(threads);
   printf("# threads %d batch %d reps %d (median ms)\n", threads, batch, reps);

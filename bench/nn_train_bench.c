@@ -4,6 +4,7 @@
    forward + loss + backward + update. Prints "total images/sec: X" like the peer;
    --profile adds the mean time per layer (forward, backward) and of the update. */
 #include "nn/nn.h"
+#include "util/flags.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,59 +17,32 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: nn_train_bench [--model NAME] [--batch N] [--steps N] [--warmup N]\n"
-          "                      [--threads N] [--profile]\n"
-          "  --model    lenet (default), resnet20, mlp, resnet50, resnet101, vgg16,\n"
-          "             alexnet, trivial\n"
-          "  --batch    samples per step (default 64)\n"
-          "  --steps    timed steps (default 20); --warmup untimed steps first (default 3)\n"
-          "  --threads  CPU threads (default: nn's default)\n"
-          "  --profile  print the mean forward/backward time of every layer\n");
-}
-
-static int parse_int(const char *flag, const char *v, int min) {
-  char *end;
-  long x = v ? strtol(v, &end, 10) : 0;
-  if (!v || *end || x < min || x > 1000000) {
-    fprintf(stderr, "nn_train_bench: %s needs an integer >= %d, got \"%s\"\n", flag, min,
-            v ? v : "");
-    exit(2);
-  }
-  return (int)x;
-}
-
 int main(int argc, char **argv) {
   const char *model = "lenet";
   int batch = 64, steps = 20, warmup = 3, threads = 0, profile = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return 0;
-    } else if (!strcmp(a, "--model") && v) {
-      model = v;
-      i++;
-    } else if (!strcmp(a, "--batch")) {
-      batch = parse_int(a, v, 1);
-      i++;
-    } else if (!strcmp(a, "--steps")) {
-      steps = parse_int(a, v, 1);
-      i++;
-    } else if (!strcmp(a, "--warmup")) {
-      warmup = parse_int(a, v, 0);
-      i++;
-    } else if (!strcmp(a, "--threads")) {
-      threads = parse_int(a, v, 1);
-      i++;
-    } else if (!strcmp(a, "--profile")) {
-      profile = 1;
-    } else {
-      fprintf(stderr, "nn_train_bench: unknown argument \"%s\"\n", a);
-      usage(stderr);
-      return 2;
-    }
+  const util_flag_t table[] = {
+      {"model", UTIL_FLAG_CHOICE, &model, .choices = nn_model_names(), .metavar = "NAME",
+       .help = "the network"},
+      {"batch", UTIL_FLAG_INT, &batch, .min = 1, .max = 1000000, .help = "samples per step"},
+      {"steps", UTIL_FLAG_INT, &steps, .min = 1, .max = 1000000, .help = "timed steps"},
+      {"warmup", UTIL_FLAG_INT, &warmup, .min = 0, .max = 1000000, .help = "untimed steps first"},
+      {"threads", UTIL_FLAG_INT, &threads, .min = 1, .max = 1000000, .def = "nn's default",
+       .help = "CPU threads"},
+      {"profile", UTIL_FLAG_BOOL, &profile,
+       .help = "print the mean forward/backward time of every layer"},
+  };
+  const util_flags_spec_t spec = {.prog = "nn_train_bench", .usage = "nn_train_bench [flags]",
+                                  .flags = table, .nflags = UTIL_FLAGS_COUNT(table)};
+  char err[512];
+  int first;
+  int rc = util_flags_parse(&spec, argc, argv, &first, err, sizeof err);
+  if (rc == UTIL_FLAGS_HELP) {
+    util_flags_usage(&spec, stdout);
+    return 0;
+  }
+  if (rc != UTIL_FLAGS_OK) {
+    fprintf(stderr, "nn_train_bench: %s\n", err);
+    return 2;
   }
   if (threads) nn_set_threads(threads);
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cnn_bench prints exactly tf_cnn_benchmarks' format (shared/design/BENCHMARKS.md):
+# cnn_bench prints exactly tf_cnn_benchmarks' format (docs/cnn_bench.md):
 # the info block, "Step<TAB>Img/sec<TAB>total_loss" lines at steps 1, 2, 4, 6, the total
 # between dashed lines and (horovod) the overlap line; the loss on the fixed synthetic
 # batch goes down. Runs mpirun -np 2 with horovod and with none, and once alone; checks
@@ -88,8 +88,9 @@ expect_error() {   # expect_error PATTERN ARGS...
 }
 expect_error "CUDA" --device gpu
 expect_error "--use_fp16" --use_fp16
-expect_error "unknown flag --bogus" --bogus 1
-expect_error "--model 'nosuch'" --model nosuch
+expect_error "unknown flag --bogus; see cnn_bench --help" --bogus 1
+expect_error "unknown flag --num_batch (did you mean --num_batches?)" --num_batch 3
+expect_error "bad value 'nosuch' for --model: expected one of" --model nosuch
 expect_error "--variable_update" --variable_update replicated
 expect_error "--batch_size" --batch_size 0
 expect_error "--data_format" --data_format NHWC

@@ -39,8 +39,10 @@ for d in float half; do
     check 2 2 -b 64K -e 1M -f 16 -n 1 -w 0 -d $d -o $o --chunk 16K
   done
 done
-# A bad flag is an error, not a silent default.
-if timeout 30 mpirun -np 1 "$bin" -d notatype >/dev/null 2>&1; then
+# A bad flag is an error, not a silent default, with one message naming it.
+if out=$(timeout 30 mpirun -np 1 "$bin" -d notatype 2>&1); then
   echo "FAIL: -d notatype was accepted"; fail=1
+elif ! grep -q "^allreduce_bench: bad value 'notatype' for -d: expected one of float, " <<<"$out"; then
+  echo "FAIL: -d notatype: no message naming it: $out"; fail=1
 fi
 exit $fail

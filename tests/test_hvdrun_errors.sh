@@ -31,22 +31,28 @@ expect_error() {
   fi
 }
 
-# Unknown flags (before the program; after it they belong to the program).
-expect_error 2 "unknown option '--bogus'" "$hvdrun" --bogus -np 1 /bin/true
-expect_error 2 "unknown option '-q'" "$hvdrun" -np 1 -q /bin/true
+# Unknown flags (before the program; after it they belong to the program), in the words of
+# every program of the project (util/flags.h), with a guess when one is close.
+expect_error 2 "unknown flag --bogus; see hvdrun --help; options for the program go after its name" \
+  "$hvdrun" --bogus -np 1 /bin/true
+expect_error 2 "unknown flag -q; see hvdrun --help" "$hvdrun" -np 1 -q /bin/true
+expect_error 2 "unknown flag --verbos (did you mean --verbose?)" "$hvdrun" --verbos /bin/true
+expect_error 2 "unknown flag -hostfil (did you mean -hostfile?)" "$hvdrun" -hostfil h /bin/true
 expect_error 2 "no program to run" "$hvdrun" -np 2
-expect_error 2 "option -np needs a value" "$hvdrun" -np
-expect_error 2 "-np 'two': expected a positive number" "$hvdrun" -np two /bin/true
-expect_error 2 "-np '0': expected a positive number" "$hvdrun" -np 0 /bin/true
-expect_error 2 "--log-level 'loud': expected one of trace" "$hvdrun" --log-level loud /bin/true
-expect_error 2 "--fusion-threshold-mb 'big'" "$hvdrun" --fusion-threshold-mb big /bin/true
-expect_error 2 "--cycle-time-ms '-1'" "$hvdrun" --cycle-time-ms -1 /bin/true
-expect_error 2 "--stall-check-shutdown-time-seconds '1.5': expected whole seconds" \
+expect_error 2 "-np needs a value" "$hvdrun" -np
+expect_error 2 "bad value 'two' for -np: expected an integer in [1, 1000000]" "$hvdrun" -np two /bin/true
+expect_error 2 "bad value '0' for -np: expected an integer in [1, 1000000]" "$hvdrun" -np 0 /bin/true
+expect_error 2 "bad value 'loud' for --log-level: expected one of trace" "$hvdrun" --log-level loud /bin/true
+expect_error 2 "bad value 'big' for --fusion-threshold-mb: expected a size in MiB" "$hvdrun" --fusion-threshold-mb big /bin/true
+expect_error 2 "bad value '-1' for --cycle-time-ms: expected milliseconds" "$hvdrun" --cycle-time-ms -1 /bin/true
+expect_error 2 "bad value '1.5' for --stall-check-shutdown-time-seconds: expected whole seconds" \
   "$hvdrun" --stall-check-shutdown-time-seconds 1.5 /bin/true
-expect_error 2 "--start-timeout '0'" "$hvdrun" --start-timeout 0 /bin/true
-expect_error 2 "--hierarchical-allreduce takes no value" "$hvdrun" --hierarchical-allreduce=1 /bin/true
-expect_error 2 "--mpi 'lam': expected openmpi or mpich" "$hvdrun" --mpi lam /bin/true
-expect_error 2 "-x '1BAD': expected VAR or VAR=value" "$hvdrun" -x 1BAD /bin/true
+expect_error 2 "bad value '0' for --start-timeout: expected an integer in [1, 100000000]" "$hvdrun" --start-timeout 0 /bin/true
+expect_error 2 "bad value 'yes' for --hierarchical-allreduce: expected true or false" \
+  "$hvdrun" --hierarchical-allreduce=yes /bin/true
+expect_error 2 "--mca needs 2 values (--mca KEY VALUE)" "$hvdrun" --mca btl
+expect_error 2 "bad value 'lam' for --mpi: expected one of openmpi, mpich" "$hvdrun" --mpi lam /bin/true
+expect_error 2 "bad value '1BAD' for -x: expected VAR or VAR=value" "$hvdrun" -x 1BAD /bin/true
 unset HVD_TEST_SURELY_UNSET
 expect_error 2 "-x HVD_TEST_SURELY_UNSET: HVD_TEST_SURELY_UNSET is not set" \
   "$hvdrun" -x HVD_TEST_SURELY_UNSET /bin/true

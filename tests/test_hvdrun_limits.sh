@@ -58,7 +58,7 @@ out=$(run --dry-run --mpi mpich -np 1 --output-filename "/tmp/$long" /bin/true)
 [[ "$out" == *" -outfile-pattern /tmp/$long/rank.%r.stdout "* ]] || fail "MPICH --output-filename of 5000 characters is cut"
 # An error quoting a 5000-character value keeps its start and its advice, in one line.
 out=$(dry -np 1 "--$long=1" /bin/true 2>&1)
-[[ "$out" == "hvdrun: error: unknown option '--ddd"*" bytes left out ..."*"options for the program go after its name, or after --)" ]] \
+[[ "$out" == "hvdrun: error: unknown flag --ddd"*" bytes left out ..."*"; see hvdrun --help; options for the program go after its name, or after --" ]] \
   && [ "$(wc -l <<<"$out")" -eq 1 ] || fail "error for an unknown 5000-character option: ${out:0:100}...${out: -100}"
 # A hostfile line longer than any fixed buffer: a valid entry with a long comment.
 printf 'nodeA slots=2   # %s\nnodeB:3\n' "$long" > "$tmp/longline"

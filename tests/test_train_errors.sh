@@ -9,7 +9,7 @@ set -u
 . "$(dirname "$0")/train_prelude.sh"
 
 # flags (single process: stderr holds only our line)
-expect_error "unknown flag" "--epoch" "$train" --epoch 3
+expect_error "unknown flag" "unknown flag --epoch (did you mean --epochs?)" "$train" --epoch 3
 expect_error "missing value" "--batch-size" "$train" --batch-size
 expect_error "bad integer" "--epochs" "$train" --epochs three
 expect_error "negative batch" "--batch-size" "$train" --batch-size=-4
