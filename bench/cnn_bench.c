@@ -36,6 +36,8 @@
 #include "hvd/hvd.h"
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
+#include "train/step.h"
+#include "util/clock.h"
 #include "util/flags.h"
 
 #include <math.h>
@@ -43,7 +45,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct {
   const char *model;
@@ -233,11 +234,6 @@ static const char *precision_label(const options_t *o) {
   return o->allow_tf32 ? "tf32" : "fp32";
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* splitmix64: a seeded stream for the synthetic data. */
 static uint64_t next_u64(uint64_t *s) {
@@ -301,17 +297,12 @@ static void fail_hvd(const char *what, hvd_status_t s) {
   exit(1);
 }
 
-/* Phases of one step, CLOCK_MONOTONIC seconds: forward+loss, backward, wait, update. */
-enum { PHASE_FORWARD, PHASE_BACKWARD, PHASE_WAIT, PHASE_UPDATE, NUM_PHASES };
-static const char *const phase_names[NUM_PHASES] = {"forward", "backward",
-                                                    "allreduce wait", "optimizer"};
-typedef struct { double start[NUM_PHASES + 1]; } step_trace_t;
+/* The phases of one step (train/step.h: forward+loss, backward, wait, update), seconds
+   of util_now_s. */
+typedef struct { double start[TRAIN_NUM_PHASES + 1]; } step_trace_t;
 
 typedef struct {
-  nn_model_t *model;
-  nn_optim_t *optim;             /* --device cpu */
-  nn_cuda_optim_t *cuda_optim;   /* --device gpu: state in device memory */
-  hvd_grad_buckets_t *buckets;   /* NULL without communication */
+  train_step_t step;             /* the model, its buckets (NULL without communication) */
   const float *images;           /* host memory, or device memory with --device gpu */
   const int32_t *labels;
   int batch;
@@ -319,45 +310,21 @@ typedef struct {
   int64_t steps;                 /* optimizer steps taken (warm-up included) */
 } trainer_t;
 
-/* One training step; returns its loss when want_loss (else NAN). On the GPU asking for
-   the loss waits for forward's kernels, and wait_gpu waits for the whole step at its
-   end: without either the step only queues kernels. The CPU always has its loss. */
+/* One training step, train's own (train/step.c); returns its loss when want_loss (else
+   NAN on the GPU). On the GPU asking for the loss waits for forward's kernels, and
+   wait_gpu waits for the whole step at its end: without either the step only queues
+   kernels. The CPU always has its loss. */
 static float train_step(trainer_t *t, step_trace_t *tr, int want_loss, int wait_gpu) {
-  step_trace_t local;
-  if (tr == NULL) tr = &local;
-  tr->start[PHASE_FORWARD] = now_s();
-  nn_status_t s = nn_model_forward(t->model, t->images, t->batch, 1);
-  if (s != NN_OK) fail_nn("forward", s);
-  float loss = NAN;
-  int correct;
-  const int fetch = want_loss || t->cuda_optim == NULL;
-  s = nn_model_loss(t->model, t->labels, fetch ? &loss : NULL, fetch ? &correct : NULL);
-  if (s != NN_OK) fail_nn("loss", s);
-  tr->start[PHASE_BACKWARD] = now_s();
-  s = nn_model_backward(t->model, t->buckets ? hvd_grad_buckets_on_ready : NULL, t->buckets);
-  if (s != NN_OK) fail_nn("backward", s);
-  tr->start[PHASE_WAIT] = now_s();
-  if (t->buckets) {
-    hvd_status_t h = hvd_grad_buckets_wait(t->buckets);
-    if (h != HVD_OK) fail_hvd("gradient allreduce", h);
-  }
-  tr->start[PHASE_UPDATE] = now_s();
-  if (t->cuda_optim) {
-    /* Any precision: in fp16/bf16 it also unscales the gradients, skips the update on
-       inf/NaN and adapts the loss scale, all on the device. */
-    s = nn_model_optim_step_cuda(t->model, t->cuda_optim, t->lr);
-    if (s != NN_OK) fail_nn("optimizer step (GPU)", s);
-    if (wait_gpu) {
-      s = nn_cuda_synchronize();
-      if (s != NN_OK) fail_nn("synchronising the GPU", s);
-    }
-  } else {
-    s = nn_optim_step(t->optim, nn_model_params(t->model), nn_model_grads(t->model), t->lr);
-    if (s != NN_OK) fail_nn("optimizer step", s);
+  int flags = (want_loss ? TRAIN_STEP_FETCH_LOSS : 0) | (wait_gpu ? TRAIN_STEP_SYNC : 0);
+  /* Every rank takes a full batch: the step is never uneven. */
+  if (train_step_run(&t->step, t->images, t->labels, t->batch, t->batch * t->step.size, t->lr,
+                     flags) != 0) {
+    if (t->step.hvd_status != HVD_OK) fail_hvd(t->step.failed, t->step.hvd_status);
+    fail_nn(t->step.failed, t->step.nn_status);
   }
   t->steps++;
-  tr->start[NUM_PHASES] = now_s();
-  return loss;
+  if (tr) memcpy(tr->start, t->step.phase_start, sizeof tr->start);
+  return t->step.loss;
 }
 
 /* Chrome-trace JSON (Perfetto, chrome://tracing): one complete event per phase, in
@@ -379,10 +346,10 @@ static int write_trace(const char *path, const step_trace_t *tr, int steps,
                "\"pid\":1,\"tid\":1,\"ts\":%.3f,\"dur\":%.3f}",
             anchor[0] * 1e6, (anchor[1] - anchor[0]) * 1e6);
   for (int i = 0; i < steps; i++)
-    for (int p = 0; p < NUM_PHASES; p++)
+    for (int p = 0; p < TRAIN_NUM_PHASES; p++)
       fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"step %d\",\"ph\":\"X\",\"pid\":1,"
                  "\"tid\":1,\"ts\":%.3f,\"dur\":%.3f}",
-              phase_names[p], i + 1, tr[i].start[p] * 1e6,
+              train_phase_names[p], i + 1, tr[i].start[p] * 1e6,
               (tr[i].start[p + 1] - tr[i].start[p]) * 1e6);
   fprintf(f, "\n]\n");
   if (fclose(f) != 0) {
@@ -402,7 +369,7 @@ int main(int argc, char **argv) {
   const int rank = hvd_rank(), size = hvd_size();
   rank_g = rank;
   if (o.threads > 0) nn_set_threads(o.threads);
-#ifdef HVD_WITH_CUDA
+#ifdef NN_WITH_CUDA
   /* A CUDA build on a machine without a usable GPU: say once that it runs on the CPU
      (stderr: stdout keeps tf_cnn_benchmarks' format). */
   if (rank == 0 && !nn_cuda_available()) {
@@ -442,11 +409,12 @@ int main(int argc, char **argv) {
   cfg.batch = o.batch_size;
   cfg.seed = o.seed;
   trainer_t t = {0};
-  nn_status_t s = nn_model_create(&t.model, o.model, &cfg);
+  t.step.size = size;
+  nn_status_t s = nn_model_create(&t.step.model, o.model, &cfg);
   if (s != NN_OK) fail_nn("creating the model", s);
-  const size_t nparams = nn_model_param_len(t.model);   /* floats in the buffers */
+  const size_t nparams = nn_model_param_len(t.step.model);   /* floats in the buffers */
   if (rank == 0) {
-    printf("Parameters:  %zu\n", nn_model_num_params(t.model));
+    printf("Parameters:  %zu\n", nn_model_num_params(t.step.model));
     printf("==========\n");
     printf("Generating training model\n");
     fflush(stdout);
@@ -455,13 +423,13 @@ int main(int argc, char **argv) {
   /* Same starting point on every rank, as Horovod's broadcast_global_variables. */
   double anchor[2] = {0, 0};
   if (horovod) {
-    anchor[0] = now_s();
-    h = hvd_broadcast("init.params", nn_model_params(t.model), nparams, HVD_FLOAT32, 0);
+    anchor[0] = util_now_s();
+    h = hvd_broadcast("init.params", nn_model_params(t.step.model), nparams, HVD_FLOAT32, 0);
     if (h != HVD_OK) fail_hvd("broadcast of the initial weights", h);
-    anchor[1] = now_s();
-    if (nn_model_num_buffers(t.model) > 0) {
-      h = hvd_broadcast("init.buffers", nn_model_buffers(t.model),
-                        nn_model_num_buffers(t.model), HVD_FLOAT32, 0);
+    anchor[1] = util_now_s();
+    if (nn_model_num_buffers(t.step.model) > 0) {
+      h = hvd_broadcast("init.buffers", nn_model_buffers(t.step.model),
+                        nn_model_num_buffers(t.step.model), HVD_FLOAT32, 0);
       if (h != HVD_OK) fail_hvd("broadcast of the initial buffers", h);
     }
   }
@@ -474,17 +442,17 @@ int main(int argc, char **argv) {
     pc.precision = o.use_fp16 ? NN_PRECISION_FP16
                    : o.use_bf16 ? NN_PRECISION_BF16 : NN_PRECISION_FP32;
     pc.channels_last = strcmp(o.data_format, "NHWC") == 0;
-    s = nn_model_set_precision(t.model, &pc);
+    s = nn_model_set_precision(t.step.model, &pc);
     if (s != NN_OK) fail_nn("setting the precision", s);
     nn_cuda_set_tf32(o.allow_tf32);
-    s = nn_model_to_device(t.model, NN_DEVICE_CUDA);
+    s = nn_model_to_device(t.step.model, NN_DEVICE_CUDA);
     if (s != NN_OK) fail_nn("moving the model to the GPU", s);
   }
 
   /* One synthetic batch per rank, made once: truncated-normal images, uniform labels. */
   int c, hh, w;
-  nn_model_input_shape(t.model, &c, &hh, &w);
-  const int classes = nn_model_num_classes(t.model);
+  nn_model_input_shape(t.step.model, &c, &hh, &w);
+  const int classes = nn_model_num_classes(t.step.model);
   const size_t image_floats = (size_t)o.batch_size * (size_t)c * (size_t)hh * (size_t)w;
   float *images = malloc(image_floats * sizeof(float));
   int32_t *labels = malloc((size_t)o.batch_size * sizeof(int32_t));
@@ -522,27 +490,22 @@ int main(int argc, char **argv) {
   oc.kind = NN_OPTIM_SGD;
   oc.momentum = o.momentum;
   oc.weight_decay = o.weight_decay;
-  if (o.gpu) {
-    s = nn_cuda_optim_create(&t.cuda_optim, &oc, nparams);
-    if (s != NN_OK) fail_nn("creating the optimizer (GPU)", s);
-    /* The allreduce of a bucket waits for the kernels queued on nn's stream so far
-       (backward's gradients of that bucket) instead of for the whole device. */
-    hvd_cuda_set_stream(nn_cuda_stream());
-  } else {
-    s = nn_optim_create(&t.optim, &oc, nparams);
-    if (s != NN_OK) fail_nn("creating the optimizer", s);
-  }
+  /* The model's own optimizer, on its device. */
+  s = nn_model_optim_create(t.step.model, &oc);
+  if (s != NN_OK) fail_nn("creating the optimizer", s);
+  /* The allreduce of a bucket waits for the kernels queued on nn's stream so far
+     (backward's gradients of that bucket) instead of for the whole device. */
+  if (o.gpu) hvd_cuda_set_stream(nn_cuda_stream());
 
   if (horovod) {
-    float *grads = o.gpu ? nn_model_device_grads(t.model) : nn_model_grads(t.model);
-    h = hvd_grad_buckets_create(&t.buckets, grads, nparams,
+    h = hvd_grad_buckets_create(&t.step.buckets, nn_model_grads_home(t.step.model), nparams,
                                 (size_t)(o.bucket_mb * 1048576.0),
                                 (size_t)(o.first_bucket_mb * 1048576.0),
                                 o.fp16_allreduce ? HVD_COMPRESSION_FP16
                                                  : HVD_COMPRESSION_NONE,
                                 HVD_AVERAGE);
     if (h != HVD_OK) fail_hvd("creating the gradient buckets", h);
-    hvd_grad_buckets_set_overlap(t.buckets, o.overlap);
+    hvd_grad_buckets_set_overlap(t.step.buckets, o.overlap);
   }
 
   /* Each step timed alone (the CPU; the GPU with --trace_file, every step waiting for
@@ -558,7 +521,7 @@ int main(int argc, char **argv) {
     s = nn_cuda_synchronize();
     if (s != NN_OK) fail_nn("synchronising the GPU after warm-up", s);
   }
-  if (t.buckets) hvd_grad_buckets_reset_stats(t.buckets);
+  if (t.step.buckets) hvd_grad_buckets_reset_stats(t.step.buckets);
   h = hvd_barrier();
   if (h != HVD_OK) fail_hvd("barrier after warm-up", h);
   if (rank == 0) {
@@ -575,19 +538,19 @@ int main(int argc, char **argv) {
             o.num_batches);
     return 1;
   }
-  const double start = now_s();
+  const double start = util_now_s();
   double window_start = start;   /* GPU: the display window's first step */
   int window_first = 0;
   for (int i = 0; i < o.num_batches; i++) {
     const int display = rank == 0 && (i == 0 || (i + 1) % o.display_every == 0);
-    double t0 = now_s();
+    double t0 = util_now_s();
     float loss = train_step(&t, trace ? &trace[i] : NULL, display || step_timed, step_timed);
     if (step_timed) {
-      times[i] = now_s() - t0;
+      times[i] = util_now_s() - t0;
     } else if (display) {
       s = nn_cuda_synchronize();
       if (s != NN_OK) fail_nn("synchronising the GPU", s);
-      double now = now_s(), step_s = (now - window_start) / (i + 1 - window_first);
+      double now = util_now_s(), step_s = (now - window_start) / (i + 1 - window_first);
       for (int j = window_first; j <= i; j++) times[j] = step_s;
       window_start = now;
       window_first = i + 1;
@@ -607,21 +570,21 @@ int main(int argc, char **argv) {
   }
   h = hvd_barrier();
   if (h != HVD_OK) fail_hvd("barrier after the timed steps", h);
-  const double wall = now_s() - start;
+  const double wall = util_now_s() - start;
 
   /* fp16: where dynamic loss scaling ended (waits for the GPU, so after the timing). */
   float loss_scale = 1.0f;
   int64_t skipped = 0;
   if (o.gpu && o.use_fp16) {
-    s = nn_model_loss_scale(t.model, &loss_scale, &skipped);
+    s = nn_model_loss_scale(t.step.model, &loss_scale, &skipped);
     if (s != NN_OK) fail_nn("reading the loss scale", s);
   }
 
   /* Communication accounting, averaged over ranks. */
   double comm[3] = {0, 0, 0};
-  if (t.buckets) {
+  if (t.step.buckets) {
     hvd_grad_buckets_stats_t st;
-    hvd_grad_buckets_stats(t.buckets, &st);
+    hvd_grad_buckets_stats(t.step.buckets, &st);
     comm[0] = st.blocked_s;
     comm[1] = st.comm_s;
     comm[2] = (double)st.steps;
@@ -634,7 +597,7 @@ int main(int argc, char **argv) {
     printf("total images/sec: %.2f\n",
            (double)size * o.num_batches * o.batch_size / wall);
     printf("----------------------------------------------------------------\n");
-    if (t.buckets && comm[2] > 0) {
+    if (t.step.buckets && comm[2] > 0) {
       double blocked = comm[0] / comm[2] * 1e3, total = comm[1] / comm[2] * 1e3;
       if (blocked > total) blocked = total;
       double hidden = total > 0 ? 100.0 * (1.0 - blocked / total) : 0.0;
@@ -651,10 +614,8 @@ int main(int argc, char **argv) {
     if (write_trace(o.trace_file, trace, o.num_batches, anchor) != 0) return 1;
     free(trace);
   }
-  hvd_grad_buckets_free(t.buckets);
-  nn_optim_free(t.optim);
-  nn_cuda_optim_free(t.cuda_optim);
-  nn_model_free(t.model);
+  hvd_grad_buckets_free(t.step.buckets);
+  nn_model_free(t.step.model);
   nn_cuda_free(dev_images);
   nn_cuda_free(dev_labels);
   free(times);

@@ -44,10 +44,12 @@
 #include "train/data.h"
 #include "train/flags.h"
 #include "train/progress.h"
+#include "train/step.h"
 #include "train/tfevents.h"
 #include "hvd/hvd.h"
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
+#include "util/clock.h"
 
 /* ---- errors: one line on stderr from rank 0, then a non-zero exit on every rank ---- */
 
@@ -136,32 +138,6 @@ static const char *cuda_reason(void) {
   char *tail = strstr(buf, "; running on CPU");
   if (tail) *tail = '\0';
   return buf;
-}
-
-/* ---- gradient averaging: nn's grad-ready callback feeds hvd's buckets ----
-   nn's loss is the mean over the local batch. The global mean gradient is
-   sum_r n_r g_r / N; with an AVERAGE over `size` ranks each rank contributes
-   g_r * size * n_r / N, which is g_r itself when the batches are equal (every step but
-   possibly the last of an epoch), so the scale is applied only when it is not 1, where
-   the gradients live (on a GPU the scaling is enqueued before the bucket's allreduce). */
-typedef struct {
-  hvd_grad_buckets_t *buckets;
-  nn_model_t *model;
-  float scale;
-  size_t scaled_from;          /* [scaled_from, count) already scaled */
-  hvd_status_t status;
-  nn_status_t nn_status;       /* of the scaling */
-} grad_sync_t;
-
-static void grad_ready(void *ctx, size_t ready_from) {
-  grad_sync_t *g = ctx;
-  if (g->scale != 1.0f && ready_from < g->scaled_from) {
-    nn_status_t s = nn_model_scale_grads(g->model, ready_from, g->scaled_from, g->scale);
-    if (s != NN_OK && g->nn_status == NN_OK) g->nn_status = s;
-  }
-  if (ready_from < g->scaled_from) g->scaled_from = ready_from;
-  hvd_status_t s = hvd_grad_buckets_ready(g->buckets, ready_from);
-  if (s != HVD_OK && g->status == HVD_OK) g->status = s;
 }
 
 /* Appends one item to an epoch line's note, "; " between items. */
@@ -811,11 +787,11 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
 
-  grad_sync_t gs = {.buckets = buckets, .model = model};
+  train_step_t step = {.model = model, .buckets = buckets, .size = size};
   int stopped_early = 0;
   double last_lr = nn_lr_at(&sched, start_epoch);
   for (int epoch = start_epoch; epoch < o.epochs && !stopped_early; epoch++) {
-    double t0 = train_now();
+    double t0 = util_now_s();
     train_epoch_permutation(perm, train.n, o.seed, epoch);
     bo.epoch = epoch;
     train_progress_begin(&prog, epoch, o.epochs, steps);
@@ -824,39 +800,24 @@ int main(int argc, char **argv) {
       if (kill_at >= 0 && rank == 0 && (long long)epoch * steps + s == kill_at) raise(SIGKILL);
       int n = train_step_count(train.n, rank, size, o.batch, s);
       int total = train_step_total(train.n, size, o.batch, s);
-      gs.status = HVD_OK;
-      gs.scaled_from = np;
-      if (n > 0) {
-        train_make_batch(&train, perm + shard_b + (size_t)s * o.batch, n, &bo, x, y);
-        float loss;
-        int correct;
-        nn_check(nn_model_forward(model, x, n, 1), "forward");
-        nn_check(nn_model_loss(model, y, &loss, &correct), "loss");
-        gs.scale = (float)((double)size * n / total);
-        nn_check(nn_model_backward(model, grad_ready, &gs), "backward");
-        grad_ready(&gs, 0);   /* whatever the callback has not covered yet */
-        sums[0] += (double)loss * n;
-        sums[1] += correct;
-        sums[2] += n;
-      } else {
-        /* An empty tail step still joins every allreduce, with zeros. */
-        nn_check_model(nn_model_zero_grads(model), "zeroing the gradients");
-        gs.scale = 1.0f;
-        grad_ready(&gs, 0);
-      }
-      nn_check_model(gs.nn_status, "scaling the gradients");
-      if (gs.status != HVD_OK) hvd_check(gs.status, "gradient allreduce");
-      hvd_check(hvd_grad_buckets_wait(buckets), "gradient allreduce");
+      if (n > 0) train_make_batch(&train, perm + shard_b + (size_t)s * o.batch, n, &bo, x, y);
       last_lr = nn_lr_at(&sched, epoch + (double)s / steps);
-      /* fp16/bf16: also unscales, skips on inf/NaN, adapts the loss scale */
-      nn_check_model(nn_model_optim_step(model, (float)last_lr), "optimizer step");
+      if (train_step_run(&step, x, y, n, total, (float)last_lr, TRAIN_STEP_FETCH_LOSS) != 0) {
+        if (step.hvd_status != HVD_OK) hvd_check(step.hvd_status, step.failed);
+        nn_check_model(step.nn_status, step.failed);
+      }
+      if (n > 0) {
+        sums[0] += (double)step.loss * n;
+        sums[1] += step.correct;
+        sums[2] += n;
+      }
       if (prog.tty && sums[2] > 0) {
-        double el = train_now() - t0;
+        double el = util_now_s() - t0;
         train_progress_step(&prog, s + 1, sums[0] / sums[2], sums[1] / sums[2],
                             el > 0 ? sums[2] * size / el : 0);
       }
     }
-    double train_s = train_now() - t0;
+    double train_s = util_now_s() - t0;
     hvd_check(hvd_allreduce("train.metrics", sums, sums, 3, HVD_FLOAT64, HVD_SUM),
               "allreduce of metrics");
     double loss = sums[2] > 0 ? sums[0] / sums[2] : 0, acc = sums[2] > 0 ? sums[1] / sums[2] : 0;
@@ -876,7 +837,7 @@ int main(int argc, char **argv) {
                               nn_model_counters(model), (size_t)ncounters, HVD_INT64, HVD_MAX),
                 "allreduce of counters");
     eval_t v = evaluate(model, &val, &bo, o.batch, rank, size, x, y, idx, "val.metrics");
-    double seconds = train_now() - t0;
+    double seconds = util_now_s() - t0;
     run.st[ST_EPOCHS_DONE] = epoch + 1;
     run.st[ST_TRAIN_SECONDS] += train_s;
     run.st[ST_TRAIN_IMAGES] += sums[2];

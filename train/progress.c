@@ -1,17 +1,11 @@
 /* train/progress.c: progress bar (terminal) or plain lines (pipes, logs). */
 #include "train/progress.h"
+#include "util/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-double train_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Under mpirun a rank's stdout is often a pseudo-terminal of the launcher even when the
    launcher's own output goes to a pipe or file; then the parent's stdout decides. */
@@ -35,14 +29,14 @@ void train_progress_begin(train_progress_t *p, int epoch, int epochs, int steps)
   p->epoch = epoch;
   p->epochs = epochs;
   p->steps = steps;
-  p->start = train_now();
+  p->start = util_now_s();
   p->last_draw = 0;
 }
 
 void train_progress_step(train_progress_t *p, int step, double loss, double acc,
                          double images_per_sec) {
   if (!p->tty) return;
-  double now = train_now();
+  double now = util_now_s();
   /* Redraw at most 10 times a second: a terminal is slow next to a training step. */
   if (step < p->steps && now - p->last_draw < 0.1) return;
   p->last_draw = now;

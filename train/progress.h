@@ -22,6 +22,4 @@ void train_progress_step(train_progress_t *p, int step, double loss, double acc,
 void train_progress_end(train_progress_t *p, double loss, double acc, double val_loss,
                         double val_acc, double lr, double images_per_sec, double seconds,
                         const char *note);
-double train_now(void);
-
 #endif /* TRAIN_PROGRESS_H */

@@ -1,0 +1,96 @@
+/* train/step.c: one data-parallel training step (see step.h). */
+#include "train/step.h"
+
+#include <math.h>
+
+#include "nn/nn_cuda.h"
+#include "util/clock.h"
+
+const char *const train_phase_names[TRAIN_NUM_PHASES] = {"forward", "backward",
+                                                         "allreduce wait", "optimizer"};
+
+/* nn's grad-ready callback: gradients [ready_from, count) are final. Scales what is new
+   of them when the step is uneven, then lets the buckets that are complete start their
+   allreduce. The first failure of each kind is kept for after backward. */
+static void grad_ready(void *ctx, size_t ready_from) {
+  train_step_t *t = ctx;
+  if (t->scale != 1.0f && ready_from < t->scaled_from) {
+    nn_status_t s = nn_model_scale_grads(t->model, ready_from, t->scaled_from, t->scale);
+    if (s != NN_OK && t->nn_status == NN_OK) t->nn_status = s;
+  }
+  if (ready_from < t->scaled_from) t->scaled_from = ready_from;
+  if (t->buckets) {
+    hvd_status_t s = hvd_grad_buckets_ready(t->buckets, ready_from);
+    if (s != HVD_OK && t->hvd_status == HVD_OK) t->hvd_status = s;
+  }
+}
+
+static int nn_failed(train_step_t *t, const char *what, nn_status_t s) {
+  t->failed = what;
+  t->nn_status = s;
+  t->hvd_status = HVD_OK;
+  return -1;
+}
+
+static int hvd_failed(train_step_t *t, const char *what, hvd_status_t s) {
+  t->failed = what;
+  t->hvd_status = s;
+  t->nn_status = NN_OK;
+  return -1;
+}
+
+int train_step_run(train_step_t *t, const float *x, const int32_t *y, int n, int total,
+                   float lr, int flags) {
+  const int gpu = nn_model_device(t->model) == NN_DEVICE_CUDA;
+  const int fetch = (flags & TRAIN_STEP_FETCH_LOSS) || !gpu;
+  nn_status_t s;
+  t->failed = NULL;
+  t->nn_status = NN_OK;
+  t->hvd_status = HVD_OK;
+  t->loss = NAN;
+  t->correct = 0;
+  t->scaled_from = nn_model_param_len(t->model);
+  t->scale = 1.0f;
+
+  t->phase_start[TRAIN_PHASE_FORWARD] = util_now_s();
+  if (n > 0) {
+    s = nn_model_forward(t->model, x, n, 1);
+    if (s != NN_OK) return nn_failed(t, "forward", s);
+    s = nn_model_loss(t->model, y, fetch ? &t->loss : NULL, fetch ? &t->correct : NULL);
+    if (s != NN_OK) return nn_failed(t, "loss", s);
+    if (total > 0 && (long long)n * t->size != total)
+      t->scale = (float)((double)t->size * n / total);
+  }
+
+  t->phase_start[TRAIN_PHASE_BACKWARD] = util_now_s();
+  if (n > 0) {
+    /* Without buckets the callback still applies an uneven step's scale. */
+    const int need_callback = t->buckets != NULL || t->scale != 1.0f;
+    s = nn_model_backward(t->model, need_callback ? grad_ready : NULL, t);
+    if (s != NN_OK) return nn_failed(t, "backward", s);
+  } else {
+    s = nn_model_zero_grads(t->model);
+    if (s != NN_OK) return nn_failed(t, "zeroing the gradients", s);
+  }
+  grad_ready(t, 0);   /* whatever the callback has not covered yet */
+  if (t->nn_status != NN_OK) return nn_failed(t, "scaling the gradients", t->nn_status);
+  if (t->hvd_status != HVD_OK) return hvd_failed(t, "gradient allreduce", t->hvd_status);
+
+  t->phase_start[TRAIN_PHASE_WAIT] = util_now_s();
+  if (t->buckets) {
+    hvd_status_t h = hvd_grad_buckets_wait(t->buckets);
+    if (h != HVD_OK) return hvd_failed(t, "gradient allreduce", h);
+  }
+
+  t->phase_start[TRAIN_PHASE_UPDATE] = util_now_s();
+  /* In fp16/bf16 on a GPU it also unscales the gradients, skips the update on inf/NaN
+     and adapts the loss scale, all on the device. */
+  s = nn_model_optim_step(t->model, lr);
+  if (s != NN_OK) return nn_failed(t, "optimizer step", s);
+  if (gpu && (flags & TRAIN_STEP_SYNC)) {
+    s = nn_cuda_synchronize();
+    if (s != NN_OK) return nn_failed(t, "synchronising the GPU", s);
+  }
+  t->phase_start[TRAIN_NUM_PHASES] = util_now_s();
+  return 0;
+}
