@@ -6,18 +6,13 @@
    Prints the median milliseconds of forward and backward per layer. Not a test. */
 #include "nn/nn.h"
 #include "nn/conv2d_internal.h"
+#include "util/clock.h"
 #include "util/flags.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -143,7 +138,7 @@ int main(int argc, char **argv) {
     y = calloc(ny, sizeof(float));
     dy = rnd(ny);
     for (int r = -2; r < reps; r++) {  /* two warm-up rounds */
-      double t0 = now();
+      double t0 = util_now_s();
       switch (L->kind) {
         case 'c': nn_conv2d_forward(&cs, x, w, NULL, y, ws); break;
         case 'b': nn_batchnorm2d_forward_train(&bs, x, p1, p2, w, dw, y, p3, p4); break;
@@ -151,7 +146,7 @@ int main(int argc, char **argv) {
         case 'r': nn_relu_forward(nx, x, y); break;
         case 'l': nn_linear_forward(batch, L->cin, L->cout, x, w, p1, y); break;
       }
-      double t1 = now();
+      double t1 = util_now_s();
       switch (L->kind) {
         case 'c': nn_conv2d_backward(&cs, x, w, dy, dx, dw, NULL, ws); break;
         case 'b': nn_batchnorm2d_backward(&bs, x, p1, p3, p4, dy, dx, p1 + 0 * 0, p2); break;
@@ -159,7 +154,7 @@ int main(int argc, char **argv) {
         case 'r': nn_relu_backward(nx, y, dy, dx); break;
         case 'l': nn_linear_backward(batch, L->cin, L->cout, x, w, dy, dx, dw, p1); break;
       }
-      double t2 = now();
+      double t2 = util_now_s();
       if (r >= 0) {
         tf[r] = (t1 - t0) * 1e3;
         tb[r] = (t2 - t1) * 1e3;

@@ -4,18 +4,13 @@
    forward + loss + backward + update. Prints "total images/sec: X" like the peer;
    --profile adds the mean time per layer (forward, backward) and of the update. */
 #include "nn/nn.h"
+#include "util/clock.h"
 #include "util/flags.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int main(int argc, char **argv) {
   const char *model = "lenet";
@@ -85,24 +80,24 @@ int main(int argc, char **argv) {
   float loss = 0;
   double t0 = 0;
   for (int step = 0; step < warmup + steps; step++) {
-    if (step == warmup) t0 = now_s();
-    double a = now_s();
+    if (step == warmup) t0 = util_now_s();
+    double a = util_now_s();
     if (nn_model_forward(m, x, batch, 1) != NN_OK ||
         nn_model_loss(m, labels, &loss, NULL) != NN_OK) {
       fprintf(stderr, "nn_train_bench: %s\n", nn_last_error());
       return 1;
     }
-    double b = now_s();
+    double b = util_now_s();
     if (nn_model_backward(m, NULL, NULL) != NN_OK) {
       fprintf(stderr, "nn_train_bench: %s\n", nn_last_error());
       return 1;
     }
-    double u = now_s();
+    double u = util_now_s();
     if (nn_optim_step(opt, nn_model_params(m), nn_model_grads(m), 0.01f) != NN_OK) {
       fprintf(stderr, "nn_train_bench: %s\n", nn_last_error());
       return 1;
     }
-    double e = now_s();
+    double e = util_now_s();
     if (step >= warmup) {
       t_update += e - u;
       double sum_f = 0;
@@ -116,7 +111,7 @@ int main(int argc, char **argv) {
       t_loss += (b - a) - sum_f; /* forward wall time not spent in layers: copy + loss */
     }
   }
-  double el = now_s() - t0;
+  double el = util_now_s() - t0;
   if (profile) {
     double total_f = 0, total_b = 0;
     for (int i = 0; i < nl; i++) total_f += tf[i], total_b += tb[i];

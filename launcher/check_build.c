@@ -44,27 +44,20 @@ static void print_backends(void)
     printf("                  launcher: none on PATH (apt-get install openmpi-bin)\n");
   }
 
-  /* The GPU parts are built only when the Makefile finds nvcc and defines these. */
-#if defined(HVD_WITH_CUDA) && HVD_WITH_CUDA
-  line(1, "CUDA", "compiled in");
-#else
-  line(0, "CUDA", "not compiled in (no nvcc at build time; CUDA=1 make insists)");
-#endif
-#if defined(HVD_WITH_CUDNN) && HVD_WITH_CUDNN
-  line(1, "cuDNN", "compiled in");
-#else
-  line(0, "cuDNN", "not compiled in");
-#endif
-#if defined(HVD_WITH_CUBLAS) && HVD_WITH_CUBLAS
-  line(1, "cuBLAS", "compiled in");
-#else
-  line(0, "cuBLAS", "not compiled in");
-#endif
-#if defined(HVD_WITH_NCCL) && HVD_WITH_NCCL
-  line(1, "NCCL", "compiled in");
-#else
-  line(0, "NCCL", "not compiled in (collectives run over MPI point-to-point)");
-#endif
+  /* The GPU parts are built only when the Makefile finds nvcc and defines these as 1.
+     A switch defined as 1 expands to "1" here; an undefined one stays its own name. */
+#define CB_STRING(x) #x
+#define CB_DEFINED_1(x) (CB_STRING(x)[0] == '1')
+  const struct { const char *what; int on; const char *off; } gpu_parts[] = {
+      {"CUDA", CB_DEFINED_1(HVD_WITH_CUDA),
+       "not compiled in (no nvcc at build time; CUDA=1 make insists)"},
+      {"cuDNN", CB_DEFINED_1(HVD_WITH_CUDNN), "not compiled in"},
+      {"cuBLAS", CB_DEFINED_1(HVD_WITH_CUBLAS), "not compiled in"},
+      {"NCCL", CB_DEFINED_1(HVD_WITH_NCCL),
+       "not compiled in (collectives run over MPI point-to-point)"},
+  };
+  for (size_t i = 0; i < sizeof gpu_parts / sizeof gpu_parts[0]; i++)
+    line(gpu_parts[i].on, gpu_parts[i].what, gpu_parts[i].on ? "compiled in" : gpu_parts[i].off);
 
 #if defined(OPENBLAS_VERSION)
   /* OPENBLAS_VERSION is " OpenBLAS 0.3.21 " with blanks around it. */

@@ -61,6 +61,12 @@ check-build-gpu-always-present|launcher/check_build.c|s/have ? 'X' : ' '/have ? 
 cross-comm-wrong-color|hvd/init.c|s/MPI_Comm_split(hvd_g.ctrl, hvd_g.local_rank, hvd_g.rank, &hvd_g.cross_comm)/MPI_Comm_split(hvd_g.ctrl, hvd_g.rank, hvd_g.rank, \&hvd_g.cross_comm)/|test_netns_hvd.sh
 cnn-bench-gpu-silent-cpu|bench/cnn_bench.c|s/if (o->gpu && !nn_cuda_available()) {/if (o->gpu \&\& !nn_cuda_available() \&\& (o->gpu = 0)) {/|test_device_flags.sh
 mp-tolerance-loosened|tests/mixed_precision_tolerances.h|s#     {MP_M(0.2), MP_M(0.22), MP_M(5e-3)},     /\* gradients / loss scale \*/#     {MP_M(0.9), MP_M(0.22), MP_M(5e-3)},     /* gradients / loss scale */#|test_nn_precision_emulation
+step-uneven-unscaled|train/step.c|s#      t->scale = (float)((double)t->size \* n / total);#      t->scale = 1.0f;#|test_train_step
+step-empty-grads-kept|train/step.c|s#    s = nn_model_zero_grads(t->model);#    s = NN_OK;#|test_train_step
+flags-typo-budget-shrunk|util/flags.c|s#len <= 5 ? 1 : len <= 9 ? 2 : 3;#len <= 5 ? 0 : len <= 9 ? 1 : 2;#|test_util_flags test_train_errors.sh
+flags-no-equals-split|util/flags.c|s#const char \*eq = arg\[1\] == '-' ? strchr(arg, '=') : NULL;#const char *eq = NULL;#|test_util_flags test_hvdrun_args.sh
+flags-dash-underscore-differ|util/flags.c|s#static int fold(int c) { return c == '_' ? '-' : c; }#static int fold(int c) { return c; }#|test_util_flags test_device_flags.sh
+flags-range-max-unchecked|util/flags.c|s#(x >= f->min \&\& x <= f->max)#(x >= f->min)#|test_util_flags test_train_errors.sh
 EOF
 )
 

@@ -3,9 +3,10 @@
 reference model and prints its test accuracy on the same test samples train used, as
 "test accuracy: NN.NN%". Reads safetensors and IDX by hand (no extra packages).
 Usage: train_torch_eval.py FILE MODEL DATA_DIR MAX_TEST
-The model definitions are those of scripts/peers/torch_models.py."""
+LeNet is scripts/peers/torch_models.py's, the reference definition."""
 import gzip
 import json
+import os
 import struct
 import sys
 
@@ -13,19 +14,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-
-class LeNet(nn.Module):
-    def __init__(self, num_classes=10):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
-        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
-        self.fc1 = nn.Linear(64 * 7 * 7, 512)
-        self.fc2 = nn.Linear(512, num_classes)
-
-    def forward(self, x):
-        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
-        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
-        return self.fc2(torch.relu(self.fc1(torch.flatten(x, 1))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "peers"))
+from torch_models import LeNet  # noqa: E402
 
 
 class MLP(nn.Module):
