@@ -148,9 +148,13 @@ struct nn_model {
 typedef struct {
   /* Layer i over the first n samples: reads its input(s), writes l->out. */
   nn_status_t (*forward)(nn_model_t *m, int i, int n, int training);
-  /* ADDS into the gradient(s) of its input(s) and its parameter gradients; by return
-     this layer's parameter gradients are final in the home gradients (what
-     nn_model_grads_home points to), as the grad-ready callback announces them. */
+  /* ADDS into the gradient(s) of its input(s) and, on the CPU and on a float32 NCHW
+     CUDA model, into its parameter gradients (a converted CUDA model, half or NHWC,
+     overwrites its own parameter range from the half gradients: each range belongs to
+     one layer and is zeroed before backward, so the two agree; accumulating gradients
+     over several backward calls would need the add). By return this layer's parameter
+     gradients are final in the home gradients (what nn_model_grads_home points to), as
+     the grad-ready callback announces them. */
   nn_status_t (*backward)(nn_model_t *m, int i, int n);
 } nn_layer_ops_t;
 

@@ -9,9 +9,16 @@
    reports a shrinking "ready_from". On a GPU "final" means enqueued on nn's stream: a
    consumer (hvd) orders itself after that stream. */
 #include "nn/model_internal.h"
+#include "nn/nn_cuda.h"   /* nn_model_device_params/_grads, defined here */
 #include "util/clock.h"
 
 #include <string.h>
+
+/* The test hook reads what it is handed from the host: only on a host backend (a model
+   moved to a GPU keeps the hook, which then stays silent). */
+static int hook_on(const nn_model_t *m) {
+  return m->hook != NULL && m->backend->device == NN_DEVICE_CPU;
+}
 
 /* ---- forward and loss ---- */
 
@@ -31,7 +38,7 @@ nn_status_t nn_model_forward(nn_model_t *m, const float *x, int n, int training)
     s = b->layer[l->kind].forward(m, i, n, training);
     l->forward_s = util_now_s() - t0;
     if (s != NN_OK) return s;
-    if (m->hook)
+    if (hook_on(m))
       m->hook(m->hook_ctx, m, NN_HOOK_FORWARD, i, l->out, (size_t)n * nn_layer_sample_size(l));
   }
   if (b->forward_done && (s = b->forward_done(m, n)) != NN_OK) return s;
@@ -48,7 +55,7 @@ nn_status_t nn_model_loss(nn_model_t *m, const int32_t *labels, float *loss,
     return nn_set_error(NN_ERR_ARG, "nn_model_loss: no forward pass to take the loss of");
   nn_status_t s = m->backend->loss(m, labels, loss, correct);
   if (s != NN_OK) return s;
-  if (m->hook)
+  if (hook_on(m))
     m->hook(m->hook_ctx, m, NN_HOOK_LOSS, -1, m->dlogits, (size_t)m->last_n * m->num_classes);
   m->have_loss = 1;
   return NN_OK;
@@ -104,7 +111,7 @@ nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ct
     s = m->backend->layer[l->kind].backward(m, i, n);
     l->backward_s = util_now_s() - t0;
     if (s != NN_OK) return s;
-    if (m->hook) call_backward_hook(m, i, n);
+    if (hook_on(m)) call_backward_hook(m, i, n);
     if (l->param_end > l->param_begin && l->param_begin < ready) {
       ready = l->param_begin;
       if (on_ready) on_ready(ctx, ready);

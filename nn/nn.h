@@ -255,7 +255,9 @@ nn_device_t nn_model_device(const nn_model_t *m);
 float *nn_model_params_home(nn_model_t *m);
 float *nn_model_grads_home(nn_model_t *m);
 /* Host arrays <-> the device copies: params, buffers and the optimizer state and step.
-   Wait for the GPU. */
+   Wait for the GPU. sync_to_device pushes the whole mirror, the optimizer state
+   included: after steps on the GPU, refresh it with sync_to_host before editing any of
+   it, or the device's newer state is overwritten with the older host copy. */
 nn_status_t nn_model_sync_to_host(nn_model_t *m);
 nn_status_t nn_model_sync_to_device(nn_model_t *m);
 /* Sets every gradient to zero (a step with no samples still joins the allreduce). */
