@@ -128,6 +128,12 @@ coll_status_t coll_broadcast(coll_transport_t *t, void *buf, size_t count,
 /* Every rank sends count elements to every rank (block r of sendbuf goes to rank r). */
 coll_status_t coll_alltoall(coll_transport_t *t, const void *sendbuf, void *recvbuf,
                             size_t count, coll_dtype_t dtype);
+/* The same with per-rank counts: sendcounts[j] elements of sendbuf (blocks in rank
+   order) go to rank j, recvcounts[j] come from rank j into recvbuf (in rank order; the
+   counts must match the senders'). Not in place. */
+coll_status_t coll_alltoallv(coll_transport_t *t, const void *sendbuf,
+                             const size_t *sendcounts, void *recvbuf,
+                             const size_t *recvcounts, coll_dtype_t dtype);
 
 /* Hierarchical allreduce across hosts: local is the transport among the ranks of this
    host (local rank = local->rank), cross the transport among the ranks of every host

@@ -246,14 +246,20 @@ static int take_submissions(bg_t *bg, int *shutdown_requested, int *end) {
   hvd_g.queue_head = hvd_g.queue_tail = NULL;
   atomic_store(&hvd_g.queued, 0);
   *shutdown_requested = hvd_g.shutdown_requested;
+  pthread_mutex_unlock(&hvd_g.mu);
+  /* The taken requests stay in flight until this thread completes them, so they are
+     read here without the lock. Their memory kind is asked here, on the thread that
+     selected the GPU (hvd_device_thread_start). */
+  if (head == NULL) return 0;
   hvd_buf_t b = {0};
   int n = 0, ok = 1;
   hvd_msg_header_t h = {HVD_MSG_REQUESTS, 0, hvd_g.rank, 0};
   ok = hvd_buf_put(&b, &h, sizeof(h));
-  for (struct hvd_request *r = head; r && ok; r = r->next_queue, n++)
+  for (struct hvd_request *r = head; r && ok; r = r->next_queue, n++) {
+    r->device = r->kind == HVD_KIND_BARRIER ? -1
+                                            : hvd_device_of_buffers(r->sendbuf, r->recvbuf);
     ok = hvd_encode_request(&b, r);
-  pthread_mutex_unlock(&hvd_g.mu);
-  if (n == 0) { hvd_buf_free(&b); return 0; }
+  }
   char err[HVD_ERROR_MAX];
   if (ok) {
     ((hvd_msg_header_t *)b.p)->n = n;

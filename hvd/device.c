@@ -522,16 +522,14 @@ static hvd_status_t hierarchical_allreduce(const void *src, void *dst, size_t co
 }
 #endif
 
-hvd_status_t hvd_device_allreduce(struct hvd_request **reqs, int n,
-                                  hvd_host_allreduce_fn host_allreduce, char *msg,
-                                  size_t len) {
+static hvd_status_t device_allreduce(struct hvd_request **reqs, int n, char *msg,
+                                     size_t len) {
   if (dev.failed) return refuse_after_failure(msg, len);
   hvd_dtype_t dtype = reqs[0]->dtype;
   hvd_op_t op = reqs[0]->op;
   size_t es = hvd_dtype_size(dtype), total = 0;
   for (int i = 0; i < n; i++) total += reqs[i]->count;
 #ifdef HVD_WITH_NCCL
-  (void)host_allreduce;
   int hier = hvd_g.hierarchical;
   ncclDataType_t t;
   ncclRedOp_t o;
@@ -598,7 +596,7 @@ hvd_status_t hvd_device_allreduce(struct hvd_request **reqs, int n,
 #else
   CUDA_OK(cudaMemcpyAsync(dev.staging, src, total * es, cudaMemcpyDeviceToHost, dev.stream));
   if ((s = wait_stream(msg, len)) != HVD_OK) return s;
-  if ((s = host_allreduce(dev.staging, total, dtype, op, msg, len)) != HVD_OK) return s;
+  if ((s = hvd_host_allreduce(dev.staging, total, dtype, op, msg, len)) != HVD_OK) return s;
   CUDA_OK(cudaMemcpyAsync(dst, dev.staging, total * es, cudaMemcpyHostToDevice, dev.stream));
 #endif
   if (n > 1 && result == HVD_OK) {
@@ -619,7 +617,7 @@ hvd_status_t hvd_device_allreduce(struct hvd_request **reqs, int n,
   return result;
 }
 
-hvd_status_t hvd_device_broadcast(struct hvd_request *r, char *msg, size_t len) {
+static hvd_status_t device_broadcast_run(struct hvd_request *r, char *msg, size_t len) {
   if (dev.failed) return refuse_after_failure(msg, len);
   size_t bytes = r->count * hvd_dtype_size(r->dtype);
   int setup = 0;
@@ -651,6 +649,44 @@ hvd_status_t hvd_device_broadcast(struct hvd_request *r, char *msg, size_t len) 
   CUDA_OK(cudaMemcpyAsync(r->recvbuf, dev.staging, bytes, cudaMemcpyHostToDevice, dev.stream));
 #endif
   return wait_stream(msg, len);
+}
+
+static hvd_status_t device_allreduce_op(struct hvd_request **reqs,
+                                        const hvd_response_t *resp, int n, char *msg,
+                                        size_t len) {
+  (void)resp;
+  double t0 = util_now_us();
+  hvd_status_t s = device_allreduce(reqs, n, msg, len);
+  double t1 = util_now_us();
+  for (int i = 0; i < n; i++)
+    hvd_timeline_op(reqs[i]->key,
+                    hvd_g.hierarchical ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE",
+                    t0, t1, reqs[i]->count * hvd_dtype_size(reqs[i]->dtype));
+  return s;
+}
+
+static hvd_status_t device_broadcast(struct hvd_request *r, const hvd_response_t *resp,
+                                     char *msg, size_t len) {
+  (void)resp;
+  double t0 = util_now_us();
+  hvd_status_t s = device_broadcast_run(r, msg, len);
+  hvd_timeline_op(r->key, "NCCL_BROADCAST", t0, util_now_us(),
+                  r->count * hvd_dtype_size(r->dtype));
+  return s;
+}
+
+/* Allgather and barrier have no device form: they are refused (the same on every rank,
+   as the memory kind is agreed) before any data moves. */
+const hvd_backend_ops_t hvd_device_ops = {
+  .name = "device memory",
+  .allreduce = device_allreduce_op,
+  .broadcast = device_broadcast,
+};
+
+int hvd_device_of_buffers(const void *sendbuf, const void *recvbuf) {
+  if (!hvd_device_is_device_ptr(recvbuf) && !hvd_device_is_device_ptr(sendbuf)) return -1;
+  int d = hvd_device_thread_device();
+  return d >= 0 ? d : 0;
 }
 
 /* On the background thread as it ends (its device is current), while the host
@@ -696,20 +732,13 @@ int hvd_device_is_device_ptr(const void *p) {
 void hvd_cuda_set_stream(void *stream) { (void)stream; }
 void *hvd_device_compute_stream(void) { return NULL; }
 
-hvd_status_t hvd_device_allreduce(struct hvd_request **reqs, int n,
-                                  hvd_host_allreduce_fn host_allreduce, char *msg,
-                                  size_t len) {
-  (void)reqs;
-  (void)n;
-  (void)host_allreduce;
-  snprintf(msg, len, "device memory in a build without CUDA");
-  return HVD_ERR_BACKEND;
-}
+/* Never used: no buffer is device memory here. */
+const hvd_backend_ops_t hvd_device_ops = {.name = "device memory (not in this build)"};
 
-hvd_status_t hvd_device_broadcast(struct hvd_request *r, char *msg, size_t len) {
-  (void)r;
-  snprintf(msg, len, "device memory in a build without CUDA");
-  return HVD_ERR_BACKEND;
+int hvd_device_of_buffers(const void *sendbuf, const void *recvbuf) {
+  (void)sendbuf;
+  (void)recvbuf;
+  return -1;
 }
 
 void hvd_device_shutdown(void) {}

@@ -60,6 +60,16 @@ hvd_status_t hvd_config_load(hvd_config_t *c, char *err, size_t errlen) {
   if ((s = env_double("STALL_SHUTDOWN_TIME_SECONDS", 0.0, &c->stall_shutdown_s, err,
                       errlen)))
     return s;
+  double cache;
+  if ((s = env_double("CACHE_CAPACITY", 1024.0, &cache, err, errlen))) return s;
+  if (cache != (double)(long long)cache || cache > 1e7) {
+    snprintf(err, errlen, "HVD_CACHE_CAPACITY=%g: expected a whole number of entries "
+             "from 0 (off) to 10000000", cache);
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  c->cache_capacity = (size_t)cache;
+  if ((s = env_double("PEER_TIMEOUT_SECONDS", 10.0, &c->peer_timeout_s, err, errlen)))
+    return s;
   /* Horovod's switch to turn the inspector off. */
   if ((v = env_get("STALL_CHECK_DISABLE", used, sizeof(used))) && strcmp(v, "0") != 0)
     c->stall_check_s = 0;

@@ -58,12 +58,14 @@ const char *hvd_op_name(hvd_op_t op) {
 }
 
 const char *hvd_kind_name(hvd_kind_t k) {
-  static const char *names[] = {"allreduce", "broadcast", "allgather", "barrier"};
+  static const char *names[] = {"allreduce", "broadcast", "allgather", "barrier",
+                                "alltoall", "reducescatter"};
   return (unsigned)k < HVD_KIND_COUNT ? names[k] : "invalid operation";
 }
 
 const char *hvd_kind_event(hvd_kind_t k) {
-  static const char *names[] = {"ALLREDUCE", "BROADCAST", "ALLGATHER", "BARRIER"};
+  static const char *names[] = {"ALLREDUCE", "BROADCAST", "ALLGATHER", "BARRIER",
+                                "ALLTOALL", "REDUCESCATTER"};
   return (unsigned)k < HVD_KIND_COUNT ? names[k] : "UNKNOWN";
 }
 

@@ -1,18 +1,18 @@
-/* hvd/fusion.c: runs one ordered response list, the same on every rank.
+/* hvd/fusion.c: the host-memory backend (hvd_host_ops): collectives on host buffers
+   over the MPI transports, and tensor fusion.
 
-   Tensor fusion: consecutive allreduce responses of the same dtype and op are packed
-   into the fusion buffer, up to HVD_FUSION_THRESHOLD bytes, reduced by one collective,
-   and unpacked, which turns many small latency-bound allreduces into one bandwidth-bound
-   one. A group of one tensor (and any tensor larger than the threshold) is reduced
-   straight from the user's buffers. Every element goes through the same arithmetic
-   fused or not (AVERAGE: sum, then divide element by element), so with a reduction
-   order that does not depend on an element's offset (two ranks, or exact values) the
-   two give bit-identical results.
+   Tensor fusion: the coordinator's plan (hvd/negotiation.c) groups allreduce responses
+   of the same dtype and op, up to rank 0's HVD_FUSION_THRESHOLD bytes; a group is packed
+   into the fusion buffer, reduced by one collective, and unpacked, which turns many
+   small latency-bound allreduces into one bandwidth-bound one. A group of one tensor is
+   reduced straight from the user's buffers. Every element goes through the same
+   arithmetic fused or not (AVERAGE: sum, then divide element by element), so with a
+   reduction order that does not depend on an element's offset (two ranks, or exact
+   values) the two give bit-identical results.
 
-   Errors: a mismatch arrives as a failed response and only fails that request. A
-   failure to allocate an allgather result is agreed by all ranks (one small allreduce)
-   before the data moves, so all ranks stop at the same response. A failure inside a
-   collective is fatal and reported to the caller; peers learn it through the
+   Errors: a failure to allocate an allgather result is agreed by all ranks (one small
+   allreduce) before the data moves, so all ranks stop at the same response. A failure
+   inside a collective is fatal and reported to the caller; peers learn it through the
    coordinator. */
 #include "hvd/hvd_internal.h"
 
@@ -39,6 +39,19 @@ hvd_status_t hvd_status_from_coll(coll_status_t s) {
   }
 }
 
+hvd_status_t hvd_fusion_reserve(size_t bytes, char *msg, size_t len) {
+  if (bytes <= hvd_g.fusion_cap) return HVD_OK;
+  void *p = realloc(hvd_g.fusion_buf, bytes);
+  if (!p) {
+    snprintf(msg, len, "rank %d: cannot grow the fusion buffer to %zu bytes", hvd_g.rank,
+             bytes);
+    return HVD_ERR_NO_MEMORY;
+  }
+  hvd_g.fusion_buf = p;
+  hvd_g.fusion_cap = bytes;
+  return HVD_OK;
+}
+
 static coll_status_t allreduce(const void *send, void *recv, size_t count,
                                hvd_dtype_t dtype, hvd_op_t op) {
   coll_status_t s;
@@ -61,16 +74,26 @@ static const char *transport_error(void) {
   return hvd_g.world->error;
 }
 
-static void complete(struct hvd_request *r, hvd_status_t s, const char *msg) {
-  pthread_mutex_lock(&hvd_g.mu);
-  hvd_request_complete(r, s, msg);
-  pthread_mutex_unlock(&hvd_g.mu);
-}
-
 static void timeline(const hvd_response_t *resp, const char *key, const char *event,
                      double t0, double t1, size_t bytes) {
   (void)resp;
-  if (hvd_g.timeline) hvd_timeline_event(hvd_g.timeline, key, event, t0, t1, bytes);
+  hvd_timeline_op(key, event, t0, t1, bytes);
+}
+
+/* Copies every tensor of reqs[0..n) (a grouped request's members one by one) into the
+   fusion buffer fb (in) or back out of it (out). */
+static void fusion_copy(struct hvd_request **reqs, int n, char *fb, size_t es, int out) {
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    const struct hvd_request *r = reqs[i];
+    size_t parts = r->nmembers ? r->nmembers : 1;
+    for (size_t m = 0; m < parts; m++) {
+      size_t bytes = (r->nmembers ? r->member_count[m] : r->count) * es;
+      if (out) memcpy(r->nmembers ? r->member_recv[m] : r->recvbuf, fb + off, bytes);
+      else memcpy(fb + off, r->nmembers ? r->member_send[m] : r->sendbuf, bytes);
+      off += bytes;
+    }
+  }
 }
 
 /* Allreduce of reqs[0..n) (n >= 1, all the same dtype/op). */
@@ -80,34 +103,22 @@ static hvd_status_t run_allreduce(struct hvd_request **reqs, const hvd_response_
   hvd_op_t op = reqs[0]->op;
   size_t es = hvd_dtype_size(dtype);
   double t0 = util_now_us();
-  if (hvd_g.timeline)
-    for (int i = 0; i < n; i++) {
-      timeline(&resp[i], reqs[i]->key, "NEGOTIATE", resp[i].first_seen_us, resp[i].ready_us, 0);
-      timeline(&resp[i], reqs[i]->key, "QUEUE", resp[i].ready_us, t0, 0);
-    }
   coll_status_t cs;
   double t1 = t0, t2, t3;
-  if (n == 1) {
+  if (n == 1 && reqs[0]->nmembers == 0) {
     cs = allreduce(reqs[0]->sendbuf, reqs[0]->recvbuf, reqs[0]->count, dtype, op);
     t2 = t3 = util_now_us();
   } else {
-    size_t off = 0, total = 0;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += reqs[i]->count;
+    hvd_status_t rs = hvd_fusion_reserve(total * es, msg, len);
+    if (rs != HVD_OK) return rs;
     char *fb = hvd_g.fusion_buf;
-    for (int i = 0; i < n; i++) {
-      memcpy(fb + off, reqs[i]->sendbuf, reqs[i]->count * es);
-      off += reqs[i]->count * es;
-      total += reqs[i]->count;
-    }
+    fusion_copy(reqs, n, fb, es, 0);
     t1 = util_now_us();
     cs = allreduce(fb, fb, total, dtype, op);
     t2 = util_now_us();
-    if (cs == COLL_OK) {
-      off = 0;
-      for (int i = 0; i < n; i++) {
-        memcpy(reqs[i]->recvbuf, fb + off, reqs[i]->count * es);
-        off += reqs[i]->count * es;
-      }
-    }
+    if (cs == COLL_OK) fusion_copy(reqs, n, fb, es, 1);
     t3 = util_now_us();
   }
   if (hvd_g.timeline)
@@ -127,44 +138,104 @@ static hvd_status_t run_allreduce(struct hvd_request **reqs, const hvd_response_
   if (s != HVD_OK)
     snprintf(msg, len, "allreduce of tensor \"%s\"%s failed on rank %d: %s", reqs[0]->key,
              n > 1 ? " (fused with others)" : "", hvd_g.rank, transport_error());
-  pthread_mutex_lock(&hvd_g.mu);
-  for (int i = 0; i < n; i++) hvd_request_complete(reqs[i], s, msg);
-  pthread_mutex_unlock(&hvd_g.mu);
   return s;
 }
 
-/* In-place host allreduce, for device.c's staging when the build has CUDA but no NCCL. */
-static hvd_status_t host_allreduce(void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
-                                   char *msg, size_t len) {
+hvd_status_t hvd_host_allreduce(void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
+                                char *msg, size_t len) {
   hvd_status_t s = hvd_status_from_coll(allreduce(buf, buf, count, dtype, op));
   if (s != HVD_OK) snprintf(msg, len, "rank %d: %s", hvd_g.rank, transport_error());
   return s;
 }
 
-/* Allreduce of reqs[0..n) in CUDA device memory (device.c: NCCL, flat or hierarchical,
-   fusion in device memory). */
-static hvd_status_t run_allreduce_device(struct hvd_request **reqs,
-                                         const hvd_response_t *resp, int n, char *msg,
-                                         size_t len) {
+/* Agree before moving data: a rank without memory for a result must not leave the
+   others inside the collective. Returns HVD_OK when every rank has its memory (*cs: the
+   agreement's own status), else the status of this rank, with *agreed set. */
+static hvd_status_t agree_allocation(int ok, const struct hvd_request *r, size_t bytes,
+                                     coll_status_t *cs, char *msg, size_t len, int *agreed) {
+  int32_t failed = ok ? -1 : hvd_g.rank;   /* the highest failing rank, or -1 */
+  *cs = COLL_OK;
+  if (hvd_g.size > 1)
+    *cs = coll_allreduce(hvd_g.world, &failed, &failed, 1, COLL_INT32, COLL_MAX);
+  if (*cs != COLL_OK || failed < 0) return HVD_OK;
+  snprintf(msg, len, "rank %d could not allocate %zu bytes for the result of %s \"%s\"",
+           (int)failed, bytes, hvd_kind_name(r->kind), r->key);
+  *agreed = 1;
+  return failed == hvd_g.rank ? HVD_ERR_NO_MEMORY : HVD_ERR_SHUTDOWN;
+}
+
+/* Alltoall with per-rank splits: the splits go first (an alltoall of one count per
+   rank), so every rank knows what it receives from whom before the data moves. */
+static hvd_status_t run_alltoall(struct hvd_request *r, const hvd_response_t *resp,
+                                 char *msg, size_t len, int *agreed) {
+  const int N = hvd_g.size;
+  size_t es = hvd_dtype_size(r->dtype), total = 0;
   double t0 = util_now_us();
-  hvd_status_t s = hvd_device_allreduce(reqs, n, host_allreduce, msg, len);
-  double t1 = util_now_us();
-  if (hvd_g.timeline)
-    for (int i = 0; i < n; i++) {
-      timeline(&resp[i], reqs[i]->key, "NEGOTIATE", resp[i].first_seen_us, resp[i].ready_us, 0);
-      timeline(&resp[i], reqs[i]->key, "QUEUE", resp[i].ready_us, t0, 0);
-      timeline(&resp[i], reqs[i]->key,
-               hvd_g.hierarchical ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE", t0, t1,
-               reqs[i]->count * hvd_dtype_size(reqs[i]->dtype));
+  size_t *recv = malloc((size_t)N * sizeof(*recv));
+  if (!recv) {
+    snprintf(msg, len, "rank %d: out of memory for alltoall \"%s\"", hvd_g.rank, r->key);
+    return HVD_ERR_NO_MEMORY;
+  }
+  _Static_assert(sizeof(size_t) == 8, "splits travel as 8-byte integers");
+  coll_status_t cs = coll_alltoall(hvd_g.world, r->splits, recv, 1, COLL_INT64);
+  void *out = NULL;
+  if (cs == COLL_OK) {
+    for (int j = 0; j < N; j++) total += recv[j];
+    out = malloc(total * es > 0 ? total * es : 1);
+    hvd_status_t fs = agree_allocation(out != NULL, r, total * es, &cs, msg, len, agreed);
+    if (fs != HVD_OK) {
+      free(out);
+      free(recv);
+      return fs;
     }
-  pthread_mutex_lock(&hvd_g.mu);
-  for (int i = 0; i < n; i++) hvd_request_complete(reqs[i], s, msg);
-  pthread_mutex_unlock(&hvd_g.mu);
+  }
+  if (cs == COLL_OK)
+    cs = coll_alltoallv(hvd_g.world, r->sendbuf, r->splits, out, recv, (coll_dtype_t)r->dtype);
+  timeline(resp, r->key, "ALLTOALL", t0, util_now_us(), total * es);
+  hvd_status_t s = hvd_status_from_coll(cs);
+  if (s != HVD_OK) {
+    snprintf(msg, len, "alltoall of tensor \"%s\" failed on rank %d: %s", r->key,
+             hvd_g.rank, hvd_g.world->error);
+    free(out);
+  } else {
+    memcpy(r->recv_splits, recv, (size_t)N * sizeof(*recv));
+    *r->gather_out = out;
+    *r->gather_count = total;
+  }
+  free(recv);
   return s;
 }
 
-static int on_device(const struct hvd_request *r) {
-  return hvd_device_is_device_ptr(r->recvbuf) || hvd_device_is_device_ptr(r->sendbuf);
+/* Reduce-scatter: rank j receives segment j of the reduction, the first count % size
+   segments one element longer. */
+static hvd_status_t run_reducescatter(struct hvd_request *r, const hvd_response_t *resp,
+                                      char *msg, size_t len) {
+  const int N = hvd_g.size;
+  double t0 = util_now_us();
+  size_t *counts = malloc((size_t)N * sizeof(*counts));
+  if (!counts) {
+    snprintf(msg, len, "rank %d: out of memory for reducescatter \"%s\"", hvd_g.rank, r->key);
+    return HVD_ERR_NO_MEMORY;
+  }
+  for (int j = 0; j < N; j++)
+    counts[j] = r->count / (size_t)N + ((size_t)j < r->count % (size_t)N);
+  coll_status_t cs = COLL_OK;
+  if (r->count > 0)
+    cs = coll_reduce_scatter(hvd_g.world, r->sendbuf, r->recvbuf, counts,
+                             (coll_dtype_t)r->dtype, hvd_coll_op(r->op));
+  size_t mine = counts[hvd_g.rank];
+  if (cs == COLL_OK && r->op == HVD_AVERAGE && mine > 0)
+    coll_divide(r->recvbuf, mine, (coll_dtype_t)r->dtype, N);
+  free(counts);
+  timeline(resp, r->key, "REDUCESCATTER", t0, util_now_us(),
+           r->count * hvd_dtype_size(r->dtype));
+  hvd_status_t s = hvd_status_from_coll(cs);
+  if (s != HVD_OK)
+    snprintf(msg, len, "reducescatter of tensor \"%s\" failed on rank %d: %s", r->key,
+             hvd_g.rank, hvd_g.world->error);
+  else
+    *r->gather_count = mine;
+  return s;
 }
 
 static hvd_status_t run_allgather(struct hvd_request *r, const hvd_response_t *resp,
@@ -174,40 +245,22 @@ static hvd_status_t run_allgather(struct hvd_request *r, const hvd_response_t *r
   size_t *counts = malloc((size_t)hvd_g.size * sizeof(size_t));
   void *out = NULL;
   if (counts) {
-    /* resp->counts points into the response message, at any alignment (UBSan:
-       misaligned int64_t load): each is copied out. */
-    for (int i = 0; i < hvd_g.size; i++) {
-      int64_t c;
-      memcpy(&c, (const char *)resp->counts + (size_t)i * sizeof c, sizeof c);
-      counts[i] = (size_t)c;
-    }
+    for (int i = 0; i < hvd_g.size; i++) counts[i] = (size_t)hvd_response_count(resp, i);
     out = malloc(total * es > 0 ? total * es : 1);
   }
-  /* Agree before moving data: a rank without memory must not leave the others inside
-     the allgather. The highest failing rank, or -1. */
-  int32_t failed = out ? -1 : hvd_g.rank;
-  coll_status_t cs = COLL_OK;
-  if (hvd_g.size > 1)
-    cs = coll_allreduce(hvd_g.world, &failed, &failed, 1, COLL_INT32, COLL_MAX);
-  if (cs == COLL_OK && failed >= 0) {
-    snprintf(msg, len, "rank %d could not allocate %zu bytes for the result of allgather "
-             "\"%s\"", (int)failed, total * es, r->key);
-    *agreed = 1;
-    complete(r, failed == hvd_g.rank ? HVD_ERR_NO_MEMORY : HVD_ERR_SHUTDOWN, msg);
+  coll_status_t cs;
+  hvd_status_t fs = agree_allocation(out != NULL, r, total * es, &cs, msg, len, agreed);
+  if (fs != HVD_OK) {
     free(out);
     free(counts);
-    return failed == hvd_g.rank ? HVD_ERR_NO_MEMORY : HVD_ERR_SHUTDOWN;
+    return fs;
   }
   double t0 = util_now_us();
   if (cs == COLL_OK) cs = coll_allgatherv(hvd_g.world, r->sendbuf, out, counts,
                                           (coll_dtype_t)r->dtype);
   double t1 = util_now_us();
   free(counts);
-  if (hvd_g.timeline) {
-    timeline(resp, r->key, "NEGOTIATE", resp->first_seen_us, resp->ready_us, 0);
-    timeline(resp, r->key, "QUEUE", resp->ready_us, t0, 0);
-    timeline(resp, r->key, "ALLGATHER", t0, t1, total * es);
-  }
+  timeline(resp, r->key, "ALLGATHER", t0, t1, total * es);
   hvd_status_t s = hvd_status_from_coll(cs);
   if (s != HVD_OK) {
     snprintf(msg, len, "allgather of tensor \"%s\" failed on rank %d: %s", r->key,
@@ -217,105 +270,39 @@ static hvd_status_t run_allgather(struct hvd_request *r, const hvd_response_t *r
     *r->gather_out = out;
     *r->gather_count = total;
   }
-  complete(r, s, msg);
   return s;
 }
 
-static hvd_status_t run_single(struct hvd_request *r, const hvd_response_t *resp,
-                               char *msg, size_t len) {
+static hvd_status_t run_broadcast(struct hvd_request *r, const hvd_response_t *resp,
+                                  char *msg, size_t len) {
   double t0 = util_now_us();
   coll_status_t cs = COLL_OK;
-  size_t bytes = r->count * hvd_dtype_size(r->dtype);
-  if (r->kind == HVD_KIND_BROADCAST && on_device(r)) {
-    hvd_status_t ds = hvd_device_broadcast(r, msg, len);
-    complete(r, ds, msg);
-    return ds;
-  } else if (r->kind == HVD_KIND_BROADCAST) {
-    if (r->count > 0)
-      cs = coll_broadcast(hvd_g.world, r->recvbuf, r->count, (coll_dtype_t)r->dtype, r->root);
-  } else {
-    cs = coll_barrier(hvd_g.world);
-  }
-  double t1 = util_now_us();
-  if (hvd_g.timeline) {
-    timeline(resp, r->key, "NEGOTIATE", resp->first_seen_us, resp->ready_us, 0);
-    timeline(resp, r->key, "QUEUE", resp->ready_us, t0, 0);
-    timeline(resp, r->key, hvd_kind_event(r->kind), t0, t1, bytes);
-  }
+  if (r->count > 0)
+    cs = coll_broadcast(hvd_g.world, r->recvbuf, r->count, (coll_dtype_t)r->dtype, r->root);
+  timeline(resp, r->key, "BROADCAST", t0, util_now_us(), r->count * hvd_dtype_size(r->dtype));
   hvd_status_t s = hvd_status_from_coll(cs);
   if (s != HVD_OK)
-    snprintf(msg, len, "%s of tensor \"%s\" failed on rank %d: %s", hvd_kind_name(r->kind),
-             r->key, hvd_g.rank, hvd_g.world->error);
-  complete(r, s, msg);
+    snprintf(msg, len, "broadcast of tensor \"%s\" failed on rank %d: %s", r->key,
+             hvd_g.rank, hvd_g.world->error);
   return s;
 }
 
-hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t len,
-                         int *fatal_agreed) {
-  *fatal_agreed = 0;
-  if (n <= 0) return HVD_OK;
-  struct hvd_request **reqs = malloc((size_t)n * sizeof(*reqs));
-  if (!reqs) {
-    snprintf(msg, len, "rank %d: out of memory for %d responses", hvd_g.rank, n);
-    return HVD_ERR_NO_MEMORY;
-  }
-  /* Find this rank's request of every response. Every rank submitted every name before
-     the coordinator answered it, so a missing one is a broken protocol. */
-  pthread_mutex_lock(&hvd_g.mu);
-  for (int i = 0; i < n; i++) {
-    char key[HVD_KEY_MAX];
-    size_t kl = resp[i].key_len < HVD_KEY_MAX - 1 ? resp[i].key_len : HVD_KEY_MAX - 1;
-    memcpy(key, resp[i].key, kl);
-    key[kl] = '\0';
-    reqs[i] = hvd_inflight_find(key);
-    if (reqs[i] == NULL) {
-      pthread_mutex_unlock(&hvd_g.mu);
-      snprintf(msg, len, "rank %d received a response for tensor \"%s\" that it has not "
-               "submitted (internal error)", hvd_g.rank, key);
-      free(reqs);
-      return HVD_ERR_BACKEND;
-    }
-  }
-  pthread_mutex_unlock(&hvd_g.mu);
-
-  hvd_status_t fatal = HVD_OK;
-  size_t threshold = hvd_g.cfg.fusion_threshold;
-  for (int i = 0; i < n && fatal == HVD_OK;) {
-    struct hvd_request *r = reqs[i];
-    if (resp[i].status != HVD_OK) {
-      char text[HVD_ERROR_MAX];
-      size_t ml = resp[i].msg_len < sizeof(text) - 1 ? resp[i].msg_len : sizeof(text) - 1;
-      memcpy(text, resp[i].msg, ml);
-      text[ml] = '\0';
-      complete(r, resp[i].status, text);
-      i++;
-      continue;
-    }
-    if (r->kind == HVD_KIND_ALLREDUCE) {
-      size_t es = hvd_dtype_size(r->dtype);
-      size_t bytes = r->count * es;
-      int dev = on_device(r);
-      int j = i + 1;
-      /* Grow the group while the next response is a compatible allreduce that fits. */
-      if (bytes <= threshold && bytes > 0)
-        while (j < n && resp[j].status == HVD_OK && reqs[j]->kind == HVD_KIND_ALLREDUCE &&
-               reqs[j]->dtype == r->dtype && reqs[j]->op == r->op &&
-               reqs[j]->count > 0 && bytes + reqs[j]->count * es <= threshold &&
-               on_device(reqs[j]) == dev) {
-          bytes += reqs[j]->count * es;
-          j++;
-        }
-      fatal = dev ? run_allreduce_device(&reqs[i], &resp[i], j - i, msg, len)
-                  : run_allreduce(&reqs[i], &resp[i], j - i, msg, len);
-      i = j;
-    } else if (r->kind == HVD_KIND_ALLGATHER) {
-      fatal = run_allgather(r, &resp[i], msg, len, fatal_agreed);
-      i++;
-    } else {
-      fatal = run_single(r, &resp[i], msg, len);
-      i++;
-    }
-  }
-  free(reqs);
-  return fatal;
+static hvd_status_t run_barrier(struct hvd_request *r, const hvd_response_t *resp,
+                                char *msg, size_t len) {
+  double t0 = util_now_us();
+  hvd_status_t s = hvd_status_from_coll(coll_barrier(hvd_g.world));
+  timeline(resp, r->key, "BARRIER", t0, util_now_us(), 0);
+  if (s != HVD_OK)
+    snprintf(msg, len, "barrier failed on rank %d: %s", hvd_g.rank, hvd_g.world->error);
+  return s;
 }
+
+const hvd_backend_ops_t hvd_host_ops = {
+  .name = "host memory",
+  .allreduce = run_allreduce,
+  .broadcast = run_broadcast,
+  .allgather = run_allgather,
+  .barrier = run_barrier,
+  .alltoall = run_alltoall,
+  .reducescatter = run_reducescatter,
+};

@@ -73,17 +73,53 @@ hvd_status_t hvd_allgather(const char *name, const void *sendbuf, size_t count,
 
 hvd_status_t hvd_barrier(void);
 
+/* Horovod's remaining collectives (same naming and negotiation rules as above). */
+/* alltoall: rank r sends splits[j] elements (of sendbuf, in order) to each rank j; the
+   result, allocated with malloc, is what every rank sent to r concatenated in rank order;
+   recv_splits (size() entries, caller-provided) receives how many came from each rank.
+   splits == NULL means count divides evenly by size(). */
+hvd_status_t hvd_alltoall(const char *name, const void *sendbuf, size_t count,
+                          const size_t *splits, hvd_dtype_t dtype, void **recvbuf,
+                          size_t *recvcount, size_t *recv_splits);
+/* reducescatter: reduce count elements across ranks; rank r receives segment r (the first
+   count % size() ranks one element more), into recvbuf (caller-provided, large enough);
+   *recvcount receives its length. */
+hvd_status_t hvd_reducescatter(const char *name, const void *sendbuf, size_t count,
+                               hvd_dtype_t dtype, hvd_op_t op, void *recvbuf,
+                               size_t *recvcount);
+/* grouped allreduce: n tensors negotiated and executed as one unit (all or none ready). */
+hvd_status_t hvd_grouped_allreduce(size_t n, const char *const *names,
+                                   const void *const *sendbufs, void *const *recvbufs,
+                                   const size_t *counts, hvd_dtype_t dtype, hvd_op_t op);
+hvd_status_t hvd_grouped_allreduce_async(size_t n, const char *const *names,
+                                         const void *const *sendbufs, void *const *recvbufs,
+                                         const size_t *counts, hvd_dtype_t dtype, hvd_op_t op,
+                                         hvd_request_t *req);
+
 hvd_status_t hvd_wait(hvd_request_t req);            /* blocks; frees req; its status */
 hvd_status_t hvd_test(hvd_request_t req, int *done); /* never blocks; when *done, the
                                                         request is freed as by hvd_wait */
 
 /* ---- extensions ---- */
 
+/* Async forms of alltoall and reducescatter: the outputs (*recvbuf, *recvcount,
+   recv_splits, recvbuf) are written by the time hvd_wait/hvd_test report completion;
+   splits are copied at the call. AVERAGE divides by size(), as allreduce does.
+   A grouped allreduce is keyed by its first name (names NULL: an automatic one); the
+   other names are checked at the call but not negotiated. Its tensors must be host
+   memory (device memory: HVD_ERR_INVALID_ARGUMENT on every rank, at execution). */
+hvd_status_t hvd_alltoall_async(const char *name, const void *sendbuf, size_t count,
+                                const size_t *splits, hvd_dtype_t dtype, void **recvbuf,
+                                size_t *recvcount, size_t *recv_splits, hvd_request_t *req);
+hvd_status_t hvd_reducescatter_async(const char *name, const void *sendbuf, size_t count,
+                                     hvd_dtype_t dtype, hvd_op_t op, void *recvbuf,
+                                     size_t *recvcount, hvd_request_t *req);
+
 /* Bytes of one element of dtype; 0 for an invalid dtype. */
 size_t hvd_dtype_size(hvd_dtype_t dtype);
 
 /* Longest tensor name in bytes (without the terminating 0); longer names, empty names
-   (pass NULL for an automatic one) and names that start with a control character are
+   (pass NULL for an automatic one) and names that hold a control character are
    HVD_ERR_INVALID_ARGUMENT at the call, and the runtime goes on. */
 #define HVD_NAME_MAX 255
 

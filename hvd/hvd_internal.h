@@ -4,7 +4,13 @@
    Threads: user threads only validate, enqueue (hvd_g.queue) and wait on hvd_g.done_cv;
    one background thread per process does ALL MPI communication: it sends this rank's new
    requests to the coordinator (rank 0), receives the ordered response lists, and runs the
-   collectives. Everything shared between the two sides is guarded by hvd_g.mu. */
+   collectives. Everything shared between the two sides is guarded by hvd_g.mu.
+
+   Who calls whom (one way, no cycles between files): background.c -> negotiation.c
+   (the wire format and rank 0's coordinator, which also decides the fusion plan) and
+   execute.c (runs a plan) -> the backend tables: fusion.c (host memory: the fusion
+   buffer and the collectives over MPI) and device.c (CUDA device memory: NCCL), which
+   uses the host backend to stage. The shared state (hvd_g) lives in state.c. */
 #ifndef HVD_INTERNAL_H
 #define HVD_INTERNAL_H
 
@@ -25,6 +31,7 @@
 /* Kinds of operation that go through negotiation. */
 typedef enum {
   HVD_KIND_ALLREDUCE, HVD_KIND_BROADCAST, HVD_KIND_ALLGATHER, HVD_KIND_BARRIER,
+  HVD_KIND_ALLTOALL, HVD_KIND_REDUCESCATTER,
   HVD_KIND_COUNT
 } hvd_kind_t;
 
@@ -47,10 +54,20 @@ struct hvd_request {
   hvd_op_t op;
   int root;
   size_t count;
+  int device;               /* -1: host memory; else the CUDA device of the buffers (set
+                               by the background thread before the request goes out) */
   const void *sendbuf;
   void *recvbuf;
-  void **gather_out;        /* allgather: where the malloc'ed result goes */
-  size_t *gather_count;
+  void **gather_out;        /* allgather, alltoall: where the malloc'ed result goes */
+  size_t *gather_count;     /* and its element count (reducescatter: recvbuf's)   */
+  size_t *splits;           /* alltoall: elements to each rank (size entries, owned) */
+  size_t *recv_splits;      /* alltoall: the caller's array for what came from each */
+  /* grouped allreduce: nmembers tensors reduced as one (owned arrays); count is their
+     total. 0: a plain request of sendbuf/recvbuf/count. */
+  size_t nmembers;
+  const void **member_send;
+  void **member_recv;
+  size_t *member_count;
   double submit_time;
   /* Guarded by hvd_g.mu; done is also read without it by a waiter that spins. */
   atomic_int done;
@@ -71,6 +88,8 @@ typedef struct {
   double stall_shutdown_s;      /* <= 0: never                                       */
   int hierarchical;
   int log_level;
+  size_t cache_capacity;        /* response cache entries; 0 = off                   */
+  double peer_timeout_s;        /* <= 0: off                                         */
   char thread_affinity[256];    /* "c0,c1,...": core of local rank i's background
                                    thread; "" = inherit the rank's binding            */
 } hvd_config_t;
@@ -99,11 +118,16 @@ typedef struct {
   hvd_op_t op;
   int root;
   hvd_status_t status;        /* HVD_OK, or the error every rank reports (mismatch)  */
+  int device;                 /* -1: host memory, else device memory (rank 0's ordinal) */
+  int fuse_with_prev;         /* the coordinator's plan: this response runs in the same
+                                 collective as the one before it                      */
   int64_t count;              /* elements; allgather: the total                      */
   const char *key;            /* key_len bytes, not 0-terminated (points into a message) */
   const char *msg;            /* msg_len bytes, likewise                                */
   uint32_t key_len, msg_len;
-  const int64_t *counts;      /* allgather: per rank (size entries)                  */
+  const char *counts;         /* allgather: per rank (size int64 values, at any
+                                 alignment inside the message: read with
+                                 hvd_response_count)                                  */
   /* rank 0 only, for the timeline */
   double first_seen_us, ready_us;
 } hvd_response_t;
@@ -182,21 +206,60 @@ int hvd_decode_responses(const char *payload, size_t len, int n, int size,
    emit, two per response in their order. */
 const double *hvd_coordinator_emitted_times(const hvd_coordinator_t *c);
 
-/* fusion.c: runs a response list in order. Returns HVD_OK, or a fatal status (with
-   msg) after which the runtime must stop; fatal_agreed says every rank saw the same
-   failure at the same response (so no peer is left inside a collective). */
+/* Count i of an allgather response. */
+int64_t hvd_response_count(const hvd_response_t *r, int i);
+
+/* execute.c: runs a response list (the coordinator's plan) in order. Returns HVD_OK, or
+   a fatal status (with msg) after which the runtime must stop; fatal_agreed says every
+   rank saw the same failure at the same response (so no peer is left inside a
+   collective). */
 hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t len,
                          int *fatal_agreed);
 
-/* The collective op that implements op (AVERAGE: SUM, divided afterwards), and the
-   runtime status of a collectives status. */
+/* The operations of one memory kind, the only way the executor reaches collectives.
+   reqs/resp: the requests of one plan group (allreduce: n >= 1 fused into one
+   collective; the others: n == 1) and their responses (timeline). Each returns the
+   status every request of the group completes with (msg filled on failure); a failure
+   is fatal unless *agreed says every rank stopped at this group. The executor completes
+   the requests. A NULL operation: not supported on this memory. */
+typedef struct {
+  const char *name;           /* "host memory", "device memory" */
+  hvd_status_t (*allreduce)(struct hvd_request **reqs, const hvd_response_t *resp, int n,
+                            char *msg, size_t len);
+  hvd_status_t (*broadcast)(struct hvd_request *r, const hvd_response_t *resp, char *msg,
+                            size_t len);
+  hvd_status_t (*allgather)(struct hvd_request *r, const hvd_response_t *resp, char *msg,
+                            size_t len, int *agreed);
+  hvd_status_t (*barrier)(struct hvd_request *r, const hvd_response_t *resp, char *msg,
+                          size_t len);
+  hvd_status_t (*alltoall)(struct hvd_request *r, const hvd_response_t *resp, char *msg,
+                           size_t len, int *agreed);
+  hvd_status_t (*reducescatter)(struct hvd_request *r, const hvd_response_t *resp,
+                                char *msg, size_t len);
+} hvd_backend_ops_t;
+extern const hvd_backend_ops_t hvd_host_ops;     /* fusion.c */
+extern const hvd_backend_ops_t hvd_device_ops;   /* device.c */
+
+/* fusion.c: the collective op that implements op (AVERAGE: SUM, divided afterwards),
+   the runtime status of a collectives status, and an in-place host allreduce (device.c
+   stages through it when the build has CUDA but no NCCL). */
 coll_op_t hvd_coll_op(hvd_op_t op);
 hvd_status_t hvd_status_from_coll(coll_status_t s);
+hvd_status_t hvd_host_allreduce(void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
+                                char *msg, size_t len);
+/* The fusion buffer holds at least bytes (it grows to what the plan needs). */
+hvd_status_t hvd_fusion_reserve(size_t bytes, char *msg, size_t len);
+/* Records an event of key on the timeline (rank 0, when it is on). */
+void hvd_timeline_op(const char *key, const char *event, double t0, double t1,
+                     size_t bytes);
 
 /* device.c: collectives on CUDA device memory (background thread). Without CUDA in the
    build, no pointer is device memory. host_allreduce (in place, host memory) is used
    only to stage when the build has CUDA but no NCCL. */
 int hvd_device_is_device_ptr(const void *p);
+/* The device of a request's buffers: -1 for host memory, else the CUDA device ordinal
+   (background thread). */
+int hvd_device_of_buffers(const void *sendbuf, const void *recvbuf);
 /* The background thread calls this first: it selects its rank's GPU (local rank i: GPU
    i) before any other CUDA call, so it never creates a context on another GPU; a rank
    without a GPU of its own makes no CUDA call there (its buffers are host memory).
@@ -212,12 +275,6 @@ typedef struct {
   const char *(*error_string)(int error);
 } hvd_cuda_probe_t;
 void hvd_device_set_probe(const hvd_cuda_probe_t *probe);
-typedef hvd_status_t (*hvd_host_allreduce_fn)(void *buf, size_t count, hvd_dtype_t dtype,
-                                              hvd_op_t op, char *msg, size_t len);
-hvd_status_t hvd_device_allreduce(struct hvd_request **reqs, int n,
-                                  hvd_host_allreduce_fn host_allreduce, char *msg,
-                                  size_t len);
-hvd_status_t hvd_device_broadcast(struct hvd_request *r, char *msg, size_t len);
 void hvd_device_shutdown(void);   /* the background thread, as it ends */
 void *hvd_device_compute_stream(void);   /* what hvd_cuda_set_stream set (NULL: legacy) */
 

@@ -12,19 +12,12 @@
    every host runs the same number of ranks). */
 #include "hvd/hvd_internal.h"
 
+#include <limits.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <stdlib.h>
 #include <string.h>
-
-hvd_state_t hvd_g = {
-  .rank = -1, .size = -1, .local_rank = -1, .local_size = -1,
-  .cross_rank = -1, .cross_size = -1,
-  .mu = PTHREAD_MUTEX_INITIALIZER,
-  .done_cv = PTHREAD_COND_INITIALIZER,
-};
-atomic_int hvd_g_initialized;
 
 /* Serialises hvd_init/hvd_shutdown against each other. */
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -66,6 +59,52 @@ static hvd_status_t transport(MPI_Comm comm, coll_transport_t **out, const char 
   return HVD_OK;
 }
 
+/* Horovod's SynchronizeParameters: rank 0's tuning is the one every rank uses, so that
+   all ranks batch, fuse, cache and time out alike (a rank fusing by its own threshold
+   would enter collectives of other lengths than its peers). A rank whose environment
+   said otherwise says so, once, naming the value in force. */
+static int sync_parameters(void) {
+  hvd_config_t *c = &hvd_g.cfg;
+  struct { const char *name; double mine; } p[] = {
+    {"HVD_FUSION_THRESHOLD", (double)c->fusion_threshold},
+    {"HVD_CYCLE_TIME", c->cycle_time_ms},
+    {"HVD_CACHE_CAPACITY", (double)c->cache_capacity},
+    {"HVD_HIERARCHICAL_ALLREDUCE", (double)c->hierarchical},
+    {"HVD_STALL_CHECK_TIME_SECONDS", c->stall_check_s},
+    {"HVD_STALL_SHUTDOWN_TIME_SECONDS", c->stall_shutdown_s},
+    {"HVD_PEER_TIMEOUT_SECONDS", c->peer_timeout_s},
+  };
+  enum { N = sizeof(p) / sizeof(p[0]) };
+  double v[N];
+  for (int i = 0; i < N; i++) v[i] = p[i].mine;
+  /* A broadcast from rank 0 as a MAX over ints (the calls the single-process MPI stub
+     of scripts/gpu_check has too): rank 0 gives its bit patterns, the others INT_MIN. */
+  int in[N * 2], out[N * 2];
+  _Static_assert(sizeof(double) == 2 * sizeof(int), "a double is two ints");
+  if (hvd_g.rank == 0) memcpy(in, v, sizeof(v));
+  else for (int i = 0; i < 2 * N; i++) in[i] = INT_MIN;
+  int err = MPI_Allreduce(in, out, 2 * N, MPI_INT, MPI_MAX, hvd_g.ctrl);
+  if (err != MPI_SUCCESS) return err;
+  memcpy(v, out, sizeof(v));
+  c->fusion_threshold = (size_t)v[0];
+  c->cycle_time_ms = v[1];
+  c->cache_capacity = (size_t)v[2];
+  c->hierarchical = (int)v[3];
+  c->stall_check_s = v[4];
+  c->stall_shutdown_s = v[5];
+  c->peer_timeout_s = v[6];
+  char line[1024];
+  size_t len = 0;
+  for (int i = 0; i < N && len < sizeof(line); i++)
+    if (v[i] != p[i].mine)
+      len += (size_t)snprintf(line + len, sizeof(line) - len, "%s%s=%.17g (this rank's "
+                              "environment: %.17g)", len ? ", " : "", p[i].name, v[i],
+                              p[i].mine);
+  if (len > 0)
+    hvd_log(HVD_LOG_WARNING, "rank 0's tuning is in force on every rank: %s", line);
+  return MPI_SUCCESS;
+}
+
 static hvd_status_t topology(void) {
   int err;
   if ((err = MPI_Comm_dup(MPI_COMM_WORLD, &hvd_g.ctrl)) != MPI_SUCCESS)
@@ -76,6 +115,7 @@ static hvd_status_t topology(void) {
   if ((err = MPI_Comm_rank(hvd_g.ctrl, &hvd_g.rank)) != MPI_SUCCESS ||
       (err = MPI_Comm_size(hvd_g.ctrl, &hvd_g.size)) != MPI_SUCCESS)
     return mpi_fail(err, "MPI_Comm_rank/size");
+  if ((err = sync_parameters()) != MPI_SUCCESS) return mpi_fail(err, "MPI_Allreduce (parameters)");
   /* Test knob: HVD_TEST_LOCAL_SIZE=L cuts one machine into hosts of L consecutive ranks,
      so the multi-host paths (hierarchical allreduce) run in single-machine tests. */
   const char *fake = getenv("HVD_TEST_LOCAL_SIZE");
@@ -294,11 +334,3 @@ hvd_status_t hvd_shutdown(void) {
   pthread_mutex_unlock(&init_mu);
   return s;
 }
-
-int hvd_initialized(void) { return atomic_load(&hvd_g_initialized); }
-int hvd_rank(void) { return hvd_initialized() ? hvd_g.rank : -1; }
-int hvd_size(void) { return hvd_initialized() ? hvd_g.size : -1; }
-int hvd_local_rank(void) { return hvd_initialized() ? hvd_g.local_rank : -1; }
-int hvd_local_size(void) { return hvd_initialized() ? hvd_g.local_size : -1; }
-int hvd_cross_rank(void) { return hvd_initialized() ? hvd_g.cross_rank : -1; }
-int hvd_cross_size(void) { return hvd_initialized() ? hvd_g.cross_size : -1; }

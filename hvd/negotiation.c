@@ -8,10 +8,18 @@
    rank, rank 0 included, executes in that order, so collectives line up even when the
    ranks submitted in different orders.
 
+   The coordinator also decides the fusion plan (Horovod's FuseResponses): allreduce
+   responses of the same dtype, op and memory kind (host or device) are grouped, up to
+   rank 0's HVD_FUSION_THRESHOLD bytes (a later ready response may join an earlier
+   group); a response marked fuse_with_prev runs in the same collective as the one
+   before it. Every rank executes exactly this plan (hvd/execute.c).
+
    Wire format (all ranks run the same binary on the same architecture, so structs go
    as bytes): hvd_msg_header_t, then n records:
      request:  wire_request_t, key bytes
-     response: wire_response_t, key bytes, message bytes, [allgather: size x int64] */
+     response: wire_response_t, key bytes, message bytes, [allgather: size x int64]
+   Records follow each other without padding, so a reader copies fields out (memcpy)
+   instead of loading them in place. */
 #include "hvd/hvd_internal.h"
 
 #include <stdlib.h>
@@ -26,7 +34,8 @@ typedef struct {
 typedef struct {
   int32_t kind, dtype, op, root, status;
   uint32_t key_len, msg_len;
-  int32_t pad;
+  int32_t device;              /* -1 host, else a CUDA device ordinal (rank 0's)  */
+  int32_t fuse_with_prev, pad;
   int64_t count;
 } wire_response_t;
 
@@ -51,8 +60,8 @@ void hvd_buf_free(hvd_buf_t *b) {
 }
 
 int hvd_encode_request(hvd_buf_t *b, const struct hvd_request *r) {
-  wire_request_t w = {r->kind, r->dtype, r->op, r->root, 0, (uint32_t)strlen(r->key),
-                      (int64_t)r->count};
+  wire_request_t w = {r->kind, r->dtype, r->op, r->root, r->device,
+                      (uint32_t)strlen(r->key), (int64_t)r->count};
   return hvd_buf_put(b, &w, sizeof(w)) && hvd_buf_put(b, r->key, w.key_len);
 }
 
@@ -192,17 +201,29 @@ static hvd_status_t check_mismatch(const hvd_coordinator_t *c, const entry_t *e,
                hvd_dtype_name((hvd_dtype_t)b->dtype));
       return HVD_ERR_MISMATCH;
     }
-    if (a->kind != HVD_KIND_ALLGATHER && a->count != b->count) {
+    /* allgather and alltoall: each rank sends its own amount */
+    if (a->kind != HVD_KIND_ALLGATHER && a->kind != HVD_KIND_ALLTOALL &&
+        a->count != b->count) {
       snprintf(msg, HVD_ERROR_MAX,
                "Mismatched %s counts for tensor \"%s\": one rank sent %lld, another rank "
                "sent %lld.", kind, name, (long long)a->count, (long long)b->count);
       return HVD_ERR_MISMATCH;
     }
-    if (a->kind == HVD_KIND_ALLREDUCE && a->op != b->op) {
+    if ((a->kind == HVD_KIND_ALLREDUCE || a->kind == HVD_KIND_REDUCESCATTER) &&
+        a->op != b->op) {
       snprintf(msg, HVD_ERROR_MAX,
                "Mismatched %s ops for tensor \"%s\": one rank sent %s, another rank sent "
                "%s.", kind, name, hvd_op_name((hvd_op_t)a->op),
                hvd_op_name((hvd_op_t)b->op));
+      return HVD_ERR_MISMATCH;
+    }
+    /* A grouped allreduce carries a digest of its members' counts in root: the same
+       total in other pieces is still a mismatch. */
+    if (a->kind == HVD_KIND_ALLREDUCE && a->root != b->root) {
+      snprintf(msg, HVD_ERROR_MAX,
+               "Mismatched %s groups for tensor \"%s\": the ranks passed different numbers "
+               "of tensors or different counts per tensor (digests %d and %d).", kind, name,
+               a->root, b->root);
       return HVD_ERR_MISMATCH;
     }
     if (a->kind == HVD_KIND_BROADCAST && a->root != b->root) {
@@ -211,15 +232,61 @@ static hvd_status_t check_mismatch(const hvd_coordinator_t *c, const entry_t *e,
                "rank sent %d.", kind, name, a->root, b->root);
       return HVD_ERR_MISMATCH;
     }
-    if (a->device != b->device) {
+    /* Host against device memory, as Horovod checks it: device ordinals differ
+       between the ranks of a host (local rank i drives GPU i) and may. */
+    if ((a->device < 0) != (b->device < 0)) {
+      char da[32], db[32];
+      snprintf(da, sizeof(da), a->device < 0 ? "host memory" : "CUDA device %d", a->device);
+      snprintf(db, sizeof(db), b->device < 0 ? "host memory" : "CUDA device %d", b->device);
       snprintf(msg, HVD_ERROR_MAX,
-               "Mismatched %s devices for tensor \"%s\": one rank sent %d, another rank "
-               "sent %d.", kind, name, a->device, b->device);
+               "Mismatched %s devices for tensor \"%s\": one rank sent %s, another rank "
+               "sent %s.", kind, name, da, db);
       return HVD_ERR_MISMATCH;
     }
   }
   msg[0] = '\0';
   return HVD_OK;
+}
+
+static size_t entry_bytes(const entry_t *e) {
+  return (size_t)e->req[0].count * hvd_dtype_size((hvd_dtype_t)e->req[0].dtype);
+}
+
+/* Whether ready entry b may run in the same fused allreduce as a. */
+static int fusable(const entry_t *a, const entry_t *b) {
+  const wire_request_t *x = &a->req[0], *y = &b->req[0];
+  return y->kind == HVD_KIND_ALLREDUCE && y->dtype == x->dtype && y->op == x->op &&
+         (y->device < 0) == (x->device < 0) && y->count > 0;
+}
+
+/* The plan: order[] (indices into c->ready) and fuse[] (1: same collective as the
+   previous one). Groups follow the first member's position in the ready list. */
+static void plan(const hvd_coordinator_t *c, const hvd_status_t *status, int *order,
+                 unsigned char *fuse) {
+  int n = c->nready, k = 0;
+  unsigned char *used = fuse + n;     /* scratch: n more bytes */
+  memset(used, 0, (size_t)n);
+  size_t threshold = hvd_g.cfg.fusion_threshold;
+  for (int i = 0; i < n; i++) {
+    if (used[i]) continue;
+    used[i] = 1;
+    order[k] = i;
+    fuse[k++] = 0;
+    const entry_t *e = c->ready[i];
+    size_t bytes = entry_bytes(e);
+    if (status[i] != HVD_OK || e->req[0].kind != HVD_KIND_ALLREDUCE || bytes == 0 ||
+        bytes > threshold)
+      continue;
+    for (int j = i + 1; j < n; j++) {
+      if (used[j] || status[j] != HVD_OK || !fusable(e, c->ready[j])) continue;
+      size_t b = entry_bytes(c->ready[j]);
+      if (bytes + b > threshold) continue;
+      bytes += b;
+      used[j] = 1;
+      order[k] = j;
+      fuse[k++] = 1;
+    }
+  }
 }
 
 int hvd_coordinator_emit(hvd_coordinator_t *c, hvd_buf_t *msg) {
@@ -233,9 +300,15 @@ int hvd_coordinator_emit(hvd_coordinator_t *c, hvd_buf_t *msg) {
     c->times = t;
     c->cap_times = 2 * n;
   }
-  for (int i = 0; i < n; i++) {
-    entry_t *e = c->ready[i];
-    char text[HVD_ERROR_MAX];
+  hvd_status_t *status = malloc((size_t)n * sizeof(*status));
+  int *order = malloc((size_t)n * sizeof(*order));
+  unsigned char *fuse = malloc(2 * (size_t)n);
+  int ok = status && order && fuse;
+  char text[HVD_ERROR_MAX];
+  for (int i = 0; ok && i < n; i++) status[i] = check_mismatch(c, c->ready[i], text);
+  if (ok) plan(c, status, order, fuse);
+  for (int k = 0; ok && k < n; k++) {
+    entry_t *e = c->ready[order[k]];
     hvd_status_t s = check_mismatch(c, e, text);
     const wire_request_t *a = &e->req[0];
     int64_t total = a->count;
@@ -244,17 +317,20 @@ int hvd_coordinator_emit(hvd_coordinator_t *c, hvd_buf_t *msg) {
       for (int r = 0; r < c->size; r++) total += e->req[r].count;
     }
     wire_response_t w = {a->kind, a->dtype, a->op, a->root, s, (uint32_t)strlen(e->key),
-                         (uint32_t)strlen(text), 0, total};
-    if (!hvd_buf_put(msg, &w, sizeof(w)) || !hvd_buf_put(msg, e->key, w.key_len) ||
-        !hvd_buf_put(msg, text, w.msg_len))
-      return -1;
-    if (a->kind == HVD_KIND_ALLGATHER && s == HVD_OK)
-      for (int r = 0; r < c->size; r++)
-        if (!hvd_buf_put(msg, &e->req[r].count, sizeof(int64_t))) return -1;
-    c->times[2 * i] = e->first_seen_us;
-    c->times[2 * i + 1] = e->ready_us;
-    entry_free(e);
+                         (uint32_t)strlen(text), a->device, fuse[k], 0, total};
+    ok = hvd_buf_put(msg, &w, sizeof(w)) && hvd_buf_put(msg, e->key, w.key_len) &&
+         hvd_buf_put(msg, text, w.msg_len);
+    if (ok && a->kind == HVD_KIND_ALLGATHER && s == HVD_OK)
+      for (int r = 0; r < c->size && ok; r++)
+        ok = hvd_buf_put(msg, &e->req[r].count, sizeof(int64_t));
+    c->times[2 * k] = e->first_seen_us;
+    c->times[2 * k + 1] = e->ready_us;
   }
+  free(status);
+  free(order);
+  free(fuse);
+  if (!ok) return -1;
+  for (int i = 0; i < n; i++) entry_free(c->ready[i]);
   c->nready = 0;
   c->ready_bytes = 0;
   return n;
@@ -279,6 +355,8 @@ int hvd_decode_responses(const char *payload, size_t len, int n, int size,
     r->op = (hvd_op_t)w.op;
     r->root = w.root;
     r->status = (hvd_status_t)w.status;
+    r->device = w.device;
+    r->fuse_with_prev = w.fuse_with_prev != 0;
     r->count = w.count;
     if (off + w.key_len + w.msg_len > len) return 0;
     r->key = payload + off;
@@ -289,11 +367,17 @@ int hvd_decode_responses(const char *payload, size_t len, int n, int size,
     r->msg_len = w.msg_len;
     if (r->kind == HVD_KIND_ALLGATHER && r->status == HVD_OK) {
       if (off + (size_t)size * sizeof(int64_t) > len) return 0;
-      r->counts = (const int64_t *)(payload + off);
+      r->counts = payload + off;
       off += (size_t)size * sizeof(int64_t);
     }
   }
   return off == len;
+}
+
+int64_t hvd_response_count(const hvd_response_t *r, int i) {
+  int64_t c;
+  memcpy(&c, r->counts + (size_t)i * sizeof(c), sizeof(c));
+  return c;
 }
 
 int hvd_coordinator_check_stalls(hvd_coordinator_t *c, double now_us, char *msg,

@@ -65,10 +65,16 @@ static hvd_status_t check_common(const char *name, hvd_dtype_t dtype, size_t cou
       return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
                            "%s: tensor name is empty (pass NULL for an automatic name)",
                            what);
-    if ((unsigned char)name[0] < 0x20)
-      return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
-                           "%s: tensor name starts with control character 0x%02x", what,
-                           (unsigned char)name[0]);
+    /* Control characters would be invisible in every message and the timeline, and
+       a leading one could meet the keys of unnamed calls (HVD_AUTO_KEY_MARK). */
+    for (size_t i = 0; i < n; i++) {
+      unsigned char ch = (unsigned char)name[i];
+      if (ch < 0x20 || ch == 0x7f)
+        return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                             "%s: tensor name \"%.*s...\" has control character 0x%02x at "
+                             "byte %zu (names are printable text)", what, (int)i, name, ch,
+                             i);
+    }
   }
   if (hvd_dtype_size(dtype) == 0)
     return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
@@ -81,6 +87,13 @@ static hvd_status_t check_common(const char *name, hvd_dtype_t dtype, size_t cou
   if (count > (SIZE_MAX / 2) / hvd_dtype_size(dtype))
     return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "%s: count %zu is too large", what,
                          count);
+  return HVD_OK;
+}
+
+static hvd_status_t check_op(hvd_op_t op, const char *what) {
+  if ((unsigned)op > HVD_PRODUCT)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                         "%s: invalid op %d (expected HVD_SUM .. HVD_PRODUCT)", what, (int)op);
   return HVD_OK;
 }
 
@@ -135,14 +148,41 @@ static struct hvd_request *request_new(hvd_kind_t kind) {
   return r;
 }
 
+static void request_free(struct hvd_request *r) {
+  free(r->splits);
+  free(r->member_send);
+  free(r->member_recv);
+  free(r->member_count);
+  free(r);
+}
+
 static hvd_status_t finish_submit(struct hvd_request *r, const char *name,
                                   hvd_request_t *req) {
   hvd_status_t s = submit(r, name);
   if (s != HVD_OK) {
-    free(r);
+    request_free(r);
     return s;
   }
   *req = r;
+  return HVD_OK;
+}
+
+/* A checked allreduce-like request (allreduce, reducescatter), not yet submitted. */
+static hvd_status_t reduction_new(hvd_kind_t kind, const char *name, const void *sendbuf,
+                                  void *recvbuf, size_t count, hvd_dtype_t dtype,
+                                  hvd_op_t op, struct hvd_request **out) {
+  char what[32];
+  snprintf(what, sizeof what, "hvd_%s", hvd_kind_name(kind));
+  hvd_status_t s = check_common(name, dtype, count, sendbuf, recvbuf, what);
+  if (s == HVD_OK) s = check_op(op, what);
+  if (s != HVD_OK) return s;
+  struct hvd_request *r = *out = request_new(kind);
+  if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", what);
+  r->sendbuf = sendbuf;
+  r->recvbuf = recvbuf;
+  r->count = count;
+  r->dtype = dtype;
+  r->op = op;
   return HVD_OK;
 }
 
@@ -152,25 +192,15 @@ hvd_status_t hvd_allreduce_async(const char *name, const void *sendbuf, void *re
   if (req == NULL)
     return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_allreduce_async: req is NULL");
   *req = NULL;
-  hvd_status_t s = check_common(name, dtype, count, sendbuf, recvbuf, "hvd_allreduce");
-  if (s != HVD_OK) return s;
-  if ((unsigned)op > HVD_PRODUCT)
-    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
-                         "hvd_allreduce: invalid op %d (expected HVD_SUM .. HVD_PRODUCT)",
-                         (int)op);
-  struct hvd_request *r = request_new(HVD_KIND_ALLREDUCE);
-  if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_allreduce: out of memory");
-  r->sendbuf = sendbuf;
-  r->recvbuf = recvbuf;
-  r->count = count;
-  r->dtype = dtype;
-  r->op = op;
-  return finish_submit(r, name, req);
+  struct hvd_request *r;
+  hvd_status_t s = reduction_new(HVD_KIND_ALLREDUCE, name, sendbuf, recvbuf, count, dtype,
+                                 op, &r);
+  return s != HVD_OK ? s : finish_submit(r, name, req);
 }
 
 hvd_status_t hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf,
                            size_t count, hvd_dtype_t dtype, hvd_op_t op) {
-  hvd_request_t req;
+  hvd_request_t req = NULL;
   hvd_status_t s = hvd_allreduce_async(name, sendbuf, recvbuf, count, dtype, op, &req);
   return s != HVD_OK ? s : hvd_wait(req);
 }
@@ -198,7 +228,7 @@ hvd_status_t hvd_broadcast_async(const char *name, void *buf, size_t count,
 
 hvd_status_t hvd_broadcast(const char *name, void *buf, size_t count, hvd_dtype_t dtype,
                            int root) {
-  hvd_request_t req;
+  hvd_request_t req = NULL;
   hvd_status_t s = hvd_broadcast_async(name, buf, count, dtype, root, &req);
   return s != HVD_OK ? s : hvd_wait(req);
 }
@@ -219,9 +249,144 @@ hvd_status_t hvd_allgather(const char *name, const void *sendbuf, size_t count,
   r->dtype = dtype;
   r->gather_out = recvbuf;
   r->gather_count = recvcount;
-  hvd_request_t req;
+  hvd_request_t req = NULL;
   if ((s = finish_submit(r, name, &req)) != HVD_OK) return s;
   return hvd_wait(req);
+}
+
+hvd_status_t hvd_alltoall_async(const char *name, const void *sendbuf, size_t count,
+                                const size_t *splits, hvd_dtype_t dtype, void **recvbuf,
+                                size_t *recvcount, size_t *recv_splits,
+                                hvd_request_t *req) {
+  if (req == NULL || recvbuf == NULL || recvcount == NULL || recv_splits == NULL)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_alltoall: req, recvbuf, recvcount "
+                         "and recv_splits must not be NULL");
+  *req = NULL;
+  *recvbuf = NULL;
+  *recvcount = 0;
+  hvd_status_t s = check_common(name, dtype, count, sendbuf, sendbuf, "hvd_alltoall");
+  if (s != HVD_OK) return s;
+  const int N = hvd_g.size;
+  size_t *own = malloc((size_t)N * sizeof(*own));
+  if (own == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_alltoall: out of memory");
+  size_t total = 0;
+  for (int j = 0; j < N; j++) {
+    own[j] = splits ? splits[j] : count / (size_t)N;
+    total += own[j];
+  }
+  if (!splits && count % (size_t)N != 0) {
+    free(own);
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_alltoall: count %zu does not divide "
+                         "by %d ranks (pass splits)", count, N);
+  }
+  if (total != count) {
+    free(own);
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_alltoall: the splits add up to %zu "
+                         "elements, count is %zu", total, count);
+  }
+  struct hvd_request *r = request_new(HVD_KIND_ALLTOALL);
+  if (r == NULL) {
+    free(own);
+    return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_alltoall: out of memory");
+  }
+  r->sendbuf = sendbuf;
+  r->count = count;
+  r->dtype = dtype;
+  r->splits = own;
+  r->recv_splits = recv_splits;
+  r->gather_out = recvbuf;
+  r->gather_count = recvcount;
+  return finish_submit(r, name, req);
+}
+
+hvd_status_t hvd_alltoall(const char *name, const void *sendbuf, size_t count,
+                          const size_t *splits, hvd_dtype_t dtype, void **recvbuf,
+                          size_t *recvcount, size_t *recv_splits) {
+  hvd_request_t req = NULL;
+  hvd_status_t s = hvd_alltoall_async(name, sendbuf, count, splits, dtype, recvbuf,
+                                      recvcount, recv_splits, &req);
+  return s != HVD_OK ? s : hvd_wait(req);
+}
+
+hvd_status_t hvd_reducescatter_async(const char *name, const void *sendbuf, size_t count,
+                                     hvd_dtype_t dtype, hvd_op_t op, void *recvbuf,
+                                     size_t *recvcount, hvd_request_t *req) {
+  if (req == NULL || recvcount == NULL)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                         "hvd_reducescatter: req and recvcount must not be NULL");
+  *req = NULL;
+  *recvcount = 0;
+  struct hvd_request *r;
+  hvd_status_t s = reduction_new(HVD_KIND_REDUCESCATTER, name, sendbuf, recvbuf, count,
+                                 dtype, op, &r);
+  if (s != HVD_OK) return s;
+  r->gather_count = recvcount;
+  return finish_submit(r, name, req);
+}
+
+hvd_status_t hvd_reducescatter(const char *name, const void *sendbuf, size_t count,
+                               hvd_dtype_t dtype, hvd_op_t op, void *recvbuf,
+                               size_t *recvcount) {
+  hvd_request_t req = NULL;
+  hvd_status_t s = hvd_reducescatter_async(name, sendbuf, count, dtype, op, recvbuf,
+                                           recvcount, &req);
+  return s != HVD_OK ? s : hvd_wait(req);
+}
+
+/* One request for the whole group, named by its first name: negotiated as one unit and
+   reduced as one fused collective. root carries a digest of the member counts, so
+   ranks that split the same total differently get a mismatch. */
+hvd_status_t hvd_grouped_allreduce_async(size_t n, const char *const *names,
+                                         const void *const *sendbufs, void *const *recvbufs,
+                                         const size_t *counts, hvd_dtype_t dtype, hvd_op_t op,
+                                         hvd_request_t *req) {
+  const char *what = "hvd_grouped_allreduce";
+  if (req == NULL || n == 0 || sendbufs == NULL || recvbufs == NULL || counts == NULL)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "%s: req, sendbufs, recvbufs and counts "
+                         "must not be NULL, and n (%zu) at least 1", what, n);
+  *req = NULL;
+  size_t total = 0;
+  uint32_t digest = 2166136261u;
+  hvd_status_t s = check_op(op, what);
+  for (size_t i = 0; i < n && s == HVD_OK; i++) {
+    /* Only the first name keys the group; the others are checked like any name. */
+    s = check_common(names ? names[i] : NULL, dtype, counts[i], sendbufs[i], recvbufs[i],
+                     what);
+    total += counts[i];
+    digest = (digest ^ (uint32_t)counts[i]) * 16777619u;
+  }
+  if (s != HVD_OK) return s;
+  struct hvd_request *r = request_new(HVD_KIND_ALLREDUCE);
+  if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", what);
+  r->member_send = malloc(n * sizeof(*r->member_send));
+  r->member_recv = malloc(n * sizeof(*r->member_recv));
+  r->member_count = malloc(n * sizeof(*r->member_count));
+  if (!r->member_send || !r->member_recv || !r->member_count) {
+    request_free(r);
+    return hvd_set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", what);
+  }
+  for (size_t i = 0; i < n; i++) {
+    r->member_send[i] = sendbufs[i];
+    r->member_recv[i] = recvbufs[i];
+    r->member_count[i] = counts[i];
+  }
+  r->nmembers = n;
+  r->sendbuf = sendbufs[0];
+  r->recvbuf = recvbufs[0];
+  r->count = total;
+  r->dtype = dtype;
+  r->op = op;
+  r->root = (int)(digest ^ (uint32_t)n) & 0x7fffffff;
+  return finish_submit(r, names ? names[0] : NULL, req);
+}
+
+hvd_status_t hvd_grouped_allreduce(size_t n, const char *const *names,
+                                   const void *const *sendbufs, void *const *recvbufs,
+                                   const size_t *counts, hvd_dtype_t dtype, hvd_op_t op) {
+  hvd_request_t req = NULL;
+  hvd_status_t s = hvd_grouped_allreduce_async(n, names, sendbufs, recvbufs, counts, dtype,
+                                               op, &req);
+  return s != HVD_OK ? s : hvd_wait(req);
 }
 
 hvd_status_t hvd_barrier(void) {
@@ -230,7 +395,7 @@ hvd_status_t hvd_barrier(void) {
                          "hvd_barrier called before hvd_init() or after hvd_shutdown()");
   struct hvd_request *r = request_new(HVD_KIND_BARRIER);
   if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_barrier: out of memory");
-  hvd_request_t req;
+  hvd_request_t req = NULL;
   hvd_status_t s = finish_submit(r, NULL, &req);
   if (s != HVD_OK) return s;
   return hvd_wait(req);
@@ -240,7 +405,7 @@ hvd_status_t hvd_barrier(void) {
 static hvd_status_t request_finish(struct hvd_request *r) {
   hvd_status_t s = r->status;
   if (s != HVD_OK) hvd_set_error_text(r->error);
-  free(r);
+  request_free(r);
   return s;
 }
 

@@ -97,3 +97,8 @@ void hvd_timeline_close(hvd_timeline_t *t) {
   free(t->rows);
   free(t);
 }
+
+void hvd_timeline_op(const char *key, const char *event, double t0, double t1,
+                     size_t bytes) {
+  if (hvd_g.timeline) hvd_timeline_event(hvd_g.timeline, key, event, t0, t1, bytes);
+}

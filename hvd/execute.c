@@ -1,0 +1,129 @@
+/* hvd/execute.c: runs one ordered response list, the coordinator's plan, the same on
+   every rank.
+
+   The plan says everything that must be the same everywhere: the order, which
+   responses run together in one collective (fuse_with_prev, decided by rank 0 with rank
+   0's fusion threshold), and whether a group is host or device memory. A rank never
+   groups by its own settings or its own view of its buffers, so all ranks always enter
+   the same collectives with the same lengths. The collectives themselves are reached
+   through the backend tables (hvd_host_ops in fusion.c, hvd_device_ops in device.c).
+
+   A mismatch arrives as a failed response and fails only that request. */
+#include "hvd/hvd_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void complete_group(struct hvd_request **reqs, int n, hvd_status_t s,
+                           const char *msg) {
+  pthread_mutex_lock(&hvd_g.mu);
+  for (int i = 0; i < n; i++) hvd_request_complete(reqs[i], s, msg);
+  pthread_mutex_unlock(&hvd_g.mu);
+}
+
+/* Runs the group reqs[0..n) (responses resp[0..n)) on backend ops. */
+static hvd_status_t run_group(const hvd_backend_ops_t *ops, struct hvd_request **reqs,
+                              const hvd_response_t *resp, int n, char *msg, size_t len,
+                              int *agreed) {
+  double t0 = util_now_us();
+  for (int i = 0; i < n; i++) {
+    hvd_timeline_op(reqs[i]->key, "NEGOTIATE", resp[i].first_seen_us, resp[i].ready_us, 0);
+    hvd_timeline_op(reqs[i]->key, "QUEUE", resp[i].ready_us, t0, 0);
+  }
+  hvd_kind_t kind = resp[0].kind;
+  hvd_status_t s;
+  int supported = 1;
+  switch (kind) {
+    case HVD_KIND_ALLREDUCE:
+      supported = ops->allreduce != NULL;
+      s = supported ? ops->allreduce(reqs, resp, n, msg, len) : HVD_OK;
+      break;
+    case HVD_KIND_BROADCAST:
+      supported = ops->broadcast != NULL;
+      s = supported ? ops->broadcast(reqs[0], resp, msg, len) : HVD_OK;
+      break;
+    case HVD_KIND_ALLGATHER:
+      supported = ops->allgather != NULL;
+      s = supported ? ops->allgather(reqs[0], resp, msg, len, agreed) : HVD_OK;
+      break;
+    case HVD_KIND_ALLTOALL:
+      supported = ops->alltoall != NULL;
+      s = supported ? ops->alltoall(reqs[0], resp, msg, len, agreed) : HVD_OK;
+      break;
+    case HVD_KIND_REDUCESCATTER:
+      supported = ops->reducescatter != NULL;
+      s = supported ? ops->reducescatter(reqs[0], resp, msg, len) : HVD_OK;
+      break;
+    default:
+      supported = ops->barrier != NULL;
+      s = supported ? ops->barrier(reqs[0], resp, msg, len) : HVD_OK;
+      break;
+  }
+  if (!supported) {
+    /* Every rank has the same memory kind (checked by the coordinator), so every rank
+       refuses here, before any data moves: not fatal. */
+    char text[HVD_ERROR_MAX];
+    snprintf(text, sizeof(text), "%s of tensor \"%s\": not supported on %s",
+             hvd_kind_name(kind), reqs[0]->key, ops->name);
+    complete_group(reqs, n, HVD_ERR_INVALID_ARGUMENT, text);
+    return HVD_OK;
+  }
+  complete_group(reqs, n, s, msg);
+  /* A group that failed as a whole on every rank (agreed) ends the runtime too, but
+     cleanly: the caller knows no peer is left inside a collective. */
+  return s;
+}
+
+hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t len,
+                         int *fatal_agreed) {
+  *fatal_agreed = 0;
+  if (n <= 0) return HVD_OK;
+  struct hvd_request **reqs = malloc((size_t)n * sizeof(*reqs));
+  if (!reqs) {
+    snprintf(msg, len, "rank %d: out of memory for %d responses", hvd_g.rank, n);
+    return HVD_ERR_NO_MEMORY;
+  }
+  /* Find this rank's request of every response. Every rank submitted every name before
+     the coordinator answered it, so a missing one is a broken protocol. */
+  pthread_mutex_lock(&hvd_g.mu);
+  for (int i = 0; i < n; i++) {
+    char key[HVD_KEY_MAX];
+    size_t kl = resp[i].key_len < HVD_KEY_MAX - 1 ? resp[i].key_len : HVD_KEY_MAX - 1;
+    memcpy(key, resp[i].key, kl);
+    key[kl] = '\0';
+    reqs[i] = hvd_inflight_find(key);
+    if (reqs[i] == NULL) {
+      pthread_mutex_unlock(&hvd_g.mu);
+      snprintf(msg, len, "rank %d received a response for tensor \"%s\" that it has not "
+               "submitted (internal error)", hvd_g.rank, key);
+      free(reqs);
+      return HVD_ERR_BACKEND;
+    }
+  }
+  pthread_mutex_unlock(&hvd_g.mu);
+
+  hvd_status_t fatal = HVD_OK;
+  for (int i = 0; i < n && fatal == HVD_OK;) {
+    if (resp[i].status != HVD_OK) {
+      char text[HVD_ERROR_MAX];
+      size_t ml = resp[i].msg_len < sizeof(text) - 1 ? resp[i].msg_len : sizeof(text) - 1;
+      memcpy(text, resp[i].msg, ml);
+      text[ml] = '\0';
+      complete_group(&reqs[i], 1, resp[i].status, text);
+      i++;
+      continue;
+    }
+    int j = i + 1;
+    while (j < n && resp[j].fuse_with_prev) j++;
+    const hvd_backend_ops_t *ops = resp[i].device >= 0 ? &hvd_device_ops : &hvd_host_ops;
+    /* Grouped allreduces (members) run on host memory only; every rank has the same
+       group (its digest is negotiated), so every rank refuses alike. */
+    static const hvd_backend_ops_t no_grouped = {.name = "device memory (grouped)"};
+    for (int k = i; k < j && ops == &hvd_device_ops; k++)
+      if (reqs[k]->nmembers > 0) ops = &no_grouped;
+    fatal = run_group(ops, &reqs[i], &resp[i], j - i, msg, len, fatal_agreed);
+    i = j;
+  }
+  free(reqs);
+  return fatal;
+}
