@@ -1,6 +1,8 @@
 /* launcher/hvdrun.c: hvdrun's main. Parses the options, checks what can be checked
    before starting anything (program, launcher, slots), builds the MPI launcher's argv
-   and replaces itself with it (execvp), so signals and the exit status are mpirun's. */
+   and runs it as a child (launcher/supervise.c): its exit status is hvdrun's, signals
+   to hvdrun are passed on, and a job whose launcher does not end it after a rank failed
+   is ended by hvdrun. With --host-discovery-script: launcher/elastic.c. */
 #include "launcher/hvdrun.h"
 
 #include <errno.h>
@@ -68,29 +70,19 @@ int main(int argc, char **argv)
     hvdrun_mpi_t mpi = o.mpi;
     char version[256] = "";
     if (mpi == HVDRUN_MPI_UNKNOWN) mpi = hvdrun_detect_mpi(launcher, version, sizeof version);
-    if (hvdrun_build_command(&o, mpi, launcher, &cmd, err) != 0) {
-      rc = fail(2, err);
-    } else if (o.output_dir && !o.dry_run && make_dirs(o.output_dir, err) != 0) {
+    if (o.output_dir && !o.dry_run && make_dirs(o.output_dir, err) != 0) {
       rc = fail(1, err);
+    } else if (o.discovery_script) {
+      rc = hvdrun_run_elastic(&o, mpi, launcher, err);
+      if (rc != 0) fail(rc, err);
+    } else if (hvdrun_build_command(&o, mpi, launcher, &cmd, err) != 0) {
+      rc = fail(2, err);
     } else {
       if (o.verbose || o.dry_run) hvdrun_print_command(&cmd);
       if (!o.dry_run) {
-        fflush(NULL);
-        execvp(cmd.v[0], cmd.v);
-        int e = errno;
-        size_t longest = 0;
-        for (int i = 0; i < cmd.n; i++)
-          if (strlen(cmd.v[i]) > longest) longest = strlen(cmd.v[i]);
-        /* Linux takes at most 32 pages (128 KiB) in one argument: a -H list of thousands
-           of hosts can be longer. */
-        if (e == E2BIG)
-          hvdrun_errf(err, "cannot run the MPI launcher '%s': %s (its longest argument has "
-                      "%zu characters, Linux takes at most 131072 in one and the host "
-                      "list is one: for this many hosts run mpirun with its own --hostfile)",
-                      cmd.v[0], strerror(e), longest);
-        else
-          hvdrun_errf(err, "cannot run the MPI launcher '%s': %s", cmd.v[0], strerror(e));
-        rc = fail(127, err);
+        hvdrun_job_t job;
+        if (hvdrun_run_job(&cmd, o.abort_timeout, &job, err) != 0) rc = fail(127, err);
+        else rc = job.status;
       }
     }
   }

@@ -91,6 +91,11 @@ typedef struct {
   hvdrun_mpi_t mpi;         /* forced by --mpi, else UNKNOWN (detected)              */
   const char *rsh_agent;    /* NULL: automatic for namespace hosts                    */
   const char *bind_to, *map_by;   /* NULL: defaults                                  */
+  int abort_timeout;        /* seconds the launcher has to end a job after a rank failed */
+  /* elastic (horovodrun's flags; launcher/elastic.c) */
+  const char *discovery_script;   /* NULL: not elastic                               */
+  int min_np, max_np;       /* -1: not given                                         */
+  int reset_limit;          /* -1: not given (HVDRUN_DEFAULT_RESET_LIMIT)            */
   char **prog_argv;         /* the program and its arguments, untouched              */
   int prog_argc;
 } hvdrun_options_t;
@@ -117,6 +122,26 @@ void hvdrun_print_command(const hvdrun_argv_t *cmd);
 /* True when every host is one of the project's network namespaces (ns1, ns2, ...
    present under /run/netns): the ranks are then started by scripts/netns-rsh. */
 int hvdrun_hosts_are_netns(const hvdrun_hosts_t *h);
+
+/* ---- running the launcher (launcher/supervise.c) ---- */
+#define HVDRUN_DEFAULT_ABORT_TIMEOUT 10
+typedef struct {
+  int status;               /* as a shell sees it: 0..255, 128+signal; 1 when ended by us */
+  int rank_failed;          /* the launcher said that a rank failed                      */
+  int ended_by_us;          /* it had not ended the job abort_timeout s after that       */
+  int interrupted;          /* the signal hvdrun got and passed on (0: none)             */
+} hvdrun_job_t;
+/* Runs cmd in a process group of its own, its output passed through and watched for a
+   failed rank; from then on the launcher has abort_timeout seconds before hvdrun ends
+   the group. 0 with *job filled in, or -1 with err when it cannot be started. */
+int hvdrun_run_job(const hvdrun_argv_t *cmd, int abort_timeout, hvdrun_job_t *job, char *err);
+
+/* ---- elastic runs (launcher/elastic.c) ---- */
+#define HVDRUN_DEFAULT_RESET_LIMIT 3
+/* Starts the job on the hosts of o->discovery_script, and again after each failure on
+   the hosts it lists then, at most --reset-limit times. Returns hvdrun's exit status;
+   when not 0, err says why. Sets o->hosts and o->np for each start. */
+int hvdrun_run_elastic(hvdrun_options_t *o, hvdrun_mpi_t mpi, const char *launcher, char *err);
 
 /* ---- --check-build ---- */
 /* Prints the backends and the topology, with the placement of local_size local ranks. */

@@ -163,7 +163,7 @@ static const char *const MPI_FLAVOURS[] = {"openmpi", "mpich", NULL};
 /* mpirun's single-dash flags are the aliases (-np, -H, -x, -mca, ...); "-x" has no long
    name in mpirun, so none here either. The tuning flags set HVD_* variables in the order
    given, as horovodrun does (a later -x of the same variable still wins). */
-enum { NFLAGS = 25 };
+enum { NFLAGS = 31 };
 static void flag_table(hvdrun_options_t *o, extra_flags_t *x, util_flag_t table[NFLAGS])
 {
   const util_flag_t t[] = {
@@ -191,6 +191,20 @@ static void flag_table(hvdrun_options_t *o, extra_flags_t *x, util_flag_t table[
        .metavar = "SECONDS", .def = "",
        .help = "give up when the ranks have not started by then (OpenMPI: "
                "orte_startup_timeout; every rank: HVD_START_TIMEOUT)"},
+      {"abort-timeout", UTIL_FLAG_INT, &o->abort_timeout, .min = 1, .max = 100000000,
+       .metavar = "SECONDS",
+       .help = "after a rank failed, give the MPI launcher this long to end the job, then "
+               "end it (its process group) and exit non-zero"},
+      {NULL, .help = "Elastic, restart-based (horovodrun's flags):"},
+      {"host-discovery-script", UTIL_FLAG_STRING, &o->discovery_script, .metavar = "FILE",
+       .help = "prints the usable hosts, one 'host:slots' a line; run before every start, "
+               "and the job restarts on what it lists then after a failure"},
+      {"min-np", UTIL_FLAG_INT, &o->min_np, .min = 1, .max = HVDRUN_MAX_RANKS, .def = "1",
+       .help = "do not start with fewer ranks"},
+      {"max-np", UTIL_FLAG_INT, &o->max_np, .min = 1, .max = HVDRUN_MAX_RANKS,
+       .def = "all slots", .help = "start at most this many ranks"},
+      {"reset-limit", UTIL_FLAG_INT, &o->reset_limit, .min = 0, .max = 1000000, .def = "3",
+       .help = "restarts after failures before giving up"},
       {NULL, .help = "hvd tuning (horovodrun's flags; each sets a variable on every rank):"},
       {"fusion-threshold-mb", UTIL_FLAG_CUSTOM, &o->env, .metavar = "MB",
        .parse = set_fusion_threshold, .help = "HVD_FUSION_THRESHOLD (bytes = MB * 1048576)"},
@@ -250,6 +264,8 @@ static void options_init(hvdrun_options_t *o)
   memset(o, 0, sizeof *o);
   o->np = -1;
   o->start_timeout = -1;
+  o->abort_timeout = HVDRUN_DEFAULT_ABORT_TIMEOUT;
+  o->min_np = o->max_np = o->reset_limit = -1;
 }
 
 void hvdrun_print_help(void)
@@ -281,6 +297,15 @@ int hvdrun_parse_args(int argc, char **argv, hvdrun_options_t *o, char *err)
   if (x.mpi) o->mpi = strcmp(x.mpi, "mpich") == 0 ? HVDRUN_MPICH : HVDRUN_OPENMPI;
   o->prog_argv = argv + first;
   o->prog_argc = argc - first;
+  int elastic_only = o->min_np > 0 || o->max_np > 0 || o->reset_limit >= 0;
+  if (elastic_only && !o->discovery_script)
+    return hvdrun_errf(err, "--min-np, --max-np and --reset-limit are for elastic runs: give "
+                       "--host-discovery-script too");
+  if (o->discovery_script && o->hosts.n > 0)
+    return hvdrun_errf(err, "--host-discovery-script finds the hosts itself: leave out -H "
+                       "and --hostfile");
+  if (o->min_np > 0 && o->max_np > 0 && o->min_np > o->max_np)
+    return hvdrun_errf(err, "--min-np %d is more than --max-np %d", o->min_np, o->max_np);
   if (!o->check_build && o->prog_argc == 0)
     return hvdrun_errf(err, "no program to run: usage: hvdrun [options] [--] PROGRAM "
                        "[ARGS...] (see hvdrun --help)");

@@ -1,6 +1,7 @@
 /* train/checkpoint.c: checkpoint files (see train/checkpoint.h for the layout). */
 #include "train/checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -226,4 +227,75 @@ void train_ckpt_free(train_ckpt_t *c) {
   free(c->sections);
   free(c->blob);
   memset(c, 0, sizeof *c);
+}
+
+static int is_stale_tmp(const char *name) {
+  const char *t = strstr(name, ".ckpt.tmp.");
+  return t != NULL && t != name;
+}
+
+int train_ckpt_remove_stale(const char *dir, int *removed, char *err, size_t errlen) {
+  *removed = 0;
+  DIR *d = opendir(dir);
+  if (!d) {
+    snprintf(err, errlen, "%s: cannot list (%s)", dir, strerror(errno));
+    return -1;
+  }
+  int rc = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (!is_stale_tmp(e->d_name)) continue;
+    char p[4400];
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    if (unlink(p) == 0) {
+      (*removed)++;
+    } else if (errno != ENOENT && rc == 0) {
+      snprintf(err, errlen, "%s: cannot remove (%s)", p, strerror(errno));
+      rc = -1;
+    }
+  }
+  closedir(d);
+  return rc;
+}
+
+static int ends_with_ckpt(const char *name) {
+  size_t n = strlen(name);
+  return n > 5 && strcmp(name + n - 5, ".ckpt") == 0;
+}
+
+int train_ckpt_list(const char *dir, train_ckpt_file_t **files, int *count, char *err,
+                    size_t errlen) {
+  *files = NULL;
+  *count = 0;
+  DIR *d = opendir(dir);
+  if (!d) {
+    snprintf(err, errlen, "%s: cannot list (%s)", dir, strerror(errno));
+    return -1;
+  }
+  int cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (!ends_with_ckpt(e->d_name)) continue;
+    train_ckpt_file_t f;
+    snprintf(f.path, sizeof f.path, "%s/%s", dir, e->d_name);
+    struct stat st;
+    if (stat(f.path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    f.mtime = (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec;
+    if (*count == cap) {
+      cap = cap ? 2 * cap : 16;
+      train_ckpt_file_t *grown = realloc(*files, (size_t)cap * sizeof **files);
+      if (!grown) {
+        snprintf(err, errlen, "%s: out of memory listing checkpoints", dir);
+        free(*files);
+        *files = NULL;
+        *count = 0;
+        closedir(d);
+        return -1;
+      }
+      *files = grown;
+    }
+    (*files)[(*count)++] = f;
+  }
+  closedir(d);
+  return 0;
 }

@@ -7,7 +7,8 @@
      u32 crc32 (zlib) of every byte before it
    Sections hold raw arrays (params, buffers, optimizer state, ...); their meaning is
    the caller's. Written to a temporary file, fsynced, renamed over the target and the
-   directory fsynced, so a crash leaves either the old or the new file, never half. */
+   directory fsynced, so a crash leaves either the old or the new file, never half (and
+   perhaps a "NAME.tmp.PID": train_ckpt_remove_stale). */
 #ifndef TRAIN_CHECKPOINT_H
 #define TRAIN_CHECKPOINT_H
 
@@ -35,5 +36,19 @@ const train_ckpt_section_t *train_ckpt_find(const train_ckpt_t *c, const char *n
 /* Value of key in the metadata copied into buf; NULL when absent. */
 const char *train_ckpt_meta(const train_ckpt_t *c, const char *key, char *buf, size_t len);
 void train_ckpt_free(train_ckpt_t *c);
+
+/* ---- a checkpoint directory ---- */
+/* Removes the temporary files "NAME.ckpt.tmp.PID" that a write cut short (a kill, a
+   crash) leaves behind; *removed counts them. 0, or -1 with err naming the file. */
+int train_ckpt_remove_stale(const char *dir, int *removed, char *err, size_t errlen);
+
+typedef struct {
+  char path[4400];
+  double mtime;                  /* seconds since the epoch */
+} train_ckpt_file_t;
+/* The regular files "*.ckpt" of dir, unordered, in *files (malloc; the caller frees).
+   0, or -1 with err naming the directory. */
+int train_ckpt_list(const char *dir, train_ckpt_file_t **files, int *count, char *err,
+                    size_t errlen);
 
 #endif /* TRAIN_CHECKPOINT_H */

@@ -36,7 +36,7 @@ static const char *const DEVICES[] = {"cpu", "gpu", NULL};
 /* The flags, writing into o. A function, not a static table: the destinations are o's
    fields, and --help shows the defaults by building it over train_flags_defaults. */
 #define BUF(field) o->field, .dest_size = sizeof o->field
-enum { NFLAGS = 40 };
+enum { NFLAGS = 41 };
 static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
   const util_flag_t t[] = {
       {"model", UTIL_FLAG_STRING, BUF(model), .metavar = "NAME",
@@ -83,8 +83,12 @@ static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
        .help = "write checkpoints here: last.ckpt every epoch, plus epoch-NNN.ckpt or best.ckpt"},
       {"save-best-only", UTIL_FLAG_BOOL, &o->save_best_only,
        .help = "keep best.ckpt (best --monitor) instead of one file per epoch"},
-      {"resume", UTIL_FLAG_STRING, &o->resume, .metavar = "PATH",
-       .help = "continue exactly from this checkpoint"},
+      {"checkpoint-every-steps", UTIL_FLAG_INT, &o->checkpoint_every_steps, .min = 0,
+       .max = 1 << 30, .def = "0: at epoch ends only",
+       .help = "also rewrite last.ckpt every N steps inside an epoch (resumes exactly)"},
+      {"resume", UTIL_FLAG_STRING, &o->resume, .metavar = "PATH|auto",
+       .help = "continue exactly from this checkpoint; auto: from the newest valid one in "
+               "--checkpoint-dir, or start fresh when there is none"},
       {"logdir", UTIL_FLAG_STRING, &o->logdir, .metavar = "PATH",
        .help = "TensorBoard event file and log.csv of per-epoch scalars go here"},
       {"augment", UTIL_FLAG_BOOL, &o->augment,

@@ -27,7 +27,8 @@ typedef struct {
   int restore_best;
   const char *checkpoint_dir;
   int save_best_only;
-  const char *resume;
+  int checkpoint_every_steps;  /* 0: checkpoints at epoch ends only */
+  const char *resume;          /* a path, or "auto" */
   const char *logdir;
   int augment;
   int crop_pad;                /* -1: the data set's default when --augment */

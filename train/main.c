@@ -192,6 +192,11 @@ enum {
   ST_EPOCHS_DONE, ST_ES_BEST, ST_ES_BEST_EPOCH, ST_ES_WAIT, ST_CK_BEST, ST_CK_BEST_EPOCH,
   ST_BEST_VAL_ACC, ST_BEST_VAL_ACC_EPOCH, ST_TRAIN_SECONDS, ST_TRAIN_IMAGES, ST_HAVE_BEST,
   ST_DROPOUT_STEP, /* nn's dropout mask counter: a resumed run draws the same masks */
+  ST_COUNT_V1,     /* the fields above are all that checkpoints before mid-epoch ones hold */
+  /* Mid-epoch (--checkpoint-every-steps): steps of epoch epochs_done already taken (0 at
+     an epoch end), of how many, and the epoch's metrics so far, summed over the ranks. */
+  ST_STEPS_DONE = ST_COUNT_V1, ST_STEPS_PER_EPOCH, ST_EPOCH_LOSS_SUM, ST_EPOCH_CORRECT,
+  ST_EPOCH_SAMPLES, ST_EPOCH_SECONDS,
   ST_COUNT
 };
 
@@ -202,31 +207,48 @@ typedef struct {
   float *best_buffers;
   double st[ST_COUNT];
   int ranks;
+  double lr_scale;             /* the lr is o->lr times this: the ranks of the global
+                                  batch's first run (linear scaling) */
+  /* Rank 0 after loading a mid-epoch checkpoint: every rank's batch-norm statistics
+     (they are averaged only at epoch ends), ranks_in_file * buffers floats; else NULL. */
+  float *rank_buffers;
+  /* What the loaded checkpoint's run was: ranks, batch per rank, lr factor. */
+  int ranks_in_file, batch_in_file;
+  double lr_scale_in_file;
 } run_t;
 
 static void checkpoint_meta(const run_t *r, char *buf, size_t len) {
   char settings[4096];
   train_flags_describe(r->o, r->ranks, settings, sizeof settings);
   snprintf(buf, len,
-           "format=hvd-train-checkpoint-1\n%sepochs_done=%d\nmodel_params=%zu\n"
-           "model_buffers=%zu\nrng=stateless splitmix64 of (seed, epoch, sample)\n",
-           settings, (int)r->st[ST_EPOCHS_DONE], nn_model_num_params(r->model),
+           "format=hvd-train-checkpoint-2\n%sglobal_batch=%d\nlr_scale=%.17g\nepochs_done=%d\n"
+           "steps_done=%d\nmodel_params=%zu\nmodel_buffers=%zu\n"
+           "rng=stateless splitmix64 of (seed, epoch, sample)\n",
+           settings, r->o->batch * r->ranks, r->lr_scale, (int)r->st[ST_EPOCHS_DONE],
+           (int)r->st[ST_STEPS_DONE], nn_model_num_params(r->model),
            nn_model_num_buffers(r->model));
 }
 
-static void save_checkpoint(run_t *r, const char *path) {
+/* buffers: the batch-norm statistics to store (NULL: the model's); rank_buffers: every
+   rank's (a mid-epoch checkpoint of several ranks), NULL when none. */
+static void save_checkpoint(run_t *r, const char *path, const float *buffers,
+                            const float *rank_buffers) {
   r->st[ST_DROPOUT_STEP] = (double)nn_model_dropout_step(r->model);
   size_t optn = 0;
   float *opt = nn_model_optim_state(r->model, &optn);
   int ncounters = 0;
   for (int i = 0; i < nn_model_num_slices(r->model); i++)
     if (nn_model_slice(r->model, i)->kind == NN_SLICE_COUNTER) ncounters++;
-  train_ckpt_section_t s[8];
+  train_ckpt_section_t s[9];
   int n = 0;
   s[n++] = (train_ckpt_section_t){"params", nn_model_params(r->model),
                                   nn_model_param_len(r->model) * sizeof(float)};
-  s[n++] = (train_ckpt_section_t){"buffers", nn_model_buffers(r->model),
+  s[n++] = (train_ckpt_section_t){"buffers", buffers ? buffers : nn_model_buffers(r->model),
                                   nn_model_num_buffers(r->model) * sizeof(float)};
+  if (rank_buffers)
+    s[n++] = (train_ckpt_section_t){"rank.buffers", rank_buffers,
+                                    (size_t)r->ranks * nn_model_num_buffers(r->model) *
+                                        sizeof(float)};
   s[n++] = (train_ckpt_section_t){"counters", nn_model_counters(r->model),
                                   (size_t)ncounters * sizeof(int64_t)};
   s[n++] = (train_ckpt_section_t){"optim.state", opt, optn * sizeof(float)};
@@ -253,9 +275,19 @@ static void save_checkpoint(run_t *r, const char *path) {
 static const char *const st_names[ST_COUNT] = {
     "epochs_done", "es_best", "es_best_epoch", "es_wait", "ck_best", "ck_best_epoch",
     "best_val_acc", "best_val_acc_epoch", "train_seconds", "train_images", "have_best",
-    "dropout_step"};
+    "dropout_step", "steps_done", "steps_per_epoch", "epoch_loss_sum", "epoch_correct",
+    "epoch_samples", "epoch_seconds"};
+
+/* The state section: ST_COUNT doubles, or the ST_COUNT_V1 of an older checkpoint (the
+   mid-epoch fields then 0: an epoch end). */
+static void ckpt_state(const train_ckpt_t *c, double st[ST_COUNT]) {
+  const train_ckpt_section_t *s = train_ckpt_find(c, "state");
+  memset(st, 0, ST_COUNT * sizeof st[0]);
+  memcpy(st, s->data, s->nbytes < ST_COUNT * sizeof st[0] ? s->nbytes : ST_COUNT * sizeof st[0]);
+}
 
 /* A count of samples or steps per epoch never exceeds an int. */
+#define CKPT_MAX_RANKS 1000000
 #define CKPT_MAX_PER_EPOCH 2147483647.0
 
 static int whole_in(double v, double lo, double hi) {
@@ -311,10 +343,41 @@ static int check_best(const double *st, int best, int epoch, int higher, int don
   return 0;
 }
 
+/* The position inside epoch epochs_done and its metrics so far (all 0 at an epoch end). */
+static int check_mid_epoch(const double *st, int done, int epochs, const char *path, char *err,
+                           size_t errlen) {
+  double steps = st[ST_STEPS_PER_EPOCH], at = st[ST_STEPS_DONE];
+  if (!whole_in(steps, 0, CKPT_MAX_PER_EPOCH))
+    return ckpt_bad(err, errlen, path, "steps_per_epoch", "%g, expected a whole number >= 0",
+                    steps);
+  if (!whole_in(at, 0, steps > 0 ? steps - 1 : 0))
+    return ckpt_bad(err, errlen, path, "steps_done",
+                    "%g, expected a whole number of steps in [0, %.0f] (steps_per_epoch %.0f)", at,
+                    steps > 0 ? steps - 1 : 0, steps);
+  if (at > 0 && done >= epochs)
+    return ckpt_bad(err, errlen, path, "steps_done",
+                    "%g inside epoch %d, but --epochs is %d", at, done + 1, epochs);
+  double n = st[ST_EPOCH_SAMPLES];
+  if (!whole_in(n, 0, at * CKPT_MAX_PER_EPOCH))
+    return ckpt_bad(err, errlen, path, "epoch_samples",
+                    "%g, expected a whole number in [0, %.0f] (%.0f steps done)", n,
+                    at * CKPT_MAX_PER_EPOCH, at);
+  if (!whole_in(st[ST_EPOCH_CORRECT], 0, n))
+    return ckpt_bad(err, errlen, path, "epoch_correct",
+                    "%g, expected a whole number in [0, %.0f] (epoch_samples)",
+                    st[ST_EPOCH_CORRECT], n);
+  const int nonneg[] = {ST_EPOCH_LOSS_SUM, ST_EPOCH_SECONDS};
+  for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
+    if (!(isfinite(st[nonneg[i]]) && st[nonneg[i]] >= 0))
+      return ckpt_bad(err, errlen, path, st_names[nonneg[i]], "%g, expected a finite number >= 0",
+                      st[nonneg[i]]);
+  return 0;
+}
+
 static int check_checkpoint(const run_t *r, const train_ckpt_t *c, const char *path, char *err,
                             size_t errlen) {
   double st[ST_COUNT];
-  memcpy(st, train_ckpt_find(c, "state")->data, sizeof st);
+  ckpt_state(c, st);
   const int epochs = r->o->epochs;
   if (!whole_in(st[ST_EPOCHS_DONE], 0, epochs))
     return ckpt_bad(err, errlen, path, "epochs_done",
@@ -349,7 +412,9 @@ static int check_checkpoint(const run_t *r, const train_ckpt_t *c, const char *p
   if (!(isfinite(st[ST_TRAIN_SECONDS]) && st[ST_TRAIN_SECONDS] >= 0))
     return ckpt_bad(err, errlen, path, "train_seconds", "%g, expected a finite number >= 0",
                     st[ST_TRAIN_SECONDS]);
-  const double per_epoch_max = done * CKPT_MAX_PER_EPOCH;
+  if (check_mid_epoch(st, done, epochs, path, err, errlen) != 0) return -1;
+  /* Steps and samples so far, counting the epoch under way of a mid-epoch checkpoint. */
+  const double per_epoch_max = (done + (st[ST_STEPS_DONE] > 0)) * CKPT_MAX_PER_EPOCH;
   if (!whole_in(st[ST_TRAIN_IMAGES], 0, per_epoch_max))
     return ckpt_bad(err, errlen, path, "train_images",
                     "%g, expected a whole number in [0, %.0f] (%d epochs done)",
@@ -395,7 +460,7 @@ static int check_checkpoint(const run_t *r, const train_ckpt_t *c, const char *p
 
 /* Rank 0: reads and checks a checkpoint against this run, then copies it in. Returns 0,
    or -1 with err naming the file; on failure nothing of the run has changed. */
-static int load_checkpoint(run_t *r, const char *path, char *err, size_t errlen) {
+static int load_checkpoint(run_t *r, const char *path, int warn, char *err, size_t errlen) {
   train_ckpt_t c;
   if (train_ckpt_read(path, &c, err, errlen) != 0) return -1;
   char v[256];
@@ -435,7 +500,8 @@ static int load_checkpoint(run_t *r, const char *path, char *err, size_t errlen)
               {"optim.step", sizeof(int64_t)},           {"state", sizeof r->st}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     const train_ckpt_section_t *s = train_ckpt_find(&c, want[i].name);
-    if (!s || s->nbytes != want[i].bytes) {
+    int old_state = s && strcmp(s->name, "state") == 0 && s->nbytes == ST_COUNT_V1 * sizeof(double);
+    if (!s || (s->nbytes != want[i].bytes && !old_state)) {
       snprintf(err, errlen, "%s: section %s has %zu bytes, model %s needs %zu", path,
                want[i].name, s ? s->nbytes : 0, r->o->model, want[i].bytes);
       goto fail;
@@ -447,8 +513,43 @@ static int load_checkpoint(run_t *r, const char *path, char *err, size_t errlen)
     snprintf(err, errlen, "%s: best weights of the wrong size", path);
     goto fail;
   }
+  /* The run that wrote it (a checkpoint before global_batch and lr_ranks: its ranks). */
+  const char *fr = train_ckpt_meta(&c, "ranks", v, sizeof v);
+  int file_ranks = fr ? atoi(fr) : r->ranks;
+  const char *fb = train_ckpt_meta(&c, "batch_size", v, sizeof v);
+  int file_batch = fb ? atoi(fb) : r->o->batch;
+  const char *fl = train_ckpt_meta(&c, "lr_scale", v, sizeof v);
+  double file_lr_scale = fl ? atof(fl) : file_ranks;
+  if (file_ranks < 1 || file_ranks > CKPT_MAX_RANKS || file_batch < 1 || file_batch > 65536 ||
+      !(file_lr_scale > 0 && file_lr_scale <= CKPT_MAX_RANKS)) {
+    snprintf(err, errlen, "%s: bad checkpoint metadata: ranks %d, batch_size %d, lr_scale %g "
+             "(expected ranks in [1, %d], batch_size in [1, 65536], lr_scale in (0, %d])", path,
+             file_ranks, file_batch, file_lr_scale, CKPT_MAX_RANKS, CKPT_MAX_RANKS);
+    goto fail;
+  }
+  const train_ckpt_section_t *rb = train_ckpt_find(&c, "rank.buffers");
+  if (rb && rb->nbytes != (size_t)file_ranks * nb * sizeof(float)) {
+    snprintf(err, errlen, "%s: section rank.buffers has %zu bytes, %d ranks of model %s need %zu",
+             path, rb->nbytes, file_ranks, r->o->model, (size_t)file_ranks * nb * sizeof(float));
+    goto fail;
+  }
+  if (rb && check_floats(rb, SIZE_MAX, path, err, errlen) != 0) goto fail;
   if (check_checkpoint(r, &c, path, err, errlen) != 0) goto fail;
+  float *rank_buffers = NULL;
+  if (rb && rb->nbytes > 0) {
+    rank_buffers = malloc(rb->nbytes);
+    if (!rank_buffers) {
+      snprintf(err, errlen, "%s: out of memory for rank.buffers (%zu bytes)", path, rb->nbytes);
+      goto fail;
+    }
+    memcpy(rank_buffers, rb->data, rb->nbytes);
+  }
   /* Everything checks out: copy in. */
+  free(r->rank_buffers);
+  r->rank_buffers = rank_buffers;
+  r->ranks_in_file = file_ranks;
+  r->batch_in_file = file_batch;
+  r->lr_scale_in_file = file_lr_scale;
   memcpy(nn_model_params(r->model), train_ckpt_find(&c, "params")->data, np * sizeof(float));
   memcpy(nn_model_buffers(r->model), train_ckpt_find(&c, "buffers")->data, nb * sizeof(float));
   memcpy(nn_model_counters(r->model), train_ckpt_find(&c, "counters")->data,
@@ -456,19 +557,22 @@ static int load_checkpoint(run_t *r, const char *path, char *err, size_t errlen)
   memcpy(ostate, train_ckpt_find(&c, "optim.state")->data, optn * sizeof(float));
   memcpy(nn_model_optim_step_count(r->model), train_ckpt_find(&c, "optim.step")->data,
          sizeof(int64_t));
-  memcpy(r->st, train_ckpt_find(&c, "state")->data, sizeof r->st);
+  ckpt_state(&c, r->st);
   if (r->best_params && bp && bb) {
     memcpy(r->best_params, bp->data, np * sizeof(float));
     memcpy(r->best_buffers, bb->data, nb * sizeof(float));
   } else {
     r->st[ST_HAVE_BEST] = 0;
   }
-  /* Settings that change the arithmetic: resuming still works, but not bit for bit. */
-  const char *keys[] = {"ranks", "batch_size", "seed", "lr", "warmup_epochs", "lr_schedule"};
+  /* Settings that change the arithmetic: resuming still works, but not bit for bit. A
+     different number of ranks main() handles and reports itself (keeping the global batch),
+     and a batch size then differs on purpose. */
+  const char *keys[] = {"batch_size", "seed", "lr", "warmup_epochs", "lr_schedule"};
   char mine[4096];
   train_flags_describe(r->o, r->ranks, mine, sizeof mine);
   train_ckpt_t me = {.meta = mine};
-  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+  size_t first = file_ranks != r->ranks;  /* keys[0], batch_size: see above */
+  for (size_t i = first; warn && i < sizeof keys / sizeof keys[0]; i++) {
     char a[128], b[128];
     const char *va = train_ckpt_meta(&c, keys[i], a, sizeof a);
     const char *vb = train_ckpt_meta(&me, keys[i], b, sizeof b);
@@ -559,6 +663,179 @@ static void bcast(const char *name, void *buf, size_t count, hvd_dtype_t t) {
   hvd_check(hvd_broadcast(name, buf, count, t, 0), name);
 }
 
+/* ---- which checkpoint to resume from ---- */
+
+typedef struct {
+  train_ckpt_file_t file;
+  double epochs, steps;        /* its position: epochs done, then steps of the next */
+} candidate_t;
+
+/* The furthest along first; of two at the same position, the newer file. */
+static int candidate_order(const void *pa, const void *pb) {
+  const candidate_t *a = pa, *b = pb;
+  if (a->epochs != b->epochs) return a->epochs > b->epochs ? -1 : 1;
+  if (a->steps != b->steps) return a->steps > b->steps ? -1 : 1;
+  if (a->file.mtime != b->file.mtime) return a->file.mtime > b->file.mtime ? -1 : 1;
+  return strcmp(a->file.path, b->file.path);
+}
+
+/* The checkpoints of dir that read (magic, length, crc) with their positions, furthest
+   along first; each one that does not read is said in a line. NULL with err on failure. */
+static candidate_t *resume_candidates(const char *dir, int *count, int *had_files, char *err,
+                                      size_t errlen) {
+  train_ckpt_file_t *files;
+  int n;
+  if (train_ckpt_list(dir, &files, &n, err, errlen) != 0) return NULL;
+  *had_files = n > 0;
+  candidate_t *c = malloc((size_t)(n ? n : 1) * sizeof *c);
+  if (!c) {
+    free(files);
+    snprintf(err, errlen, "out of memory listing %s", dir);
+    return NULL;
+  }
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    train_ckpt_t ck;
+    char why[8192];
+    if (train_ckpt_read(files[i].path, &ck, why, sizeof why) != 0) {
+      fprintf(stderr, "train: --resume auto: passing over %s\n", why);
+      continue;
+    }
+    const train_ckpt_section_t *s = train_ckpt_find(&ck, "state");
+    if (s && s->nbytes >= ST_COUNT_V1 * sizeof(double)) {
+      double st[ST_COUNT];
+      ckpt_state(&ck, st);
+      c[k++] = (candidate_t){files[i], st[ST_EPOCHS_DONE], st[ST_STEPS_DONE]};
+    } else {
+      fprintf(stderr, "train: --resume auto: passing over %s: no training state in it\n",
+              files[i].path);
+    }
+    train_ckpt_free(&ck);
+  }
+  free(files);
+  qsort(c, (size_t)k, sizeof *c, candidate_order);
+  *count = k;
+  return c;
+}
+
+/* Rank 0: loads the checkpoint to resume from into r. --resume PATH: that file (an error
+   when it does not load); --resume auto: the furthest along of --checkpoint-dir that
+   loads, each one passed over said in a line. Returns 1 with its path in chosen, 0 when
+   auto finds no checkpoint file (a fresh start), -1 with err (also when files are there
+   but none loads). */
+static int resume_load(run_t *r, char *chosen, size_t chosen_len, char *err, size_t errlen) {
+  if (strcmp(r->o->resume, "auto") != 0) {
+    if (load_checkpoint(r, r->o->resume, 1, err, errlen) != 0) return -1;
+    snprintf(chosen, chosen_len, "%s", r->o->resume);
+    return 1;
+  }
+  int n = 0;
+  int had_files = 0;
+  candidate_t *c = resume_candidates(r->o->checkpoint_dir, &n, &had_files, err, errlen);
+  if (!c) return errno == ENOENT ? 0 : -1;
+  int rc = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    if (load_checkpoint(r, c[i].file.path, 1, err, errlen) == 0) {
+      snprintf(chosen, chosen_len, "%s", c[i].file.path);
+      rc = 1;
+    } else {
+      fprintf(stderr, "train: --resume auto: passing over %s\n", err);
+    }
+  }
+  free(c);
+  /* Checkpoints that all fail to load are not "none": training from scratch would
+     overwrite them (another --model given by mistake, say). */
+  if (rc == 0 && had_files) {
+    snprintf(err, errlen, "--resume auto: none of the checkpoints in %s loads (see above): "
+             "remove them, or give --resume PATH", r->o->checkpoint_dir);
+    rc = -1;
+  }
+  return rc;
+}
+
+/* The model and its optimizer, for batches of up to `batch` samples. */
+static nn_model_t *make_model(const train_opts_t *o, const train_dataset_t *train, int batch) {
+  nn_model_config_t cfg = {.batch = batch, .seed = o->seed, .num_classes = train->num_classes,
+                           .in_channels = train->c, .in_height = train->h, .in_width = train->w};
+  nn_model_t *model = NULL;
+  if (nn_model_create(&model, o->model, &cfg) != NN_OK)
+    die("--model %s with %s (%dx%dx%d): %s", o->model, o->dataset, train->c, train->h, train->w,
+        nn_last_error());
+  nn_optim_config_t ocfg = {.momentum = o->momentum, .nesterov = o->nesterov,
+                            .weight_decay = o->weight_decay};
+  ocfg.kind = strcmp(o->optimizer, "sgd") == 0 ? NN_OPTIM_SGD
+              : strcmp(o->optimizer, "adam") == 0 ? NN_OPTIM_ADAM : NN_OPTIM_ADAMW;
+  if (ocfg.kind != NN_OPTIM_SGD) ocfg.momentum = 0;
+  nn_check(nn_model_optim_create(model, &ocfg), "optimizer");
+  return model;
+}
+
+/* Resuming a checkpoint of another number of ranks (an elastic restart): the global batch
+   stays, split over this run's ranks, and so does the lr (scaled as in the first run). When
+   the global batch does not split evenly, the nearest per-rank batch is taken and the lr
+   follows the global batch (linear scaling). Sets o->batch and r->lr_scale; rank 0 says
+   what it did in one line. */
+static void plan_resumed_batch(train_opts_t *o, run_t *r, int rank, int size) {
+  long global = (long)r->ranks_in_file * r->batch_in_file;
+  int batch = (int)((global + size / 2) / size);
+  if (batch < 1) batch = 1;
+  r->lr_scale = r->lr_scale_in_file * (double)((long)batch * size) / (double)global;
+  if (rank == 0 && (batch != o->batch || r->ranks_in_file != size)) {
+    if ((long)batch * size == global)
+      printf("train: resuming on %d rank(s), the checkpoint's run had %d: batch %d per rank "
+             "keeps the global batch %ld and the lr schedule (lr %.5g x %g)\n",
+             size, r->ranks_in_file, batch, global, o->lr, r->lr_scale);
+    else
+      printf("train: resuming on %d rank(s), the checkpoint's run had %d: its global batch "
+             "%ld does not split evenly; batch %d per rank, global batch %ld, lr %.5g x %g "
+             "(was x %g)\n",
+             size, r->ranks_in_file, global, batch, (long)batch * size, o->lr, r->lr_scale,
+             r->lr_scale_in_file);
+    fflush(stdout);
+  }
+  o->batch = batch;
+}
+
+/* A mid-epoch checkpoint (every rank takes part): the epoch's metrics so far summed over
+   the ranks, every rank's batch-norm statistics (they are averaged only at epoch ends)
+   gathered; rank 0 writes last.ckpt with their average as the buffers and all of them as
+   rank.buffers, so that a resume on as many ranks goes on exactly. */
+static void save_mid_epoch(run_t *r, int rank, int steps_done, int steps, const double sums[3],
+                           double seconds) {
+  nn_model_t *m = r->model;
+  size_t nb = nn_model_num_buffers(m);
+  nn_check_model(nn_model_sync_to_host(m), "copying the model to the host");
+  double tot[3];
+  hvd_check(hvd_allreduce("ckpt.metrics", sums, tot, 3, HVD_FLOAT64, HVD_SUM),
+            "allreduce of metrics");
+  float *all = NULL, *avg = NULL;
+  if (nb > 0 && r->ranks > 1) {
+    size_t got = 0;
+    void *buf = NULL;
+    hvd_check(hvd_allgather("ckpt.buffers", nn_model_buffers(m), nb, HVD_FLOAT32, &buf, &got),
+              "allgather of buffers");
+    all = buf;
+    avg = calloc(nb, sizeof *avg);
+    if (!avg) die("out of memory for a checkpoint");
+    for (int k = 0; k < r->ranks; k++)
+      for (size_t i = 0; i < nb; i++) avg[i] += all[(size_t)k * nb + i] / (float)r->ranks;
+  }
+  if (rank == 0) {
+    r->st[ST_STEPS_DONE] = steps_done;
+    r->st[ST_STEPS_PER_EPOCH] = steps;
+    r->st[ST_EPOCH_LOSS_SUM] = tot[0];
+    r->st[ST_EPOCH_CORRECT] = tot[1];
+    r->st[ST_EPOCH_SAMPLES] = tot[2];
+    r->st[ST_EPOCH_SECONDS] = seconds;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/last.ckpt", r->o->checkpoint_dir);
+    save_checkpoint(r, p, avg, all);
+  }
+  free(all);
+  free(avg);
+}
+
+
 static int count_counters(nn_model_t *m) {
   int n = 0;
   for (int i = 0; i < nn_model_num_slices(m); i++)
@@ -594,6 +871,11 @@ int main(int argc, char **argv) {
         o.use_fp16 ? "--use-fp16" : "--use-bf16");
   if (!gpu && o.channels_last)
     die("--channels-last needs --device gpu (on the CPU nn's layout is NCHW)");
+  if (o.checkpoint_every_steps > 0 && !o.checkpoint_dir)
+    die("--checkpoint-every-steps %d needs --checkpoint-dir (where last.ckpt goes)",
+        o.checkpoint_every_steps);
+  if (o.resume && strcmp(o.resume, "auto") == 0 && !o.checkpoint_dir)
+    die("--resume auto needs --checkpoint-dir (the directory to resume from)");
   const nn_precision_t precision = o.use_fp16   ? NN_PRECISION_FP16
                                    : o.use_bf16 ? NN_PRECISION_BF16 : NN_PRECISION_FP32;
   /* nn_cuda_available() only asks cudaGetDeviceCount (nothing without CUDA in the
@@ -649,26 +931,11 @@ int main(int argc, char **argv) {
     }
   }
 
-  nn_model_config_t cfg = {.batch = o.batch, .seed = o.seed, .num_classes = train.num_classes,
-                           .in_channels = train.c, .in_height = train.h, .in_width = train.w};
-  nn_model_t *model = NULL;
-  if (nn_model_create(&model, o.model, &cfg) != NN_OK)
-    die("--model %s with %s (%dx%dx%d): %s", o.model, o.dataset, train.c, train.h, train.w,
-        nn_last_error());
+  nn_model_t *model = make_model(&o, &train, o.batch);
   size_t np = nn_model_param_len(model), nb = nn_model_num_buffers(model);
-  float *params = nn_model_params(model);   /* the host array (a mirror on a GPU) */
   int ncounters = count_counters(model);
 
-  nn_optim_config_t ocfg = {.momentum = o.momentum, .nesterov = o.nesterov,
-                            .weight_decay = o.weight_decay};
-  ocfg.kind = strcmp(o.optimizer, "sgd") == 0 ? NN_OPTIM_SGD
-              : strcmp(o.optimizer, "adam") == 0 ? NN_OPTIM_ADAM : NN_OPTIM_ADAMW;
-  if (ocfg.kind != NN_OPTIM_SGD) ocfg.momentum = 0;
-  nn_check(nn_model_optim_create(model, &ocfg), "optimizer");
-  size_t optn = 0;
-  float *ostate = nn_model_optim_state(model, &optn);
-
-  run_t run = {.o = &o, .model = model, .ranks = size};
+  run_t run = {.o = &o, .model = model, .ranks = size, .lr_scale = size};
   if (o.restore_best) {
     run.best_params = malloc(np * sizeof(float));
     run.best_buffers = malloc((nb ? nb : 1) * sizeof(float));
@@ -685,12 +952,60 @@ int main(int argc, char **argv) {
   run.st[ST_BEST_VAL_ACC] = -1;
   run.st[ST_BEST_VAL_ACC_EPOCH] = -1;
 
-  /* Resume: rank 0 reads and checks; every rank learns the verdict, then the state. */
+  /* Temporary files of writes cut short (a kill in the middle of one): rank 0 removes
+     them before anything else looks at the directory. */
+  struct stat ckdir;
+  if (rank == 0 && o.checkpoint_dir && stat(o.checkpoint_dir, &ckdir) == 0 &&
+      S_ISDIR(ckdir.st_mode)) {  /* else open_outputs says what is wrong with it */
+    int removed = 0;
+    if (train_ckpt_remove_stale(o.checkpoint_dir, &removed, err, sizeof err) != 0)
+      fprintf(stderr, "train: warning: --checkpoint-dir: %s\n", err);
+    if (removed > 0)
+      printf("train: removed %d stale temporary checkpoint file(s) from %s (writes cut short "
+             "by an earlier run)\n", removed, o.checkpoint_dir);
+  }
+
+  /* Resume: rank 0 finds, reads and checks; every rank learns the verdict and the run the
+     checkpoint came from, then the state. */
+  int resumed = 0;
+  char resumed_from[4400] = "";
+  int32_t info[3] = {0, 0, 0}; /* verdict (-1, 0 none, 1), the file's ranks, batch */
+  double file_lr_scale = 0;
   if (o.resume) {
-    int32_t ok = 1;
-    if (rank == 0 && load_checkpoint(&run, o.resume, err, sizeof err) != 0) ok = 0;
-    bcast("resume.status", &ok, 1, HVD_INT32);
-    if (!ok) die("%s", err);
+    if (rank == 0) {
+      info[0] = resume_load(&run, resumed_from, sizeof resumed_from, err, sizeof err);
+      info[1] = run.ranks_in_file;
+      info[2] = run.batch_in_file;
+      file_lr_scale = run.lr_scale_in_file;
+    }
+    bcast("resume.status", info, 3, HVD_INT32);
+    if (info[0] < 0) die("%s", err);
+    resumed = info[0] == 1;
+    if (!resumed && rank == 0)
+      printf("train: --resume auto: no checkpoint in %s, starting from scratch\n",
+             o.checkpoint_dir);
+  }
+  if (resumed) {
+    bcast("resume.lr_scale", &file_lr_scale, 1, HVD_FLOAT64);
+    run.ranks_in_file = info[1];
+    run.batch_in_file = info[2];
+    run.lr_scale_in_file = file_lr_scale;
+    int batch = o.batch;
+    plan_resumed_batch(&o, &run, rank, size);
+    if (o.batch != batch) {
+      /* The model's activations are sized for its batch: make it anew, and load again. */
+      nn_model_free(model);
+      model = run.model = make_model(&o, &train, o.batch);
+      int32_t ok = 1;
+      if (rank == 0 && load_checkpoint(&run, resumed_from, 0, err, sizeof err) != 0) ok = 0;
+      bcast("resume.reload", &ok, 1, HVD_INT32);
+      if (!ok) die("%s", err);
+    }
+  }
+  float *params = nn_model_params(model);   /* the host array (a mirror on a GPU) */
+  size_t optn = 0;
+  float *ostate = nn_model_optim_state(model, &optn);
+  if (resumed) {
     bcast("resume.optim.state", ostate, optn, HVD_FLOAT32);
     bcast("resume.optim.step", nn_model_optim_step_count(model), 1, HVD_INT64);
     bcast("resume.state", run.st, ST_COUNT, HVD_FLOAT64);
@@ -709,6 +1024,21 @@ int main(int argc, char **argv) {
   bcast("init.params", params, np, HVD_FLOAT32);
   bcast("init.buffers", nn_model_buffers(model), nb, HVD_FLOAT32);
   bcast("init.counters", nn_model_counters(model), (size_t)ncounters, HVD_INT64);
+  /* A mid-epoch checkpoint of as many ranks: each rank goes on with its own batch-norm
+     statistics (otherwise all start from their average, in "buffers"). */
+  if (resumed && nb > 0 && size > 1) {
+    int32_t own = rank == 0 && run.rank_buffers && run.ranks_in_file == size;
+    bcast("resume.own_buffers", &own, 1, HVD_INT32);
+    if (own) {
+      float *all = rank == 0 ? run.rank_buffers : malloc((size_t)size * nb * sizeof(float));
+      if (!all) die("out of memory for the ranks' buffers");
+      bcast("resume.rank.buffers", all, (size_t)size * nb, HVD_FLOAT32);
+      memcpy(nn_model_buffers(model), all + (size_t)rank * nb, nb * sizeof(float));
+      if (rank != 0) free(all);
+    }
+  }
+  free(run.rank_buffers);
+  run.rank_buffers = NULL;
 
   /* --device gpu: everything above went through the host arrays (rank 0's weights, or
      the checkpoint's weights and optimizer state); moving to the device takes them, the
@@ -737,7 +1067,7 @@ int main(int argc, char **argv) {
             "gradient buckets");
   hvd_grad_buckets_set_overlap(buckets, !o.no_overlap);
 
-  nn_lr_schedule_t sched = {.base_lr = o.lr * size, .warmup_epochs = o.warmup_epochs,
+  nn_lr_schedule_t sched = {.base_lr = o.lr * run.lr_scale, .warmup_epochs = o.warmup_epochs,
                             .warmup_start_lr = o.lr, .step_epochs = o.lr_step_epochs,
                             .gamma = o.lr_gamma, .total_epochs = (float)o.epochs,
                             .min_lr = o.min_lr};
@@ -777,13 +1107,29 @@ int main(int argc, char **argv) {
   if (getenv("HVD_TRAIN_TEST_KILL_AT_STEP")) kill_at = atoll(getenv("HVD_TRAIN_TEST_KILL_AT_STEP"));
 
   int start_epoch = (int)run.st[ST_EPOCHS_DONE];
+  /* A mid-epoch checkpoint: the step to go on from. With other shards (another number of
+     ranks) the same fraction of the epoch. */
+  int start_step = (int)run.st[ST_STEPS_DONE], file_steps = (int)run.st[ST_STEPS_PER_EPOCH];
+  if (start_step > 0 && file_steps != steps) {
+    int mapped = (int)((double)start_step * steps / file_steps + 0.5);
+    if (mapped >= steps) mapped = steps - 1;
+    if (rank == 0)
+      printf("train: step %d of %d of epoch %d goes on at step %d of %d of this run's shards "
+             "(samples of this epoch may repeat or be left out)\n",
+             start_step, file_steps, start_epoch + 1, mapped, steps);
+    start_step = mapped;
+  }
   if (rank == 0 && !o.quiet) {
     printf("train: %s on %s, %d rank(s), batch %d per rank (%d global), %d train / %d val / "
-           "%d test samples, %zu parameters, lr %.5g x %d ranks, %s, %d steps per epoch%s\n",
+           "%d test samples, %zu parameters, lr %.5g x %g, %s, %d steps per epoch%s\n",
            o.model, o.dataset, size, o.batch, o.batch * size, train.n, val_is_test ? 0 : val.n,
-           test.n, nn_model_num_params(model), o.lr, size, o.optimizer, steps,
-           o.resume ? ", resumed" : "");
-    if (o.resume) printf("train: resuming %s after epoch %d\n", o.resume, start_epoch);
+           test.n, nn_model_num_params(model), o.lr, run.lr_scale, o.optimizer, steps,
+           resumed ? ", resumed" : "");
+    if (resumed && start_step > 0)
+      printf("train: resuming %s after epoch %d and step %d of epoch %d\n", resumed_from,
+             start_epoch, start_step, start_epoch + 1);
+    else if (resumed)
+      printf("train: resuming %s after epoch %d\n", resumed_from, start_epoch);
     fflush(stdout);
   }
 
@@ -791,12 +1137,20 @@ int main(int argc, char **argv) {
   int stopped_early = 0;
   double last_lr = nn_lr_at(&sched, start_epoch);
   for (int epoch = start_epoch; epoch < o.epochs && !stopped_early; epoch++) {
-    double t0 = util_now_s();
+    int first = epoch == start_epoch ? start_step : 0;
+    /* Time and metrics of the steps a mid-epoch checkpoint already took (rank 0 holds the
+       sums over all ranks). */
+    double t0 = util_now_s() - (first > 0 ? run.st[ST_EPOCH_SECONDS] : 0);
+    double sums[3] = {0, 0, 0}; /* loss * n, correct, n (this rank) */
+    if (first > 0 && rank == 0) {
+      sums[0] = run.st[ST_EPOCH_LOSS_SUM];
+      sums[1] = run.st[ST_EPOCH_CORRECT];
+      sums[2] = run.st[ST_EPOCH_SAMPLES];
+    }
     train_epoch_permutation(perm, train.n, o.seed, epoch);
     bo.epoch = epoch;
     train_progress_begin(&prog, epoch, o.epochs, steps);
-    double sums[3] = {0, 0, 0}; /* loss * n, correct, n (this rank) */
-    for (int s = 0; s < steps; s++) {
+    for (int s = first; s < steps; s++) {
       if (kill_at >= 0 && rank == 0 && (long long)epoch * steps + s == kill_at) raise(SIGKILL);
       int n = train_step_count(train.n, rank, size, o.batch, s);
       int total = train_step_total(train.n, size, o.batch, s);
@@ -816,7 +1170,12 @@ int main(int argc, char **argv) {
         train_progress_step(&prog, s + 1, sums[0] / sums[2], sums[1] / sums[2],
                             el > 0 ? sums[2] * size / el : 0);
       }
+      long long global_step = (long long)epoch * steps + s + 1;
+      if (o.checkpoint_every_steps > 0 && s + 1 < steps &&
+          global_step % o.checkpoint_every_steps == 0)
+        save_mid_epoch(&run, rank, s + 1, steps, sums, util_now_s() - t0);
     }
+    for (int k = ST_STEPS_DONE; k <= ST_EPOCH_SECONDS; k++) run.st[k] = 0; /* an epoch end */
     double train_s = util_now_s() - t0;
     hvd_check(hvd_allreduce("train.metrics", sums, sums, 3, HVD_FLOAT64, HVD_SUM),
               "allreduce of metrics");
@@ -873,16 +1232,16 @@ int main(int argc, char **argv) {
       if (o.checkpoint_dir) {
         char p[4200];
         snprintf(p, sizeof p, "%s/last.ckpt", o.checkpoint_dir);
-        save_checkpoint(&run, p);
+        save_checkpoint(&run, p, NULL, NULL);
         if (o.save_best_only) {
           if (ck_improved) {
             snprintf(p, sizeof p, "%s/best.ckpt", o.checkpoint_dir);
-            save_checkpoint(&run, p);
+            save_checkpoint(&run, p, NULL, NULL);
             note_add(note, sizeof note, "saved %s", p);
           }
         } else {
           snprintf(p, sizeof p, "%s/epoch-%03d.ckpt", o.checkpoint_dir, epoch + 1);
-          save_checkpoint(&run, p);
+          save_checkpoint(&run, p, NULL, NULL);
           note_add(note, sizeof note, "saved %s", p);
         }
       }
