@@ -14,6 +14,8 @@ packages=(
   dataset-fashion-mnist     # the real data set for `make run`
   iproute2 procps python3   # network namespaces (multi-host tests), timeline JSON check
   python3-torch python3-numpy  # test_train_export.sh: PyTorch loads train's export
+  libmicrohttpd-dev libjansson-dev  # serve: HTTP server and JSON (TF Serving's REST API)
+  slurm-wlm munge           # the SLURM tests' simulated cluster (scripts/slurm-cluster.sh)
 )
 
 missing=()
