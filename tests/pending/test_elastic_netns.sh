@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# PENDING (tests/pending/: not run by make test): fails until the runtime notices a cut
+# link (issue 13, item 1). Run by hand: HVD_BUILD=build tests/pending/test_elastic_netns.sh
+# The issue's elastic run on simulated hosts: 2 hosts x 2 ranks (network namespaces ns1,
+# ns2) train lenet with mid-epoch checkpoints under hvdrun --host-discovery-script; in
+# epoch 2 the link of ns2 is cut (its veth peer in the root namespace goes down) and the
+# discovery script then lists ns1 alone. The ranks must notice (the runtime, or at the
+# latest the stall shutdown of 20 s), hvdrun must end mpirun (which cannot reach ns2's
+# daemon) within --abort-timeout, and restart on ns1 with train --resume auto: the run
+# finishes with exit 0 and a test accuracy within 0.5 points of an uninterrupted 4-rank
+# run. (2026-11-30: fails; the survivors on ns1 wait without end inside a collective,
+# neither the runtime nor the stall shutdown ends them, so no rank fails and hvdrun's
+# --abort-timeout never starts: bounded here by timeout 200.)
+# Needs root and network namespaces; skips otherwise. Removes its hosts on every exit.
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+build=${HVD_BUILD:-build}
+hvdrun=$build/hvdrun
+train=$build/train
+hosts=scripts/netns-hosts.sh
+skip() { echo "SKIP: $*"; exit 77; }
+[ -x "$hvdrun" ] && [ -x "$train" ] || { echo "FAIL: $hvdrun or $train is not built (run make)"; exit 1; }
+netns_tmp=$(mktemp -d /tmp/test_elastic_netns.XXXXXX)
+tmp=$netns_tmp
+. tests/netns_prelude.sh
+export HVD_RSH_AGENT=${HVD_RSH_AGENT:-$PWD/scripts/netns-rsh}
+"$hosts" up 2 >"$tmp/up.log" 2>&1 || { echo "FAIL: cannot bring up 2 hosts:"; cat "$tmp/up.log"; exit 1; }
+fails=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+
+printf 'ns1:2\nns2:2\n' >"$tmp/hosts"
+printf '#!/bin/sh\ncat %s\n' "$tmp/hosts" >"$tmp/discover.sh"
+chmod +x "$tmp/discover.sh"
+# 2048 synthetic samples: 1843 training, 4 ranks x 16: 29 steps an epoch.
+common=(--model lenet --dataset synthetic --synthetic-samples 2048 --batch-size 16 --seed 3
+        --lr 0.02 --epochs 3 --threads 1)
+run_flags=(--stall-check-shutdown-time-seconds 20 --abort-timeout 10)
+
+timeout -k 5 300 "$hvdrun" -np 4 -H ns1:2,ns2:2 "${run_flags[@]}" "$PWD/$train" "${common[@]}" \
+  >"$tmp/full.log" 2>&1 || { echo "FAIL: uninterrupted run:"; cat "$tmp/full.log"; exit 1; }
+start=$(date +%s)
+timeout -k 5 200 "$hvdrun" --host-discovery-script "$tmp/discover.sh" --min-np 2 --reset-limit 2 \
+  "${run_flags[@]}" "$PWD/$train" "${common[@]}" --checkpoint-dir "$tmp/ck" --checkpoint-every-steps 10 \
+  --resume auto >"$tmp/elastic.log" 2>&1 &
+job=$!
+# Cut ns2's link in epoch 2: after the first mid-epoch checkpoint of epoch 2 (step 40).
+for _ in $(seq 600); do
+  grep -q '^Epoch 1/3' "$tmp/elastic.log" 2>/dev/null && break
+  sleep 0.2
+done
+sleep 1
+printf 'ns1:2\n' >"$tmp/hosts"
+ip link set hvd2 down
+cut_at=$(date +%s)
+echo "cut ns2's link $((cut_at - start)) s after the start"
+wait $job
+rc=$?
+end=$(date +%s)
+ip link set hvd2 up 2>/dev/null
+if [ $rc -ne 0 ]; then
+  bad "elastic run: exit $rc after $((end - start)) s"; cat "$tmp/elastic.log"
+else
+  ok "elastic run finished in $((end - start)) s (link cut at $((cut_at - start)) s)"
+  grep '^hvdrun: \|^train: resuming\|^train: step ' "$tmp/elastic.log"
+  grep -q "^hvdrun: elastic: restarting with 2 rank(s) on ns1:2" "$tmp/elastic.log" \
+    && ok "restarted on ns1 alone" || bad "no restart on ns1 alone"
+  killed=$(grep -c '^Epoch' "$tmp/elastic.log")
+  a=$(sed -n 's/^test accuracy: \([0-9.]*\)%$/\1/p' "$tmp/full.log")
+  b=$(sed -n 's/^test accuracy: \([0-9.]*\)%$/\1/p' "$tmp/elastic.log")
+  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d <= 0.5 && d >= -0.5) }' \
+    && ok "test accuracy $b% vs $a% uninterrupted ($killed epoch lines)" || bad "test accuracy $b% vs $a% uninterrupted"
+fi
+[ $fails -eq 0 ] && echo "elastic run on simulated hosts passes" && exit 0
+echo "$fails case(s) failed"; exit 1
