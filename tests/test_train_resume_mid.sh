@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Exact resume from mid-epoch checkpoints (--checkpoint-every-steps: the step in the
+# epoch, the epoch's metrics so far, every rank's batch-norm statistics) with
+# --resume auto: the run killed with SIGKILL goes on from the step of its last mid-epoch
+# checkpoint and ends bit for bit as the uninterrupted run, its epoch lines (loss,
+# accuracy, val_loss, val_accuracy, lr) the same too. The cases of
+# test_train_resume.sh, killed inside the last epoch of a shorter run.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+. tests/train_resume_prelude.sh
+
+# mlp: 15 steps an epoch, every 4: the kill at step 37 finds the checkpoint of global step 36, step 6 of epoch 3.
+every=4 at_step=6 check_case mlp_sgd_mid 37 2 3 --model mlp --dataset synthetic \
+  --synthetic-samples 1024 --batch-size 32 --seed 7 --threads 1 --lr 0.02 --warmup-epochs 1 \
+  --lr-schedule cosine --bucket-mb 0.5
+# resnet20 (each rank's own batch-norm statistics): 5 steps an epoch, every 2: the kill
+# at step 9 (9 steps done) finds the checkpoint of 8 steps, step 3 of epoch 2.
+every=2 at_step=3 check_case resnet20_adam_mid 9 1 2 --model resnet20 --dataset synthetic \
+  --synthetic-samples 160 --batch-size 16 --seed 5 --threads 1 --optimizer adam --augment
+# alexnet: 3 steps an epoch, every 1: the kill at step 5 finds step 2 of epoch 2.
+every=1 at_step=2 check_case alexnet_dropout_mid 5 1 2 --model alexnet --dataset synthetic \
+  --synthetic-samples 24 --batch-size 4 --seed 3 --threads 1 --lr 0.001
