@@ -256,8 +256,9 @@ static int take_submissions(bg_t *bg, int *shutdown_requested, int *end) {
   hvd_msg_header_t h = {HVD_MSG_REQUESTS, 0, hvd_g.rank, 0};
   ok = hvd_buf_put(&b, &h, sizeof(h));
   for (struct hvd_request *r = head; r && ok; r = r->next_queue, n++) {
-    r->device = r->kind == HVD_KIND_BARRIER ? -1
-                                            : hvd_device_of_buffers(r->sendbuf, r->recvbuf);
+    r->device = r->kind == HVD_KIND_BARRIER || r->kind == HVD_KIND_JOIN
+                    ? -1 : hvd_device_of_buffers(r->sendbuf, r->recvbuf);
+    if (r->kind == HVD_KIND_JOIN) hvd_g.joined = 1;
     ok = hvd_encode_request(&b, r);
   }
   char err[HVD_ERROR_MAX];
@@ -340,12 +341,15 @@ static void idle_wait(bg_t *bg) {
     return;
   }
   double wait_us;
+  /* Spin right after progress even with nothing in flight: a blocking caller submits
+     its next collective within microseconds of the last one completing, and a
+     condition-variable wake-up costs several. */
+  if (now - bg->last_progress_us < SPIN_US) {
+    pthread_mutex_unlock(&hvd_g.mu);
+    sched_yield();
+    return;
+  }
   if (busy) {
-    if (now - bg->last_progress_us < SPIN_US) {
-      pthread_mutex_unlock(&hvd_g.mu);
-      sched_yield();
-      return;
-    }
     wait_us = bg->sleep_us;
     bg->sleep_us = bg->sleep_us * 2 < SLEEP_MAX_US ? bg->sleep_us * 2 : SLEEP_MAX_US;
   } else {

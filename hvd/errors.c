@@ -59,13 +59,13 @@ const char *hvd_op_name(hvd_op_t op) {
 
 const char *hvd_kind_name(hvd_kind_t k) {
   static const char *names[] = {"allreduce", "broadcast", "allgather", "barrier",
-                                "alltoall", "reducescatter"};
+                                "alltoall", "reducescatter", "join"};
   return (unsigned)k < HVD_KIND_COUNT ? names[k] : "invalid operation";
 }
 
 const char *hvd_kind_event(hvd_kind_t k) {
   static const char *names[] = {"ALLREDUCE", "BROADCAST", "ALLGATHER", "BARRIER",
-                                "ALLTOALL", "REDUCESCATTER"};
+                                "ALLTOALL", "REDUCESCATTER", "JOIN"};
   return (unsigned)k < HVD_KIND_COUNT ? names[k] : "UNKNOWN";
 }
 

@@ -8,7 +8,11 @@
    the same collectives with the same lengths. The collectives themselves are reached
    through the backend tables (hvd_host_ops in fusion.c, hvd_device_ops in device.c).
 
-   A mismatch arrives as a failed response and fails only that request. */
+   A mismatch arrives as a failed response and fails only that request.
+
+   A rank that has called hvd_join is answered the others' collectives too: it takes
+   part with a stand-in request (zeros of the response's dtype and count, its result
+   dropped), so the collective has every rank. */
 #include "hvd/hvd_internal.h"
 
 #include <stdlib.h>
@@ -17,8 +21,45 @@
 static void complete_group(struct hvd_request **reqs, int n, hvd_status_t s,
                            const char *msg) {
   pthread_mutex_lock(&hvd_g.mu);
-  for (int i = 0; i < n; i++) hvd_request_complete(reqs[i], s, msg);
+  for (int i = 0; i < n; i++)
+    if (!reqs[i]->phantom) hvd_request_complete(reqs[i], s, msg);
   pthread_mutex_unlock(&hvd_g.mu);
+}
+
+/* The stand-in of a joined rank for response r: zeros to send, room for the result
+   (reducescatter: apart, so the input stays zeros). NULL when out of memory. */
+static struct hvd_request *phantom_new(const hvd_response_t *r) {
+  struct hvd_request *p = calloc(1, sizeof(*p));
+  if (p == NULL) return NULL;
+  size_t bytes = (size_t)r->count * hvd_dtype_size(r->dtype);
+  char *buf = calloc(1, 2 * bytes + 1);
+  if (buf == NULL) {
+    free(p);
+    return NULL;
+  }
+  p->phantom = 1;
+  p->kind = r->kind;
+  p->dtype = r->dtype;
+  p->op = r->op;
+  p->root = r->root;
+  p->count = (size_t)r->count;
+  p->device = -1;
+  p->sendbuf = buf;
+  p->recvbuf = buf + bytes;
+  p->gather_count = &p->phantom_count;
+  size_t kl = r->key_len < HVD_KEY_MAX - 1 ? r->key_len : HVD_KEY_MAX - 1;
+  memcpy(p->key, r->key, kl);
+  return p;
+}
+
+/* phantoms[0..n): the stand-ins (or NULL), kept apart from the requests since a
+   completed request may already be freed by its waiter. */
+static void phantoms_free(struct hvd_request **phantoms, int n) {
+  for (int i = 0; i < n; i++)
+    if (phantoms[i]) {
+      free((void *)phantoms[i]->sendbuf);
+      free(phantoms[i]);
+    }
 }
 
 /* Runs the group reqs[0..n) (responses resp[0..n)) on backend ops. */
@@ -78,7 +119,8 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
                          int *fatal_agreed) {
   *fatal_agreed = 0;
   if (n <= 0) return HVD_OK;
-  struct hvd_request **reqs = malloc((size_t)n * sizeof(*reqs));
+  struct hvd_request **reqs = calloc(2 * (size_t)n, sizeof(*reqs));
+  struct hvd_request **phantoms = reqs + n;
   if (!reqs) {
     snprintf(msg, len, "rank %d: out of memory for %d responses", hvd_g.rank, n);
     return HVD_ERR_NO_MEMORY;
@@ -92,7 +134,12 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
     memcpy(key, resp[i].key, kl);
     key[kl] = '\0';
     reqs[i] = hvd_inflight_find(key);
-    if (reqs[i] == NULL) {
+    /* The coordinator answers a name without this rank's request only when this rank
+       has joined; a failed one needs no stand-in (the others only complete it). */
+    if (reqs[i] == NULL && hvd_g.joined && resp[i].status == HVD_OK)
+      reqs[i] = phantoms[i] = phantom_new(&resp[i]);
+    if (reqs[i] == NULL && !(hvd_g.joined && resp[i].status != HVD_OK)) {
+      phantoms_free(phantoms, i);
       pthread_mutex_unlock(&hvd_g.mu);
       snprintf(msg, len, "rank %d received a response for tensor \"%s\" that it has not "
                "submitted (internal error)", hvd_g.rank, key);
@@ -104,6 +151,18 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
 
   hvd_status_t fatal = HVD_OK;
   for (int i = 0; i < n && fatal == HVD_OK;) {
+    if (reqs[i] == NULL) {   /* a failed response of a name this joined rank lacks */
+      i++;
+      continue;
+    }
+    if (resp[i].kind == HVD_KIND_JOIN) {
+      /* Every rank has joined: each rank's join returns, the runtime goes on as before. */
+      hvd_g.joined = 0;
+      if (reqs[i]->last_rank) *reqs[i]->last_rank = resp[i].root;
+      complete_group(&reqs[i], 1, HVD_OK, NULL);
+      i++;
+      continue;
+    }
     if (resp[i].status != HVD_OK) {
       char text[HVD_ERROR_MAX];
       size_t ml = resp[i].msg_len < sizeof(text) - 1 ? resp[i].msg_len : sizeof(text) - 1;
@@ -124,6 +183,7 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
     fatal = run_group(ops, &reqs[i], &resp[i], j - i, msg, len, fatal_agreed);
     i = j;
   }
+  phantoms_free(phantoms, n);
   free(reqs);
   return fatal;
 }

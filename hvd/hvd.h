@@ -96,6 +96,15 @@ hvd_status_t hvd_grouped_allreduce_async(size_t n, const char *const *names,
                                          const size_t *counts, hvd_dtype_t dtype, hvd_op_t op,
                                          hvd_request_t *req);
 
+/* join: this rank has no more data. Until every rank has joined, the others' allreduces
+   (grouped ones and reducescatters too) go on with this rank contributing zeros; AVERAGE
+   still divides by size(), joined ranks included (as Horovod does). A broadcast,
+   allgather or alltoall while a rank has joined fails on every rank with
+   HVD_ERR_INVALID_ARGUMENT (Horovod does not support them with join either), as does an
+   allreduce of device memory. Returns when all have joined; *last_rank (if not NULL)
+   gets the last rank to join. The runtime is then usable as before. */
+hvd_status_t hvd_join(int *last_rank);
+
 hvd_status_t hvd_wait(hvd_request_t req);            /* blocks; frees req; its status */
 hvd_status_t hvd_test(hvd_request_t req, int *done); /* never blocks; when *done, the
                                                         request is freed as by hvd_wait */

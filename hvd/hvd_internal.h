@@ -32,6 +32,8 @@
 typedef enum {
   HVD_KIND_ALLREDUCE, HVD_KIND_BROADCAST, HVD_KIND_ALLGATHER, HVD_KIND_BARRIER,
   HVD_KIND_ALLTOALL, HVD_KIND_REDUCESCATTER,
+  HVD_KIND_JOIN,            /* hvd_join: answered once every rank has joined (root: the
+                               last rank to join)                                     */
   HVD_KIND_COUNT
 } hvd_kind_t;
 
@@ -62,6 +64,11 @@ struct hvd_request {
   size_t *gather_count;     /* and its element count (reducescatter: recvbuf's)   */
   size_t *splits;           /* alltoall: elements to each rank (size entries, owned) */
   size_t *recv_splits;      /* alltoall: the caller's array for what came from each */
+  int *last_rank;           /* join: where the last rank to join goes (may be NULL)  */
+  /* A stand-in on a rank that has joined: zeros of the response's size, in buffers it
+     owns; never in flight, freed by the executor. */
+  int phantom;
+  size_t phantom_count;
   /* grouped allreduce: nmembers tensors reduced as one (owned arrays); count is their
      total. 0: a plain request of sendbuf/recvbuf/count. */
   size_t nmembers;
@@ -161,6 +168,9 @@ typedef struct {
   volatile int cancel;        /* transports give up their waits when set            */
   atomic_int queued;          /* submissions not yet taken (lock-free peek)          */
   int ninflight;              /* submitted and not yet completed                     */
+  int joined;                 /* background thread only: this rank's hvd_join went to
+                                 the coordinator and has not been answered yet; it
+                                 takes part in others' collectives with zeros         */
 } hvd_state_t;
 
 extern hvd_state_t hvd_g;
@@ -306,5 +316,10 @@ int hvd_shard_plan(size_t count, int local_size, int local_rank, hvd_shard_plan_
 
 /* background.c */
 void *hvd_background_main(void *arg);
+
+/* hvd/launch_env.c: HVD_ERR_BACKEND with msg when SLURM started this process as one task
+   of many but MPI says the job has mpi_size 1 rank (srun without PMIx, a program typed in
+   an allocation's shell); HVD_OK otherwise. */
+hvd_status_t hvd_launch_env_check(int mpi_size, char *msg, size_t len);
 
 #endif /* HVD_INTERNAL_H */

@@ -251,7 +251,12 @@ hvd_status_t hvd_init(void) {
   hvd_g.start_us = util_now_us();
   hvd_g.ctrl = hvd_g.local_comm = hvd_g.cross_comm = MPI_COMM_NULL;
   hvd_g.cancel = 0;
+  hvd_g.joined = 0;
   s = topology();
+  /* srun without PMIx, or a program typed into an allocation's shell: SLURM says this
+     is one task of many while MPI says one rank. Refused, instead of running alone. */
+  if (s == HVD_OK && (s = hvd_launch_env_check(hvd_g.size, err, sizeof(err))) != HVD_OK)
+    hvd_set_error(s, "hvd_init: %s", err);
   if (s == HVD_OK && hvd_g.cfg.fusion_threshold > 0) {
     hvd_g.fusion_buf = malloc(hvd_g.cfg.fusion_threshold);
     if (!hvd_g.fusion_buf)

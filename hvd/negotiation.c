@@ -72,6 +72,8 @@ typedef struct {
   wire_request_t *req;         /* per rank */
   unsigned char *have;         /* per rank */
   int nhave;
+  int ref;                     /* the first rank that submitted it: the reference the
+                                  others are checked against (a joined rank has none) */
   double first_seen_us, ready_us, last_warn_us;
 } entry_t;
 
@@ -84,11 +86,21 @@ struct hvd_coordinator {
   size_t ready_bytes;
   double *times;               /* of the last emit */
   int cap_times;
+  /* hvd_join: ranks that joined (they count as having submitted every name, with
+     zeros) and the last one to join; reset when all have. */
+  unsigned char *joined;
+  int njoined, last_joined;
 };
 
 hvd_coordinator_t *hvd_coordinator_create(int size) {
   hvd_coordinator_t *c = calloc(1, sizeof(*c));
-  if (c) c->size = size;
+  if (c == NULL) return NULL;
+  c->size = size;
+  c->joined = calloc((size_t)size, 1);
+  if (c->joined == NULL) {
+    free(c);
+    return NULL;
+  }
   return c;
 }
 
@@ -106,6 +118,7 @@ void hvd_coordinator_free(hvd_coordinator_t *c) {
   free(c->pending);
   free(c->ready);
   free(c->times);
+  free(c->joined);
   free(c);
 }
 
@@ -118,6 +131,67 @@ static int push(entry_t ***arr, int *n, int *cap, entry_t *e) {
     *cap = nc;
   }
   (*arr)[(*n)++] = e;
+  return 1;
+}
+
+static entry_t *entry_new(const hvd_coordinator_t *c, const char *key, size_t key_len,
+                          int rank, double now_us) {
+  entry_t *e = calloc(1, sizeof(*e));
+  if (!e) return NULL;
+  e->req = calloc((size_t)c->size, sizeof(*e->req));
+  e->have = calloc((size_t)c->size, 1);
+  if (!e->req || !e->have) {
+    entry_free(e);
+    return NULL;
+  }
+  memcpy(e->key, key, key_len + 1);
+  e->ref = rank;
+  e->first_seen_us = now_us;
+  e->last_warn_us = now_us;
+  return e;
+}
+
+/* Whether every rank has submitted pending[idx] or joined; if so it moves to the ready
+   list (pending keeps arrival order: it is also the stall report's order). 0 when out
+   of memory. */
+static int promote_if_ready(hvd_coordinator_t *c, int idx, double now_us) {
+  entry_t *e = c->pending[idx];
+  int have = e->nhave;
+  for (int r = 0; r < c->size && c->njoined > 0; r++) have += c->joined[r] && !e->have[r];
+  if (have < c->size) return 1;
+  memmove(&c->pending[idx], &c->pending[idx + 1],
+          (size_t)(c->npending - idx - 1) * sizeof(entry_t *));
+  c->npending--;
+  e->ready_us = now_us;
+  if (!push(&c->ready, &c->nready, &c->cap_ready, e)) return 0;
+  const wire_request_t *w = &e->req[e->ref];
+  size_t es = hvd_dtype_size((hvd_dtype_t)w->dtype);
+  c->ready_bytes += (size_t)w->count * (es ? es : 1);
+  return 1;
+}
+
+/* rank joined (its join request w under key): every pending name that only waited for
+   it becomes ready; when it is the last, the join itself is answered. */
+static int add_join(hvd_coordinator_t *c, int rank, const wire_request_t *w,
+                    const char *key, size_t key_len, double now_us) {
+  if (c->joined[rank]) return 0;   /* a rank never has two joins in flight */
+  c->joined[rank] = 1;
+  c->njoined++;
+  c->last_joined = rank;
+  for (int j = c->npending - 1; j >= 0; j--)
+    if (!promote_if_ready(c, j, now_us)) return 0;
+  if (c->njoined < c->size) return 1;
+  entry_t *e = entry_new(c, key, key_len, rank, now_us);
+  if (!e) return 0;
+  e->req[rank] = *w;
+  e->req[rank].root = c->last_joined;
+  e->ready_us = now_us;
+  if (!push(&c->ready, &c->nready, &c->cap_ready, e)) {
+    entry_free(e);
+    return 0;
+  }
+  memset(c->joined, 0, (size_t)c->size);
+  c->njoined = 0;
   return 1;
 }
 
@@ -134,39 +208,29 @@ int hvd_coordinator_add(hvd_coordinator_t *c, int rank, const char *payload, siz
     memcpy(key, payload + off, w.key_len);
     key[w.key_len] = '\0';
     off += w.key_len;
+    if (w.kind == HVD_KIND_JOIN) {
+      if (!add_join(c, rank, &w, key, w.key_len, now_us)) return 0;
+      continue;
+    }
 
     int idx = -1;
     for (int j = 0; j < c->npending; j++)
       if (strcmp(c->pending[j]->key, key) == 0) { idx = j; break; }
     entry_t *e;
     if (idx < 0) {
-      e = calloc(1, sizeof(*e));
-      if (!e) return 0;
-      e->req = calloc((size_t)c->size, sizeof(*e->req));
-      e->have = calloc((size_t)c->size, 1);
-      if (!e->req || !e->have || !push(&c->pending, &c->npending, &c->cap_pending, e)) {
+      e = entry_new(c, key, w.key_len, rank, now_us);
+      if (!e || !push(&c->pending, &c->npending, &c->cap_pending, e)) {
         entry_free(e);
         return 0;
       }
-      memcpy(e->key, key, w.key_len + 1);
-      e->first_seen_us = now_us;
-      e->last_warn_us = now_us;
       idx = c->npending - 1;
     }
     e = c->pending[idx];
     if (e->have[rank]) return 0;   /* a rank never has one name in flight twice */
     e->have[rank] = 1;
     e->req[rank] = w;
-    if (++e->nhave == c->size) {
-      /* Keep pending in arrival order (it is also the stall report's order). */
-      memmove(&c->pending[idx], &c->pending[idx + 1],
-              (size_t)(c->npending - idx - 1) * sizeof(entry_t *));
-      c->npending--;
-      e->ready_us = now_us;
-      if (!push(&c->ready, &c->nready, &c->cap_ready, e)) return 0;
-      size_t es = hvd_dtype_size((hvd_dtype_t)w.dtype);
-      c->ready_bytes += (size_t)w.count * (es ? es : 1);
-    }
+    e->nhave++;
+    if (!promote_if_ready(c, idx, now_us)) return 0;
   }
   return off == len;
 }
@@ -184,10 +248,13 @@ static hvd_status_t check_mismatch(const hvd_coordinator_t *c, const entry_t *e,
                                    char *msg) {
   char dbuf[HVD_KEY_MAX + 32];
   const char *name = hvd_display_name(e->key, dbuf, sizeof(dbuf));
-  const wire_request_t *a = &e->req[0];
-  for (int r = 1; r < c->size; r++) {
+  const wire_request_t *a = &e->req[e->ref];
+  const char *kind = hvd_kind_name((hvd_kind_t)a->kind);
+  msg[0] = '\0';
+  if (a->kind == HVD_KIND_JOIN) return HVD_OK;
+  for (int r = 0; r < c->size; r++) {
+    if (!e->have[r] || r == e->ref) continue;   /* a joined rank sends zeros */
     const wire_request_t *b = &e->req[r];
-    const char *kind = hvd_kind_name((hvd_kind_t)a->kind);
     if (a->kind != b->kind) {
       snprintf(msg, HVD_ERROR_MAX,
                "Mismatched operations for tensor \"%s\": one rank sent %s, another rank "
@@ -244,17 +311,32 @@ static hvd_status_t check_mismatch(const hvd_coordinator_t *c, const entry_t *e,
       return HVD_ERR_MISMATCH;
     }
   }
-  msg[0] = '\0';
+  if (e->nhave < c->size) {
+    /* Some rank joined. Zeros stand in for it only where they mean "no contribution"
+       to a reduction; Horovod refuses the other collectives under join alike. */
+    int unsupported = a->kind != HVD_KIND_ALLREDUCE && a->kind != HVD_KIND_REDUCESCATTER &&
+                      a->kind != HVD_KIND_BARRIER;
+    if (unsupported || a->device >= 0) {
+      int j = 0;
+      while (j < c->size && e->have[j]) j++;
+      snprintf(msg, HVD_ERROR_MAX,
+               "%s of tensor \"%s\"%s is not supported while a rank has called hvd_join "
+               "(rank %d has joined)", kind, name,
+               unsupported ? "" : " on CUDA device memory", j);
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+  }
   return HVD_OK;
 }
 
 static size_t entry_bytes(const entry_t *e) {
-  return (size_t)e->req[0].count * hvd_dtype_size((hvd_dtype_t)e->req[0].dtype);
+  const wire_request_t *w = &e->req[e->ref];
+  return (size_t)w->count * hvd_dtype_size((hvd_dtype_t)w->dtype);
 }
 
 /* Whether ready entry b may run in the same fused allreduce as a. */
 static int fusable(const entry_t *a, const entry_t *b) {
-  const wire_request_t *x = &a->req[0], *y = &b->req[0];
+  const wire_request_t *x = &a->req[a->ref], *y = &b->req[b->ref];
   return y->kind == HVD_KIND_ALLREDUCE && y->dtype == x->dtype && y->op == x->op &&
          (y->device < 0) == (x->device < 0) && y->count > 0;
 }
@@ -274,7 +356,7 @@ static void plan(const hvd_coordinator_t *c, const hvd_status_t *status, int *or
     fuse[k++] = 0;
     const entry_t *e = c->ready[i];
     size_t bytes = entry_bytes(e);
-    if (status[i] != HVD_OK || e->req[0].kind != HVD_KIND_ALLREDUCE || bytes == 0 ||
+    if (status[i] != HVD_OK || e->req[e->ref].kind != HVD_KIND_ALLREDUCE || bytes == 0 ||
         bytes > threshold)
       continue;
     for (int j = i + 1; j < n; j++) {
@@ -310,7 +392,7 @@ int hvd_coordinator_emit(hvd_coordinator_t *c, hvd_buf_t *msg) {
   for (int k = 0; ok && k < n; k++) {
     entry_t *e = c->ready[order[k]];
     hvd_status_t s = check_mismatch(c, e, text);
-    const wire_request_t *a = &e->req[0];
+    const wire_request_t *a = &e->req[e->ref];
     int64_t total = a->count;
     if (a->kind == HVD_KIND_ALLGATHER) {
       total = 0;

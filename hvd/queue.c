@@ -401,6 +401,22 @@ hvd_status_t hvd_barrier(void) {
   return hvd_wait(req);
 }
 
+/* Join: one request under an automatic key (every rank joins the same number of times,
+   so the n-th joins meet). The coordinator answers it once every rank has joined;
+   until then the background thread stands in for this rank with zeros. */
+hvd_status_t hvd_join(int *last_rank) {
+  if (!atomic_load(&hvd_g_initialized))
+    return hvd_set_error(HVD_ERR_NOT_INITIALIZED,
+                         "hvd_join called before hvd_init() or after hvd_shutdown()");
+  struct hvd_request *r = request_new(HVD_KIND_JOIN);
+  if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_join: out of memory");
+  r->last_rank = last_rank;
+  hvd_request_t req = NULL;
+  hvd_status_t s = finish_submit(r, NULL, &req);
+  if (s != HVD_OK) return s;
+  return hvd_wait(req);
+}
+
 /* Frees a completed request and reports its status to this thread. */
 static hvd_status_t request_finish(struct hvd_request *r) {
   hvd_status_t s = r->status;
