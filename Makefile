@@ -16,6 +16,7 @@
 #   build/examples/NAME       examples/NAME.c (other examples)
 #   build/NAME                bench/NAME.c (one program per file)
 #   build/hvdrun              launcher/*.c
+#   build/serve               serve/*.c (libmicrohttpd, jansson; docs/serve.md)
 #   build/tests/test_NAME     tests/test_NAME.c
 #   build/fuzz/fuzz_NAME      tests/fuzz/fuzz_NAME.c + tests/fuzz/replay.c: replays inputs
 #                             (files, directories) through a fuzz harness; tests/test_fuzz_regressions.sh
@@ -194,7 +195,7 @@ FUZZ_SECONDS ?= 30
 
 .PHONY: all test run deps clean fuzz fuzzers fuzz-seeds
 all: $(LIBNN) $(LIBHVD) $(LIBUTIL) $(LIBTRAIN) $(BUILD)/hvd.pc $(TESTS) $(BENCHES) $(EXAMPLES) $(TRAIN) $(HVDRUN) \
-     $(FUZZERS)
+     $(FUZZERS) $(BUILD)/serve
 
 $(BUILD)/obj/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
@@ -263,6 +264,18 @@ $(BUILD)/fuzz/%: $(call obj,tests/fuzz/%.c) $(filter %.o,$(FUZZ_MAIN)) $(LIBTRAI
 	  $(HWLOC_LDFLAGS) -o $@
 
 fuzzers: $(FUZZERS)
+
+# ---- serve (docs/serve.md): a trained model behind TF Serving's REST API ----
+# serve/*.c + libnn + libutil (never hvd: docs/architecture.md), libmicrohttpd and jansson
+# (scripts/install-deps.sh), nn's BLAS and CUDA libraries; no MPI.
+SERVE_SRC     := $(wildcard serve/*.c)
+SERVE_CFLAGS  := $(shell pkg-config --cflags libmicrohttpd jansson 2>/dev/null)
+SERVE_LDLIBS  := $(shell pkg-config --libs libmicrohttpd jansson 2>/dev/null || echo -lmicrohttpd -ljansson)
+$(call obj,$(SERVE_SRC)): CFLAGS += $(SERVE_CFLAGS)
+$(BUILD)/serve: $(call obj,$(SERVE_SRC)) $(LIBNN) $(LIBUTIL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(call obj,$(SERVE_SRC)) $(LIBNN) $(LIBUTIL) $(SERVE_LDLIBS) $(BLAS_LDFLAGS) \
+	  $(if $(filter 1,$(USE_CUDA)),$(CUDA_LDLIBS) -ldl -lrt -lstdc++) -lm -lpthread -o $@
 
 # The GPU check's bare training loop (its fallback throughput run); built on demand by
 # scripts/gpu_check.sh, not part of `all`.

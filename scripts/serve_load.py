@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""serve_load.py: load generator and client for build/serve (TF Serving's REST API) and for
+scripts/serve_torch_peer.py, and the helpers the tests/test_serve_*.sh tests import.
+
+  serve_load.py bench --port P [--model lenet] [--clients 64] [--requests 100]
+                      [--data-dir DIR]
+    N concurrent clients (threads, one keep-alive http.client connection each) send
+    batch-1 predict requests of Fashion-MNIST test images ([28,28,1], floats in [0,1]);
+    prints requests/sec and latency percentiles, and checks every answer against the
+    answer the server gave the same image alone before the run ("wrong" column).
+
+  serve_load.py compare --serve build/serve --weights FILE [--clients 64] [--requests 100]
+    Starts, one after the other, build/serve with batching on, build/serve with batching
+    off, and scripts/serve_torch_peer.py on the same weights (each on a free port, the
+    same --threads), runs bench against each, prints one line per server (docs/serve.md).
+
+Plain Python (http.client, json, gzip, numpy): a real HTTP client, the same for both servers.
+"""
+import argparse
+import gzip
+import http.client
+import json
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return np.frombuffer(data[4 + 4 * ndim:], dtype=np.uint8).reshape(dims)
+
+
+def test_images(data_dir=DATA_DIR, count=1000):
+    """The first count test images as float [n][28][28] in [0, 1] and their labels."""
+    images = read_idx(os.path.join(data_dir, "t10k-images-idx3-ubyte.gz"))[:count]
+    labels = read_idx(os.path.join(data_dir, "t10k-labels-idx1-ubyte.gz"))[:count]
+    return images.astype(np.float64) / 255.0, labels.astype(np.int64)
+
+
+def instance(img, shape="hwc"):
+    """One image as a Keras client sends it: [28,28,1], [28,28] or flat [784]."""
+    if shape == "hwc":
+        return img.reshape(28, 28, 1).tolist()
+    if shape == "hw":
+        return img.reshape(28, 28).tolist()
+    return img.reshape(-1).tolist()
+
+
+class Client:
+    """One keep-alive connection; reconnects after the server closed it."""
+
+    def __init__(self, port, host="127.0.0.1", timeout=60):
+        self.host, self.port, self.timeout = host, port, timeout
+        self.conn = None
+
+    def request(self, method, path, body=None, headers=None):
+        """Returns (status, parsed JSON or text)."""
+        for attempt in range(2):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            try:
+                self.conn.request(method, path, body=body, headers=headers or {})
+                resp = self.conn.getresponse()
+                data = resp.read()
+                if resp.getheader("Connection", "").lower() == "close":
+                    self.close()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                # a kept-alive connection the server closed meanwhile: once more, fresh
+                self.close()
+                if attempt == 1:
+                    raise
+        ctype = resp.getheader("Content-Type", "")
+        return resp.status, (json.loads(data) if "json" in ctype else data.decode("utf-8", "replace"))
+
+    def predict(self, model, instances, version=None):
+        path = "/v1/models/%s%s:predict" % (model, "/versions/%d" % version if version else "")
+        return self.request("POST", path, json.dumps({"instances": instances}),
+                            {"Content-Type": "application/json"})
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+
+
+def percentile(sorted_values, p):
+    if not sorted_values:
+        return float("nan")
+    k = min(len(sorted_values) - 1, max(0, int(round(p / 100.0 * (len(sorted_values) - 1)))))
+    return sorted_values[k]
+
+
+def run_load(port, model, bodies, expected, clients, requests):
+    """clients threads x requests batch-1 predicts, cycling through bodies (JSON strings)
+    whose expected argmax is expected[i]. Returns a dict of figures."""
+    lat, errors, wrong = [], [], [0]
+    lock = threading.Lock()
+    start_gate = threading.Barrier(clients + 1)
+
+    def worker(k):
+        c = Client(port)
+        mine, bad = [], 0
+        start_gate.wait()
+        for j in range(requests):
+            i = (k * requests + j) % len(bodies)
+            t0 = time.perf_counter()
+            try:
+                status, doc = c.request("POST", "/v1/models/%s:predict" % model, bodies[i],
+                                        {"Content-Type": "application/json"})
+            except Exception as e:  # noqa: BLE001: every failure is counted
+                with lock:
+                    errors.append("client %d: %r" % (k, e))
+                c.close()
+                continue
+            mine.append(time.perf_counter() - t0)
+            if status != 200:
+                with lock:
+                    errors.append("client %d: status %d %s" % (k, status, doc))
+            elif int(np.argmax(doc["predictions"][0])) != expected[i]:
+                bad += 1
+        c.close()
+        with lock:
+            lat.extend(mine)
+            wrong[0] += bad
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    start_gate.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    lat.sort()
+    return {"requests": clients * requests, "ok": len(lat), "errors": errors, "wrong": wrong[0],
+            "seconds": wall, "rps": len(lat) / wall if wall > 0 else 0.0,
+            "p50_ms": 1e3 * percentile(lat, 50), "p90_ms": 1e3 * percentile(lat, 90),
+            "p99_ms": 1e3 * percentile(lat, 99), "max_ms": 1e3 * (lat[-1] if lat else float("nan"))}
+
+
+def expected_answers(port, model, images):
+    """The argmax the server gives each image alone (sequential requests)."""
+    c = Client(port)
+    out = []
+    for img in images:
+        status, doc = c.predict(model, [instance(img)])
+        if status != 200:
+            raise RuntimeError("predict: status %d %s" % (status, doc))
+        out.append(int(np.argmax(doc["predictions"][0])))
+    c.close()
+    return out
+
+
+def start_server(cmd):
+    """Starts a server that prints "listening on port N"; returns (process, port)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for line in p.stdout:
+        if "listening on port" in line:
+            return p, int(line.split()[-1])
+    p.wait()
+    raise RuntimeError("%s did not start (exit %s)" % (" ".join(cmd), p.returncode))
+
+
+def bench(a, port, label):
+    images, _ = test_images(a.data_dir, a.images)
+    expected = expected_answers(port, a.model, images)
+    bodies = [json.dumps({"instances": [instance(img)]}) for img in images]
+    run_load(port, a.model, bodies[:8], expected[:8], min(a.clients, 8), 5)  # warm-up
+    r = run_load(port, a.model, bodies, expected, a.clients, a.requests)
+    print("%-28s clients %3d  requests %6d  errors %d  wrong %d  %8.1f req/s  "
+          "p50 %7.2f ms  p90 %7.2f ms  p99 %7.2f ms  max %7.2f ms"
+          % (label, a.clients, r["requests"], len(r["errors"]), r["wrong"],
+             r["rps"], r["p50_ms"], r["p90_ms"], r["p99_ms"], r["max_ms"]), flush=True)
+    for e in r["errors"][:5]:
+        print("  error: " + e)
+    return 1 if r["errors"] or r["wrong"] else 0
+
+
+def compare(a):
+    here = os.path.dirname(os.path.abspath(__file__))
+    common = ["--model", a.model, "--weights", a.weights, "--port", "0", "--threads", str(a.threads)]
+    servers = [
+        ("serve, batching on", [a.serve] + common + ["--log-level", "warning",
+                                                     "--max-batch-size", str(a.max_batch),
+                                                     "--batch-timeout-micros", str(a.timeout_us)]),
+        ("serve, batching off", [a.serve] + common + ["--log-level", "warning", "--no-enable-batching"]),
+        ("PyTorch + http.server", ["/usr/bin/python3", os.path.join(here, "serve_torch_peer.py")] + common),
+    ]
+    rc = 0
+    for label, cmd in servers:
+        p, port = start_server(cmd)
+        try:
+            rc |= bench(a, port, label)
+        finally:
+            p.terminate()
+            p.wait()
+    return rc
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", choices=["bench", "compare"])
+    ap.add_argument("--port", type=int, help="bench: the server's port")
+    ap.add_argument("--serve", default="build/serve", help="compare: the serve binary")
+    ap.add_argument("--weights", help="compare: the safetensors file (train --export)")
+    ap.add_argument("--threads", type=int, default=1, help="compare: compute threads of each server")
+    ap.add_argument("--max-batch", type=int, default=32, help="compare: serve --max-batch-size")
+    ap.add_argument("--timeout-us", type=int, default=1000, help="compare: serve --batch-timeout-micros")
+    ap.add_argument("--model", default="lenet")
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=100, help="per client")
+    ap.add_argument("--images", type=int, default=200, help="distinct test images cycled through")
+    ap.add_argument("--data-dir", default=DATA_DIR)
+    ap.add_argument("--label", default="", help="a name printed with the figures")
+    a = ap.parse_args()
+    if a.mode == "compare":
+        if not a.weights:
+            ap.error("compare needs --weights")
+        return compare(a)
+    if a.port is None:
+        ap.error("bench needs --port")
+    return bench(a, a.port, a.label or "port %d" % a.port)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

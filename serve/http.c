@@ -1,0 +1,497 @@
+/* serve/http.c: routing, request bodies and their limits, responses, the request log and
+   the metrics page (see http.h). */
+#include "serve/http.h"
+
+#include "util/clock.h"
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The statuses counted on the metrics page (others count as "other"). */
+static const int counted_codes[] = {200, 400, 404, 413, 500, 503};
+#define NCODES (sizeof counted_codes / sizeof counted_codes[0])
+
+struct serve_http {
+  serve_http_config_t cfg;
+  serve_models_t *models;
+  struct MHD_Daemon *daemon;
+  int port;
+  pthread_mutex_t mu;         /* the counters below                                   */
+  int in_flight;              /* requests read, not yet completed                     */
+  int draining;
+  size_t body_bytes;          /* bytes of request bodies held now                     */
+  uint64_t by_code[NCODES + 1];
+  uint64_t instances;
+};
+
+typedef struct {
+  double t0;
+  char *body;
+  size_t len, cap;
+  size_t reserved;            /* bytes of s->body_bytes taken for this body          */
+  int responded;              /* a response was queued                                */
+  int refused;                /* the status the body was refused with (0: none)       */
+  char refusal[160];
+  size_t dropped;             /* bytes of a refused body read since                   */
+  int status;
+  int instances;
+  char method[8];
+  char url[120];              /* for the log line (cut)                               */
+} request_t;
+
+static void check_pthread(int rc, const char *what) {
+  if (rc != 0) {
+    fprintf(stderr, "serve: %s failed: %s\n", what, strerror(rc));
+    abort();
+  }
+}
+static void lock(serve_http_t *s) { check_pthread(pthread_mutex_lock(&s->mu), "pthread_mutex_lock"); }
+static void unlock(serve_http_t *s) {
+  check_pthread(pthread_mutex_unlock(&s->mu), "pthread_mutex_unlock");
+}
+
+static void logf_(serve_http_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(serve_http_t *s, const char *fmt, ...) {
+  if (!s->cfg.log) return;
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  s->cfg.log(s->cfg.log_ctx, line);
+}
+
+/* ---- responses ---- */
+
+/* Queues text (malloc'ed, taken over) with status; MHD_NO when MHD refused. */
+static enum MHD_Result reply(serve_http_t *s, struct MHD_Connection *c, request_t *r, int status,
+                             char *text, const char *type) {
+  if (!text) { /* the response text could not be built */
+    status = 500;
+    text = strdup("{\"error\": \"out of memory\"}");
+    if (!text) return MHD_NO;
+  }
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+  if (!resp) {
+    free(text);
+    return MHD_NO;
+  }
+  int ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type) == MHD_YES;
+  lock(s);
+  int draining = s->draining;
+  unlock(s);
+  if (ok && draining) ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") == MHD_YES;
+  enum MHD_Result rc = ok ? MHD_queue_response(c, (unsigned)status, resp) : MHD_NO;
+  MHD_destroy_response(resp);
+  if (rc == MHD_YES) {
+    r->status = status;
+    r->responded = 1;
+  }
+  return rc;
+}
+
+static enum MHD_Result reply_json(serve_http_t *s, struct MHD_Connection *c, request_t *r,
+                                  int status, json_t *doc) {
+  char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+  json_decref(doc);
+  return reply(s, c, r, status, text, "application/json");
+}
+
+static enum MHD_Result reply_error(serve_http_t *s, struct MHD_Connection *c, request_t *r,
+                                   int status, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static enum MHD_Result reply_error(serve_http_t *s, struct MHD_Connection *c, request_t *r,
+                                   int status, const char *fmt, ...) {
+  char msg[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return reply_json(s, c, r, status, json_pack("{s:s}", "error", msg));
+}
+
+/* ---- the routes ---- */
+
+typedef struct {
+  char name[128];
+  long version;               /* 0: the newest                                        */
+  const char *what;           /* "status", "metadata", "predict"                      */
+} route_t;
+
+/* /v1/models/NAME[/versions/N][/metadata|:predict] -> route; 0 or -1 (no such path). */
+static int parse_route(const char *url, route_t *rt) {
+  static const char prefix[] = "/v1/models/";
+  if (strncmp(url, prefix, sizeof prefix - 1) != 0) return -1;
+  const char *p = url + sizeof prefix - 1;
+  size_t n = strcspn(p, "/:");
+  if (n == 0 || n >= sizeof rt->name) return -1;
+  memcpy(rt->name, p, n);
+  rt->name[n] = '\0';
+  p += n;
+  rt->version = 0;
+  if (strncmp(p, "/versions/", 10) == 0) {
+    p += 10;
+    char *end;
+    if (*p < '1' || *p > '9') return -1;
+    rt->version = strtol(p, &end, 10);
+    if (end - p > 15) return -1;
+    p = end;
+  }
+  if (*p == '\0') rt->what = "status";
+  else if (strcmp(p, "/metadata") == 0) rt->what = "metadata";
+  else if (strcmp(p, ":predict") == 0) rt->what = "predict";
+  else return -1;
+  return 0;
+}
+
+static enum MHD_Result not_served(serve_http_t *s, struct MHD_Connection *c, request_t *r,
+                                  const route_t *rt) {
+  if (rt->version)
+    return reply_error(s, c, r, 404, "Servable not found for request: Specific(%s, %ld)", rt->name,
+                       rt->version);
+  return reply_error(s, c, r, 404, "Servable not found for request: Latest(%s)", rt->name);
+}
+
+static enum MHD_Result get_status(serve_http_t *s, struct MHD_Connection *c, request_t *r,
+                                  const route_t *rt) {
+  long nums[4];
+  int n = serve_models_list(s->models, nums, 4);
+  json_t *list = json_array();
+  for (int i = 0; list && i < n; i++) {
+    if (rt->version && nums[i] != rt->version) continue;
+    char v[32];
+    snprintf(v, sizeof v, "%ld", nums[i]);
+    if (json_array_append_new(list, json_pack("{s:s,s:s,s:{s:s,s:s}}", "version", v, "state",
+                                              "AVAILABLE", "status", "error_code", "OK",
+                                              "error_message", "")) != 0) {
+      json_decref(list);
+      list = NULL;
+    }
+  }
+  if (list && json_array_size(list) == 0) {
+    json_decref(list);
+    return not_served(s, c, r, rt);
+  }
+  if (!list) return reply(s, c, r, 500, NULL, "");
+  return reply_json(s, c, r, 200, json_pack("{s:o}", "model_version_status", list));
+}
+
+static enum MHD_Result get_metadata(serve_http_t *s, struct MHD_Connection *c, request_t *r,
+                                    const serve_version_t *v) {
+  int ch, h, w, classes;
+  serve_models_shape(s->models, &ch, &h, &w, &classes);
+  char ver[32], dim[4][16]; /* TF Serving writes sizes as strings */
+  snprintf(ver, sizeof ver, "%ld", v->number);
+  snprintf(dim[0], sizeof dim[0], "%d", h);
+  snprintf(dim[1], sizeof dim[1], "%d", w);
+  snprintf(dim[2], sizeof dim[2], "%d", ch);
+  snprintf(dim[3], sizeof dim[3], "%d", classes);
+  /* The signature a Keras model exported for TF Serving shows: batch dimension -1,
+     channels last. */
+  json_t *in = json_pack("{s:s,s:{s:[{s:s},{s:s},{s:s},{s:s}],s:b},s:s}", "dtype", "DT_FLOAT",
+                         "tensor_shape", "dim", "size", "-1", "size", dim[0],
+                         "size", dim[1], "size", dim[2],
+                         "unknown_rank", 0, "name", "serving_default_input:0");
+  json_t *outp = json_pack("{s:s,s:{s:[{s:s},{s:s}],s:b},s:s}", "dtype", "DT_FLOAT",
+                           "tensor_shape", "dim", "size", "-1", "size", dim[3],
+                           "unknown_rank", 0, "name", "StatefulPartitionedCall:0");
+  json_t *sig = json_pack("{s:{s:o},s:{s:o},s:s}", "inputs", "input", in, "outputs",
+                          "predictions", outp, "method_name", "tensorflow/serving/predict");
+  json_t *doc = json_pack("{s:{s:s,s:s,s:s},s:{s:{s:{s:o}}}}", "model_spec", "name",
+                          s->cfg.model_name, "signature_name", "", "version", ver, "metadata",
+                          "signature_def", "signature_def", "serving_default", sig);
+  return reply_json(s, c, r, 200, doc);
+}
+
+/* {"predictions": [[p, ...], ...]} (or "outputs"), built by hand: n * classes floats. */
+static char *format_predictions(const float *probs, int n, int classes, int columnar) {
+  size_t cap = 32 + (size_t)n * ((size_t)classes * 16 + 4);
+  char *out = malloc(cap);
+  if (!out) return NULL;
+  size_t at = (size_t)snprintf(out, cap, "{\"%s\": [", columnar ? "outputs" : "predictions");
+  for (int i = 0; i < n; i++) {
+    out[at++] = '[';
+    for (int j = 0; j < classes; j++)
+      at += (size_t)snprintf(out + at, cap - at, "%s%.7g", j ? ", " : "",
+                             (double)probs[(size_t)i * classes + j]);
+    at += (size_t)snprintf(out + at, cap - at, "]%s", i + 1 < n ? ", " : "");
+  }
+  snprintf(out + at, cap - at, "]}");
+  return out;
+}
+
+static enum MHD_Result post_predict(serve_http_t *s, struct MHD_Connection *c, request_t *r,
+                                    serve_version_t *v) {
+  serve_instances_t in;
+  char err[512];
+  if (serve_instances_parse(r->body ? r->body : "", r->len, &s->cfg.input, &in, err,
+                            sizeof err) != 0)
+    return reply_error(s, c, r, 400, "%s", err);
+  r->instances = in.n;
+  int classes = serve_batcher_classes(v->batcher);
+  float *probs = malloc((size_t)in.n * (size_t)classes * sizeof(float));
+  if (!probs) {
+    serve_instances_free(&in);
+    return reply_error(s, c, r, 500, "out of memory for %d predictions", in.n);
+  }
+  serve_job_t job = {.x = in.x, .n = in.n, .probs = probs};
+  int rc = serve_batcher_run(v->batcher, &job), columnar = in.columnar;
+  serve_instances_free(&in);
+  if (rc != 0) {
+    free(probs);
+    return reply_error(s, c, r, 500, "%s", job.err);
+  }
+  char *text = format_predictions(probs, job.n, classes, columnar);
+  free(probs);
+  return reply(s, c, r, 200, text, "application/json");
+}
+
+static enum MHD_Result get_metrics(serve_http_t *s, struct MHD_Connection *c, request_t *r) {
+  serve_batcher_stats_t st;
+  serve_models_stats(s->models, &st);
+  char *text = malloc(2048);
+  if (!text) return reply(s, c, r, 500, NULL, "");
+  size_t at = 0, cap = 2048;
+  lock(s);
+  at += (size_t)snprintf(text + at, cap - at, "# TYPE serve_requests_total counter\n");
+  for (size_t i = 0; i <= NCODES; i++) {
+    char code[16];
+    if (i < NCODES) snprintf(code, sizeof code, "%d", counted_codes[i]);
+    else snprintf(code, sizeof code, "other");
+    at += (size_t)snprintf(text + at, cap - at, "serve_requests_total{code=\"%s\"} %llu\n", code,
+                           (unsigned long long)s->by_code[i]);
+  }
+  at += (size_t)snprintf(text + at, cap - at,
+                         "serve_instances_total %llu\nserve_requests_in_flight %d\n",
+                         (unsigned long long)s->instances, s->in_flight);
+  unlock(s);
+  snprintf(text + at, cap - at,
+           "serve_forward_passes_total %llu\nserve_forward_samples_total %llu\n"
+           "serve_batched_jobs_total %llu\n",
+           (unsigned long long)st.forwards, (unsigned long long)st.samples,
+           (unsigned long long)st.jobs);
+  return reply(s, c, r, 200, text, "text/plain; version=0.0.4");
+}
+
+static enum MHD_Result route(serve_http_t *s, struct MHD_Connection *c, request_t *r,
+                             const char *url, const char *method) {
+  int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+  if (get && strcmp(url, "/monitoring/prometheus/metrics") == 0) return get_metrics(s, c, r);
+  route_t rt;
+  int ok = parse_route(url, &rt) == 0;
+  if (ok) ok = strcmp(rt.what, "predict") == 0 ? post : get;
+  if (!ok) return reply_error(s, c, r, 404, "Malformed request: %.16s %.256s", method, url);
+  if (strcmp(rt.name, s->cfg.model_name) != 0) return not_served(s, c, r, &rt);
+  if (strcmp(rt.what, "status") == 0) return get_status(s, c, r, &rt);
+  serve_version_t *v = serve_models_acquire(s->models, rt.version);
+  if (!v) return not_served(s, c, r, &rt);
+  enum MHD_Result rc = strcmp(rt.what, "metadata") == 0 ? get_metadata(s, c, r, v)
+                                                         : post_predict(s, c, r, v);
+  serve_models_release(s->models, v);
+  return rc;
+}
+
+/* ---- bodies and the request's life ---- */
+
+/* Takes bytes more of the shared body budget; 0, or -1 when over it. */
+static int reserve(serve_http_t *s, request_t *r, size_t bytes) {
+  lock(s);
+  int ok = s->body_bytes + bytes <= s->cfg.max_inflight_bytes;
+  if (ok) s->body_bytes += bytes;
+  unlock(s);
+  if (ok) r->reserved += bytes;
+  return ok ? 0 : -1;
+}
+
+/* Refuses the body being uploaded: libmicrohttpd queues no response before the upload
+   ends, so the rest is read and dropped (up to 4 more max_body, then the connection is
+   closed) and the answer comes at the end. */
+static enum MHD_Result refuse_upload(serve_http_t *s, request_t *r, int status, const char *fmt,
+                                     size_t arg) {
+  r->refused = status;
+  snprintf(r->refusal, sizeof r->refusal, fmt, arg);
+  free(r->body);
+  r->body = NULL;
+  r->len = r->cap = 0;
+  lock(s);
+  s->body_bytes -= r->reserved;
+  unlock(s);
+  r->reserved = 0;
+  return MHD_YES;
+}
+
+static enum MHD_Result take_upload(serve_http_t *s, request_t *r, const char *data, size_t size) {
+  if (r->refused) {
+    r->dropped += size;
+    return r->dropped > 4 * s->cfg.max_body ? MHD_NO : MHD_YES;
+  }
+  if (size > s->cfg.max_body - r->len)
+    return refuse_upload(s, r, 413, "request body over %zu bytes (--max-body-bytes)",
+                         s->cfg.max_body);
+  if (r->len + size > r->cap) {
+    size_t cap = r->cap ? r->cap : 4096;
+    while (cap < r->len + size) cap *= 2;
+    if (cap > s->cfg.max_body) cap = s->cfg.max_body;
+    if (reserve(s, r, cap - r->cap) != 0)
+      return refuse_upload(s, r, 503, "server busy: request bodies in memory over %zu bytes; "
+                           "retry", s->cfg.max_inflight_bytes);
+    char *b = realloc(r->body, cap);
+    if (!b) return refuse_upload(s, r, 500, "out of memory for a request body (%zu bytes)", cap);
+    r->body = b;
+    r->cap = cap;
+  }
+  memcpy(r->body + r->len, data, size);
+  r->len += size;
+  return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *data,
+                                  size_t *size, void **con_cls) {
+  (void)version;
+  serve_http_t *s = cls;
+  request_t *r = *con_cls;
+  if (!r) {
+    r = calloc(1, sizeof *r);
+    if (!r) return MHD_NO;
+    r->t0 = util_now_s();
+    snprintf(r->method, sizeof r->method, "%s", method);
+    snprintf(r->url, sizeof r->url, "%s", url);
+    *con_cls = r;
+    lock(s);
+    s->in_flight++;
+    unlock(s);
+    /* A declared length over the limit is refused before its body is read. */
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
+      return reply_error(s, c, r, 413, "request body of %.24s bytes is over %zu bytes "
+                         "(--max-body-bytes)", cl, s->cfg.max_body);
+    return MHD_YES;
+  }
+  if (*size > 0) {
+    enum MHD_Result rc = take_upload(s, r, data, *size);
+    *size = 0;
+    return rc;
+  }
+  if (r->responded) return MHD_YES;
+  if (r->refused) return reply_error(s, c, r, r->refused, "%s", r->refusal);
+  return route(s, c, r, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  serve_http_t *s = cls;
+  request_t *r = *con_cls;
+  if (!r) return;
+  (void)c;
+  static const char *const why[] = {"", "an error", "a timeout", "the server stopping",
+                                    "a read error", "the client closing"};
+  const char *reason = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "an unknown cause";
+  double ms = 1e3 * (util_now_s() - r->t0);
+  if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+    logf_(s, "info: %s %s %d %.2f ms %d instance(s)", r->method, r->url, r->status, ms,
+          r->instances);
+  else
+    logf_(s, "info: %s %s ended by %s after %.2f ms (%s)", r->method, r->url, reason, ms,
+          r->responded ? "its response was not sent" : "no response");
+  lock(s);
+  size_t i = 0;
+  while (i < NCODES && counted_codes[i] != r->status) i++;
+  s->by_code[i]++;
+  s->instances += (uint64_t)r->instances;
+  s->body_bytes -= r->reserved;
+  s->in_flight--;
+  unlock(s);
+  free(r->body);
+  free(r);
+  *con_cls = NULL;
+}
+
+static void on_mhd_error(void *cls, const char *fmt, va_list ap) {
+  serve_http_t *s = cls;
+  char msg[512];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  msg[strcspn(msg, "\n")] = '\0';
+  logf_(s, "warning: libmicrohttpd: %s", msg);
+}
+
+int serve_http_start(serve_http_t **out, const serve_http_config_t *cfg, serve_models_t *models,
+                     char *err, size_t errlen) {
+  *out = NULL;
+  serve_http_t *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  s->cfg = *cfg;
+  s->models = models;
+  int rc = pthread_mutex_init(&s->mu, NULL);
+  if (rc != 0) {
+    snprintf(err, errlen, "pthread init: %s", strerror(rc));
+    free(s);
+    return -1;
+  }
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                   MHD_USE_ITC | MHD_USE_ERROR_LOG;
+  s->daemon = MHD_start_daemon(
+      flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+      MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, s,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+      MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+      MHD_OPTION_END);
+  if (!s->daemon) {
+    snprintf(err, errlen, "cannot listen on port %d (in use, or not allowed)", cfg->port);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return -1;
+  }
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+  s->port = di ? di->port : cfg->port;
+  *out = s;
+  return 0;
+}
+
+int serve_http_port(const serve_http_t *s) { return s->port; }
+
+int serve_http_drain(serve_http_t *s, double timeout_s) {
+  MHD_socket fd = MHD_quiesce_daemon(s->daemon);
+  if (fd != MHD_INVALID_SOCKET) close(fd);
+  lock(s);
+  s->draining = 1;
+  double deadline = util_now_s() + timeout_s;
+  /* A request read just before the quiesce may start a moment later: wait for a quiet
+     spell of 100 ms, not just one moment at zero. */
+  for (;;) {
+    while (s->in_flight > 0 && util_now_s() < deadline) {
+      unlock(s);
+      usleep(10000);
+      lock(s);
+    }
+    if (s->in_flight > 0 || util_now_s() >= deadline) break;
+    unlock(s);
+    usleep(100000);
+    lock(s);
+    if (s->in_flight == 0) break;
+  }
+  int left = s->in_flight;
+  unlock(s);
+  return left;
+}
+
+void serve_http_stop(serve_http_t *s) {
+  if (!s) return;
+  MHD_stop_daemon(s->daemon);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# build/serve end to end: lenet trained and exported by build/train (a 3000-image subset,
+# 1 epoch), served, and the first 1000 Fashion-MNIST test images sent through the REST API
+# one per request ([28,28,1] floats in [0,1], 8 clients) score exactly the test accuracy
+# train printed for the same 1000 images. Also: [28,28], flat [784], several instances per
+# request and the columnar "inputs" form give the same probabilities as [28,28,1];
+# GET /v1/models/lenet and /metadata answer as TF Serving does.
+set -u
+build=${HVD_BUILD:-build}
+data=/usr/share/datasets/fashion-mnist
+for p in "$build/train" "$build/serve"; do
+  [ -x "$p" ] || { echo "FAIL: $p is not built (run make)"; exit 1; }
+done
+/usr/bin/python3 -c 'import numpy' || { echo "FAIL: /usr/bin/python3 lacks numpy"; exit 1; }
+[ -f "$data/t10k-images-idx3-ubyte.gz" ] || { echo "FAIL: $data missing"; exit 1; }
+tmp=$(mktemp -d /tmp/test_serve_accuracy.XXXXXX)
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+
+timeout -k 5 120 "$build/train" --model lenet --max-train 3000 --max-test 1000 --epochs 1 \
+  --threads 2 --optimizer adam --export "$tmp/lenet.safetensors" >"$tmp/train.out" 2>&1 \
+  || { echo "FAIL train:"; cat "$tmp/train.out"; exit 1; }
+acc=$(sed -n 's/^test accuracy: \([0-9.]*\)%$/\1/p' "$tmp/train.out")
+[ -n "$acc" ] || { echo "FAIL no test accuracy from train:"; cat "$tmp/train.out"; exit 1; }
+
+"$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --normalize fashion-mnist \
+  --port 0 --threads 1 >"$tmp/serve.out" 2>"$tmp/serve.err" &
+pid=$!
+for _ in $(seq 100); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
+port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
+[ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
+
+PYTHONPATH=scripts timeout -k 5 120 /usr/bin/python3 - "$port" "$acc" "$data" <<'PY' || exit 1
+import sys, json, threading
+import numpy as np
+from serve_load import Client, test_images, instance
+
+port, train_acc, data = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+images, labels = test_images(data, 1000)
+fails = []
+
+c = Client(port)
+st, doc = c.request("GET", "/v1/models/lenet")
+if st != 200 or doc["model_version_status"][0]["state"] != "AVAILABLE":
+    fails.append("status: %d %s" % (st, doc))
+st, doc = c.request("GET", "/v1/models/lenet/metadata")
+sig = doc.get("metadata", {}).get("signature_def", {}).get("signature_def", {}).get("serving_default", {})
+dims = [d["size"] for d in sig.get("inputs", {}).get("input", {}).get("tensor_shape", {}).get("dim", [])]
+if st != 200 or dims != ["-1", "28", "28", "1"]:
+    fails.append("metadata: %d %s" % (st, doc))
+
+pred = [None] * len(images)
+def work(k):
+    cl = Client(port)
+    for i in range(k, len(images), 8):
+        st, doc = cl.predict("lenet", [instance(images[i])])
+        if st != 200:
+            fails.append("image %d: %d %s" % (i, st, doc)); continue
+        p = doc["predictions"][0]
+        if len(p) != 10 or abs(sum(p) - 1) > 1e-4:
+            fails.append("image %d: not 10 softmax scores: %s" % (i, p))
+        pred[i] = int(np.argmax(p))
+    cl.close()
+ts = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+[t.start() for t in ts]; [t.join() for t in ts]
+served = 100.0 * np.mean([p == l for p, l in zip(pred, labels)])
+print("train: test accuracy %.2f%%; served (1000 requests): %.2f%%" % (train_acc, served))
+if abs(served - train_acc) > 1e-6:
+    fails.append("accuracy through the API %.2f%% != train's %.2f%%" % (served, train_acc))
+
+# the same 4 images in every accepted form
+four = images[:4]
+st, ref = c.predict("lenet", [instance(im) for im in four])
+ref = np.array(ref["predictions"])
+forms = {
+    "[28,28]": {"instances": [instance(im, "hw") for im in four]},
+    "[784]": {"instances": [instance(im, "flat") for im in four]},
+    "named": {"instances": [{"input": instance(im)} for im in four]},
+    "columnar": {"inputs": [instance(im) for im in four]},
+    "columnar named": {"inputs": {"input": [instance(im) for im in four]}, "signature_name": "serving_default"},
+}
+for name, body in forms.items():
+    st, doc = c.request("POST", "/v1/models/lenet:predict", json.dumps(body))
+    key = "outputs" if "inputs" in body else "predictions"
+    if st != 200 or key not in doc or np.abs(np.array(doc[key]) - ref).max() > 1e-6:
+        fails.append("form %s: %d %s" % (name, st, str(doc)[:200]))
+    else:
+        print("ok   form %s" % name)
+for i in range(4):  # batched == alone
+    st, doc = c.predict("lenet", [instance(four[i])])
+    if np.abs(np.array(doc["predictions"][0]) - ref[i]).max() > 1e-5:
+        fails.append("image %d alone differs from in a batch of 4" % i)
+for f in fails[:20]:
+    print("FAIL " + f)
+sys.exit(1 if fails else 0)
+PY
+kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
+[ $rc -eq 0 ] || { echo "FAIL serve exited $rc after SIGTERM"; tail "$tmp/serve.err"; exit 1; }
+n=$(grep -c 'info: POST /v1/models/lenet:predict 200' "$tmp/serve.err")
+[ "$n" -ge 1000 ] || { echo "FAIL only $n predict lines in the request log"; exit 1; }
+echo "serve accuracy ok"

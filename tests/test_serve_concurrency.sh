@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# build/serve under load: 64 concurrent clients x 100 batch-1 predict requests (keep-alive
+# connections, 200 distinct Fashion-MNIST test images): no error and no wrong answer (each
+# answer's class equals the one the server gave that image alone), with server batching on
+# (the metrics page must show fewer forward passes than requests: batches formed) and, 16
+# clients x 50, with batching off (one forward pass per request).
+set -u
+build=${HVD_BUILD:-build}
+for p in "$build/train" "$build/serve"; do
+  [ -x "$p" ] || { echo "FAIL: $p is not built (run make)"; exit 1; }
+done
+tmp=$(mktemp -d /tmp/test_serve_concurrency.XXXXXX)
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+timeout -k 5 120 "$build/train" --model lenet --max-train 1000 --max-test 100 --epochs 1 \
+  --threads 2 --export "$tmp/lenet.safetensors" >"$tmp/train.out" 2>&1 \
+  || { echo "FAIL train:"; cat "$tmp/train.out"; exit 1; }
+
+fails=0
+# run_case NAME CLIENTS REQUESTS SERVE_FLAGS...: serves, loads, checks the metrics.
+run_case() {
+  local name=$1 clients=$2 requests=$3
+  shift 3
+  "$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --port 0 --threads 1 \
+    --log-level warning "$@" >"$tmp/serve.out" 2>"$tmp/serve.err" &
+  pid=$!
+  for _ in $(seq 100); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
+  local port
+  port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
+  [ -n "$port" ] || { echo "FAIL $name: serve did not start:"; cat "$tmp/serve.err"; exit 1; }
+  timeout -k 5 100 /usr/bin/python3 scripts/serve_load.py bench --port "$port" --clients "$clients" \
+    --requests "$requests" --label "$name" || { echo "FAIL $name: errors or wrong answers"; fails=$((fails + 1)); }
+  curl -s "http://127.0.0.1:$port/monitoring/prometheus/metrics" >"$tmp/metrics"
+  kill -TERM "$pid"; wait "$pid"; local rc=$?; pid=
+  [ $rc -eq 0 ] || { echo "FAIL $name: serve exited $rc"; fails=$((fails + 1)); }
+  local fw jobs
+  fw=$(sed -n 's/^serve_forward_passes_total //p' "$tmp/metrics")
+  jobs=$(sed -n 's/^serve_batched_jobs_total //p' "$tmp/metrics")
+  echo "$name: $jobs requests in $fw forward passes"
+  [ -n "$fw" ] && [ -n "$jobs" ] || { echo "FAIL $name: no metrics"; fails=$((fails + 1)); return; }
+  case "$name" in
+    *on*) [ "$fw" -lt $((jobs * 9 / 10)) ] || { echo "FAIL $name: no batching"; fails=$((fails + 1)); } ;;
+    *) [ "$fw" -eq "$jobs" ] || { echo "FAIL $name: batched while off"; fails=$((fails + 1)); } ;;
+  esac
+}
+run_case "batching on" 64 100 --max-batch-size 32 --batch-timeout-micros 2000
+run_case "batching off" 16 50 --no-enable-batching
+[ $fails -eq 0 ] || exit 1
+echo "serve concurrency ok"
