@@ -2,7 +2,9 @@
    before starting anything (program, launcher, slots), builds the MPI launcher's argv
    and runs it as a child (launcher/supervise.c): its exit status is hvdrun's, signals
    to hvdrun are passed on, and a job whose launcher does not end it after a rank failed
-   is ended by hvdrun. With --host-discovery-script: launcher/elastic.c. */
+   is ended by hvdrun. With --host-discovery-script: launcher/elastic.c. Inside a SLURM
+   allocation, without -H or --hostfile, the hosts and slots are the allocation's
+   (launcher/slurm.c), as with mpirun. */
 #include "launcher/hvdrun.h"
 
 #include <errno.h>
@@ -57,6 +59,19 @@ int main(int argc, char **argv)
     int rc = hvdrun_check_build(o.hosts.n == 0 ? o.np : -1);
     hvdrun_options_free(&o);
     return rc;
+  }
+
+  if (o.hosts.n == 0 && !o.discovery_script) {
+    int in_slurm = hvdrun_slurm_hosts(&o.hosts, err);
+    if (in_slurm < 0) {
+      hvdrun_options_free(&o);
+      return fail(2, err);
+    }
+    if (in_slurm && (o.verbose || o.dry_run)) {
+      char *list = hvdrun_hosts_format(&o.hosts);
+      printf("hvdrun: SLURM job %s: hosts %s\n", getenv("SLURM_JOB_ID"), list);
+      free(list);
+    }
   }
 
   int rc = 0;

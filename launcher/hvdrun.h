@@ -77,6 +77,12 @@ long long hvdrun_hosts_total_slots(const hvdrun_hosts_t *h);
 char *hvdrun_hosts_format(const hvdrun_hosts_t *h);
 void hvdrun_hosts_free(hvdrun_hosts_t *h);
 
+/* ---- a SLURM allocation (launcher/slurm.c) ---- */
+/* Inside an allocation (SLURM_JOB_ID and SLURM_JOB_NODELIST set), adds its hosts with
+   their tasks (SLURM_TASKS_PER_NODE) as slots and returns 1; outside one returns 0;
+   -1 with err when the allocation's variables cannot be read. */
+int hvdrun_slurm_hosts(hvdrun_hosts_t *h, char *err);
+
 /* ---- options ---- */
 typedef enum { HVDRUN_MPI_UNKNOWN, HVDRUN_OPENMPI, HVDRUN_MPICH } hvdrun_mpi_t;
 
