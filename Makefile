@@ -304,15 +304,20 @@ deps:
 # Under SANITIZE=thread only the runtime's tests run (hvd/, collectives/: the threads are
 # theirs); nn's compute threads and the programs' tests are for the other builds.
 TEST_FILTER ?= $(if $(filter thread,$(SAN_LIST)),^test_(hvd_|coll_|grad_buckets))
-# Under any sanitizer, two tests are not run again: they build and check programs of their
+# Under any sanitizer, four tests are not run again, each the same work as in the plain
+# `make test` for a minute or more of the CI budget: two build and check programs of their
 # own without the sanitizer (scripts/gpu_check.sh's nvcc build) or re-run other tests
-# against mutated sources (scripts/mutation_check.sh), the same work as in the plain
-# `make test`, for minutes of the CI budget.
-TEST_EXCLUDE ?= $(if $(SANITIZE),^test_(gpu_check_build|mutation_check)\.sh$$)
+# against mutated sources (scripts/mutation_check.sh); test_slurm_cluster.sh checks the
+# SLURM daemons' integration (its C parts, the host-list parser and hvd's launch check,
+# have tests of their own that do run); test_nn_precision_emulation emulates half
+# precision over the CPU walk that the nn tests run under the sanitizer already.
+TEST_EXCLUDE ?= $(if $(SANITIZE),^(test_(gpu_check_build|mutation_check|slurm_cluster)\.sh|test_nn_precision_emulation)$$)
+# HVD_TEST_SANITIZER (the SANITIZE list, empty otherwise) lets a load test scale its
+# request count down under a sanitizer, where it checks memory errors, not throughput.
 
 test: deps
 	$(MAKE) all
-	HVD_TEST_EXCLUDE='$(TEST_EXCLUDE)' tests/run.sh $(BUILD) '$(TEST_FILTER)'
+	HVD_TEST_EXCLUDE='$(TEST_EXCLUDE)' HVD_TEST_SANITIZER='$(SANITIZE)' tests/run.sh $(BUILD) '$(TEST_FILTER)'
 
 run: deps
 	$(MAKE) all
