@@ -9,6 +9,7 @@
    then SIGKILL 2 s later) and says why. SIGINT, SIGTERM and SIGHUP sent to hvdrun are
    passed on to the group. */
 #include "launcher/hvdrun.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 /* What the launchers print when a rank ends badly or a daemon is lost. */
@@ -33,13 +33,6 @@ static const char *const FAILURE_MARKERS[] = {
 static volatile sig_atomic_t g_signal;
 
 static void on_signal(int sig) { g_signal = sig; }
-
-static double now_s(void)
-{
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* One output stream of the launcher: relayed to fd out, scanned line by line. */
 typedef struct {
@@ -169,10 +162,10 @@ int hvdrun_run_job(const hvdrun_argv_t *cmd, int abort_timeout, hvdrun_job_t *jo
     }
     if (!exited && waitpid(pid, &wstatus, WNOHANG) == pid) {
       exited = 1;
-      drain_until = now_s() + 1.0;  /* a rank left behind may hold the pipes open */
+      drain_until = util_now_s() + 1.0;  /* a rank left behind may hold the pipes open */
     }
-    if (exited && (open_streams == 0 || now_s() > drain_until)) break;
-    double t = now_s();
+    if (exited && (open_streams == 0 || util_now_s() > drain_until)) break;
+    double t = util_now_s();
     if (!exited && job->rank_failed && t - failed_at > abort_timeout && !killed_at) {
       fprintf(stderr, "hvdrun: error: a rank failed %d s ago and the MPI launcher has not "
               "ended the job (a host it cannot reach?): ending it (process group %d)\n",
@@ -200,7 +193,7 @@ int hvdrun_run_job(const hvdrun_argv_t *cmd, int abort_timeout, hvdrun_job_t *jo
         open_streams--;
       } else if (r > 0 && !job->rank_failed) {
         job->rank_failed = 1;
-        failed_at = now_s();
+        failed_at = util_now_s();
       }
     }
   }
