@@ -166,16 +166,6 @@ static void usage(FILE *f) {
   util_flags_usage(&spec, f);
 }
 
-/* nn_cuda_info() without its "; running on CPU" tail, for the --device gpu error (that
-   run does not go on on the CPU). */
-static const char *cuda_reason(void) {
-  static char buf[512];
-  snprintf(buf, sizeof buf, "%s", nn_cuda_info());
-  char *tail = strstr(buf, "; running on CPU");
-  if (tail) *tail = '\0';
-  return buf;
-}
-
 /* Parses the flags into o (main's defaults), then refuses what parses but this build or
    machine cannot run; prints and exits on --help and on any error. */
 static void parse_args(int argc, char **argv, options_t *o) {
@@ -217,7 +207,7 @@ static void parse_args(int argc, char **argv, options_t *o) {
      no device, driver too old). */
   if (o->gpu && !nn_cuda_available()) {
     fprintf(stderr, "cnn_bench: --device gpu: no usable GPU (%s); use --device cpu\n",
-            cuda_reason());
+            nn_cuda_reason());
     exit(2);
   }
   if (!o->gpu && strcmp(o->data_format, "NHWC") == 0) {

@@ -13,6 +13,7 @@ static nn_status_t no_cuda(const char *fn) {
 
 int nn_cuda_available(void) { return 0; }
 const char *nn_cuda_info(void) { return "CUDA: not in this build"; }
+const char *nn_cuda_reason(void) { return "CUDA: not in this build"; }
 int nn_cuda_device_count(void) { return 0; }
 nn_status_t nn_cuda_set_device(int device) {
   (void)device;

@@ -31,6 +31,9 @@ extern "C" {
    H200 (sm_90)" or "CUDA: no device: ..."), for programs to print once. */
 int nn_cuda_available(void);
 const char *nn_cuda_info(void);
+/* nn_cuda_info() without its "; running on CPU": for a program that asked for the GPU
+   and stops instead ("--device gpu: no usable GPU (CUDA: no device (...))"). */
+const char *nn_cuda_reason(void);
 int nn_cuda_device_count(void);
 /* Selects the device of this process (local rank i uses GPU i). Call before any other
    nn_cuda_* call in the process that uses the device; NN_ERR_ARG when out of range. */

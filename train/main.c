@@ -131,15 +131,6 @@ static void nn_check_model(nn_status_t s, const char *what) {
   else nn_check(s, what);
 }
 
-/* nn_cuda_info() without its "; running on CPU" tail, for the --device gpu error. */
-static const char *cuda_reason(void) {
-  static char buf[512];
-  snprintf(buf, sizeof buf, "%s", nn_cuda_info());
-  char *tail = strstr(buf, "; running on CPU");
-  if (tail) *tail = '\0';
-  return buf;
-}
-
 /* Appends one item to an epoch line's note, "; " between items. */
 static void note_add(char *note, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -881,7 +872,7 @@ int main(int argc, char **argv) {
   /* nn_cuda_available() only asks cudaGetDeviceCount (nothing without CUDA in the
      build): safe before MPI is up, and every rank fails the same way. */
   if (gpu && !nn_cuda_available())
-    die("--device gpu: no usable GPU (%s); use --device cpu", cuda_reason());
+    die("--device gpu: no usable GPU (%s); use --device cpu", nn_cuda_reason());
 
   /* Probe the model's input shape (synthetic data takes it; real data must match it). */
   nn_model_config_t probe_cfg = {.batch = 1, .seed = o.seed};

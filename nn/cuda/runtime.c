@@ -12,7 +12,8 @@
 
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 static int detected_count;          /* devices, 0 when none or unusable */
-static char detected_info[768];
+static char detected_info[800];   /* room for the reason and its tail */
+static char detected_reason[768];  /* detected_info without "; running on CPU" */
 
 static void detect(void) {
   int n = 0;
@@ -20,8 +21,9 @@ static void detect(void) {
   if (e != cudaSuccess || n <= 0) {
     (void)cudaGetLastError(); /* clear the sticky-free error so it is not reported later */
     detected_count = 0;
-    snprintf(detected_info, sizeof detected_info, "CUDA: no device (%s); running on CPU",
+    snprintf(detected_reason, sizeof detected_reason, "CUDA: no device (%s)",
              e == cudaSuccess ? "cudaGetDeviceCount found 0" : cudaGetErrorString(e));
+    snprintf(detected_info, sizeof detected_info, "%s; running on CPU", detected_reason);
     return;
   }
   struct cudaDeviceProp prop;
@@ -34,6 +36,7 @@ static void detect(void) {
   snprintf(detected_info, sizeof detected_info, "CUDA: %d device(s), device 0: %s (sm_%d%d, %.1f GiB)",
            n, prop.name, prop.major, prop.minor,
            (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+  snprintf(detected_reason, sizeof detected_reason, "%.700s", detected_info);
 }
 
 int nn_cuda_available(void) {
@@ -49,6 +52,11 @@ int nn_cuda_device_count(void) {
 const char *nn_cuda_info(void) {
   pthread_once(&detect_once, detect);
   return detected_info;
+}
+
+const char *nn_cuda_reason(void) {
+  pthread_once(&detect_once, detect);
+  return detected_reason;
 }
 
 nn_status_t nn_cuda_fail(const char *file, int line, const char *call, const char *what) {
