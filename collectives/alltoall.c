@@ -29,18 +29,8 @@ static coll_status_t pairwise(coll_transport_t *t, const char *src, const size_t
   if (src + my_soff != dst + my_roff) memmove(dst + my_roff, src + my_soff, scounts[r] * es);
   for (int k = 1; k < N && st == COLL_OK; k++) {
     int to = (r + k) % N, from = (r - k + N) % N;
-    coll_request_t sreq, rreq;
-    st = t->ops->irecv(t, from, dst + rdis[from], rcounts[from] * es, COLL_TAG_ALLTOALL,
-                       &rreq);
-    if (st != COLL_OK) break;
-    st = t->ops->isend(t, to, src + sdis[to], scounts[to] * es, COLL_TAG_ALLTOALL, &sreq);
-    if (st != COLL_OK) { /* never wait for a receive whose partner we failed */
-      coll_abandon(t, &rreq);
-      break;
-    }
-    st = t->ops->wait(t, &rreq);
-    if (st == COLL_OK) st = t->ops->wait(t, &sreq);
-    else coll_abandon(t, &sreq);
+    st = coll_sendrecv(t, to, src + sdis[to], scounts[to] * es, from, dst + rdis[from],
+                       rcounts[from] * es, COLL_TAG_ALLTOALL);
   }
   free(sdis);
   return st;

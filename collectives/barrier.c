@@ -9,17 +9,7 @@ coll_status_t coll_barrier(coll_transport_t *t) {
   const int N = t->size, r = t->rank;
   unsigned char out = 1, in = 0;
   for (int d = 1; d < N && st == COLL_OK; d *= 2) {
-    coll_request_t sreq, rreq;
-    st = t->ops->irecv(t, (r - d + N) % N, &in, 1, COLL_TAG_BARRIER, &rreq);
-    if (st != COLL_OK) break;
-    st = t->ops->isend(t, (r + d) % N, &out, 1, COLL_TAG_BARRIER, &sreq);
-    if (st != COLL_OK) { /* never wait for a receive whose partner we failed */
-      coll_abandon(t, &rreq);
-      break;
-    }
-    st = t->ops->wait(t, &rreq);
-    if (st == COLL_OK) st = t->ops->wait(t, &sreq);
-    else coll_abandon(t, &sreq);
+    st = coll_sendrecv(t, (r + d) % N, &out, 1, (r - d + N) % N, &in, 1, COLL_TAG_BARRIER);
   }
   return st;
 }

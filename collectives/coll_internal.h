@@ -57,6 +57,11 @@ void coll_temp_release(coll_temp_t *tmp);
    write into its buffer; a send's buffer may still be read by the transport, so the
    caller keeps it alive if it can. For transports that are not ours this waits. */
 void coll_abandon(coll_transport_t *t, coll_request_t *req);
+/* Receives rbytes from `from` into rbuf while sending sbytes of sbuf to `to`, with one
+   tag, and waits for both; on a failure it abandons what was started (never waits for a
+   receive whose partner's send failed) and returns the failure. */
+coll_status_t coll_sendrecv(coll_transport_t *t, int to, const void *sbuf, size_t sbytes,
+                            int from, void *rbuf, size_t rbytes, int tag);
 void coll_inproc_abandon(coll_transport_t *t, coll_request_t *req);
 void coll_mpi_abandon(coll_transport_t *t, coll_request_t *req);
 

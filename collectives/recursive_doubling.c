@@ -20,20 +20,7 @@
 
 static coll_status_t send_recv(coll_transport_t *t, int peer, const void *sbuf, void *rbuf,
                                size_t bytes) {
-  coll_request_t sreq, rreq;
-  coll_status_t st = t->ops->irecv(t, peer, rbuf, bytes, COLL_TAG_RECURSIVE_DOUBLING, &rreq);
-  if (st != COLL_OK) return st;
-  st = t->ops->isend(t, peer, sbuf, bytes, COLL_TAG_RECURSIVE_DOUBLING, &sreq);
-  if (st != COLL_OK) {
-    coll_abandon(t, &rreq);
-    return st;
-  }
-  st = t->ops->wait(t, &rreq);
-  if (st != COLL_OK) {
-    coll_abandon(t, &sreq);
-    return st;
-  }
-  return t->ops->wait(t, &sreq);
+  return coll_sendrecv(t, peer, sbuf, bytes, peer, rbuf, bytes, COLL_TAG_RECURSIVE_DOUBLING);
 }
 
 static coll_status_t send_only(coll_transport_t *t, int peer, const void *buf, size_t bytes) {

@@ -130,3 +130,21 @@ void coll_abandon(coll_transport_t *t, coll_request_t *req) {
   else if (t->ops == &coll_mpi_ops) coll_mpi_abandon(t, req);
   else t->ops->wait(t, req);
 }
+
+coll_status_t coll_sendrecv(coll_transport_t *t, int to, const void *sbuf, size_t sbytes,
+                            int from, void *rbuf, size_t rbytes, int tag) {
+  coll_request_t sreq, rreq;
+  coll_status_t st = t->ops->irecv(t, from, rbuf, rbytes, tag, &rreq);
+  if (st != COLL_OK) return st;
+  st = t->ops->isend(t, to, sbuf, sbytes, tag, &sreq);
+  if (st != COLL_OK) {
+    coll_abandon(t, &rreq);
+    return st;
+  }
+  st = t->ops->wait(t, &rreq);
+  if (st != COLL_OK) {
+    coll_abandon(t, &sreq);
+    return st;
+  }
+  return t->ops->wait(t, &sreq);
+}
