@@ -20,7 +20,7 @@ typedef enum {
   COLL_ERR_ARG,        /* bad count/dtype/op/root/peer                              */
   COLL_ERR_TRANSPORT,  /* the transport failed (MPI error, system error)            */
   COLL_ERR_PEER_LOST,  /* a peer died or became unreachable                         */
-  COLL_ERR_CANCELLED,  /* *transport->cancel became non-zero while waiting          */
+  COLL_ERR_CANCELLED,  /* coll_transport_abort, or the interrupt hook, ended a wait      */
   COLL_ERR_NO_MEMORY
 } coll_status_t;
 
@@ -68,8 +68,9 @@ typedef struct {
                          int tag, coll_request_t *req);
   coll_status_t (*irecv)(coll_transport_t *t, int peer, void *buf, size_t bytes,
                          int tag, coll_request_t *req);
-  /* Block until req completes. Must return COLL_ERR_CANCELLED (not hang) when
-     *t->cancel becomes non-zero, and COLL_ERR_PEER_LOST when the transport can tell. */
+  /* Block until req completes. Must return COLL_ERR_CANCELLED (not hang) after
+     coll_transport_abort or when the interrupt hook says so, and COLL_ERR_PEER_LOST
+     when the transport can tell (the MPI transport: peer_timeout_s without progress). */
   coll_status_t (*wait)(coll_transport_t *t, coll_request_t *req);
   void (*destroy)(coll_transport_t *t);
 } coll_transport_ops_t;
@@ -79,13 +80,25 @@ struct coll_transport {
   int size;
   const coll_transport_ops_t *ops;
   void *impl;
-  /* Optional: when non-NULL and *cancel != 0, waits give up with COLL_ERR_CANCELLED.
-     The hvd runtime points this at its shutdown flag so no collective outlives it. */
-  volatile int *cancel;
+  /* Liveness (the MPI transport; 0 = off): a wait on which nothing has started or
+     completed in this transport for peer_timeout_s seconds gives up with
+     COLL_ERR_PEER_LOST, naming the peer it waited for in lost_peer. */
+  double peer_timeout_s;
+  double last_progress_s;     /* util_now_s() of the last start or completion        */
+  int lost_peer;              /* after COLL_ERR_PEER_LOST: the peer, else -1          */
+  /* Optional: called by a wait that has made no progress for a while (100 ms, then
+     every 20 ms), on the waiting thread; non-zero ends the wait with COLL_ERR_CANCELLED.
+     The hvd runtime looks there for its peers' failure notices. */
+  int (*interrupt)(void *arg);
+  void *interrupt_arg;
+  int aborted;                /* set by coll_transport_abort (atomic access)          */
   char error[256];
 };
 
 void coll_transport_destroy(coll_transport_t *t);
+/* Makes every wait of t, now and later, give up with COLL_ERR_CANCELLED. Safe from any
+   thread (a watchdog ending a collective the waiting thread is stuck in). */
+void coll_transport_abort(coll_transport_t *t);
 
 /* In-process transport: size threads in one process, each with its own transport.
    Runs fn(transport, arg) on every rank concurrently and joins them; returns the first

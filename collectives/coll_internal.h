@@ -21,6 +21,17 @@ enum {
 coll_status_t coll_fail(coll_transport_t *t, coll_status_t s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Liveness, for the transports' waits. coll_progress records that a request started or
+   completed. coll_wait_check, called now and then by a wait that is still not done (on
+   peer, moving bytes; what: "send"/"receive"), returns COLL_OK to go on waiting, or the
+   status to give up with (t->error filled): COLL_ERR_CANCELLED after coll_transport_abort
+   or when t->interrupt says so (tried after 100 ms without progress, then every 20 ms;
+   *next_interrupt_s starts at 0), COLL_ERR_PEER_LOST after t->peer_timeout_s without
+   progress (t->lost_peer = peer). */
+void coll_progress(coll_transport_t *t);
+coll_status_t coll_wait_check(coll_transport_t *t, int peer, const char *what, size_t bytes,
+                              double *next_interrupt_s);
+
 /* Argument checks shared by every algorithm; on failure they fill t->error. */
 coll_status_t coll_check_transport(coll_transport_t *t);
 coll_status_t coll_check_dtype_op(coll_transport_t *t, coll_dtype_t dtype, coll_op_t op);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "collectives/coll_internal.h"
+#include "util/clock.h"
 
 size_t coll_dtype_size(coll_dtype_t dtype) {
   switch (dtype) {
@@ -76,6 +77,35 @@ coll_status_t coll_check_dtype_op(coll_transport_t *t, coll_dtype_t dtype, coll_
 
 void coll_transport_destroy(coll_transport_t *t) {
   if (t && t->ops && t->ops->destroy) t->ops->destroy(t);
+}
+
+void coll_transport_abort(coll_transport_t *t) {
+  if (t) __atomic_store_n(&t->aborted, 1, __ATOMIC_RELAXED);
+}
+
+void coll_progress(coll_transport_t *t) { t->last_progress_s = util_now_s(); }
+
+coll_status_t coll_wait_check(coll_transport_t *t, int peer, const char *what, size_t bytes,
+                              double *next_interrupt_s) {
+  if (__atomic_load_n(&t->aborted, __ATOMIC_RELAXED))
+    return coll_fail(t, COLL_ERR_CANCELLED, "rank %d: the %s of %zu bytes (peer %d) was aborted",
+                     t->rank, what, bytes, peer);
+  double now = util_now_s(), quiet = now - t->last_progress_s;
+  if (t->peer_timeout_s > 0 && quiet > t->peer_timeout_s) {
+    t->lost_peer = peer;
+    return coll_fail(t, COLL_ERR_PEER_LOST,
+                     "rank %d: nothing moved to or from rank %d for %.1f s (a %s of %zu "
+                     "bytes; peer timeout %g s)", t->rank, peer, quiet, what, bytes,
+                     t->peer_timeout_s);
+  }
+  if (t->interrupt && quiet >= 0.1 && now >= *next_interrupt_s) {
+    *next_interrupt_s = now + 0.02;
+    if (t->interrupt(t->interrupt_arg))
+      return coll_fail(t, COLL_ERR_CANCELLED,
+                       "rank %d: a peer reported a failure while this rank waited for rank "
+                       "%d (a %s of %zu bytes)", t->rank, peer, what, bytes);
+  }
+  return COLL_OK;
 }
 
 int coll_transport_is_ours(const coll_transport_t *t) {

@@ -3,8 +3,8 @@
    takes the oldest message from (peer, tag); a send that finds a posted receive copies
    straight into it, otherwise it copies into a heap message queued for the receiver.
    Sends therefore complete at once (buffered), receives when data has arrived.
-   Waits sleep on the rank's condition variable in short slices so that *cancel is
-   noticed; when one rank's function fails, the world is marked aborted and every
+   Waits sleep on the rank's condition variable in short slices so that
+   coll_transport_abort, the interrupt hook and the peer timeout are noticed; when one rank's function fails, the world is marked aborted and every
    blocked wait returns COLL_ERR_PEER_LOST instead of hanging. */
 #include <stdio.h>
 #include <pthread.h>
@@ -168,21 +168,18 @@ static coll_status_t inproc_wait_aligned(coll_transport_t *t, void *req) {
   if (!r) return q->status; /* a send: complete when started */
   inproc_world_t *w = world_of(t);
   coll_status_t s = COLL_OK;
+  double next_interrupt_s = 0;
   pthread_mutex_lock(&w->lock);
   while (!r->done) {
-    /* Another thread sets *cancel: read it atomically (TSan: a data race otherwise). */
-    if (t->cancel && __atomic_load_n(t->cancel, __ATOMIC_RELAXED)) {
-      s = coll_fail(t, COLL_ERR_CANCELLED, "inproc: rank %d cancelled waiting for rank %d",
-                    t->rank, r->src);
-      break;
-    }
+    s = coll_wait_check(t, r->src, "receive", r->bytes, &next_interrupt_s);
+    if (s != COLL_OK) break;
     if (w->aborted) {
       s = coll_fail(t, COLL_ERR_PEER_LOST,
                     "inproc: rank %d gave up waiting for rank %d: another rank failed",
                     t->rank, r->src);
       break;
     }
-    /* Short slices: cancel is a plain flag nobody signals us about. */
+    /* Short slices: abort is a plain flag nobody signals us about. */
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_nsec += 5 * 1000 * 1000;
@@ -193,6 +190,7 @@ static coll_status_t inproc_wait_aligned(coll_transport_t *t, void *req) {
     pthread_cond_timedwait(&w->arrived[t->rank], &w->lock, &until);
   }
   if (r->done && r->status != COLL_OK) s = coll_fail(t, r->status, "%s", r->error);
+  if (r->done) coll_progress(t);
   if (!r->done) unpost(w, r);
   pthread_mutex_unlock(&w->lock);
   free(r);
@@ -313,6 +311,8 @@ coll_status_t coll_inproc_run(int size, coll_rank_fn fn, void *arg) {
     t->size = size;
     t->ops = &coll_inproc_ops;
     t->impl = impl;
+    t->lost_peer = -1;
+    coll_progress(t);
     th[r] = (inproc_thread_t){t, fn, arg, COLL_OK, &w};
   }
   for (; nthreads < size; nthreads++)

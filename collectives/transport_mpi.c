@@ -3,7 +3,10 @@
    the application's. Errors return (MPI_ERRORS_RETURN on the duplicate) and are turned
    into messages with MPI_Error_string. Messages above INT_MAX bytes go as a count of
    1 MiB blocks (a contiguous derived type) plus a remainder of bytes: two requests.
-   wait polls MPI_Test rather than calling MPI_Wait, so a set *cancel is noticed. */
+   wait polls MPI_Test rather than calling MPI_Wait, so that it can give up: after
+   coll_transport_abort, when the interrupt hook says so, or after peer_timeout_s in which
+   nothing started or completed (a stopped peer, a cut link: MPI itself would wait
+   forever). */
 #include <limits.h>
 #include <mpi.h>
 #include <sched.h>
@@ -12,6 +15,7 @@
 #include <string.h>
 
 #include "collectives/coll_internal.h"
+#include "util/clock.h"
 
 #define MPI_BLOCK_BYTES ((size_t)1 << 20)
 
@@ -41,7 +45,10 @@ static coll_status_t mpi_fail(coll_transport_t *t, int err, const char *what, in
   MPI_Error_class(err, &cls);
   coll_status_t s = COLL_ERR_TRANSPORT;
 #ifdef MPIX_ERR_PROC_FAILED
-  if (cls == MPIX_ERR_PROC_FAILED) s = COLL_ERR_PEER_LOST;
+  if (cls == MPIX_ERR_PROC_FAILED) {
+    s = COLL_ERR_PEER_LOST;
+    t->lost_peer = peer;
+  }
 #endif
   return coll_fail(t, s, "mpi: %s (rank %d, peer %d, %zu bytes) failed: %s", what, t->rank, peer,
                    bytes, msg);
@@ -89,6 +96,7 @@ static coll_status_t start(coll_transport_t *t, int is_recv, int peer, void *buf
     if (err != MPI_SUCCESS) return mpi_fail(t, err, what, peer, bytes);
     q->part[q->n++] = rest;
   }
+  coll_progress(t);
   return COLL_OK;
 }
 
@@ -107,6 +115,7 @@ static coll_status_t mpi_wait_aligned(coll_transport_t *t, void *req) {
   mpi_req_t *q = (mpi_req_t *)req;
   const char *what = q->is_recv ? "receive" : "send";
   unsigned spins = 0;
+  double next_interrupt_s = 0;
   for (int i = 0; i < q->n; i++) {
     for (;;) {
       int done = 0;
@@ -130,17 +139,20 @@ static coll_status_t mpi_wait_aligned(coll_transport_t *t, void *req) {
                            "ranks disagree about the message length",
                            t->rank, q->part[i], q->peer, n);
         }
+        coll_progress(t);
         break;
       }
-      /* Another thread sets *cancel: read it atomically (TSan: a data race otherwise). */
-      if (t->cancel && __atomic_load_n(t->cancel, __ATOMIC_RELAXED)) {
-        abandon(q);
-        return coll_fail(t, COLL_ERR_CANCELLED, "mpi: rank %d cancelled a %s of %zu bytes (peer %d)",
-                         t->rank, what, q->bytes, q->peer);
-      }
       /* Spinning is what MPI_Wait does too; yield now and then so an oversubscribed
-         node (more ranks than cores) still lets the peer run. */
-      if (++spins % 64 == 0) sched_yield();
+         node (more ranks than cores) still lets the peer run, and see whether to give
+         up. */
+      if (++spins % 64 == 0) {
+        sched_yield();
+        coll_status_t s = coll_wait_check(t, q->peer, what, q->bytes, &next_interrupt_s);
+        if (s != COLL_OK) {
+          abandon(q);
+          return s;
+        }
+      }
     }
   }
   q->n = 0;
@@ -221,6 +233,8 @@ coll_status_t coll_transport_mpi_create(const void *mpi_comm, coll_transport_t *
   impl->block = MPI_DATATYPE_NULL;
   t->ops = &coll_mpi_ops;
   t->impl = impl;
+  t->lost_peer = -1;
+  t->last_progress_s = util_now_s();
   MPI_Comm comm = *(const MPI_Comm *)mpi_comm;
   int err = MPI_Comm_dup(comm, &impl->comm);
   if (err == MPI_SUCCESS) err = MPI_Comm_set_errhandler(impl->comm, MPI_ERRORS_RETURN);

@@ -4,6 +4,7 @@
    is known, in place and out of place; plus the float16/bfloat16 conversions, divide,
    argument errors and cancellation. Exits 1 on the first wrong value. */
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,31 +283,72 @@ static void test_other_collectives(void) {
   coll_set_chunk_bytes(256u << 10);
 }
 
-/* ---- cancel: a wait (and a whole allreduce) blocked on a silent peer gives up ---- */
-static volatile int cancel_flag;
-static coll_status_t cancel_rank(coll_transport_t *t, void *arg) {
+/* ---- abort, peer timeout, interrupt: a wait (and a whole allreduce) blocked on a
+   silent peer gives up ---- */
+static coll_transport_t *abort_target;   /* rank 0's transport, for rank 1 to abort */
+static coll_status_t abort_rank(coll_transport_t *t, void *arg) {
   int *results = arg;
   if (t->rank == 1) {
+    while (!__atomic_load_n(&abort_target, __ATOMIC_ACQUIRE)) sched_yield();
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL);
-    __atomic_store_n(&cancel_flag, 1, __ATOMIC_RELAXED);   /* read atomically by the transport */
+    coll_transport_abort(abort_target);   /* from another thread, as a watchdog does */
     return COLL_OK;
   }
-  t->cancel = &cancel_flag;
+  __atomic_store_n(&abort_target, t, __ATOMIC_RELEASE);
   float x[1000] = {0};
   results[0] = coll_allreduce(t, x, x, 1000, COLL_FLOAT32, COLL_SUM);
   results[1] = t->error[0] != 0;
+  /* later waits give up too */
+  results[2] = coll_barrier(t);
   return COLL_OK;
 }
 
-static void test_cancel(void) {
-  int results[2] = {-1, 0};
-  cancel_flag = 0;
-  coll_status_t st = coll_inproc_run(2, cancel_rank, results);
-  CHECK(st == COLL_OK, "cancel run: %s", coll_status_string(st));
+static void test_abort(void) {
+  int results[3] = {-1, 0, -1};
+  abort_target = NULL;
+  coll_status_t st = coll_inproc_run(2, abort_rank, results);
+  CHECK(st == COLL_OK, "abort run: %s", coll_status_string(st));
   CHECK(results[0] == COLL_ERR_CANCELLED, "blocked allreduce returned %d, expected CANCELLED",
         results[0]);
-  CHECK(results[1], "cancel left no error message");
+  CHECK(results[1], "abort left no error message");
+  CHECK(results[2] == COLL_ERR_CANCELLED, "a wait after the abort returned %d", results[2]);
+}
+
+/* Rank 1 never sends. Rank 0: with a peer timeout, its allreduce ends in PEER_LOST
+   naming rank 1; with an interrupt hook that says stop on its third call, CANCELLED. */
+typedef struct { int mode, status, lost, calls; char error[256]; } silent_t;
+static int interrupt_third(void *arg) { return ++((silent_t *)arg)->calls >= 3; }
+static coll_status_t silent_rank(coll_transport_t *t, void *arg) {
+  silent_t *r = arg;
+  if (t->rank == 1) {
+    struct timespec ts = {1, 0};   /* longer than rank 0 waits */
+    nanosleep(&ts, NULL);
+    return COLL_OK;
+  }
+  if (r->mode == 0) t->peer_timeout_s = 0.2;
+  else {
+    t->interrupt = interrupt_third;
+    t->interrupt_arg = r;
+  }
+  float x[16] = {0};
+  r->status = coll_allreduce(t, x, x, 16, COLL_FLOAT32, COLL_SUM);
+  r->lost = t->lost_peer;
+  snprintf(r->error, sizeof r->error, "%s", t->error);
+  return COLL_OK;
+}
+
+static void test_peer_timeout_and_interrupt(void) {
+  silent_t r = {0, -1, -2, 0, ""};
+  coll_inproc_run(2, silent_rank, &r);
+  CHECK(r.status == COLL_ERR_PEER_LOST, "silent peer: %s", coll_status_string(r.status));
+  CHECK(r.lost == 1, "lost_peer %d, expected 1", r.lost);
+  CHECK(strstr(r.error, "to or from rank 1 for") != NULL, "message: %s", r.error);
+  silent_t i = {1, -1, -2, 0, ""};
+  coll_inproc_run(2, silent_rank, &i);
+  CHECK(i.status == COLL_ERR_CANCELLED, "interrupted wait: %s", coll_status_string(i.status));
+  CHECK(i.calls == 3, "the interrupt hook was called %d times, expected 3", i.calls);
+  CHECK(i.lost == -1, "an interrupt is not a lost peer (lost_peer %d)", i.lost);
 }
 
 /* ---- a failing rank does not hang the others ---- */
@@ -399,7 +441,8 @@ int main(void) {
   test_allreduce_sizes();
   test_allreduce_dtypes();
   test_other_collectives();
-  test_cancel();
+  test_abort();
+  test_peer_timeout_and_interrupt();
   coll_status_t st = coll_inproc_run(4, fail_rank, NULL);
   CHECK(st == COLL_ERR_ARG, "failing rank: got %s, expected invalid argument", coll_status_string(st));
   int bad = 0;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "collectives/coll.h"
+#include "util/clock.h"
 #include "guard.h"
 
 static int rank, size;
@@ -173,19 +174,37 @@ static void test_others(coll_transport_t *t) {
 
   CHECK(coll_barrier(t) == COLL_OK, "barrier: %s", t->error);
 
-  /* cancel: a wait for a message nobody sends returns CANCELLED */
-  volatile int flag = 1;
-  t->cancel = &flag;
+  /* abort: a wait for a message nobody sends returns CANCELLED, and writes nothing */
+  coll_transport_abort(t);
   coll_request_t req;
   int *dummy = guard_alloc(sizeof *dummy);
   *dummy = 0;
   st = t->ops->irecv(t, (rank + 1) % size, dummy, sizeof *dummy, 999, &req);
   CHECK(st == COLL_OK, "irecv: %s", t->error);
   st = t->ops->wait(t, &req);
-  CHECK(st == COLL_ERR_CANCELLED, "cancelled wait returned %s", coll_status_string(st));
-  CHECK(*dummy == 0, "cancelled receive wrote %d", *dummy);
-  check_guards(dummy, "cancelled receive", 1);
-  t->cancel = NULL;
+  CHECK(st == COLL_ERR_CANCELLED, "aborted wait returned %s", coll_status_string(st));
+  CHECK(*dummy == 0, "aborted receive wrote %d", *dummy);
+  check_guards(dummy, "aborted receive", 1);
+  t->aborted = 0;   /* a test may undo it; the runtime never does */
+
+  /* peer timeout: the same silent receive gives up with PEER_LOST naming the peer */
+  t->peer_timeout_s = 0.3;
+  int silent = (rank + 1) % size;
+  double t0 = util_now_s();
+  st = t->ops->irecv(t, silent, dummy, sizeof *dummy, 997, &req);
+  CHECK(st == COLL_OK, "irecv: %s", t->error);
+  st = t->ops->wait(t, &req);
+  double waited = util_now_s() - t0;
+  CHECK(st == COLL_ERR_PEER_LOST, "silent peer: wait returned %s", coll_status_string(st));
+  CHECK(t->lost_peer == silent, "lost_peer %d, expected %d", t->lost_peer, silent);
+  char expect[64];
+  snprintf(expect, sizeof expect, "to or from rank %d for", silent);
+  CHECK(strstr(t->error, expect) != NULL, "peer-lost message \"%s\" lacks \"%s\"", t->error,
+        expect);
+  CHECK(waited >= 0.3 && waited < 5.0, "gave up after %.2f s, expected 0.3", waited);
+  CHECK(*dummy == 0, "timed-out receive wrote %d", *dummy);
+  t->peer_timeout_s = 0;
+  t->lost_peer = -1;
   CHECK(coll_barrier(t) == COLL_OK, "barrier after cancel: %s", t->error);
 
   /* A short message (the ranks disagree about a length) is an error, not silent. */
