@@ -12,12 +12,19 @@
         steps; with nothing in flight, sleep on the condition variable user threads
         signal on submit (a few ms at most, to see peers' shutdown notices).
 
-   Shutdown (hvd_shutdown on any rank, a stall timeout, a fatal error): the coordinator
-   sends SHUTDOWN to every worker, fails everything pending, and waits for every
-   worker's SHUTDOWN_ACK, so no control message is left unreceived before the
-   communicators are freed. A worker that wants to stop asks the coordinator
-   (SHUTDOWN_REQ) and keeps executing response lists until SHUTDOWN arrives, so no peer
-   is left waiting inside a collective for it. */
+   Shutdown (hvd_shutdown on any rank, the coordinator's stall timeout, an error every
+   rank saw at the same response): the coordinator sends SHUTDOWN to every worker,
+   fails everything pending, and waits (DRAIN_LIMIT_US at most) for every worker's
+   SHUTDOWN_ACK, so no control message is left unreceived before the communicators are
+   freed. A worker that wants to stop asks the coordinator (SHUTDOWN_REQ) and keeps
+   executing response lists until SHUTDOWN arrives, so no peer is left waiting inside a
+   collective for it.
+
+   Failure (a lost peer, an error only this rank saw, the watchdog's stall shutdown):
+   no waiting for anybody. A lost peer leads to a census that names the lost ranks
+   (hvd/liveness.c); the rank tells the others with a STOP notice, which also ends the
+   collective they may be blocked in, and stops. hvd_shutdown then finalizes MPI only
+   if every rank reaches it (hvd/init.c). */
 #include "hvd/hvd_internal.h"
 
 #include <sched.h>
@@ -30,9 +37,10 @@
 #define SLEEP_MIN_US 20.0            /* then sleep, doubling up to SLEEP_MAX_US       */
 #define SLEEP_MAX_US 250.0
 #define IDLE_SLEEP_US 5000.0         /* nothing in flight                             */
-#define DRAIN_LIMIT_US 10e6          /* wait at most this for peers at shutdown       */
+#define DRAIN_LIMIT_US 3e6           /* wait at most this for peers at shutdown       */
 #define STOP_WAIT_LIMIT_US 30e6      /* a worker waits this for the coordinator       */
 #define STALL_CHECK_EVERY_US 100e3
+#define LIVENESS_EVERY_US 10e3       /* failure notices and heartbeats, this often    */
 
 typedef struct {
   MPI_Request req;
@@ -50,6 +58,7 @@ typedef struct {
   int failed;                        /* worker: fatal error, waits for SHUTDOWN       */
   double stop_deadline_us;
   double last_progress_us, last_stall_check_us, sleep_us;
+  double last_liveness_us;
 } bg_t;
 
 static void mpi_error_text(int err, char *buf, size_t len) {
@@ -149,6 +158,7 @@ static int poll_message(bg_t *bg, int *src, char *msg, size_t msglen) {
   }
   bg->in.len = (size_t)count;
   *src = st.MPI_SOURCE;
+  hvd_liveness_heard(*src);
   if (bg->in.len < sizeof(hvd_msg_header_t)) {
     snprintf(msg, msglen, "rank %d: control message of %d bytes from rank %d is too short",
              hvd_g.rank, count, *src);
@@ -160,13 +170,56 @@ static int poll_message(bg_t *bg, int *src, char *msg, size_t msglen) {
 static void local_stop(hvd_status_t s, const char *text) {
   pthread_mutex_lock(&hvd_g.mu);
   hvd_fail_all(s, text);
-  hvd_g.cancel = 1;
+  hvd_g_cancel_set();
   pthread_mutex_unlock(&hvd_g.mu);
+}
+
+/* Ends this rank's runtime on a failure its peers may not know of: every request fails
+   with s and text; with tell_peers, the others get a STOP notice (a lost peer or a
+   stall reaches them as such; any other error of this rank as a shutdown); hvd_shutdown
+   will not wait for ranks that are gone. */
+static void stop_on_failure(hvd_status_t s, const char *text, int tell_peers) {
+  hvd_log(HVD_LOG_ERROR, "%s", text);
+  atomic_store(&hvd_g.failed, 1);
+  if (tell_peers) {
+    char full[HVD_ERROR_MAX];
+    snprintf(full, sizeof(full), "the hvd runtime was shut down: %s", text);
+    int keep = s == HVD_ERR_PEER_LOST || s == HVD_ERR_TIMEOUT;
+    hvd_liveness_send_stop(keep ? s : HVD_ERR_SHUTDOWN, keep ? text : full);
+  }
+  local_stop(s, text);
+}
+
+/* A failure, after which this rank stops at once (returns 1 for the loop to end): a
+   peer's notice (the reason a collective was interrupted), the watchdog's stall
+   shutdown, a lost peer (the census names who), or an error of this rank's. */
+static int fail(hvd_status_t s, const char *text) {
+  char msg[HVD_ERROR_MAX];
+  hvd_status_t ns;
+  if (hvd_liveness_take_notice(&ns, msg, sizeof(msg))) {
+    if (ns == HVD_ERR_PEER_LOST) atomic_store(&hvd_g.peer_lost, 1);
+    stop_on_failure(ns, msg, ns == HVD_ERR_PEER_LOST || ns == HVD_ERR_TIMEOUT);
+  } else if (atomic_load(&hvd_g.failed)) {
+    pthread_mutex_lock(&hvd_g.mu);
+    snprintf(msg, sizeof(msg), "%s", hvd_g.stop_msg);
+    pthread_mutex_unlock(&hvd_g.mu);
+    hvd_liveness_send_stop(HVD_ERR_TIMEOUT, msg);
+  } else if (s == HVD_ERR_PEER_LOST) {
+    ns = hvd_liveness_census(text, msg, sizeof(msg));
+    /* A rank known gone never reaches hvd_shutdown: it need not wait for it. */
+    if (ns == HVD_ERR_PEER_LOST) atomic_store(&hvd_g.peer_lost, 1);
+    stop_on_failure(ns, msg, 1);
+  } else {
+    stop_on_failure(s, text, 1);
+  }
+  return 1;
 }
 
 /* Rank 0: stops every rank. s is what pending requests report. */
 static void global_shutdown(bg_t *bg, hvd_status_t s, const char *text) {
   char full[HVD_ERROR_MAX], err[HVD_ERROR_MAX];
+  /* A stall: the rank that stalls may never reach MPI_Finalize. */
+  if (s != HVD_ERR_SHUTDOWN) atomic_store(&hvd_g.failed, 1);
   snprintf(full, sizeof(full), "the hvd runtime was shut down: %s", text);
   for (int r = 1; r < hvd_g.size; r++)
     if (!send_msg(bg, r, HVD_MSG_SHUTDOWN, s, full, err, sizeof(err)))
@@ -186,27 +239,21 @@ static void global_shutdown(bg_t *bg, hvd_status_t s, const char *text) {
     progress_sends(bg, 0, 0);
     sched_yield();
   }
-  if (acks < hvd_g.size - 1)
+  if (acks < hvd_g.size - 1) {
     hvd_log(HVD_LOG_WARNING, "shutdown: only %d of %d ranks acknowledged", acks,
             hvd_g.size - 1);
+    atomic_store(&hvd_g.failed, 1);
+  }
   progress_sends(bg, 1, deadline);
 }
 
 /* A fatal error on this rank. Returns 1 when the loop must end now. */
 static int fatal_error(bg_t *bg, hvd_status_t s, const char *text, int agreed) {
+  if (!agreed) return fail(s, text);
   hvd_log(HVD_LOG_ERROR, "%s", text);
   if (hvd_g.rank == 0) {
     global_shutdown(bg, s, text);
     return 1;
-  }
-  if (!agreed && !bg->stop_requested) {
-    char err[HVD_ERROR_MAX];
-    /* The coordinator relays it to everybody. */
-    if (!send_msg(bg, 0, HVD_MSG_SHUTDOWN_REQ, s, text, err, sizeof(err))) {
-      local_stop(HVD_ERR_SHUTDOWN, text);
-      return 1;
-    }
-    bg->stop_requested = 1;
   }
   bg->failed = 1;
   bg->stop_deadline_us = util_now_us() + DRAIN_LIMIT_US;
@@ -323,6 +370,7 @@ static int worker_message(bg_t *bg) {
     if (tl > sizeof(text) - 1) tl = sizeof(text) - 1;
     memcpy(text, bg->in.p + sizeof(h), tl);
     text[tl] = '\0';
+    if (h.status != HVD_ERR_SHUTDOWN) atomic_store(&hvd_g.failed, 1);
     local_stop((hvd_status_t)h.status, text);
     if (!send_msg(bg, 0, HVD_MSG_SHUTDOWN_ACK, 0, NULL, err, sizeof(err)))
       hvd_log(HVD_LOG_ERROR, "%s", err);
@@ -370,6 +418,25 @@ static void loop(bg_t *bg) {
   char err[HVD_ERROR_MAX];
   for (;;) {
     int progressed = 0, end = 0, sd = 0, src;
+    double turn = util_now_us();
+    atomic_store(&hvd_g.bg_alive_us, (long long)turn);
+    if (atomic_load(&hvd_g.failed)) {   /* the watchdog's stall shutdown */
+      fail(HVD_ERR_TIMEOUT, "");
+      return;
+    }
+    if (turn - bg->last_liveness_us >= LIVENESS_EVERY_US) {
+      bg->last_liveness_us = turn;
+      hvd_status_t ns;
+      if (hvd_liveness_take_notice(&ns, err, sizeof(err))) {
+        if (ns == HVD_ERR_PEER_LOST) atomic_store(&hvd_g.peer_lost, 1);
+        stop_on_failure(ns, err, ns == HVD_ERR_PEER_LOST || ns == HVD_ERR_TIMEOUT);
+        return;
+      }
+      if (hvd_liveness_tick(turn, err, sizeof(err))) {
+        fail(HVD_ERR_PEER_LOST, err);
+        return;
+      }
+    }
     progressed |= take_submissions(bg, &sd, &end);
     if (end) return;
     if (sd && !bg->stop_requested) {
@@ -445,6 +512,8 @@ void *hvd_background_main(void *arg) {
   hvd_device_thread_start();   /* before this thread makes any other CUDA call */
   if (hvd_g.rank == 0 && (bg.coord = hvd_coordinator_create(hvd_g.size)) == NULL) {
     local_stop(HVD_ERR_NO_MEMORY, "rank 0: out of memory creating the coordinator");
+  } else if (hvd_liveness_init() != HVD_OK) {
+    local_stop(HVD_ERR_NO_MEMORY, "out of memory for the liveness state");
   } else {
     loop(&bg);
   }
@@ -454,7 +523,9 @@ void *hvd_background_main(void *arg) {
      transports are still up. */
   hvd_device_shutdown();
   hvd_coordinator_free(bg.coord);
-  progress_sends(&bg, 1, util_now_us() + 1e6);
+  hvd_liveness_free();
+  /* After a failure a send to a lost peer never completes: no waiting for it. */
+  progress_sends(&bg, 1, util_now_us() + (atomic_load(&hvd_g.failed) ? 0 : 1e6));
   free(bg.sends);
   free(bg.resp);
   hvd_buf_free(&bg.in);

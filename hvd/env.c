@@ -70,6 +70,9 @@ hvd_status_t hvd_config_load(hvd_config_t *c, char *err, size_t errlen) {
   c->cache_capacity = (size_t)cache;
   if ((s = env_double("PEER_TIMEOUT_SECONDS", 10.0, &c->peer_timeout_s, err, errlen)))
     return s;
+  /* Horovod's HOROVOD_START_TIMEOUT (hvdrun sets it): how long hvd_init waits for every
+     rank to reach it. */
+  if ((s = env_double("START_TIMEOUT", 30.0, &c->start_timeout_s, err, errlen))) return s;
   /* Horovod's switch to turn the inspector off. */
   if ((v = env_get("STALL_CHECK_DISABLE", used, sizeof(used))) && strcmp(v, "0") != 0)
     c->stall_check_s = 0;

@@ -109,9 +109,11 @@ static hvd_status_t run_group(const hvd_backend_ops_t *ops, struct hvd_request *
     complete_group(reqs, n, HVD_ERR_INVALID_ARGUMENT, text);
     return HVD_OK;
   }
-  complete_group(reqs, n, s, msg);
   /* A group that failed as a whole on every rank (agreed) ends the runtime too, but
-     cleanly: the caller knows no peer is left inside a collective. */
+     cleanly: the caller knows no peer is left inside a collective. Any other failure
+     (a lost peer above all) is left in flight: the background thread finds out what
+     happened (the census names the lost ranks) and fails every request with that. */
+  if (s == HVD_OK || *agreed) complete_group(reqs, n, s, msg);
   return s;
 }
 

@@ -27,6 +27,7 @@
 #define HVD_KEY_MAX (HVD_NAME_MAX + 2)   /* a name, or the key of an unnamed call  */
 #define HVD_ERROR_MAX 512
 #define HVD_INFLIGHT_BUCKETS 1024
+#define HVD_HOST_MAX 64
 
 /* Kinds of operation that go through negotiation. */
 typedef enum {
@@ -97,6 +98,7 @@ typedef struct {
   int log_level;
   size_t cache_capacity;        /* response cache entries; 0 = off                   */
   double peer_timeout_s;        /* <= 0: off                                         */
+  double start_timeout_s;       /* hvd_init waits this long for every rank; <= 0: ever */
   char thread_affinity[256];    /* "c0,c1,...": core of local rank i's background
                                    thread; "" = inherit the rank's binding            */
 } hvd_config_t;
@@ -165,7 +167,17 @@ typedef struct {
   hvd_status_t stop_status;
   char stop_msg[HVD_ERROR_MAX];
   int bg_waiting;             /* background thread sleeps on work_cv                 */
-  volatile int cancel;        /* transports give up their waits when set            */
+  volatile int cancel;        /* device waits give up when set (hvd_g_cancel_set)   */
+  /* The runtime ended on a failure (a lost peer, a stall, an error on some rank): peers
+     may be gone, so hvd_shutdown finalizes MPI only if every rank reaches it in time. */
+  atomic_int failed;
+  atomic_int peer_lost;       /* and a census named a lost rank: no waiting for it    */
+  char (*hosts)[HVD_HOST_MAX]; /* per rank: its host name (messages about lost ranks) */
+  atomic_llong bg_alive_us;   /* the background loop's last turn (the watchdog reads) */
+  pthread_t watchdog;
+  pthread_mutex_t watchdog_mu;
+  pthread_cond_t watchdog_cv;
+  int watchdog_stop;
   atomic_int queued;          /* submissions not yet taken (lock-free peek)          */
   int ninflight;              /* submitted and not yet completed                     */
   int joined;                 /* background thread only: this rank's hvd_join went to
@@ -316,6 +328,32 @@ int hvd_shard_plan(size_t count, int local_size, int local_rank, hvd_shard_plan_
 
 /* background.c */
 void *hvd_background_main(void *arg);
+
+/* Sets hvd_g.cancel from any thread. */
+#define hvd_g_cancel_set() __atomic_store_n(&hvd_g.cancel, 1, __ATOMIC_RELAXED)
+
+/* liveness.c (background thread; docs at the top of the file): heartbeats, failure
+   notices (CENSUS, STOP) and the census that names lost ranks. */
+hvd_status_t hvd_liveness_init(void);
+void hvd_liveness_free(void);
+void hvd_liveness_heard(int src);          /* a control message came from src          */
+/* Receives and sends heartbeats (at most every 10 ms); 1 (reason filled) when a partner
+   has been silent for HVD_PEER_TIMEOUT_SECONDS. */
+int hvd_liveness_tick(double now_us, char *reason, size_t len);
+/* The transports' interrupt hook: 1 when the runtime failed or a notice waits. */
+int hvd_liveness_interrupt(void *arg);
+/* Asks every rank whether it is alive: HVD_ERR_PEER_LOST with msg naming the ranks
+   that did not answer (and their hosts), or HVD_ERR_TIMEOUT when all did. */
+hvd_status_t hvd_liveness_census(const char *reason, char *msg, size_t len);
+/* A pending notice: 0 none; 1 with the status and message this rank must stop with (a
+   CENSUS is joined first). */
+int hvd_liveness_take_notice(hvd_status_t *s, char *msg, size_t len);
+void hvd_liveness_send_stop(hvd_status_t s, const char *msg);
+const char *hvd_host_of(int rank);
+
+/* watchdog.c: the stall inspector that runs while the background thread is blocked. */
+hvd_status_t hvd_watchdog_start(void);
+void hvd_watchdog_stop(void);
 
 /* hvd/launch_env.c: HVD_ERR_BACKEND with msg when SLURM started this process as one task
    of many but MPI says the job has mpi_size 1 rank (srun without PMIx, a program typed in

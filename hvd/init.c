@@ -34,15 +34,22 @@ static void free_comm(MPI_Comm *c) {
   *c = MPI_COMM_NULL;
 }
 
-/* Releases what init created (also on a failed init). MPI itself stays. */
-static void release(void) {
-  if (hvd_g.world) coll_transport_destroy(hvd_g.world);
-  if (hvd_g.local) coll_transport_destroy(hvd_g.local);
-  if (hvd_g.cross) coll_transport_destroy(hvd_g.cross);
+/* Releases what init created (also on a failed init). MPI itself stays. mpi_too = 0
+   after a failure: the communicators are left to the process's end, since freeing one
+   with messages to or from a lost peer in flight may wait for that peer. */
+static void release(int mpi_too) {
+  if (mpi_too) {
+    if (hvd_g.world) coll_transport_destroy(hvd_g.world);
+    if (hvd_g.local) coll_transport_destroy(hvd_g.local);
+    if (hvd_g.cross) coll_transport_destroy(hvd_g.cross);
+    free_comm(&hvd_g.ctrl);
+    free_comm(&hvd_g.local_comm);
+    free_comm(&hvd_g.cross_comm);
+  }
   hvd_g.world = hvd_g.local = hvd_g.cross = NULL;
-  free_comm(&hvd_g.ctrl);
-  free_comm(&hvd_g.local_comm);
-  free_comm(&hvd_g.cross_comm);
+  hvd_g.ctrl = hvd_g.local_comm = hvd_g.cross_comm = MPI_COMM_NULL;
+  free(hvd_g.hosts);
+  hvd_g.hosts = NULL;
   free(hvd_g.fusion_buf);
   hvd_g.fusion_buf = NULL;
   hvd_g.fusion_cap = 0;
@@ -55,8 +62,30 @@ static hvd_status_t transport(MPI_Comm comm, coll_transport_t **out, const char 
   if (cs != COLL_OK)
     return hvd_set_error(HVD_ERR_BACKEND, "hvd_init: creating the %s transport failed: %s",
                          what, coll_status_string(cs));
-  (*out)->cancel = &hvd_g.cancel;
+  /* Liveness: a collective that moves nothing for the peer timeout gives up; one
+     blocked while a peer reports a failure hears of it (hvd/liveness.c). */
+  (*out)->peer_timeout_s = hvd_g.cfg.peer_timeout_s;
+  (*out)->interrupt = hvd_liveness_interrupt;
   return HVD_OK;
+}
+
+/* The first collective of hvd_init: an allreduce (MAX) of n ints that waits at most
+   HVD_START_TIMEOUT for every rank to reach it, instead of forever for a rank that
+   never started or is stuck before hvd_init. MPI_ERR_PENDING: the time ran out. */
+static int wait_for_every_rank(int *in, int *out, int n) {
+  MPI_Request req;
+  int err = MPI_Iallreduce(in, out, n, MPI_INT, MPI_MAX, hvd_g.ctrl, &req);
+  if (err != MPI_SUCCESS) return err;
+  double limit = hvd_g.cfg.start_timeout_s, deadline = util_now_s() + limit;
+  for (unsigned spins = 0;; spins++) {
+    int done = 0;
+    if ((err = MPI_Test(&req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return err;
+    if (done) return MPI_SUCCESS;
+    if (spins % 64 == 0) {
+      if (limit > 0 && util_now_s() > deadline) return MPI_ERR_PENDING;
+      sched_yield();
+    }
+  }
 }
 
 /* Horovod's SynchronizeParameters: rank 0's tuning is the one every rank uses, so that
@@ -83,7 +112,7 @@ static int sync_parameters(void) {
   _Static_assert(sizeof(double) == 2 * sizeof(int), "a double is two ints");
   if (hvd_g.rank == 0) memcpy(in, v, sizeof(v));
   else for (int i = 0; i < 2 * N; i++) in[i] = INT_MIN;
-  int err = MPI_Allreduce(in, out, 2 * N, MPI_INT, MPI_MAX, hvd_g.ctrl);
+  int err = wait_for_every_rank(in, out, 2 * N);
   if (err != MPI_SUCCESS) return err;
   memcpy(v, out, sizeof(v));
   c->fusion_threshold = (size_t)v[0];
@@ -115,7 +144,29 @@ static hvd_status_t topology(void) {
   if ((err = MPI_Comm_rank(hvd_g.ctrl, &hvd_g.rank)) != MPI_SUCCESS ||
       (err = MPI_Comm_size(hvd_g.ctrl, &hvd_g.size)) != MPI_SUCCESS)
     return mpi_fail(err, "MPI_Comm_rank/size");
-  if ((err = sync_parameters()) != MPI_SUCCESS) return mpi_fail(err, "MPI_Allreduce (parameters)");
+  if ((err = sync_parameters()) == MPI_ERR_PENDING) {
+    atomic_store(&hvd_g.failed, 1);   /* MPI waits for the missing ranks: no finalize */
+    return hvd_set_error(HVD_ERR_TIMEOUT,
+                         "hvd_init: rank %d waited HVD_START_TIMEOUT=%g s for the other %d "
+                         "rank(s) to reach hvd_init; some never did (a rank that failed to "
+                         "start, or is stuck before hvd_init; raise HVD_START_TIMEOUT if "
+                         "they are only slow)", hvd_g.rank, hvd_g.cfg.start_timeout_s,
+                         hvd_g.size - 1);
+  }
+  if (err != MPI_SUCCESS) return mpi_fail(err, "MPI_Iallreduce (parameters)");
+  /* Every rank's host name, so a lost rank can be named with its host. */
+  char name[MPI_MAX_PROCESSOR_NAME];
+  int namelen = 0;
+  if ((err = MPI_Get_processor_name(name, &namelen)) != MPI_SUCCESS)
+    return mpi_fail(err, "MPI_Get_processor_name");
+  char mine[HVD_HOST_MAX] = {0};
+  snprintf(mine, sizeof(mine), "%.*s", namelen, name);
+  hvd_g.hosts = calloc((size_t)hvd_g.size, HVD_HOST_MAX);
+  if (!hvd_g.hosts)
+    return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_init: out of memory for the host names");
+  if ((err = MPI_Allgather(mine, HVD_HOST_MAX, MPI_CHAR, hvd_g.hosts, HVD_HOST_MAX, MPI_CHAR,
+                           hvd_g.ctrl)) != MPI_SUCCESS)
+    return mpi_fail(err, "MPI_Allgather (host names)");
   /* Test knob: HVD_TEST_LOCAL_SIZE=L cuts one machine into hosts of L consecutive ranks,
      so the multi-host paths (hierarchical allreduce) run in single-machine tests. */
   const char *fake = getenv("HVD_TEST_LOCAL_SIZE");
@@ -252,6 +303,9 @@ hvd_status_t hvd_init(void) {
   hvd_g.ctrl = hvd_g.local_comm = hvd_g.cross_comm = MPI_COMM_NULL;
   hvd_g.cancel = 0;
   hvd_g.joined = 0;
+  atomic_store(&hvd_g.failed, 0);
+  atomic_store(&hvd_g.peer_lost, 0);
+  atomic_store(&hvd_g.bg_alive_us, (long long)util_now_us());
   s = topology();
   /* srun without PMIx, or a program typed into an allocation's shell: SLURM says this
      is one task of many while MPI says one rank. Refused, instead of running alone. */
@@ -299,9 +353,18 @@ hvd_status_t hvd_init(void) {
                         strerror(e));
     }
     if (s != HVD_OK) pthread_cond_destroy(&hvd_g.work_cv);
+    if (s == HVD_OK && (s = hvd_watchdog_start()) != HVD_OK) {
+      /* The background thread is running: stop it as hvd_shutdown would. */
+      pthread_mutex_lock(&hvd_g.mu);
+      hvd_g.shutdown_requested = 1;
+      pthread_cond_signal(&hvd_g.work_cv);
+      pthread_mutex_unlock(&hvd_g.mu);
+      pthread_join(hvd_g.thread, NULL);
+      pthread_cond_destroy(&hvd_g.work_cv);
+    }
   }
   if (s != HVD_OK) {
-    release();
+    release(!atomic_load(&hvd_g.failed));
     hvd_g.rank = hvd_g.size = hvd_g.local_rank = hvd_g.local_size = -1;
     hvd_g.cross_rank = hvd_g.cross_size = -1;
     pthread_mutex_unlock(&init_mu);
@@ -310,6 +373,24 @@ hvd_status_t hvd_init(void) {
   atomic_store(&hvd_g_initialized, 1);
   pthread_mutex_unlock(&init_mu);
   return HVD_OK;
+}
+
+#define FINALIZE_WAIT_S 5.0
+
+/* After a failure: whether every rank reached hvd_shutdown within FINALIZE_WAIT_S (a
+   barrier that gives up). */
+static int every_rank_here(void) {
+  MPI_Request req;
+  if (hvd_g.ctrl == MPI_COMM_NULL || MPI_Ibarrier(hvd_g.ctrl, &req) != MPI_SUCCESS) return 0;
+  double deadline = util_now_s() + FINALIZE_WAIT_S;
+  for (;;) {
+    int done = 0;
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0;
+    if (done) return 1;
+    if (util_now_s() > deadline) return 0;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 hvd_status_t hvd_shutdown(void) {
@@ -324,16 +405,31 @@ hvd_status_t hvd_shutdown(void) {
   pthread_cond_signal(&hvd_g.work_cv);
   pthread_mutex_unlock(&hvd_g.mu);
   pthread_join(hvd_g.thread, NULL);   /* it released the device state as it ended */
+  hvd_watchdog_stop();
   /* From here on calls return HVD_ERR_NOT_INITIALIZED. */
   atomic_store(&hvd_g_initialized, 0);
   pthread_cond_destroy(&hvd_g.work_cv);
-  release();
+  /* After a failure MPI_Finalize would wait without end for a rank that is gone (it
+     synchronises with every rank), so it runs only if every rank reaches this point
+     within FINALIZE_WAIT_S; otherwise the process ends without it and the launcher
+     ends the job (mpirun reports the ranks that exited without MPI_Finalize). */
+  int finalize = hvd_g.owns_mpi;
+  int failed = atomic_load(&hvd_g.failed);
+  if (failed && (atomic_load(&hvd_g.peer_lost) || !every_rank_here())) {
+    if (!atomic_load(&hvd_g.peer_lost))
+      hvd_log(HVD_LOG_WARNING, "hvd_shutdown: after the failure not every rank reached "
+              "hvd_shutdown within %g s; MPI is left unfinalized so that this process "
+              "can end (the launcher ends the job)", FINALIZE_WAIT_S);
+    finalize = 0;
+    failed = 2;
+  }
+  release(failed != 2);
   hvd_status_t s = HVD_OK;
-  if (hvd_g.owns_mpi) {
+  if (finalize) {
     int rc = MPI_Finalize();
     if (rc != MPI_SUCCESS) s = hvd_set_error(HVD_ERR_BACKEND, "hvd_shutdown: MPI_Finalize failed");
-    hvd_g.owns_mpi = 0;
   }
+  hvd_g.owns_mpi = 0;
   hvd_g.rank = hvd_g.size = hvd_g.local_rank = hvd_g.local_size = -1;
   hvd_g.cross_rank = hvd_g.cross_size = -1;
   pthread_mutex_unlock(&init_mu);

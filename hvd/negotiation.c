@@ -506,6 +506,9 @@ int hvd_coordinator_check_stalls(hvd_coordinator_t *c, double now_us, char *msg,
     hvd_log(HVD_LOG_WARNING,
             "stall: %d tensor(s) submitted by some ranks have waited for the others for "
             "more than %g s (a rank may be stuck, or the ranks call different "
-            "collectives):%s", nstalled, hvd_g.cfg.stall_check_s, report);
+            "collectives):%s", nstalled,
+            shutdown && (check_us <= 0 || shut_us < check_us) ? hvd_g.cfg.stall_shutdown_s
+                                                               : hvd_g.cfg.stall_check_s,
+            report);
   return shutdown;
 }

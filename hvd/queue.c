@@ -45,7 +45,8 @@ void hvd_fail_all(hvd_status_t s, const char *msg) {
   atomic_store(&hvd_g.queued, 0);
   if (!hvd_g.stopped) {
     hvd_g.stopped = 1;
-    hvd_g.stop_status = HVD_ERR_SHUTDOWN;
+    /* Later calls: a lost peer stays the reason; anything else reads as shut down. */
+    hvd_g.stop_status = s == HVD_ERR_PEER_LOST ? s : HVD_ERR_SHUTDOWN;
     snprintf(hvd_g.stop_msg, sizeof(hvd_g.stop_msg), "%s", msg);
   }
 }
@@ -108,7 +109,7 @@ static hvd_status_t submit(struct hvd_request *r, const char *name) {
                          hvd_kind_name(r->kind));
   }
   if (hvd_g.stopped) {
-    hvd_status_t s = hvd_set_error(HVD_ERR_SHUTDOWN, "%s", hvd_g.stop_msg);
+    hvd_status_t s = hvd_set_error(hvd_g.stop_status, "%s", hvd_g.stop_msg);
     pthread_mutex_unlock(&hvd_g.mu);
     return s;
   }

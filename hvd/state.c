@@ -8,6 +8,7 @@ hvd_state_t hvd_g = {
   .cross_rank = -1, .cross_size = -1,
   .mu = PTHREAD_MUTEX_INITIALIZER,
   .done_cv = PTHREAD_COND_INITIALIZER,
+  .watchdog_mu = PTHREAD_MUTEX_INITIALIZER,
 };
 atomic_int hvd_g_initialized;
 

@@ -23,11 +23,14 @@ typedef struct {
 
 #define MPI_SUCCESS 0
 #define MPI_ERR_OTHER 15
+#define MPI_ERR_PENDING 18
+#define MPI_MAX_PROCESSOR_NAME 256
 #define MPI_MAX_ERROR_STRING 256
 #define MPI_COMM_NULL 0
 #define MPI_COMM_WORLD 1
 #define MPI_DATATYPE_NULL 0L
 #define MPI_BYTE 1L
+#define MPI_CHAR 1L
 #define MPI_INT ((long)sizeof(int))
 #define MPI_MAX 1
 #define MPI_ERRORS_RETURN 1
@@ -61,6 +64,12 @@ int MPI_Type_commit(MPI_Datatype *t);
 int MPI_Type_free(MPI_Datatype *t);
 int MPI_Allreduce(const void *send, void *recv, int count, MPI_Datatype t, MPI_Op op,
                   MPI_Comm comm);
+int MPI_Iallreduce(const void *send, void *recv, int count, MPI_Datatype t, MPI_Op op,
+                   MPI_Comm comm, MPI_Request *req);
+int MPI_Allgather(const void *send, int scount, MPI_Datatype st, void *recv, int rcount,
+                  MPI_Datatype rt, MPI_Comm comm);
+int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req);
+int MPI_Get_processor_name(char *name, int *len);
 int MPI_Isend(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm,
               MPI_Request *req);
 int MPI_Irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,

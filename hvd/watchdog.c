@@ -1,0 +1,125 @@
+/* hvd/watchdog.c: the stall inspector that runs whatever the background thread is
+   blocked in, on every rank.
+
+   The coordinator's stall inspector (negotiation.c) runs on rank 0's background thread
+   between collectives and names the ranks that did not submit. It cannot run while that
+   thread waits inside a collective, nor on a worker. This thread wakes every
+   WATCHDOG_EVERY_US and looks at this rank's own requests:
+   - HVD_STALL_CHECK_TIME_SECONDS: while the background thread has been inside one
+     collective for that long, a warning naming the oldest request of this rank;
+   - HVD_STALL_SHUTDOWN_TIME_SECONDS: a request in flight that long (plus
+     COORDINATOR_GRACE_S while the background thread still runs, so that the
+     coordinator's report, which names the missing ranks, comes first) ends the runtime:
+     every request fails with HVD_ERR_TIMEOUT and the transports are aborted, so the
+     background thread leaves the collective it is in and tells the peers.
+   It makes no MPI call (the background thread owns MPI). */
+#include "hvd/hvd_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WATCHDOG_EVERY_US 100e3
+#define BLOCKED_AFTER_US 1e6     /* the background thread is "inside a collective" */
+#define COORDINATOR_GRACE_S 2.0
+
+/* The oldest in-flight request (age in s, name and kind into buf); 0 when none. */
+static int oldest_request(double now_us, double *age_s, char *buf, size_t len) {
+  const struct hvd_request *oldest = NULL;
+  pthread_mutex_lock(&hvd_g.mu);
+  for (int b = 0; b < HVD_INFLIGHT_BUCKETS; b++)
+    for (const struct hvd_request *r = hvd_g.inflight[b]; r; r = r->next_inflight)
+      if (!oldest || r->submit_time < oldest->submit_time) oldest = r;
+  if (oldest) {
+    char dbuf[HVD_KEY_MAX + 32];
+    snprintf(buf, len, "%s \"%s\"", hvd_kind_name(oldest->kind),
+             hvd_display_name(oldest->key, dbuf, sizeof(dbuf)));
+    *age_s = (now_us - oldest->submit_time) * 1e-6;
+  }
+  pthread_mutex_unlock(&hvd_g.mu);
+  return oldest != NULL;
+}
+
+/* Ends the runtime from this thread: fails every request, marks the runtime failed
+   and aborts the transports (the background thread then tells the peers). */
+static void stall_shutdown(const char *text) {
+  pthread_mutex_lock(&hvd_g.mu);
+  if (!hvd_g.stopped) hvd_fail_all(HVD_ERR_TIMEOUT, text);
+  pthread_mutex_unlock(&hvd_g.mu);
+  hvd_log(HVD_LOG_ERROR, "%s", text);
+  atomic_store(&hvd_g.failed, 1);
+  hvd_g_cancel_set();
+  coll_transport_abort(hvd_g.world);
+  coll_transport_abort(hvd_g.local);
+  coll_transport_abort(hvd_g.cross);
+}
+
+static void *watchdog_main(void *arg) {
+  (void)arg;
+  double last_warn_us = 0;
+  pthread_mutex_lock(&hvd_g.watchdog_mu);
+  while (!hvd_g.watchdog_stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long ns = (long long)ts.tv_nsec + (long long)(WATCHDOG_EVERY_US * 1000.0);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    pthread_cond_timedwait(&hvd_g.watchdog_cv, &hvd_g.watchdog_mu, &ts);
+    if (hvd_g.watchdog_stop || atomic_load(&hvd_g.failed)) continue;
+    pthread_mutex_unlock(&hvd_g.watchdog_mu);
+
+    double now = util_now_us(), age = 0;
+    double away_s = (now - (double)atomic_load(&hvd_g.bg_alive_us)) * 1e-6;
+    int blocked = away_s * 1e6 >= BLOCKED_AFTER_US;
+    char what[HVD_KEY_MAX + 64], text[HVD_ERROR_MAX];
+    if (oldest_request(now, &age, what, sizeof(what))) {
+      double check = hvd_g.cfg.stall_check_s, shut = hvd_g.cfg.stall_shutdown_s;
+      if (shut > 0 && age >= shut + (blocked ? 0 : COORDINATOR_GRACE_S)) {
+        snprintf(text, sizeof(text),
+                 "stall shutdown on rank %d (host %s): %s waited %.1f s "
+                 "(HVD_STALL_SHUTDOWN_TIME_SECONDS=%g); the background thread %s",
+                 hvd_g.rank, hvd_host_of(hvd_g.rank), what, age, shut,
+                 blocked ? "is stuck inside a collective" : "waits for other ranks");
+        stall_shutdown(text);
+      } else if (check > 0 && blocked && away_s >= check &&
+                 now - last_warn_us >= check * 1e6) {
+        last_warn_us = now;
+        hvd_log(HVD_LOG_WARNING, "stall: rank %d (host %s): the background thread has been "
+                "inside one collective for %.1f s, waiting for its peers; the oldest request "
+                "of this rank is %s (%.1f s)", hvd_g.rank, hvd_host_of(hvd_g.rank), away_s,
+                what, age);
+      }
+    }
+    pthread_mutex_lock(&hvd_g.watchdog_mu);
+  }
+  pthread_mutex_unlock(&hvd_g.watchdog_mu);
+  return NULL;
+}
+
+hvd_status_t hvd_watchdog_start(void) {
+  hvd_g.watchdog_stop = 0;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  int e = pthread_cond_init(&hvd_g.watchdog_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (e != 0)
+    return hvd_set_error(HVD_ERR_BACKEND, "hvd_init: pthread_cond_init failed: %s",
+                         strerror(e));
+  e = pthread_create(&hvd_g.watchdog, NULL, watchdog_main, NULL);
+  if (e != 0) {
+    pthread_cond_destroy(&hvd_g.watchdog_cv);
+    return hvd_set_error(HVD_ERR_BACKEND, "hvd_init: starting the watchdog thread failed: %s",
+                         strerror(e));
+  }
+  return HVD_OK;
+}
+
+void hvd_watchdog_stop(void) {
+  pthread_mutex_lock(&hvd_g.watchdog_mu);
+  hvd_g.watchdog_stop = 1;
+  pthread_cond_signal(&hvd_g.watchdog_cv);
+  pthread_mutex_unlock(&hvd_g.watchdog_mu);
+  pthread_join(hvd_g.watchdog, NULL);
+  pthread_cond_destroy(&hvd_g.watchdog_cv);
+}
