@@ -10,13 +10,17 @@ The timeline counts microseconds from hvd_init; the compute trace uses CLOCK_MON
 They are lined up on the broadcast of init.params: cnn_bench's "broadcast init.params"
 event ends just after the runtime's BROADCAST event of that tensor ends."""
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timeline_load import load  # noqa: E402  (a killed run's timeline loads too)
 
 
 def main():
     if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
-    timeline = json.load(open(sys.argv[1]))
+    timeline, _ = load(sys.argv[1])
     compute = json.load(open(sys.argv[2]))
     tl_end = [e["ts"] + e["dur"] for e in timeline
               if e.get("name") == "BROADCAST" and e.get("args", {}).get("tensor") == "init.params"]

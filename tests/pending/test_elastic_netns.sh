@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# PENDING (tests/pending/: not run by make test): fails until the runtime notices a cut
-# link (issue 13, item 1). Run by hand: HVD_BUILD=build tests/pending/test_elastic_netns.sh
+# PENDING (tests/pending/: not run by make test). Run by hand:
+#   HVD_BUILD=build tests/pending/test_elastic_netns.sh
+# 2026-12-01: the fault handling passes (the ranks name the lost host within the peer
+# timeout + 2 s, hvdrun ends mpirun and restarts on ns1, train resumes, exit 0), but the
+# accuracy check fails (63.8% after the restart vs 74.2% uninterrupted): train's data
+# shards depend on the number of ranks, so 2 ranks x 32 do not see the global batches
+# that 4 ranks x 16 saw, and the trajectories part. It passes once train orders the
+# samples by global batch (rank r takes its slice of each).
 # The issue's elastic run on simulated hosts: 2 hosts x 2 ranks (network namespaces ns1,
-# ns2) train lenet with mid-epoch checkpoints under hvdrun --host-discovery-script; in
-# epoch 2 the link of ns2 is cut (its veth peer in the root namespace goes down) and the
-# discovery script then lists ns1 alone. The ranks must notice (the runtime, or at the
-# latest the stall shutdown of 20 s), hvdrun must end mpirun (which cannot reach ns2's
-# daemon) within --abort-timeout, and restart on ns1 with train --resume auto: the run
-# finishes with exit 0 and a test accuracy within 0.5 points of an uninterrupted 4-rank
-# run. (2026-11-30: fails; the survivors on ns1 wait without end inside a collective,
-# neither the runtime nor the stall shutdown ends them, so no rank fails and hvdrun's
-# --abort-timeout never starts: bounded here by timeout 200.)
+# ns2) train lenet on 2048 Fashion-MNIST images with mid-epoch checkpoints (every 10
+# steps) under hvdrun --host-discovery-script; in epoch 2 the link of ns2 is cut (its veth
+# peer in the root namespace goes down) and the discovery script then lists ns1 alone.
+# The ranks notice (HVD_PEER_TIMEOUT_SECONDS=3: the runtime names the lost ranks),
+# hvdrun ends mpirun (which cannot reach ns2's daemon) after --abort-timeout, and
+# restarts on ns1 with train --resume auto (at most 10 steps lost): the run finishes
+# with exit 0 and a test accuracy within 0.5 points of an uninterrupted 4-rank run.
 # Needs root and network namespaces; skips otherwise. Removes its hosts on every exit.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -32,10 +36,10 @@ bad() { echo "FAIL $1"; fails=$((fails + 1)); }
 printf 'ns1:2\nns2:2\n' >"$tmp/hosts"
 printf '#!/bin/sh\ncat %s\n' "$tmp/hosts" >"$tmp/discover.sh"
 chmod +x "$tmp/discover.sh"
-# 2048 synthetic samples: 1843 training, 4 ranks x 16: 29 steps an epoch.
-common=(--model lenet --dataset synthetic --synthetic-samples 2048 --batch-size 16 --seed 3
-        --lr 0.02 --epochs 3 --threads 1)
-run_flags=(--stall-check-shutdown-time-seconds 20 --abort-timeout 10)
+# 2048 training images, 4 ranks x 16: 32 steps an epoch.
+common=(--model lenet --dataset fashion-mnist --max-train 2048 --max-test 1000 --batch-size 16
+        --seed 3 --lr 0.02 --epochs 3 --threads 1)
+run_flags=(--abort-timeout 2 -x HVD_PEER_TIMEOUT_SECONDS=3)
 
 timeout -k 5 300 "$hvdrun" -np 4 -H ns1:2,ns2:2 "${run_flags[@]}" "$PWD/$train" "${common[@]}" \
   >"$tmp/full.log" 2>&1 || { echo "FAIL: uninterrupted run:"; cat "$tmp/full.log"; exit 1; }
@@ -44,7 +48,7 @@ timeout -k 5 200 "$hvdrun" --host-discovery-script "$tmp/discover.sh" --min-np 2
   "${run_flags[@]}" "$PWD/$train" "${common[@]}" --checkpoint-dir "$tmp/ck" --checkpoint-every-steps 10 \
   --resume auto >"$tmp/elastic.log" 2>&1 &
 job=$!
-# Cut ns2's link in epoch 2: after the first mid-epoch checkpoint of epoch 2 (step 40).
+# Cut ns2's link in epoch 2, a second after it starts.
 for _ in $(seq 600); do
   grep -q '^Epoch 1/3' "$tmp/elastic.log" 2>/dev/null && break
   sleep 0.2
