@@ -76,12 +76,13 @@ static void call_backward_hook(nn_model_t *m, int i, int n) {
     m->hook(m->hook_ctx, m, NN_HOOK_BACKWARD, i, nn_layer_in_grad(m, l->in[1]), count);
 }
 
-/* Backward kernels add into gradients: start every gradient the pass writes at zero,
-   and the last layer's from the gradient of the loss. */
-static nn_status_t begin_backward(nn_model_t *m, int n) {
+/* Backward kernels add into gradients: start every gradient the pass writes at zero
+   (the parameter gradients too, unless they accumulate), and the last layer's from the
+   gradient of the loss. */
+static nn_status_t begin_backward(nn_model_t *m, int n, int accumulate) {
   const nn_backend_t *b = m->backend;
   const size_t es = m->act_size;
-  nn_status_t s = b->zero_grads(m);
+  nn_status_t s = accumulate ? NN_OK : b->zero_grads(m);
   for (int i = 0; s == NN_OK && i < m->num_layers; i++) {
     const nn_layer_t *l = &m->layers[i];
     if (l->own_dout) s = b->zero(l->dout, (size_t)n * nn_layer_sample_size(l) * es);
@@ -93,7 +94,8 @@ static nn_status_t begin_backward(nn_model_t *m, int n) {
   return s;
 }
 
-nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ctx) {
+static nn_status_t backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ctx,
+                            int accumulate) {
   if (!m) return nn_set_error(NN_ERR_ARG, "nn_model_backward: NULL model");
   if (!m->have_loss)
     return nn_set_error(NN_ERR_ARG, "nn_model_backward: call nn_model_forward (training) "
@@ -102,7 +104,7 @@ nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ct
     return nn_set_error(NN_ERR_ARG, "nn_model_backward: the last forward was not in "
                         "training mode (batch norm saved no statistics)");
   const int n = m->last_n;
-  nn_status_t s = begin_backward(m, n);
+  nn_status_t s = begin_backward(m, n, accumulate);
   if (s != NN_OK) return s;
   size_t ready = m->param_len;
   for (int i = m->num_layers - 1; i >= 0; i--) {
@@ -120,6 +122,22 @@ nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ct
   if (ready != 0 && on_ready) on_ready(ctx, 0);
   m->have_loss = 0; /* the saved activations may be used again only after a forward */
   return NN_OK;
+}
+
+nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ctx) {
+  return backward(m, on_ready, ctx, 0);
+}
+
+nn_status_t nn_model_backward_accumulate(nn_model_t *m, nn_grad_ready_fn on_ready, void *ctx) {
+  /* A converted CUDA model (half precision or NHWC) writes its parameter gradients
+     instead of adding to them (model_internal.h, nn_layer_ops_t.backward). */
+  if (m && m->backend->device != NN_DEVICE_CPU &&
+      (m->precision.precision != NN_PRECISION_FP32 || m->precision.channels_last))
+    return nn_set_error(NN_ERR_UNSUPPORTED, "nn_model_backward_accumulate: a %s%s model on "
+                        "the GPU overwrites its gradients; accumulate in float32 NCHW",
+                        nn_precision_name(m->precision.precision),
+                        m->precision.channels_last ? " channels-last" : "");
+  return backward(m, on_ready, ctx, 1);
 }
 
 /* ---- gradients, the optimizer and the host arrays, on any backend ---- */

@@ -233,6 +233,10 @@ nn_status_t nn_model_loss(nn_model_t *m, const int32_t *labels, float *loss, int
 typedef void (*nn_grad_ready_fn)(void *ctx, size_t ready_from);
 /* Zeroes the gradients, then back-propagates the last loss. on_ready may be NULL. */
 nn_status_t nn_model_backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ctx);
+/* The same, adding to the gradients there are instead of zeroing them first (gradient
+   accumulation over several batches, as PyTorch's .grad). NN_ERR_UNSUPPORTED for a
+   model on the GPU in fp16/bf16 or channels-last, whose backward overwrites. */
+nn_status_t nn_model_backward_accumulate(nn_model_t *m, nn_grad_ready_fn on_ready, void *ctx);
 
 /* ---- where a model lives ----
    A model is built on the CPU; nn_model_to_device moves it to a GPU (a build with CUDA

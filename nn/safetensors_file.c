@@ -353,7 +353,8 @@ nn_status_t nn_st_read(const char *path, nn_st_file_t *f) {
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | lenbuf[i];
   if (hlen < 2 || hlen > ST_MAX_HEADER) {
-    st = nn_set_error(NN_ERR_FORMAT, "safetensors file %s: header length %llu is outside 2..%u bytes",
+    st = nn_set_error(NN_ERR_FORMAT, "safetensors file %s: header length %llu is outside 2..%u bytes "
+                      "(not a safetensors file?)",
                       path, (unsigned long long)hlen, ST_MAX_HEADER);
     goto out;
   }
@@ -372,7 +373,7 @@ nn_status_t nn_st_read(const char *path, nn_st_file_t *f) {
 
   st_json_t j = {header, header + hlen, header, path, 0};
   int have_meta = 0;
-  if (!st_expect(&j, '{')) { st = st_fail(&j, "the header is not a JSON object"); goto out; }
+  if (!st_expect(&j, '{')) { st = st_fail(&j, "the header is not a JSON object (not a safetensors file?)"); goto out; }
   if (!st_expect(&j, '}')) {
     for (;;) {
       nn_st_tensor_t t;

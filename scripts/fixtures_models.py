@@ -8,9 +8,9 @@ write(root) too. Deterministic: fixed seeds, so a rerun writes identical files.
 Files (safetensors written by the small writer below; tensors float32 unless noted):
   <model>_keys.txt            expected state_dict of lenet, resnet20, resnet50, resnet101,
                               vgg16, alexnet, mlp, trivial: "name dtype d0,d1,.." per line
-                              in state_dict order, then "# params N". resnet50/101, vgg16
-                              and alexnet come from torchvision-equivalent definitions
-                              written here (torchvision is not installed).
+                              in state_dict order, then "# params N", from
+                              python/hvd_models.py's get_model(name) (torchvision's own
+                              resnet50/101, vgg16 and alexnet when it is installed).
   resnet20_weights.safetensors  a resnet20 state_dict as torch holds it (default init,
                               seed 0, batch-norm affine and running statistics perturbed so
                               they matter), num_batches_tracked as I64 scalars.
@@ -40,7 +40,9 @@ import torch.nn as nn
 
 PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers")
 sys.path.insert(0, PEERS)
-import torch_models  # noqa: E402  (lenet, resnet20: the reference definitions)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import torch_models  # noqa: E402  (lenet, resnet20: the step fixtures' reference definitions)
+import hvd_models  # noqa: E402  (every built-in model, as train exports it)
 
 SAMPLE_MAX = 16384
 BATCH = 4
@@ -90,122 +92,10 @@ def state_dict_numpy(sd):
             for k, v in sd.items()}
 
 
-# ---------------------------------------------------------------- torchvision-equivalent models
-class Bottleneck(nn.Module):
-    """torchvision.models.resnet.Bottleneck (v1.5: stride on the 3x3 conv)."""
-    expansion = 4
-
-    def __init__(self, inplanes, planes, stride=1, downsample=None):
-        super().__init__()
-        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False); self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False); self.bn2 = nn.BatchNorm2d(planes)
-        self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False); self.bn3 = nn.BatchNorm2d(planes * 4)
-        self.relu = nn.ReLU(inplace=True)
-        self.downsample = downsample
-
-    def forward(self, x):
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        return self.relu(out + (x if self.downsample is None else self.downsample(x)))
-
-
-class ResNetTV(nn.Module):
-    def __init__(self, layers, num_classes=1000):
-        super().__init__()
-        self.inplanes = 64
-        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False); self.bn1 = nn.BatchNorm2d(64)
-        self.relu = nn.ReLU(inplace=True); self.maxpool = nn.MaxPool2d(3, 2, 1)
-        self.layer1 = self._make_layer(64, layers[0])
-        self.layer2 = self._make_layer(128, layers[1], 2)
-        self.layer3 = self._make_layer(256, layers[2], 2)
-        self.layer4 = self._make_layer(512, layers[3], 2)
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(2048, num_classes)
-
-    def _make_layer(self, planes, blocks, stride=1):
-        ds = None
-        if stride != 1 or self.inplanes != planes * 4:
-            ds = nn.Sequential(nn.Conv2d(self.inplanes, planes * 4, 1, stride, bias=False),
-                               nn.BatchNorm2d(planes * 4))
-        layers = [Bottleneck(self.inplanes, planes, stride, ds)]
-        self.inplanes = planes * 4
-        layers += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
-        return nn.Sequential(*layers)
-
-    def forward(self, x):
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
-
-
-class VGG16(nn.Module):
-    def __init__(self, num_classes=1000):
-        super().__init__()
-        layers, c = [], 3
-        for v in [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]:
-            if v == "M":
-                layers.append(nn.MaxPool2d(2, 2))
-            else:
-                layers += [nn.Conv2d(c, v, 3, padding=1), nn.ReLU(inplace=True)]; c = v
-        self.features = nn.Sequential(*layers)
-        self.avgpool = nn.AdaptiveAvgPool2d((7, 7))
-        self.classifier = nn.Sequential(nn.Linear(512 * 7 * 7, 4096), nn.ReLU(True), nn.Dropout(0.5),
-                                        nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(0.5),
-                                        nn.Linear(4096, num_classes))
-
-    def forward(self, x):
-        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
-
-
-class AlexNet(nn.Module):
-    def __init__(self, num_classes=1000):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(3, 64, 11, 4, 2), nn.ReLU(True), nn.MaxPool2d(3, 2),
-            nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(True), nn.MaxPool2d(3, 2),
-            nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(True),
-            nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(True),
-            nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(True), nn.MaxPool2d(3, 2))
-        self.avgpool = nn.AdaptiveAvgPool2d((6, 6))
-        self.classifier = nn.Sequential(nn.Dropout(0.5), nn.Linear(256 * 6 * 6, 4096), nn.ReLU(True),
-                                        nn.Dropout(0.5), nn.Linear(4096, 4096), nn.ReLU(True),
-                                        nn.Linear(4096, num_classes))
-
-    def forward(self, x):
-        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
-
-
-class MLP(nn.Module):
-    """nn's mlp: flatten, fc1 784->512, relu, fc2 512->10."""
-    def __init__(self, num_classes=10):
-        super().__init__()
-        self.fc1 = nn.Linear(784, 512); self.fc2 = nn.Linear(512, num_classes)
-
-    def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(torch.flatten(x, 1))))
-
-
-class Trivial(nn.Module):
-    """tf_cnn_benchmarks' trivial model on 3x227x227: affine(1)+relu, affine(4096)+relu, logits."""
-    def __init__(self, num_classes=1000):
-        super().__init__()
-        self.fc1 = nn.Linear(3 * 227 * 227, 1); self.fc2 = nn.Linear(1, 4096); self.fc3 = nn.Linear(4096, num_classes)
-
-    def forward(self, x):
-        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(torch.flatten(x, 1))))))
-
-
-REFERENCE = {
-    "lenet": lambda: torch_models.lenet(),
-    "resnet20": lambda: torch_models.resnet20(),
-    "resnet50": lambda: ResNetTV([3, 4, 6, 3]),
-    "resnet101": lambda: ResNetTV([3, 4, 23, 3]),
-    "vgg16": lambda: VGG16(),
-    "alexnet": lambda: AlexNet(),
-    "mlp": lambda: MLP(),
-    "trivial": lambda: Trivial(),
-}
+# ---------------------------------------------------------------- the models
+# python/hvd_models.py is the one PyTorch definition of every built-in model (shipped for
+# users: get_model(name)); the torchvision-equivalent classes live there.
+REFERENCE = {name: (lambda name=name: hvd_models.get_model(name)) for name in hvd_models.MODEL_NAMES}
 
 
 def reference_model(name):

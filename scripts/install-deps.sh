@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that the build and the tests need, when they are missing.
 # Idempotent: a machine that has them all is left alone (no apt-get at all).
-# PyTorch (python3-torch, Debian's CPU build) is here because a test needs it:
-# test_train_export.sh scores train's exported weights with PyTorch.
+# PyTorch (python3-torch, Debian's CPU build, and python3-numpy) is here because the
+# interchange tests need it, on the interpreter they call, /usr/bin/python3 (a python3
+# earlier on PATH, such as pyenv's, may lack it): test_train_export.sh runs docs/train.md's
+# PyTorch example on train's export, test_train_init_weights.sh and
+# test_train_torch_models.sh check python/hvd_models.py both ways. Without them those tests
+# fail (they do not skip): after installing, this script checks that the import works.
 set -euo pipefail
 
 packages=(
@@ -13,16 +17,28 @@ packages=(
   zlib1g-dev                # gzip'd IDX data files
   dataset-fashion-mnist     # the real data set for `make run`
   iproute2 procps python3   # network namespaces (multi-host tests), timeline JSON check
-  python3-torch python3-numpy  # test_train_export.sh: PyTorch loads train's export
+  python3-torch python3-numpy  # the PyTorch interchange tests (see above)
   libmicrohttpd-dev libjansson-dev  # serve: HTTP server and JSON (TF Serving's REST API)
   slurm-wlm munge           # the SLURM tests' simulated cluster (scripts/slurm-cluster.sh)
 )
+
+# The interchange tests' interpreter must import what they use: a package recorded as
+# installed can still be broken (a half-configured install, files removed by hand).
+check_torch() {
+  /usr/bin/python3 -c 'import numpy, torch' 2>/dev/null && return 0
+  echo "install-deps: /usr/bin/python3 cannot import numpy and torch although python3-numpy" \
+    "and python3-torch are installed; repair them: apt-get install --reinstall python3-torch python3-numpy" >&2
+  return 1
+}
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+  check_torch
+  exit
+fi
 
 echo "install-deps: installing ${missing[*]}"
 if [ "$(id -u)" -ne 0 ]; then
@@ -33,3 +49,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq </dev/null
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+check_torch

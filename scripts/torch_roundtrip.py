@@ -4,13 +4,13 @@ run as /usr/bin/python3 scripts/torch_roundtrip.py after `make`).
 
 1. nn -> torch: build/tests/test_nn_model_safetensors --export DIR writes lenet and
    resnet20 (after one training step) and the logits nn computes on an input; this script
-   loads each file into the reference model (scripts/peers/torch_models.py) with
-   load_state_dict(strict=True) and compares eval- and training-mode logits. With --all,
-   also mlp, trivial, resnet50, resnet101, vgg16 and alexnet at their init (eval logits
-   only: training mode has dropout), against the torchvision-equivalent definitions in
-   fixtures_models.py (torchvision's own when installed): checks the graph, not only the
-   names.
-2. torch -> nn: this script trains each reference model one step, writes its state_dict
+   loads each file into python/hvd_models.py's get_model(name), the definitions shipped to
+   users, with load_state_dict(strict=True) and compares eval- and training-mode logits.
+   With --all, also mlp, trivial, resnet50, resnet101, vgg16 and alexnet at their init
+   (eval logits only: training mode has dropout; torchvision's own definitions of the
+   last four when it is installed): checks the graph, not only the names.
+2. torch -> nn: this script trains each reference model (scripts/peers/torch_models.py,
+   the fixtures' definitions of lenet and resnet20) one step, writes its state_dict
    and logits; test_nn_model_safetensors --check DIR loads them into nn and compares.
 Exit status 0 only when both directions agree within 1e-4 relative error."""
 import os, subprocess, sys, tempfile

@@ -1,26 +1,41 @@
 #!/usr/bin/env bash
-# build/train --logdir: the TensorBoard event file parses with tests/tfevents_reader.py
-# (both CRCs of every record, the Event/Summary fields) and holds one value per epoch
-# of every scalar; log.csv has the same rows; only rank 0 wrote (one event file).
+# build/train --logdir writes TensorBoard runs as Keras's TensorBoard callback does:
+# <logdir>/train and <logdir>/validation (one event file each, only rank 0 writes), the
+# same epoch_* tags in both so the curves overlay, epoch_learning_rate in train, Keras's
+# 0-based epoch steps, float wall times; --tensorboard-update-freq N adds batch_loss and
+# batch_accuracy every N batches (Keras's update_freq); --histogram-freq N a histogram of
+# every weight every N epochs (Keras's histogram_freq) that TensorBoard reads. Checked by
+# tests/tb_keras_check.py: with TensorBoard's own EventAccumulator where the tensorboard
+# package is installed (HVD_TENSORBOARD_PYTHON, /usr/bin/python3 or python3 that imports
+# it), else with tests/tfevents_reader.py (both CRCs of every record, Event, Summary and
+# HistogramProto fields). log.csv has the same values; the printed val_accuracy too. The
+# two options without --logdir are a usage error (exit 2).
 set -u
 build=${HVD_BUILD:-build}
 train=$build/train
-if [ ! -x "$train" ]; then echo "skipped: $train is not built"; exit 77; fi
-if [ ! -x /usr/bin/python3 ]; then echo "skipped: /usr/bin/python3 is missing"; exit 77; fi
+[ -x "$train" ] || { echo "FAIL $train is not built (run make)"; exit 1; }
+[ -x /usr/bin/python3 ] || { echo "FAIL /usr/bin/python3 is missing"; exit 1; }
+py=/usr/bin/python3
+for p in ${HVD_TENSORBOARD_PYTHON:-} /usr/bin/python3 python3; do
+  if "$p" -c 'import tensorboard' 2>/dev/null; then py=$p; break; fi
+done
 tmp=$(mktemp -d /tmp/test_train_tensorboard.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-timeout -k 5 120 mpirun -np 2 --oversubscribe "$train" --model mlp --dataset synthetic \
-  --synthetic-samples 512 --epochs 3 --threads 1 --logdir "$tmp/logs" >"$tmp/out" 2>&1 \
-  || { echo "FAIL train:"; cat "$tmp/out"; exit 1; }
-n=$(ls "$tmp/logs"/events.out.tfevents.* 2>/dev/null | wc -l)
-[ "$n" -eq 1 ] || { echo "FAIL $n event files, expected 1"; ls -l "$tmp/logs"; exit 1; }
-ev=$(ls "$tmp/logs"/events.out.tfevents.*)
-/usr/bin/python3 tests/tfevents_reader.py "$ev" --steps 3 --expect loss --expect accuracy \
-  --expect val_loss --expect val_accuracy --expect learning_rate --expect images_per_sec \
+common=(--model mlp --dataset synthetic --synthetic-samples 512 --threads 1)
+
+timeout -k 5 120 mpirun -np 2 --oversubscribe "$train" "${common[@]}" --epochs 3 \
+  --logdir "$tmp/logs" --tensorboard-update-freq 2 --histogram-freq 2 --export "$tmp/mlp.safetensors" \
+  >"$tmp/out" 2>&1 || { echo "FAIL train:"; cat "$tmp/out"; exit 1; }
+steps=$(sed -n 's/.*, \([0-9]*\) steps per epoch.*/\1/p' "$tmp/out")
+"$py" tests/tb_keras_check.py "$tmp/logs" 3 "${steps:-0}" 2 2 "$tmp/mlp.safetensors" || exit 1
+
+# The values are the ones printed and logged: val_accuracy of epoch 3 (step 2 in the
+# validation run's epoch_accuracy).
+ev=$(ls "$tmp/logs"/validation/events.out.tfevents.*)
+/usr/bin/python3 tests/tfevents_reader.py "$ev" --steps 3 --expect epoch_loss --expect epoch_accuracy \
   >"$tmp/scalars" || { echo "FAIL reader:"; cat "$tmp/scalars"; exit 1; }
-# The event values are the ones printed and logged: compare val_accuracy of epoch 3.
-ev_acc=$(awk '$1 == 3 && $2 == "val_accuracy" {printf "%.4f", $3}' "$tmp/scalars")
+ev_acc=$(awk '$1 == 2 && $2 == "epoch_accuracy" {printf "%.4f", $3}' "$tmp/scalars")
 csv_acc=$(awk -F, 'NR == 4 {printf "%.4f", $5}' "$tmp/logs/log.csv")
 out_acc=$(grep '^Epoch 3/3' "$tmp/out" | sed 's/.*val_accuracy \([0-9.]*\).*/\1/')
 [ "$(wc -l <"$tmp/logs/log.csv")" -eq 4 ] || { echo "FAIL log.csv:"; cat "$tmp/logs/log.csv"; exit 1; }
@@ -29,4 +44,16 @@ head -n 1 "$tmp/logs/log.csv" | grep -q '^epoch,loss,accuracy,val_loss,val_accur
 if [ -z "$ev_acc" ] || [ "$ev_acc" != "$csv_acc" ] || [ "$ev_acc" != "$out_acc" ]; then
   echo "FAIL val_accuracy: events $ev_acc, csv $csv_acc, printed $out_acc"; exit 1
 fi
-echo "event file ok: $(wc -l <"$tmp/scalars") scalars, val_accuracy $ev_acc at epoch 3"
+
+# Without the two flags: epoch scalars only, no batch_* tags, no histograms.
+timeout -k 5 60 "$train" "${common[@]}" --epochs 2 --quiet --logdir "$tmp/plain" \
+  --export "$tmp/plain.safetensors" >"$tmp/plain.out" 2>&1 || { echo "FAIL train:"; cat "$tmp/plain.out"; exit 1; }
+"$py" tests/tb_keras_check.py "$tmp/plain" 2 0 0 0 "$tmp/plain.safetensors" || exit 1
+# The two options need --logdir: a usage error (exit 2), not silently nothing.
+for f in --tensorboard-update-freq --histogram-freq; do
+  "$train" "${common[@]}" "$f" 1 >/dev/null 2>"$tmp/err"
+  rc=$?
+  [ $rc -eq 2 ] && grep -q "^train: $f needs --logdir" "$tmp/err" \
+    || { echo "FAIL $f without --logdir: exit $rc, $(cat "$tmp/err")"; exit 1; }
+done
+echo "event files ok: Keras layout, val_accuracy $ev_acc at epoch 3 in events, log.csv and output"

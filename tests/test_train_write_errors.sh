@@ -37,7 +37,7 @@ expect_error "log.csv on /dev/full" "log.csv" mpi2 "$train" "${common[@]}" --epo
 # The event file reaches a 1 KiB limit after a few epochs (about 330 bytes each).
 expect_error "event file over a file-size limit" "events.out.tfevents" limited 1 \
   "$train" "${common[@]}" --epochs 8 --resume "$tmp/ck/last.ckpt" --logdir "$tmp/logs"
-if [ -z "$(ls "$tmp/logs"/events.out.tfevents.* 2>/dev/null)" ]; then
+if [ -z "$(ls "$tmp/logs"/train/events.out.tfevents.* 2>/dev/null)" ]; then
   echo "FAIL no event file was started"; fails=$((fails + 1))
 fi
 grep -q '^Epoch 2/8' "$tmp/out" \

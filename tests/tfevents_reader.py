@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A small reader of TensorBoard event files (TFRecord framing + Event protobuf), with
-no TensorFlow: checks both masked CRC-32C of every record, decodes Event fields and the
-scalar Summary values, and prints one line per scalar: "step tag value".
+no TensorFlow: checks both masked CRC-32C of every record, decodes Event fields, the
+scalar Summary values and HistogramProto values, and prints one line per scalar:
+"step tag value". read_events(path) is the library entry (tests/tb_keras_check.py).
 Usage: tfevents_reader.py FILE [--expect TAG ...] [--steps N]
   --expect TAG  fail unless TAG has at least one value (repeatable)
   --steps N     fail unless every expected tag has exactly N values
@@ -57,6 +58,27 @@ def fields(buf):
         yield num, wt, v
 
 
+HISTO_FIELDS = {1: "min", 2: "max", 3: "num", 4: "sum", 5: "sum_squares"}
+
+
+def histogram(buf):
+    """A HistogramProto: min, max, num, sum, sum_squares, bucket_limit, bucket (packed
+    doubles, or one double per field as an unpacked encoder writes them)."""
+    h = {"bucket_limit": [], "bucket": []}
+    for num, wt, v in fields(buf):
+        if num in HISTO_FIELDS and wt == 1:
+            h[HISTO_FIELDS[num]] = struct.unpack("<d", v)[0]
+        elif num in (6, 7):
+            key = "bucket_limit" if num == 6 else "bucket"
+            if wt == 2:
+                if len(v) % 8:
+                    raise ValueError("packed doubles of %d bytes" % len(v))
+                h[key] += list(struct.unpack("<%dd" % (len(v) // 8), v))
+            elif wt == 1:
+                h[key].append(struct.unpack("<d", v)[0])
+    return h
+
+
 def read_events(path):
     data = open(path, "rb").read()
     pos, events = 0, []
@@ -75,7 +97,7 @@ def read_events(path):
         if masked(body) != dcrc:
             raise ValueError("bad data CRC at byte %d" % pos)
         pos += 16 + length
-        ev = {"scalars": []}
+        ev = {"scalars": [], "histograms": []}
         for num, wt, v in fields(body):
             if num == 1 and wt == 1:
                 ev["wall_time"] = struct.unpack("<d", v)[0]
@@ -87,13 +109,18 @@ def read_events(path):
                 for sn, swt, sv in fields(v):
                     if sn != 1 or swt != 2:
                         continue
-                    tag, val = None, None
+                    tag, val, histo = None, None, None
                     for vn, vwt, vv in fields(sv):
                         if vn == 1 and vwt == 2:
                             tag = vv.decode()
                         elif vn == 2 and vwt == 5:
                             val = struct.unpack("<f", vv)[0]
-                    ev["scalars"].append((tag, val))
+                        elif vn == 5 and vwt == 2:
+                            histo = histogram(vv)
+                    if histo is not None:
+                        ev["histograms"].append((tag, histo))
+                    elif val is not None:
+                        ev["scalars"].append((tag, val))
         events.append(ev)
     return events
 

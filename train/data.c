@@ -2,6 +2,7 @@
 #include "train/data.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,8 +268,10 @@ fail:
   return NULL;
 }
 
-int train_load_idx(const char *images_path, const char *labels_path, train_dataset_t *out,
-                   char *err, size_t errlen) {
+/* An IDX pair whose labels lie in [0, max_label]; num_classes = max_label + 1 (the
+   caller may narrow it to the labels seen). */
+static int load_idx_pair(const char *images_path, const char *labels_path, int max_label,
+                         train_dataset_t *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   uint32_t idims[3], ldims[3];
   uint8_t *img = train_idx_read(images_path, 3, idims, err, errlen);
@@ -289,9 +292,9 @@ int train_load_idx(const char *images_path, const char *labels_path, train_datas
     goto fail;
   }
   for (uint32_t i = 0; i < ldims[0]; i++) {
-    if (lab[i] > 9) {
-      snprintf(err, errlen, "%s: corrupt file (label %u of sample %u, expected 0..9)",
-               labels_path, lab[i], i);
+    if (lab[i] > max_label) {
+      snprintf(err, errlen, "%s: corrupt file (label %u of sample %u, expected 0..%d)",
+               labels_path, lab[i], i, max_label);
       goto fail;
     }
     out->labels[i] = lab[i];
@@ -302,7 +305,7 @@ int train_load_idx(const char *images_path, const char *labels_path, train_datas
   out->c = 1;
   out->h = (int)idims[1];
   out->w = (int)idims[2];
-  out->num_classes = 10;
+  out->num_classes = max_label + 1;
   return 0;
 fail:
   free(img);
@@ -310,6 +313,68 @@ fail:
   free(out->labels);
   memset(out, 0, sizeof *out);
   return -1;
+}
+
+int train_load_idx(const char *images_path, const char *labels_path, train_dataset_t *out,
+                   char *err, size_t errlen) {
+  return load_idx_pair(images_path, labels_path, 9, out, err, errlen);
+}
+
+int train_load_idx_sets(const char *train_images, const char *train_labels,
+                        const char *test_images, const char *test_labels,
+                        train_dataset_t *train, train_dataset_t *test, char *err,
+                        size_t errlen) {
+  memset(test, 0, sizeof *test);
+  if (load_idx_pair(train_images, train_labels, 255, train, err, errlen) != 0) return -1;
+  if (load_idx_pair(test_images, test_labels, 255, test, err, errlen) != 0) {
+    train_dataset_free(train);
+    return -1;
+  }
+  if (test->h != train->h || test->w != train->w) {
+    snprintf(err, errlen, "%s: test images are %dx%d, but %s holds %dx%d images (train and "
+             "test must have one shape)", test_images, test->h, test->w, train_images,
+             train->h, train->w);
+    goto fail;
+  }
+  /* The classes: 0 .. the largest label of either set (EMNIST letters: 1..26 make 27,
+     class 0 unused, as the files number them). */
+  int top = 0;
+  for (int i = 0; i < train->n; i++) top = train->labels[i] > top ? train->labels[i] : top;
+  for (int i = 0; i < test->n; i++) top = test->labels[i] > top ? test->labels[i] : top;
+  if (top < 1) {
+    snprintf(err, errlen, "%s: every label is 0: a classifier needs at least two classes",
+             train_labels);
+    goto fail;
+  }
+  train->num_classes = test->num_classes = top + 1;
+  return 0;
+fail:
+  train_dataset_free(train);
+  train_dataset_free(test);
+  return -1;
+}
+
+void train_norm_from_data(const train_dataset_t *d, float mean[3], float std[3]) {
+  size_t per = (size_t)d->h * d->w;
+  for (int ch = 0; ch < 3; ch++) {
+    int c = ch < d->c ? ch : d->c - 1;  /* fewer channels: repeat the last */
+    double s = 0, s2 = 0;
+    size_t count = 0;
+    for (int i = 0; d->images && c >= 0 && i < d->n; i++) {
+      const uint8_t *p = d->images + ((size_t)i * d->c + c) * per;
+      for (size_t k = 0; k < per; k++) {
+        double v = p[k] / 255.0;
+        s += v;
+        s2 += v * v;
+      }
+      count += per;
+    }
+    double m = count ? s / count : 0.5;
+    double var = count ? s2 / count - m * m : 0.0625;
+    /* A constant image set would divide by zero: keep it as it is (std 1). */
+    mean[ch] = (float)m;
+    std[ch] = var > 1e-12 ? (float)sqrt(var) : 1.0f;
+  }
 }
 
 /* ---- CIFAR-10 ---- */
@@ -516,8 +581,8 @@ int train_load_dataset(const char *name, const char *dir, uint64_t seed,
     train_dataset_free(&big);
     return 0;
   }
-  snprintf(err, errlen, "--dataset: unknown data set '%s' (fashion-mnist, mnist, cifar10, synthetic)",
-           name);
+  snprintf(err, errlen, "--dataset: unknown data set '%s' (fashion-mnist, mnist, cifar10, "
+           "synthetic; idx through train_load_idx_sets)", name);
   return -1;
 }
 

@@ -17,9 +17,18 @@ typedef struct {
 
 void train_dataset_free(train_dataset_t *d);
 
-/* IDX pair (images idx3, labels idx1), gzip or plain (zlib reads both). */
+/* IDX pair (images idx3, labels idx1), gzip or plain (zlib reads both); labels 0..9,
+   10 classes (the MNIST family). */
 int train_load_idx(const char *images_path, const char *labels_path, train_dataset_t *out,
                    char *err, size_t errlen);
+/* A user's IDX data (--dataset idx): two pairs of any image size and labels 0..255
+   (EMNIST, KMNIST, ...). A pair whose counts differ, train and test images of different
+   shapes, or labels all 0 fail with err naming the file. num_classes of both sets: the
+   largest label of either plus one. */
+int train_load_idx_sets(const char *train_images, const char *train_labels,
+                        const char *test_images, const char *test_labels,
+                        train_dataset_t *train, train_dataset_t *test, char *err,
+                        size_t errlen);
 /* One IDX file of unsigned bytes with want_dims dimensions: the data (malloc; the
    caller frees) and its dims, or NULL with the reason in err. The size the header
    claims is checked against overflow and the file before anything is allocated. */
@@ -48,6 +57,8 @@ void train_truncate(train_dataset_t *d, int count);
 /* Per-channel mean and std of the data set, in [0, 1] units (known constants for the
    named data sets keep runs comparable; synthetic computes them). */
 void train_norm_constants(const char *dataset, float mean[3], float std[3]);
+/* The same measured on d's images (per channel; --dataset idx, whose files carry none). */
+void train_norm_from_data(const train_dataset_t *d, float mean[3], float std[3]);
 
 /* ---- sharding ----
    The epoch's order is a permutation of [0, n) drawn from (seed, epoch), identical on

@@ -25,9 +25,13 @@ void train_flags_defaults(train_opts_t *o) {
   strcpy(o->device, "cpu");
   o->validation_split = 0.1f;
   o->synthetic_samples = 2048;
+  o->batches_per_allreduce = 1;
+  o->predivide = 1.0f;
+  o->lr_scaling = 1;
 }
 
-static const char *const DATASETS[] = {"fashion-mnist", "mnist", "cifar10", "synthetic", NULL};
+static const char *const DATASETS[] = {"fashion-mnist", "mnist", "cifar10", "synthetic", "idx",
+                                       NULL};
 static const char *const OPTIMIZERS[] = {"sgd", "adam", "adamw", NULL};
 static const char *const SCHEDULES[] = {"constant", "step", "cosine", NULL};
 static const char *const MONITORS[] = {"val_loss", "val_accuracy", NULL};
@@ -36,20 +40,37 @@ static const char *const DEVICES[] = {"cpu", "gpu", NULL};
 /* The flags, writing into o. A function, not a static table: the destinations are o's
    fields, and --help shows the defaults by building it over train_flags_defaults. */
 #define BUF(field) o->field, .dest_size = sizeof o->field
-enum { NFLAGS = 41 };
+enum { NFLAGS = 51 };
 static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
   const util_flag_t t[] = {
       {"model", UTIL_FLAG_STRING, BUF(model), .metavar = "NAME",
        .help = "model name: lenet, mlp, resnet20, ..."},
       {"dataset", UTIL_FLAG_CHOICE, BUF(dataset), .choices = DATASETS, .metavar = "NAME",
-       .help = "data set"},
+       .help = "data set; idx: your own IDX files (--train-images, --train-labels, "
+               "--test-images, --test-labels)"},
       {"data-dir", UTIL_FLAG_STRING, &o->data_dir, .metavar = "PATH",
        .def = "/usr/share/datasets/<dataset>", .help = "directory of the data set files"},
       {"epochs", UTIL_FLAG_INT, &o->epochs, .min = 0, .max = 100000, .help = "epochs to train"},
       {"batch-size", UTIL_FLAG_INT, &o->batch, .min = 1, .max = 65536,
        .help = "batch size per rank"},
       {"lr", UTIL_FLAG_FLOAT, &o->lr, .min = 0, .max = 100, .def = "sgd 0.01, adam 0.001",
-       .help = "learning rate before scaling by the number of ranks"},
+       .help = "learning rate before scaling by ranks x --batches-per-allreduce"},
+      {"lr-scaling", UTIL_FLAG_BOOL, &o->lr_scaling,
+       .help = "scale --lr by ranks x --batches-per-allreduce (the global batch over the "
+               "batch per rank, Horovod's linear scaling); --no-lr-scaling trains with --lr "
+               "as given"},
+      {"batches-per-allreduce", UTIL_FLAG_INT, &o->batches_per_allreduce, .min = 1, .max = 1024,
+       .help = "gradient accumulation (Horovod's backward_passes_per_step): N batches per rank "
+               "summed (each weighted so the sum is the mean over the N batches), then one "
+               "allreduce and one optimizer step; global batch = batch-size x N x ranks, and "
+               "--lr is scaled by N x ranks (see --lr-scaling)"},
+      {"gradient-predivide-factor", UTIL_FLAG_FLOAT, &o->predivide, .min = 1e-6, .max = 1e6,
+       .help = "Horovod's: gradients are divided by X before the sum over the ranks and by "
+               "ranks/X after it (the same average; X > 1 keeps a float16 sum in range)"},
+      {"init-weights", UTIL_FLAG_STRING, &o->init_weights, .metavar = "FILE",
+       .help = "start from these weights: a safetensors file with the model's PyTorch names, "
+               "shapes and dtypes exactly (an --export, or python/hvd_models.py's state_dict); "
+               "a checkpoint that --resume loads takes precedence"},
       {"optimizer", UTIL_FLAG_CHOICE, BUF(optimizer), .choices = OPTIMIZERS,
        .help = "optimizer"},
       {"momentum", UTIL_FLAG_FLOAT, &o->momentum, .min = 0, .max = 1, .help = "SGD momentum"},
@@ -90,7 +111,15 @@ static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
        .help = "continue exactly from this checkpoint; auto: from the newest valid one in "
                "--checkpoint-dir, or start fresh when there is none"},
       {"logdir", UTIL_FLAG_STRING, &o->logdir, .metavar = "PATH",
-       .help = "TensorBoard event file and log.csv of per-epoch scalars go here"},
+       .help = "TensorBoard runs as Keras writes them, PATH/train and PATH/validation (tags "
+               "epoch_loss, epoch_accuracy, ...), and PATH/log.csv"},
+      {"tensorboard-update-freq", UTIL_FLAG_INT, &o->tb_update_freq, .min = 0, .max = 1 << 30,
+       .def = "0: per epoch only",
+       .help = "also write batch_loss and batch_accuracy (the epoch's running means over all "
+               "ranks) every N batches (Keras's update_freq)"},
+      {"histogram-freq", UTIL_FLAG_INT, &o->histogram_freq, .min = 0, .max = 100000,
+       .def = "0: none",
+       .help = "write a histogram of every weight every N epochs (Keras's histogram_freq)"},
       {"augment", UTIL_FLAG_BOOL, &o->augment,
        .help = "random crop (pad 2 for digits, 4 for cifar10) and, for cifar10, left-right flips"},
       {"crop-pad", UTIL_FLAG_INT, &o->crop_pad, .min = 0, .max = 16,
@@ -118,6 +147,15 @@ static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
        .help = "use only the first N test samples"},
       {"synthetic-samples", UTIL_FLAG_INT, &o->synthetic_samples, .min = 16, .max = 1 << 24,
        .help = "training samples of --dataset synthetic"},
+      {"train-images", UTIL_FLAG_STRING, &o->train_images, .metavar = "FILE",
+       .help = "--dataset idx: training images, IDX (idx3-ubyte: count x height x width), "
+               "gzip or plain"},
+      {"train-labels", UTIL_FLAG_STRING, &o->train_labels, .metavar = "FILE",
+       .help = "--dataset idx: training labels, IDX (idx1-ubyte), 0..255"},
+      {"test-images", UTIL_FLAG_STRING, &o->test_images, .metavar = "FILE",
+       .help = "--dataset idx: test images"},
+      {"test-labels", UTIL_FLAG_STRING, &o->test_labels, .metavar = "FILE",
+       .help = "--dataset idx: test labels"},
       {"quiet", UTIL_FLAG_BOOL, &o->quiet, .help = "print only the summary"},
   };
   _Static_assert(sizeof t / sizeof t[0] == NFLAGS, "NFLAGS is the number of flags");
@@ -152,6 +190,29 @@ int train_flags_parse(int argc, char **argv, train_opts_t *o, char *err, size_t 
   int rc = util_flags_parse(&spec, argc, argv, &first, err, errlen);
   if (rc != UTIL_FLAGS_OK) return rc == UTIL_FLAGS_HELP ? 1 : -1;
   if (o->lr < 0) o->lr = strcmp(o->optimizer, "sgd") == 0 ? 0.01f : 0.001f;
+  /* The TensorBoard options refine --logdir (Keras's callback arguments). */
+  if ((o->tb_update_freq > 0 || o->histogram_freq > 0) && !o->logdir) {
+    snprintf(err, errlen, "%s needs --logdir (where the TensorBoard runs go); see train --help",
+             o->tb_update_freq > 0 ? "--tensorboard-update-freq" : "--histogram-freq");
+    return -1;
+  }
+  /* --dataset idx takes its four files, and only it does. */
+  const char *idx_flags[4] = {"--train-images", "--train-labels", "--test-images",
+                              "--test-labels"};
+  const char *idx_files[4] = {o->train_images, o->train_labels, o->test_images, o->test_labels};
+  int is_idx = strcmp(o->dataset, "idx") == 0;
+  for (int i = 0; i < 4; i++) {
+    if (is_idx && !idx_files[i]) {
+      snprintf(err, errlen, "--dataset idx needs %s FILE (all four of --train-images, "
+               "--train-labels, --test-images, --test-labels); see train --help", idx_flags[i]);
+      return -1;
+    }
+    if (!is_idx && idx_files[i]) {
+      snprintf(err, errlen, "%s is for --dataset idx (this run has --dataset %s); "
+               "see train --help", idx_flags[i], o->dataset);
+      return -1;
+    }
+  }
   return 0;
 }
 
@@ -161,10 +222,12 @@ void train_flags_describe(const train_opts_t *o, int ranks, char *buf, size_t le
            "momentum=%.9g\nnesterov=%d\nweight_decay=%.9g\nwarmup_epochs=%.9g\nlr_schedule=%s\n"
            "lr_step_epochs=%.9g\nlr_gamma=%.9g\nmin_lr=%.9g\nepochs=%d\naugment=%d\n"
            "crop_pad=%d\nvalidation_split=%.9g\nmax_train=%d\nmax_test=%d\n"
-           "synthetic_samples=%d\nmonitor=%s\nmin_delta=%.9g\npatience=%d\n",
+           "synthetic_samples=%d\nmonitor=%s\nmin_delta=%.9g\npatience=%d\n"
+           "batches_per_allreduce=%d\ngradient_predivide_factor=%.9g\nlr_scaling=%d\n",
            o->model, o->dataset, o->batch, ranks, (unsigned long long)o->seed, o->lr,
            o->optimizer, o->momentum, o->nesterov, o->weight_decay, o->warmup_epochs,
            o->lr_schedule, o->lr_step_epochs, o->lr_gamma, o->min_lr, o->epochs, o->augment,
            o->crop_pad, o->validation_split, o->max_train, o->max_test, o->synthetic_samples,
-           o->monitor, o->min_delta, o->es_patience);
+           o->monitor, o->min_delta, o->es_patience, o->batches_per_allreduce,
+           (double)o->predivide, o->lr_scaling);
 }

@@ -41,6 +41,15 @@ typedef struct {
   float validation_split;
   int max_train, max_test;     /* 0: all */
   int synthetic_samples;
+  /* --dataset idx: the four IDX files (images idx3, labels idx1, gzip or plain) */
+  const char *train_images, *train_labels, *test_images, *test_labels;
+  const char *init_weights;    /* safetensors file to start from (PyTorch names), or NULL */
+  int batches_per_allreduce;   /* Horovod's backward_passes_per_step: local passes summed
+                                  before one allreduce and one optimizer step */
+  float predivide;             /* Horovod's gradient_predivide_factor (1: none) */
+  int lr_scaling;              /* 1: lr x ranks x batches_per_allreduce (--no-lr-scaling: 0) */
+  int tb_update_freq;          /* TensorBoard batch_* scalars every N batches (0: epochs only) */
+  int histogram_freq;          /* TensorBoard weight histograms every N epochs (0: none) */
   int quiet;
 } train_opts_t;
 

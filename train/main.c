@@ -56,19 +56,37 @@
 static int g_rank;            /* set from the launcher's environment before hvd_init */
 static int g_hvd_up;
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...) {
+/* Prints msg from rank 0, shuts the runtime down and exits with code on every rank. */
+static void die_msg(int code, const char *msg) __attribute__((noreturn));
+static void die_msg(int code, const char *msg) {
   if (g_rank == 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("train: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs("\n", stderr);
-    va_end(ap);
+    fprintf(stderr, "train: %s\n", msg);
     fflush(stderr);
   }
   if (g_hvd_up) hvd_shutdown();
-  exit(1);
+  exit(code);
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...) {
+  char msg[12288];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  die_msg(1, msg);
+}
+
+/* A mistake in what the user gave (exit status 2, as a bad flag): found before the
+   runtime is up and before anything is written. */
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die_usage(const char *fmt, ...) {
+  char msg[12288];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  die_msg(2, msg);
 }
 
 static int g_launched;        /* started by mpirun/hvdrun (a rank variable was set) */
@@ -558,7 +576,8 @@ static int load_checkpoint(run_t *r, const char *path, int warn, char *err, size
   /* Settings that change the arithmetic: resuming still works, but not bit for bit. A
      different number of ranks main() handles and reports itself (keeping the global batch),
      and a batch size then differs on purpose. */
-  const char *keys[] = {"batch_size", "seed", "lr", "warmup_epochs", "lr_schedule"};
+  const char *keys[] = {"batch_size", "seed", "lr", "warmup_epochs", "lr_schedule",
+                        "batches_per_allreduce", "gradient_predivide_factor"};
   char mine[4096];
   train_flags_describe(r->o, r->ranks, mine, sizeof mine);
   train_ckpt_t me = {.meta = mine};
@@ -592,11 +611,17 @@ static int probe_dir(const char *dir) {
   return e ? -1 : 0;
 }
 
-/* Opens the event file and log.csv of --logdir, creates --checkpoint-dir, and probes it
+/* The TensorBoard runs of --logdir, as Keras's TensorBoard callback lays them out: one
+   directory (one run) each, with the same tags in both, so that TensorBoard draws the
+   train and validation curves of a tag in one chart. */
+enum { TB_TRAIN, TB_VALIDATION, TB_RUNS };
+static const char *const tb_run_names[TB_RUNS] = {"train", "validation"};
+
+/* Opens the event files and log.csv of --logdir, creates --checkpoint-dir, and probes it
    and the directory of --export: a path that cannot be written is found now, not after
    an epoch or after all of training. 0, or -1 with one line in err naming the flag or
    the file. */
-static int open_outputs(const train_opts_t *o, train_tfevents_t *tb, train_csv_t *csv,
+static int open_outputs(const train_opts_t *o, train_tfevents_t tb[TB_RUNS], train_csv_t *csv,
                         char *err, size_t errlen) {
   if (o->checkpoint_dir) {
     if (train_mkdirs(o->checkpoint_dir) != 0) {
@@ -636,17 +661,58 @@ static int open_outputs(const train_opts_t *o, train_tfevents_t *tb, train_csv_t
     }
   }
   if (o->logdir) {
-    if (train_tfevents_open(tb, o->logdir, err, errlen) != 0) return -1;
-    char p[4200];
-    snprintf(p, sizeof p, "%s/log.csv", o->logdir);
-    if (train_csv_open(csv, p, o->resume != NULL) != 0) {
-      snprintf(err, errlen, "%s: cannot write (%s)", p, strerror(errno));
-      train_tfevents_close(tb);
-      unlink(tb->path);  /* nothing was logged into it */
+    if (train_mkdirs(o->logdir) != 0) {
+      snprintf(err, errlen, "--logdir %s: cannot create directory (%s)", o->logdir,
+               strerror(errno));
       return -1;
     }
+    char p[4200];
+    int opened = 0;
+    for (; opened < TB_RUNS; opened++) {
+      snprintf(p, sizeof p, "%s/%s", o->logdir, tb_run_names[opened]);
+      if (train_tfevents_open(&tb[opened], p, err, errlen) != 0) break;
+    }
+    if (opened == TB_RUNS) {
+      snprintf(p, sizeof p, "%s/log.csv", o->logdir);
+      if (train_csv_open(csv, p, o->resume != NULL) == 0) return 0;
+      snprintf(err, errlen, "%s: cannot write (%s)", p, strerror(errno));
+    }
+    for (int i = 0; i < opened; i++) {  /* nothing was logged into them */
+      train_tfevents_close(&tb[i]);
+      unlink(tb[i].path);
+    }
+    return -1;
   }
   return 0;
+}
+
+/* Rank 0: the train run's epoch scalars and, every --histogram-freq epochs, a histogram
+   of each weight; the validation run's scalars. Keras's steps: the epoch from 0. */
+static void tb_epoch(train_tfevents_t tb[TB_RUNS], const train_opts_t *o, nn_model_t *m,
+                     int epoch, double loss, double acc, const eval_t *v, double lr,
+                     double ips) {
+  const double wall = train_wall_time();
+  const char *train_tags[] = {"epoch_loss", "epoch_accuracy", "epoch_learning_rate",
+                              "epoch_images_per_sec"};
+  const double train_vals[] = {loss, acc, lr, ips};
+  for (int i = 0; i < 4; i++)
+    if (train_tfevents_scalar(&tb[TB_TRAIN], train_tags[i], (float)train_vals[i], epoch,
+                              wall) != 0)
+      die("%s: write failed (%s)", tb[TB_TRAIN].path, strerror(errno));
+  train_tfevents_t *val = &tb[TB_VALIDATION];
+  if (train_tfevents_scalar(val, "epoch_loss", (float)v->loss, epoch, wall) != 0 ||
+      train_tfevents_scalar(val, "epoch_accuracy", (float)v->acc, epoch, wall) != 0)
+    die("%s: write failed (%s)", tb[TB_VALIDATION].path, strerror(errno));
+  if (o->histogram_freq <= 0 || epoch % o->histogram_freq != 0) return;
+  /* The weights as a state_dict names them (the host mirror, refreshed this epoch). */
+  const float *params = nn_model_params(m);
+  for (int i = 0; i < nn_model_num_slices(m); i++) {
+    const nn_slice_t *sl = nn_model_slice(m, i);
+    if (sl->kind != NN_SLICE_PARAM) continue;
+    if (train_tfevents_histogram(&tb[TB_TRAIN], sl->name, params + sl->offset, sl->numel,
+                                 epoch, wall) != 0)
+      die("%s: write failed (%s)", tb[TB_TRAIN].path, strerror(errno));
+  }
 }
 
 static void bcast(const char *name, void *buf, size_t count, hvd_dtype_t t) {
@@ -862,6 +928,12 @@ int main(int argc, char **argv) {
         o.use_fp16 ? "--use-fp16" : "--use-bf16");
   if (!gpu && o.channels_last)
     die("--channels-last needs --device gpu (on the CPU nn's layout is NCHW)");
+  if (o.batches_per_allreduce > 1 && (o.use_fp16 || o.use_bf16 || o.channels_last))
+    die_usage("--batches-per-allreduce %d: accumulating gradients needs float32 NCHW on the "
+              "GPU (a %s model overwrites its gradients in backward); drop %s",
+              o.batches_per_allreduce,
+              o.use_fp16 ? "fp16" : o.use_bf16 ? "bf16" : "channels-last",
+              o.use_fp16 ? "--use-fp16" : o.use_bf16 ? "--use-bf16" : "--channels-last");
   if (o.checkpoint_every_steps > 0 && !o.checkpoint_dir)
     die("--checkpoint-every-steps %d needs --checkpoint-dir (where last.ckpt goes)",
         o.checkpoint_every_steps);
@@ -885,9 +957,18 @@ int main(int argc, char **argv) {
   /* Data before the runtime: a bad file ends every rank the same way, quickly. */
   train_dataset_t train, test, val;
   int synth_test = o.synthetic_samples / 4 > 16 ? o.synthetic_samples / 4 : 16;
-  if (train_load_dataset(o.dataset, o.data_dir, o.seed, mc, mh, mw, o.synthetic_samples,
-                         synth_test, &train, &test, err, sizeof err) != 0)
-    die("%s", err);
+  const int is_idx = strcmp(o.dataset, "idx") == 0;
+  int loaded = is_idx ? train_load_idx_sets(o.train_images, o.train_labels, o.test_images,
+                                            o.test_labels, &train, &test, err, sizeof err)
+                      : train_load_dataset(o.dataset, o.data_dir, o.seed, mc, mh, mw,
+                                           o.synthetic_samples, synth_test, &train, &test, err,
+                                           sizeof err);
+  if (loaded != 0) die("%s", err);
+  /* Normalisation: the named sets' published constants; a user's IDX files carry none, so
+     their training images' own mean and std (before --max-train: a property of the file). */
+  float norm_mean[3], norm_std[3];
+  if (is_idx) train_norm_from_data(&train, norm_mean, norm_std);
+  else train_norm_constants(o.dataset, norm_mean, norm_std);
   train_truncate(&train, o.max_train);
   train_truncate(&test, o.max_test);
   int val_is_test = 0;
@@ -897,6 +978,20 @@ int main(int argc, char **argv) {
   } else {
     val = test;
     val_is_test = 1;
+  }
+
+  /* --init-weights: read and checked against the model on every rank before the runtime
+     is up, so a wrong file ends every rank alike with nothing written; copied into the
+     model below unless a checkpoint is resumed. */
+  nn_model_t *init = NULL;
+  if (o.init_weights) {
+    nn_model_config_t icfg = {.batch = 1, .seed = o.seed, .num_classes = train.num_classes,
+                              .in_channels = train.c, .in_height = train.h, .in_width = train.w};
+    if (nn_model_create(&init, o.model, &icfg) != NN_OK)
+      die("--model %s with %s (%dx%dx%d): %s", o.model, o.dataset, train.c, train.h, train.w,
+          nn_last_error());
+    if (nn_model_load_safetensors(init, o.init_weights) != NN_OK)
+      die_usage("--init-weights: %s", nn_last_error());
   }
 
   hvd_check(hvd_init(), "hvd_init");
@@ -926,7 +1021,9 @@ int main(int argc, char **argv) {
   size_t np = nn_model_param_len(model), nb = nn_model_num_buffers(model);
   int ncounters = count_counters(model);
 
-  run_t run = {.o = &o, .model = model, .ranks = size, .lr_scale = size};
+  /* Linear scaling (Horovod): the global batch is batch x batches_per_allreduce x ranks. */
+  run_t run = {.o = &o, .model = model, .ranks = size,
+               .lr_scale = o.lr_scaling ? (double)size * o.batches_per_allreduce : 1.0};
   if (o.restore_best) {
     run.best_params = malloc(np * sizeof(float));
     run.best_buffers = malloc((nb ? nb : 1) * sizeof(float));
@@ -972,7 +1069,10 @@ int main(int argc, char **argv) {
     bcast("resume.status", info, 3, HVD_INT32);
     if (info[0] < 0) die("%s", err);
     resumed = info[0] == 1;
-    if (!resumed && rank == 0)
+    if (!resumed && rank == 0 && init)
+      printf("train: --resume auto: no checkpoint in %s, starting from --init-weights %s\n",
+             o.checkpoint_dir, o.init_weights);
+    else if (!resumed && rank == 0)
       printf("train: --resume auto: no checkpoint in %s, starting from scratch\n",
              o.checkpoint_dir);
   }
@@ -1011,6 +1111,18 @@ int main(int argc, char **argv) {
     ckmon.best = run.st[ST_CK_BEST];
     ckmon.best_epoch = (int)run.st[ST_CK_BEST_EPOCH];
   }
+  if (init && !resumed) {
+    memcpy(params, nn_model_params(init), np * sizeof(float));
+    memcpy(nn_model_buffers(model), nn_model_buffers(init), nb * sizeof(float));
+    memcpy(nn_model_counters(model), nn_model_counters(init),
+           (size_t)ncounters * sizeof(int64_t));
+  } else if (init && rank == 0) {
+    printf("train: resuming %s: its weights, not --init-weights %s\n", resumed_from,
+           o.init_weights);
+    fflush(stdout);
+  }
+  nn_model_free(init);
+  init = NULL;
   /* Rank 0's weights and buffers everywhere (Horovod's broadcast_parameters). */
   bcast("init.params", params, np, HVD_FLOAT32);
   bcast("init.buffers", nn_model_buffers(model), nb, HVD_FLOAT32);
@@ -1054,7 +1166,7 @@ int main(int argc, char **argv) {
   hvd_check(hvd_grad_buckets_create(&buckets, nn_model_grads_home(model), np, bucket_bytes,
                                     first_bytes,
                                     o.fp16_allreduce ? HVD_COMPRESSION_FP16 : HVD_COMPRESSION_NONE,
-                                    HVD_AVERAGE),
+                                    o.predivide != 1.0f ? HVD_SUM : HVD_AVERAGE),
             "gradient buckets");
   hvd_grad_buckets_set_overlap(buckets, !o.no_overlap);
 
@@ -1066,7 +1178,8 @@ int main(int argc, char **argv) {
                : strcmp(o.lr_schedule, "cosine") == 0 ? NN_LR_COSINE : NN_LR_CONSTANT;
 
   train_batch_opts_t bo = {.aug_pad = 0, .aug_flip = 0, .seed = o.seed};
-  train_norm_constants(o.dataset, bo.mean, bo.std);
+  memcpy(bo.mean, norm_mean, sizeof bo.mean);
+  memcpy(bo.std, norm_std, sizeof bo.std);
   if (o.augment) {
     bo.aug_pad = o.crop_pad >= 0 ? o.crop_pad : strcmp(o.dataset, "cifar10") == 0 ? 4 : 2;
     /* Digits and clothes have a handedness: flip only natural images. */
@@ -1082,16 +1195,20 @@ int main(int argc, char **argv) {
 
   /* Rank 0's outputs, opened or probed now; every rank learns the verdict, so a bad
      path ends the run before any training with rank 0's one line. */
-  train_tfevents_t tb = {0};
+  train_tfevents_t tb[TB_RUNS] = {{0}};
   train_csv_t csv = {0};
   int32_t outputs_ok = 1;
-  if (rank == 0 && open_outputs(&o, &tb, &csv, err, sizeof err) != 0) outputs_ok = 0;
+  if (rank == 0 && open_outputs(&o, tb, &csv, err, sizeof err) != 0) outputs_ok = 0;
   bcast("setup.outputs", &outputs_ok, 1, HVD_INT32);
   if (!outputs_ok) die("%s", err);
 
   train_progress_t prog;
   train_progress_init(&prog, rank == 0 && !o.quiet, g_launched);
   int steps = train_steps_per_epoch(train.n, size, o.batch);
+  /* Gradient accumulation: the batches of an epoch form windows of K (the last one may be
+     shorter), each one optimizer step. Windows restart every epoch. */
+  const int accum = o.batches_per_allreduce;
+  const int windows = (steps + accum - 1) / accum;
   int shard_b, shard_e;
   train_shard_range(train.n, rank, size, &shard_b, &shard_e);
   long long kill_at = -1;  /* test knob: SIGKILL rank 0 at this global step */
@@ -1110,12 +1227,30 @@ int main(int argc, char **argv) {
              start_step, file_steps, start_epoch + 1, mapped, steps);
     start_step = mapped;
   }
+  /* A window's gradients live only in memory: go on from the start of the window (a
+     checkpoint of this run is always taken at a window's end). */
+  if (start_step % accum != 0) {
+    if (rank == 0)
+      printf("train: step %d of epoch %d is inside an accumulation window of %d: going on from "
+             "step %d\n", start_step, start_epoch + 1, accum, start_step - start_step % accum);
+    start_step -= start_step % accum;
+  }
   if (rank == 0 && !o.quiet) {
-    printf("train: %s on %s, %d rank(s), batch %d per rank (%d global), %d train / %d val / "
-           "%d test samples, %zu parameters, lr %.5g x %g, %s, %d steps per epoch%s\n",
-           o.model, o.dataset, size, o.batch, o.batch * size, train.n, val_is_test ? 0 : val.n,
-           test.n, nn_model_num_params(model), o.lr, run.lr_scale, o.optimizer, steps,
-           resumed ? ", resumed" : "");
+    char accum_note[128] = "";
+    if (accum > 1)
+      snprintf(accum_note, sizeof accum_note, " x %d batches per allreduce", accum);
+    printf("train: %s on %s, %d rank(s), batch %d per rank%s (%d global), %d train / %d val / "
+           "%d test samples, %zu parameters, lr %.5g x %g, %s, %d steps per epoch",
+           o.model, o.dataset, size, o.batch, accum_note, o.batch * size * accum, train.n,
+           val_is_test ? 0 : val.n, test.n, nn_model_num_params(model), o.lr, run.lr_scale,
+           o.optimizer, steps);
+    if (accum > 1) printf(" (%d optimizer steps)", windows);
+    if (o.predivide != 1.0f) printf(", gradient predivide factor %g", (double)o.predivide);
+    printf("%s\n", resumed ? ", resumed" : "");
+    if (is_idx)
+      printf("train: %s: %d classes, %dx%d images, normalised with mean %.4f, std %.4f (of the "
+             "training images)\n", o.train_images, train.num_classes, train.h, train.w,
+             (double)norm_mean[0], (double)norm_std[0]);
     if (resumed && start_step > 0)
       printf("train: resuming %s after epoch %d and step %d of epoch %d\n", resumed_from,
              start_epoch, start_step, start_epoch + 1);
@@ -1124,7 +1259,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
 
-  train_step_t step = {.model = model, .buckets = buckets, .size = size};
+  train_step_t step = {.model = model, .buckets = buckets, .size = size,
+                       .predivide = o.predivide};
   int stopped_early = 0;
   double last_lr = nn_lr_at(&sched, start_epoch);
   for (int epoch = start_epoch; epoch < o.epochs && !stopped_early; epoch++) {
@@ -1141,13 +1277,22 @@ int main(int argc, char **argv) {
     train_epoch_permutation(perm, train.n, o.seed, epoch);
     bo.epoch = epoch;
     train_progress_begin(&prog, epoch, o.epochs, steps);
+    int window_total = 0;  /* samples of the current window over all ranks */
     for (int s = first; s < steps; s++) {
       if (kill_at >= 0 && rank == 0 && (long long)epoch * steps + s == kill_at) raise(SIGKILL);
+      const int window = s / accum, window_start = window * accum;
+      const int window_end = window_start + accum < steps ? window_start + accum : steps;
+      const int last_pass = s + 1 == window_end;
+      if (s == window_start) {
+        window_total = 0;
+        for (int k = window_start; k < window_end; k++)
+          window_total += train_step_total(train.n, size, o.batch, k);
+      }
       int n = train_step_count(train.n, rank, size, o.batch, s);
-      int total = train_step_total(train.n, size, o.batch, s);
       if (n > 0) train_make_batch(&train, perm + shard_b + (size_t)s * o.batch, n, &bo, x, y);
-      last_lr = nn_lr_at(&sched, epoch + (double)s / steps);
-      if (train_step_run(&step, x, y, n, total, (float)last_lr, TRAIN_STEP_FETCH_LOSS) != 0) {
+      last_lr = nn_lr_at(&sched, epoch + (double)window_start / steps);
+      int flags = TRAIN_STEP_FETCH_LOSS | (last_pass ? 0 : TRAIN_STEP_ACCUMULATE);
+      if (train_step_run(&step, x, y, n, window_total, (float)last_lr, flags) != 0) {
         if (step.hvd_status != HVD_OK) hvd_check(step.hvd_status, step.failed);
         nn_check_model(step.nn_status, step.failed);
       }
@@ -1161,8 +1306,27 @@ int main(int argc, char **argv) {
         train_progress_step(&prog, s + 1, sums[0] / sums[2], sums[1] / sums[2],
                             el > 0 ? sums[2] * size / el : 0);
       }
-      long long global_step = (long long)epoch * steps + s + 1;
-      if (o.checkpoint_every_steps > 0 && s + 1 < steps &&
+      /* Keras's update_freq: the epoch's running loss and accuracy over all ranks, at
+         the global batch count (Keras's step for batch_* scalars). */
+      long long global_batch = (long long)epoch * steps + s + 1;
+      if (o.logdir && o.tb_update_freq > 0 && global_batch % o.tb_update_freq == 0) {
+        double run_sums[3];
+        hvd_check(hvd_allreduce("tb.batch.metrics", sums, run_sums, 3, HVD_FLOAT64, HVD_SUM),
+                  "allreduce of metrics");
+        if (rank == 0 && run_sums[2] > 0) {
+          const double wall = train_wall_time();
+          const float batch_loss = (float)(run_sums[0] / run_sums[2]);
+          const float batch_acc = (float)(run_sums[1] / run_sums[2]);
+          if (train_tfevents_scalar(&tb[TB_TRAIN], "batch_loss", batch_loss, global_batch,
+                                    wall) != 0 ||
+              train_tfevents_scalar(&tb[TB_TRAIN], "batch_accuracy", batch_acc, global_batch,
+                                    wall) != 0)
+            die("%s: write failed (%s)", tb[TB_TRAIN].path, strerror(errno));
+        }
+      }
+      /* Mid-epoch checkpoints at a window's end, counted in optimizer steps. */
+      long long global_step = (long long)epoch * windows + window + 1;
+      if (last_pass && o.checkpoint_every_steps > 0 && s + 1 < steps &&
           global_step % o.checkpoint_every_steps == 0)
         save_mid_epoch(&run, rank, s + 1, steps, sums, util_now_s() - t0);
     }
@@ -1243,21 +1407,15 @@ int main(int argc, char **argv) {
       train_progress_end(&prog, loss, acc, v.loss, v.acc, last_lr, ips, seconds, note);
       /* A failed write (a full disk, a file-size limit) stops the run: the checkpoints
          of this epoch are already complete. */
-      if (tb.f) {
-        double wall = (double)time(NULL);
-        const char *tags[] = {"loss", "accuracy", "val_loss", "val_accuracy", "learning_rate",
-                              "images_per_sec"};
-        const double vals[] = {loss, acc, v.loss, v.acc, last_lr, ips};
-        for (int i = 0; i < 6; i++)
-          if (train_tfevents_scalar(&tb, tags[i], (float)vals[i], epoch + 1, wall) != 0)
-            die("%s: write failed (%s)", tb.path, strerror(errno));
-      }
+      if (tb[TB_TRAIN].f) tb_epoch(tb, &o, model, epoch, loss, acc, &v, last_lr, ips);
       if (csv.f && train_csv_row(&csv, epoch + 1, loss, acc, v.loss, v.acc, last_lr, ips,
                                  seconds) != 0)
         die("%s: write failed (%s)", csv.path, strerror(errno));
     }
   }
-  if (tb.f && train_tfevents_close(&tb) != 0) die("%s: write failed (%s)", tb.path, strerror(errno));
+  for (int i = 0; i < TB_RUNS; i++)
+    if (tb[i].f && train_tfevents_close(&tb[i]) != 0)
+      die("%s: write failed (%s)", tb[i].path, strerror(errno));
   if (csv.f && train_csv_close(&csv) != 0) die("%s: write failed (%s)", csv.path, strerror(errno));
 
   int restored = 0;

@@ -43,35 +43,57 @@ int train_step_run(train_step_t *t, const float *x, const int32_t *y, int n, int
                    float lr, int flags) {
   const int gpu = nn_model_device(t->model) == NN_DEVICE_CUDA;
   const int fetch = (flags & TRAIN_STEP_FETCH_LOSS) || !gpu;
+  const int last = !(flags & TRAIN_STEP_ACCUMULATE);
+  const size_t len = nn_model_param_len(t->model);
+  const double pre = t->predivide > 0 && t->predivide != 1.0f ? t->predivide : 1.0;
   nn_status_t s;
   t->failed = NULL;
   t->nn_status = NN_OK;
   t->hvd_status = HVD_OK;
   t->loss = NAN;
   t->correct = 0;
-  t->scaled_from = nn_model_param_len(t->model);
+  t->scaled_from = len;
   t->scale = 1.0f;
 
   t->phase_start[TRAIN_PHASE_FORWARD] = util_now_s();
+  double weight = 1.0;  /* this pass's share, size * n / total (1 on an even step) */
   if (n > 0) {
     s = nn_model_forward(t->model, x, n, 1);
     if (s != NN_OK) return nn_failed(t, "forward", s);
     s = nn_model_loss(t->model, y, fetch ? &t->loss : NULL, fetch ? &t->correct : NULL);
     if (s != NN_OK) return nn_failed(t, "loss", s);
-    if (total > 0 && (long long)n * t->size != total)
-      t->scale = (float)((double)t->size * n / total);
+    if (total > 0 && (long long)n * t->size != total) weight = (double)t->size * n / total;
   }
 
   t->phase_start[TRAIN_PHASE_BACKWARD] = util_now_s();
   if (n > 0) {
+    const int accumulate = t->window_passes > 0;
+    /* The sum so far holds each earlier pass at its weight over the previous pass's:
+       bring it to this pass's (see step.h). */
+    if (accumulate && weight != t->window_weight) {
+      s = nn_model_scale_grads(t->model, 0, len, (float)(t->window_weight / weight));
+      if (s != NN_OK) return nn_failed(t, "scaling the accumulated gradients", s);
+    }
+    t->window_passes++;
+    t->window_weight = weight;
+    if (last) t->scale = (float)(weight / pre);
     /* Without buckets the callback still applies an uneven step's scale. */
-    const int need_callback = t->buckets != NULL || t->scale != 1.0f;
-    s = nn_model_backward(t->model, need_callback ? grad_ready : NULL, t);
+    const int need_callback = last && (t->buckets != NULL || t->scale != 1.0f);
+    s = accumulate ? nn_model_backward_accumulate(t->model, need_callback ? grad_ready : NULL, t)
+                   : nn_model_backward(t->model, need_callback ? grad_ready : NULL, t);
     if (s != NN_OK) return nn_failed(t, "backward", s);
-  } else {
+  } else if (last && t->window_passes > 0) {
+    /* No sample for this rank in the window's last pass: its earlier passes count. */
+    t->scale = (float)(t->window_weight / pre);
+  } else if (last) {
     s = nn_model_zero_grads(t->model);
     if (s != NN_OK) return nn_failed(t, "zeroing the gradients", s);
   }
+  if (!last) {
+    for (int p = TRAIN_PHASE_WAIT; p <= TRAIN_NUM_PHASES; p++) t->phase_start[p] = util_now_s();
+    return 0;
+  }
+  t->window_passes = 0;
   grad_ready(t, 0);   /* whatever the callback has not covered yet */
   if (t->nn_status != NN_OK) return nn_failed(t, "scaling the gradients", t->nn_status);
   if (t->hvd_status != HVD_OK) return hvd_failed(t, "gradient allreduce", t->hvd_status);
@@ -80,6 +102,13 @@ int train_step_run(train_step_t *t, const float *x, const int32_t *y, int n, int
   if (t->buckets) {
     hvd_status_t h = hvd_grad_buckets_wait(t->buckets);
     if (h != HVD_OK) return hvd_failed(t, "gradient allreduce", h);
+  }
+  /* Predivide: the buckets summed g / X over the ranks; X / size makes it the average
+     (without buckets nothing was summed: X undoes the division). */
+  if (pre != 1.0) {
+    s = nn_model_scale_grads(t->model, 0, len,
+                             (float)(t->buckets ? pre / t->size : pre));
+    if (s != NN_OK) return nn_failed(t, "scaling the gradients after the allreduce", s);
   }
 
   t->phase_start[TRAIN_PHASE_UPDATE] = util_now_s();

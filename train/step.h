@@ -10,7 +10,23 @@
    possibly the last of an epoch). So the gradients are scaled only when that factor is
    not 1, bucket by bucket before its allreduce starts, where they live. A rank with no
    sample at a step (n = 0, the tail of a shorter shard) still joins every allreduce,
-   with zeros, and takes the same optimizer step as the others. */
+   with zeros, and takes the same optimizer step as the others.
+
+   Gradient accumulation (Horovod's backward_passes_per_step, train's
+   --batches-per-allreduce K): a window of K passes takes one optimizer step. The first
+   K-1 passes (TRAIN_STEP_ACCUMULATE) run forward and backward only, summing into the
+   gradients; the last one runs backward with the buckets, waits and steps. `total` is
+   then the samples of the whole window over all ranks, and pass k of a rank weighs
+   w_k = size * n_k / total, so the average over the ranks is the mean gradient over
+   every sample of the window (the mean over a K-times larger batch). The weights are
+   applied without a second buffer: before a pass whose weight differs from the
+   previous one (only at an epoch's uneven tail), the sum so far is rescaled by
+   w_prev / w_k; the last pass's callback multiplies everything by its w_k, bucket by
+   bucket before each allreduce, as for a single pass.
+
+   Predivide (Horovod's gradient_predivide_factor X): the gradients are multiplied by
+   1/X before the sum over the ranks (in the same callback) and by X/size after it, so
+   the result is the same average; the buckets must then SUM (HVD_SUM), not average. */
 #ifndef TRAIN_STEP_H
 #define TRAIN_STEP_H
 
@@ -38,6 +54,9 @@ enum {
   /* On a GPU, wait for the whole step at its end (timing a step); without it the step
      only queues kernels. Nothing on the CPU. */
   TRAIN_STEP_SYNC = 2,
+  /* Not the last pass of an accumulation window: backward sums into the gradients;
+     no allreduce, no optimizer step (see above). */
+  TRAIN_STEP_ACCUMULATE = 4,
 };
 
 typedef struct {
@@ -45,6 +64,8 @@ typedef struct {
   nn_model_t *model;              /* with its optimizer (nn_model_optim_create) */
   hvd_grad_buckets_t *buckets;    /* over nn_model_grads_home(model); NULL: no allreduce */
   int size;                       /* ranks that share the global batch */
+  float predivide;                /* Horovod's gradient_predivide_factor; 0 or 1: none.
+                                     Other values need buckets that SUM */
   /* The last step's results. */
   float loss;                     /* mean over this rank's samples; NAN if not fetched */
   int correct;                    /* correct predictions of this rank; 0 if not fetched */
@@ -54,15 +75,19 @@ typedef struct {
   const char *failed;
   nn_status_t nn_status;
   hvd_status_t hvd_status;
-  /* Private: the grad-ready callback's state during backward. */
+  /* Private: the grad-ready callback's state during backward, and the accumulation
+     window's: passes with samples so far and the weight of the last one. */
   float scale;
   size_t scaled_from;
+  int window_passes;
+  double window_weight;
 } train_step_t;
 
 /* One step on this rank's n samples (x: n images in the model's input shape, host or
-   device memory; y: n labels) of the `total` that all ranks take together at this step,
-   with learning rate lr. flags: TRAIN_STEP_*. Returns 0, or -1 with failed, nn_status
-   and hvd_status set (the step's state is then undefined: end the run). */
+   device memory; y: n labels) of the `total` that all ranks take together at this step
+   (with accumulation: in the whole window), with learning rate lr. flags: TRAIN_STEP_*.
+   Returns 0, or -1 with failed, nn_status and hvd_status set (the step's state is then
+   undefined: end the run). */
 int train_step_run(train_step_t *t, const float *x, const int32_t *y, int n, int total,
                    float lr, int flags);
 

@@ -1,4 +1,4 @@
-/* train/tfevents.c: TensorBoard scalar event files, TFRecord + protobuf by hand.
+/* train/tfevents.c: TensorBoard event files, TFRecord + protobuf by hand.
 
    Protobuf wire format used here (field number << 3 | wire type):
      Event   { double wall_time = 1;  (0x09, 8 bytes LE)
@@ -6,10 +6,19 @@
                string file_version = 3; (0x1a, length-delimited)
                Summary summary  = 5;  (0x2a, length-delimited) }
      Summary { repeated Value value = 1; (0x0a) }
-     Value   { string tag = 1; (0x0a)   float simple_value = 2; (0x15, 4 bytes LE) } */
+     Value   { string tag = 1; (0x0a)   float simple_value = 2; (0x15, 4 bytes LE)
+               HistogramProto histo = 5; (0x2a, length-delimited) }
+     HistogramProto { double min = 1; (0x09)  double max = 2; (0x11)  double num = 3; (0x19)
+                      double sum = 4; (0x21)  double sum_squares = 5; (0x29)
+                      repeated double bucket_limit = 6 [packed]; (0x32)
+                      repeated double bucket = 7 [packed]; (0x3a) }
+   A HistogramProto without plugin metadata is what TensorBoard's histogram and
+   distribution dashboards read from TF1-style summaries (tensorboard's data_compat turns
+   bucket i into [bucket_limit[i-1] (min for i = 0), bucket_limit[i] (max for the last)]). */
 #include "train/tfevents.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -68,7 +77,7 @@ int train_mkdirs(const char *dir) {
 
 /* ---- protobuf encoding into a small buffer ---- */
 typedef struct {
-  unsigned char b[1024];
+  unsigned char b[2048];  /* the largest record: a histogram of TRAIN_TB_BUCKETS buckets */
   size_t n;
 } pbuf_t;
 
@@ -88,6 +97,23 @@ static void put_bytes(pbuf_t *p, const void *d, size_t len) {
 }
 static void put_le(pbuf_t *p, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; i++) put_byte(p, (unsigned char)(v >> (8 * i)));
+}
+static void put_double(pbuf_t *p, double d) {
+  uint64_t bits;
+  memcpy(&bits, &d, 8);
+  put_le(p, bits, 8);
+}
+/* A length-delimited field holding the message m. */
+static void put_message(pbuf_t *p, unsigned char key, const pbuf_t *m) {
+  put_byte(p, key);
+  put_varint(p, m->n);
+  put_bytes(p, m->b, m->n);
+}
+
+double train_wall_time(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return (double)time(NULL);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int write_record(train_tfevents_t *w, const pbuf_t *ev) {
@@ -110,10 +136,8 @@ static int write_record(train_tfevents_t *w, const pbuf_t *ev) {
 }
 
 static void event_head(pbuf_t *p, double wall_time, int64_t step) {
-  uint64_t bits;
-  memcpy(&bits, &wall_time, 8);
   put_byte(p, 0x09);
-  put_le(p, bits, 8);
+  put_double(p, wall_time);
   put_byte(p, 0x10);
   put_varint(p, (uint64_t)step);
 }
@@ -150,13 +174,28 @@ int train_tfevents_open(train_tfevents_t *w, const char *dir, char *err, size_t 
   return 0;
 }
 
-int train_tfevents_scalar(train_tfevents_t *w, const char *tag, float value, int64_t step,
-                          double wall_time) {
-  size_t tl = strlen(tag);
-  if (!w->f || tl > 200) {
+/* One Event of one Summary value (a tag and its encoded value fields) at step. */
+static int write_value(train_tfevents_t *w, const pbuf_t *val, int64_t step, double wall_time) {
+  pbuf_t sum = {.n = 0};
+  put_message(&sum, 0x0a, val);
+  pbuf_t ev = {.n = 0};
+  event_head(&ev, wall_time, step);
+  put_message(&ev, 0x2a, &sum);
+  return write_record(w, &ev);
+}
+
+static int check_tag(const train_tfevents_t *w, const char *tag) {
+  if (!w->f || strlen(tag) > 200) {
     errno = w->f ? EINVAL : EBADF;
     return -1;
   }
+  return 0;
+}
+
+int train_tfevents_scalar(train_tfevents_t *w, const char *tag, float value, int64_t step,
+                          double wall_time) {
+  if (check_tag(w, tag) != 0) return -1;
+  size_t tl = strlen(tag);
   pbuf_t val = {.n = 0};
   put_byte(&val, 0x0a);
   put_varint(&val, tl);
@@ -165,16 +204,55 @@ int train_tfevents_scalar(train_tfevents_t *w, const char *tag, float value, int
   memcpy(&fbits, &value, 4);
   put_byte(&val, 0x15);
   put_le(&val, fbits, 4);
-  pbuf_t sum = {.n = 0};
-  put_byte(&sum, 0x0a);
-  put_varint(&sum, val.n);
-  put_bytes(&sum, val.b, val.n);
-  pbuf_t ev = {.n = 0};
-  event_head(&ev, wall_time, step);
-  put_byte(&ev, 0x2a);
-  put_varint(&ev, sum.n);
-  put_bytes(&ev, sum.b, sum.n);
-  return write_record(w, &ev);
+  return write_value(w, &val, step, wall_time);
+}
+
+int train_tfevents_histogram(train_tfevents_t *w, const char *tag, const float *values,
+                             size_t n, int64_t step, double wall_time) {
+  if (check_tag(w, tag) != 0) return -1;
+  /* Statistics of the finite values (a NaN weight would make min and max meaningless;
+     num tells how many were counted). */
+  double lo = INFINITY, hi = -INFINITY, num = 0, sum = 0, sum_sq = 0;
+  for (size_t i = 0; i < n; i++) {
+    double v = values[i];
+    if (!isfinite(v)) continue;
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+    num += 1;
+    sum += v;
+    sum_sq += v * v;
+  }
+  if (num == 0) lo = hi = 0;
+  /* Equal-width buckets over [min, max], as tf.summary.histogram's default (30); one
+     bucket when every value is the same. */
+  int k = hi > lo ? TRAIN_TB_BUCKETS : 1;
+  double width = (hi - lo) / k, count[TRAIN_TB_BUCKETS] = {0};
+  for (size_t i = 0; i < n && k > 1; i++) {
+    double v = values[i];
+    if (!isfinite(v)) continue;
+    int b = (int)((v - lo) / width);
+    count[b < 0 ? 0 : b >= k ? k - 1 : b] += 1;
+  }
+  if (k == 1) count[0] = num;
+  pbuf_t h = {.n = 0};
+  const double head[5] = {lo, hi, num, sum, sum_sq};
+  for (int f = 0; f < 5; f++) {
+    put_byte(&h, (unsigned char)((f + 1) << 3 | 1));
+    put_double(&h, head[f]);
+  }
+  put_byte(&h, 0x32);
+  put_varint(&h, (uint64_t)k * 8);
+  for (int b = 0; b < k; b++) put_double(&h, b == k - 1 ? hi : lo + width * (b + 1));
+  put_byte(&h, 0x3a);
+  put_varint(&h, (uint64_t)k * 8);
+  for (int b = 0; b < k; b++) put_double(&h, count[b]);
+  size_t tl = strlen(tag);
+  pbuf_t val = {.n = 0};
+  put_byte(&val, 0x0a);
+  put_varint(&val, tl);
+  put_bytes(&val, tag, tl);
+  put_message(&val, 0x2a, &h);
+  return write_value(w, &val, step, wall_time);
 }
 
 int train_tfevents_close(train_tfevents_t *w) {
