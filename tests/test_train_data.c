@@ -190,24 +190,27 @@ static void test_sharding(void) {
         memset(seen, 0, sizeof(int) * n);
         train_epoch_permutation(perm, n, 42, 3);
         int steps = train_steps_per_epoch(n, size, batch);
+        CHECK(steps == (n + batch * size - 1) / (batch * size), "steps %d", steps);
         int covered = 0;
-        for (int r = 0; r < size; r++) {
-          int b, e;
-          train_shard_range(n, r, size, &b, &e);
-          int pos = b;
-          for (int s = 0; s < steps; s++) {
-            int c = train_step_count(n, r, size, batch, s);
+        for (int s = 0; s < steps; s++) {
+          int total = train_step_total(n, size, batch, s), sum = 0;
+          CHECK(total > 0 && total <= batch * size, "step %d total %d", s, total);
+          for (int r = 0; r < size; r++) {
+            int off = -1;
+            int c = train_step_slice(n, r, size, batch, s, &off);
             CHECK(c >= 0 && c <= batch, "count %d", c);
-            for (int k = 0; k < c; k++) seen[perm[pos++]]++;
-            covered += c;
+            CHECK(c == train_step_count(n, r, size, batch, s), "count and slice disagree");
+            /* rank r's slice lies inside global batch s, after rank r-1's */
+            CHECK(off >= s * batch * size && off + c <= s * batch * size + total,
+                  "n=%d size=%d batch=%d step %d rank %d: slice [%d, %d) outside its batch", n,
+                  size, batch, s, r, off, off + c);
+            for (int k = 0; k < c; k++) seen[perm[off + k]]++;
+            sum += c;
           }
-          CHECK(pos == e, "n=%d size=%d batch=%d rank %d ends at %d, shard ends at %d", n, size,
-                batch, r, pos, e);
-          CHECK(e - b >= n / size && e - b <= n / size + 1, "uneven shard %d", e - b);
+          CHECK(sum == total, "step %d: slices hold %d of %d", s, sum, total);
+          covered += sum;
         }
-        int total = 0;
-        for (int s = 0; s < steps; s++) total += train_step_total(n, size, batch, s);
-        CHECK(total == n && covered == n, "n=%d size=%d: covered %d", n, size, covered);
+        CHECK(covered == n, "n=%d size=%d: covered %d", n, size, covered);
         for (int i = 0; i < n; i++)
           CHECK(seen[i] == 1, "n=%d size=%d batch=%d: index %d seen %d times", n, size, batch, i,
                 seen[i]);
@@ -215,6 +218,23 @@ static void test_sharding(void) {
     }
     free(perm);
     free(seen);
+  }
+  /* The same global batch on 4 ranks x 16, 2 x 32 and 1 x 64 holds the same samples (an
+     elastic restart on fewer ranks trains on the same batches). */
+  enum { N = 1001 };
+  static uint32_t perm[N];
+  train_epoch_permutation(perm, N, 5, 1);
+  for (int s = 0; s < train_steps_per_epoch(N, 4, 16); s++) {
+    unsigned char in[3][N];
+    memset(in, 0, sizeof in);
+    const int sizes[3] = {4, 2, 1};
+    for (int v = 0; v < 3; v++)
+      for (int r = 0; r < sizes[v]; r++) {
+        int off = 0, c = train_step_slice(N, r, sizes[v], 64 / sizes[v], s, &off);
+        for (int k = 0; k < c; k++) in[v][perm[off + k]] = 1;
+      }
+    CHECK(memcmp(in[0], in[1], N) == 0 && memcmp(in[0], in[2], N) == 0,
+          "global batch %d differs between 4x16, 2x32 and 1x64", s);
   }
   /* same seed and epoch: same order; another epoch or seed: another order */
   uint32_t a[500], b[500], c[500], d[500];

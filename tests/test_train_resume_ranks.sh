@@ -43,7 +43,7 @@ mpin 2 "$train" "${common[@]}" --batch-size 5 --checkpoint-dir "$tmp/ck3" --resu
   || { echo "FAIL 3 -> 2 resume:"; cat "$tmp/two.log"; exit 1; }
 line="train: resuming on 2 rank(s), the checkpoint's run had 3: its global batch 15 does not split evenly; batch 8 per rank, global batch 16, lr 0.02 x 3.2 (was x 3)"
 grep -qxF "$line" "$tmp/two.log" && ok "3 -> 2 ranks said: $line" || { bad "3 -> 2: no line '$line':"; cat "$tmp/two.log"; }
-line="train: step 18 of 62 of epoch 2 goes on at step 17 of 58 of this run's shards (samples of this epoch may repeat or be left out)"
+line="train: step 18 of 62 of epoch 2 goes on at step 17 of 58 of this run's global batches (samples of this epoch may repeat or be left out)"
 grep -qxF "$line" "$tmp/two.log" && ok "3 -> 2: the step mapped: $line" || { bad "3 -> 2: no line '$line':"; cat "$tmp/two.log"; }
 [ $fails -eq 0 ] && echo "all rank-change cases pass" && exit 0
 echo "$fails case(s) failed"; exit 1

@@ -655,22 +655,33 @@ void train_shard_range(int n, int rank, int size, int *begin, int *end) {
 }
 
 int train_steps_per_epoch(int n, int size, int batch) {
-  int largest = (n + size - 1) / size;
-  return (largest + batch - 1) / batch;
-}
-
-int train_step_count(int n, int rank, int size, int batch, int step) {
-  int b, e;
-  train_shard_range(n, rank, size, &b, &e);
-  int left = (e - b) - step * batch;
-  if (left <= 0) return 0;
-  return left < batch ? left : batch;
+  int64_t global = (int64_t)batch * size;
+  return (int)(((int64_t)n + global - 1) / global);
 }
 
 int train_step_total(int n, int size, int batch, int step) {
-  int t = 0;
-  for (int r = 0; r < size; r++) t += train_step_count(n, r, size, batch, step);
-  return t;
+  int64_t global = (int64_t)batch * size, left = (int64_t)n - (int64_t)step * global;
+  if (left <= 0) return 0;
+  return (int)(left < global ? left : global);
+}
+
+int train_step_slice(int n, int rank, int size, int batch, int step, int *offset) {
+  int64_t start = (int64_t)step * batch * size;
+  int total = train_step_total(n, size, batch, step);
+  int64_t b, e;
+  if (total == (int64_t)batch * size) {
+    b = (int64_t)rank * batch;
+    e = b + batch;
+  } else {   /* the last, shorter global batch: an even share each */
+    b = (int64_t)total * rank / size;
+    e = (int64_t)total * (rank + 1) / size;
+  }
+  if (offset) *offset = (int)(start + b);
+  return (int)(e - b);
+}
+
+int train_step_count(int n, int rank, int size, int batch, int step) {
+  return train_step_slice(n, rank, size, batch, step, NULL);
 }
 
 /* ---- batches ---- */

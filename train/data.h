@@ -62,13 +62,19 @@ void train_norm_from_data(const train_dataset_t *d, float mean[3], float std[3])
 
 /* ---- sharding ----
    The epoch's order is a permutation of [0, n) drawn from (seed, epoch), identical on
-   every rank. Rank r takes the contiguous block [n*r/size, n*(r+1)/size) of it, so the
-   shards together cover every index exactly once. Steps per epoch are the same on all
-   ranks: ceil(ceil(n/size) / batch). */
+   every rank, cut into global batches of G = batch x size samples: global batch s is
+   perm[s*G, s*G + G) (the last one may be shorter) and rank r takes its slice of it
+   (batch samples from r*batch; of a shorter last batch an even share, maybe none). So a
+   global batch holds the same samples however many ranks share it: a run resumed on
+   fewer ranks with the global batch kept (an elastic restart) trains on the very
+   batches the first run would have, and the slices cover every index exactly once.
+   Steps per epoch: ceil(n / G), the same on all ranks. train_shard_range cuts [0, n)
+   into contiguous blocks (evaluation). */
 void train_epoch_permutation(uint32_t *perm, int n, uint64_t seed, int epoch);
 void train_shard_range(int n, int rank, int size, int *begin, int *end);
 int train_steps_per_epoch(int n, int size, int batch);
-/* Samples that rank takes at step s (0 at the tail of a shorter shard). */
+/* Samples that rank takes at step s, from perm[*offset] on (offset may be NULL). */
+int train_step_slice(int n, int rank, int size, int batch, int step, int *offset);
 int train_step_count(int n, int rank, int size, int batch, int step);
 /* Samples all ranks together take at step s. */
 int train_step_total(int n, int size, int batch, int step);

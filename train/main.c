@@ -2,7 +2,8 @@
    rank with the hvd runtime, in the Horovod recipe:
      - rank 0's initial weights and buffers (and optimizer state on resume) are
        broadcast to all ranks;
-     - each rank trains on its own shard of an epoch order drawn from the shared seed;
+     - each rank trains on its slice of each global batch of an epoch order drawn from
+       the shared seed (the same batches on any number of ranks: train/data.h);
      - the learning rate is scaled by the number of ranks, with a linear warm-up from
        the unscaled rate;
      - gradients are averaged in fixed buckets (ranges of the flat gradient buffer) whose
@@ -994,6 +995,14 @@ int main(int argc, char **argv) {
       die_usage("--init-weights: %s", nn_last_error());
   }
 
+  /* The gradients already go in fixed buckets (--bucket-mb). Fusing ready buckets once
+     more would make each element's summation order in the ring depend on timing (which
+     buckets were ready together), so runs on 3 or more ranks would not repeat bit for
+     bit, nor a resumed run follow the uninterrupted one. Unless the user chose a fusion
+     threshold, train runs with the runtime's fusion off. */
+  if (!getenv("HVD_FUSION_THRESHOLD") && !getenv("HOROVOD_FUSION_THRESHOLD") &&
+      setenv("HVD_FUSION_THRESHOLD", "0", 1) != 0)
+    die("setenv: %s", strerror(errno));
   hvd_check(hvd_init(), "hvd_init");
   g_hvd_up = 1;
   int rank = hvd_rank(), size = hvd_size();
@@ -1209,21 +1218,20 @@ int main(int argc, char **argv) {
      shorter), each one optimizer step. Windows restart every epoch. */
   const int accum = o.batches_per_allreduce;
   const int windows = (steps + accum - 1) / accum;
-  int shard_b, shard_e;
-  train_shard_range(train.n, rank, size, &shard_b, &shard_e);
   long long kill_at = -1;  /* test knob: SIGKILL rank 0 at this global step */
   if (getenv("HVD_TRAIN_TEST_KILL_AT_STEP")) kill_at = atoll(getenv("HVD_TRAIN_TEST_KILL_AT_STEP"));
 
   int start_epoch = (int)run.st[ST_EPOCHS_DONE];
-  /* A mid-epoch checkpoint: the step to go on from. With other shards (another number of
-     ranks) the same fraction of the epoch. */
+  /* A mid-epoch checkpoint: the step to go on from. With the same global batch (more or
+     fewer ranks, the batch per rank scaled) it is the same step of the same batches; with
+     another global batch, the same fraction of the epoch. */
   int start_step = (int)run.st[ST_STEPS_DONE], file_steps = (int)run.st[ST_STEPS_PER_EPOCH];
   if (start_step > 0 && file_steps != steps) {
     int mapped = (int)((double)start_step * steps / file_steps + 0.5);
     if (mapped >= steps) mapped = steps - 1;
     if (rank == 0)
-      printf("train: step %d of %d of epoch %d goes on at step %d of %d of this run's shards "
-             "(samples of this epoch may repeat or be left out)\n",
+      printf("train: step %d of %d of epoch %d goes on at step %d of %d of this run's global "
+             "batches (samples of this epoch may repeat or be left out)\n",
              start_step, file_steps, start_epoch + 1, mapped, steps);
     start_step = mapped;
   }
@@ -1288,8 +1296,9 @@ int main(int argc, char **argv) {
         for (int k = window_start; k < window_end; k++)
           window_total += train_step_total(train.n, size, o.batch, k);
       }
-      int n = train_step_count(train.n, rank, size, o.batch, s);
-      if (n > 0) train_make_batch(&train, perm + shard_b + (size_t)s * o.batch, n, &bo, x, y);
+      int offset = 0;
+      int n = train_step_slice(train.n, rank, size, o.batch, s, &offset);
+      if (n > 0) train_make_batch(&train, perm + offset, n, &bo, x, y);
       last_lr = nn_lr_at(&sched, epoch + (double)window_start / steps);
       int flags = TRAIN_STEP_FETCH_LOSS | (last_pass ? 0 : TRAIN_STEP_ACCUMULATE);
       if (train_step_run(&step, x, y, n, window_total, (float)last_lr, flags) != 0) {

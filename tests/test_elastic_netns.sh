@@ -1,12 +1,4 @@
 #!/usr/bin/env bash
-# PENDING (tests/pending/: not run by make test). Run by hand:
-#   HVD_BUILD=build tests/pending/test_elastic_netns.sh
-# 2026-12-01: the fault handling passes (the ranks name the lost host within the peer
-# timeout + 2 s, hvdrun ends mpirun and restarts on ns1, train resumes, exit 0), but the
-# accuracy check fails (63.8% after the restart vs 74.2% uninterrupted): train's data
-# shards depend on the number of ranks, so 2 ranks x 32 do not see the global batches
-# that 4 ranks x 16 saw, and the trajectories part. It passes once train orders the
-# samples by global batch (rank r takes its slice of each).
 # The issue's elastic run on simulated hosts: 2 hosts x 2 ranks (network namespaces ns1,
 # ns2) train lenet on 2048 Fashion-MNIST images with mid-epoch checkpoints (every 10
 # steps) under hvdrun --host-discovery-script; in epoch 2 the link of ns2 is cut (its veth
@@ -14,10 +6,11 @@
 # The ranks notice (HVD_PEER_TIMEOUT_SECONDS=3: the runtime names the lost ranks),
 # hvdrun ends mpirun (which cannot reach ns2's daemon) after --abort-timeout, and
 # restarts on ns1 with train --resume auto (at most 10 steps lost): the run finishes
-# with exit 0 and a test accuracy within 0.5 points of an uninterrupted 4-rank run.
+# with exit 0 and a test accuracy within 0.5 points of an uninterrupted 4-rank run (2
+# ranks x 32 train on the very global batches 4 x 16 would: train/data.h).
 # Needs root and network namespaces; skips otherwise. Removes its hosts on every exit.
 set -u
-cd "$(dirname "$0")/../.." || exit 2
+cd "$(dirname "$0")/.." || exit 2
 build=${HVD_BUILD:-build}
 hvdrun=$build/hvdrun
 train=$build/train
