@@ -1,13 +1,24 @@
 /* bench/cnn_bench: image-classification training throughput in the manner of
-   tf_cnn_benchmarks (same flags, same output), on synthetic data, with gradients
-   averaged through the hvd runtime (--variable_update horovod) or not at all
-   (--variable_update none: independent replicas, the no-communication ceiling).
+   tf_cnn_benchmarks (same flags, same output), on synthetic data (or a real data set,
+   --data_name), with gradients averaged through the hvd runtime (--variable_update
+   horovod) or not at all (--variable_update none: independent replicas, the
+   no-communication ceiling); --forward_only times inference instead (forward in
+   evaluation mode, no backward, no allreduce, no update).
 
    Each step: forward, loss, backward; with horovod, gradient buckets are allreduced as
    soon as backward has finished them (hvd_grad_buckets_ready from nn's grad-ready
    callback) and waited on just before the optimizer step. The input is one synthetic
    batch made once per rank and reused every step, so no input pipeline is timed and the
-   loss goes down.
+   loss goes down. With a real data set (--data_name fashion_mnist, mnist, cifar10, read
+   by train's loaders) each rank cuts the batches it will use from its shard before the
+   clock starts (normalised as train normalises them) and takes them in turn, so no input
+   pipeline is timed there either.
+
+   Optimizers as tf_cnn_benchmarks': sgd is plain gradient descent, momentum is Nesterov
+   momentum (its MomentumOptimizer with use_nesterov=True), adam and rmsprop take its
+   --adam_* and --rmsprop_* flags. nn's update rules are torch.optim's: RMSprop's eps is
+   added outside the square root and its mean square starts at 0 (TensorFlow's puts eps
+   inside and starts at 1), the same work per element.
 
    --device gpu (a build with CUDA, on a machine with a GPU): local rank i drives GPU i;
    the model, its gradients and the optimizer state live in device memory, the gradient
@@ -36,6 +47,7 @@
 #include "hvd/hvd.h"
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
+#include "train/data.h"
 #include "train/step.h"
 #include "util/clock.h"
 #include "util/flags.h"
@@ -63,6 +75,13 @@ typedef struct {
   float learning_rate;
   float momentum;
   float weight_decay;
+  float adam_beta1, adam_beta2, adam_epsilon;
+  float rmsprop_decay, rmsprop_momentum, rmsprop_epsilon;
+  int num_gpus;              /* per process: 1 (one process per GPU) */
+  int forward_only;          /* inference: forward only */
+  int print_training_accuracy;
+  const char *data_name;     /* synthetic, or a real data set (train's loaders) */
+  const char *data_dir;      /* NULL: train's default directory of data_name */
   int threads;               /* 0: nn's default */
   double bucket_mb;
   double first_bucket_mb;
@@ -78,19 +97,26 @@ static options_t default_options(void) {
       .model = "trivial", .batch_size = 32, .num_batches = 100, .num_warmup_batches = 10,
       .display_every = 10, .device = "cpu", .variable_update = "horovod", .use_fp16 = 0,
       .data_format = "NCHW", .optimizer = "sgd", .learning_rate = 0.01f,
-      .momentum = 0.9f, .weight_decay = 4e-5f, .threads = 0, .bucket_mb = 25,
-      .first_bucket_mb = 1, .overlap = 1, .fp16_allreduce = 0, .seed = 1,
-      .trace_file = NULL};
+      .momentum = 0.9f, .weight_decay = 4e-5f, .adam_beta1 = 0.9f, .adam_beta2 = 0.999f,
+      .adam_epsilon = 1e-8f, .rmsprop_decay = 0.9f, .rmsprop_momentum = 0.9f,
+      .rmsprop_epsilon = 1.0f, .num_gpus = 1, .forward_only = 0,
+      .print_training_accuracy = 0, .data_name = "synthetic", .data_dir = NULL,
+      .threads = 0, .bucket_mb = 25, .first_bucket_mb = 1, .overlap = 1,
+      .fp16_allreduce = 0, .seed = 1, .trace_file = NULL};
 }
 
 static const char *const DEVICES[] = {"cpu", "gpu", NULL};
 static const char *const UPDATES[] = {"horovod", "none", NULL};
 static const char *const FORMATS[] = {"NCHW", "NHWC", NULL};
-static const char *const OPTIMIZERS[] = {"sgd", "momentum", NULL};
+static const char *const OPTIMIZERS[] = {"momentum", "sgd", "rmsprop", "adam", NULL};
+/* --data_name: tf_cnn_benchmarks spells names with '_', train with '-'; both are taken.
+   imagenet is tf_cnn_benchmarks' default name, refused with a message (no reader). */
+static const char *const DATA_NAMES[] = {"synthetic", "fashion_mnist", "fashion-mnist",
+                                         "mnist", "cifar10", "imagenet", NULL};
 
 /* The flags (tf_cnn_benchmarks' names, '_' spelling), writing into o: --help builds the
    table over default_options() to show the defaults. */
-enum { NFLAGS = 22 };
+enum { NFLAGS = 33 };
 static void flag_table(options_t *o, util_flag_t table[NFLAGS]) {
   const util_flag_t t[] = {
       {"model", UTIL_FLAG_CHOICE, &o->model, .choices = nn_model_names(), .metavar = "NAME",
@@ -119,13 +145,40 @@ static void flag_table(options_t *o, util_flag_t table[NFLAGS]) {
       {"data_format", UTIL_FLAG_CHOICE, &o->data_format, .choices = FORMATS,
        .help = "activation layout (NHWC, channels last, needs --device gpu)"},
       {"optimizer", UTIL_FLAG_CHOICE, &o->optimizer, .choices = OPTIMIZERS,
-       .help = "SGD with momentum"},
+       .help = "as tf_cnn_benchmarks: sgd plain gradient descent, momentum Nesterov "
+               "momentum (--momentum), rmsprop (--rmsprop_*; CPU only), adam (--adam_*)"},
       {"init_learning_rate", UTIL_FLAG_FLOAT, &o->learning_rate, .min = 0, .max = INFINITY,
        .help = "learning rate"},
       {"momentum", UTIL_FLAG_FLOAT, &o->momentum, .min = 0, .max = INFINITY,
-       .help = "SGD momentum"},
+       .help = "momentum of --optimizer momentum"},
+      {"adam_beta1", UTIL_FLAG_FLOAT, &o->adam_beta1, .min = 1e-9, .max = 0.999999,
+       .help = "Adam's beta1"},
+      {"adam_beta2", UTIL_FLAG_FLOAT, &o->adam_beta2, .min = 1e-9, .max = 0.999999,
+       .help = "Adam's beta2"},
+      {"adam_epsilon", UTIL_FLAG_FLOAT, &o->adam_epsilon, .min = 1e-30, .max = INFINITY,
+       .help = "Adam's epsilon"},
+      {"rmsprop_decay", UTIL_FLAG_FLOAT, &o->rmsprop_decay, .min = 1e-9, .max = 0.999999,
+       .help = "RMSprop's decay of the mean square (torch.optim.RMSprop's alpha)"},
+      {"rmsprop_momentum", UTIL_FLAG_FLOAT, &o->rmsprop_momentum, .min = 0, .max = INFINITY,
+       .help = "RMSprop's momentum"},
+      {"rmsprop_epsilon", UTIL_FLAG_FLOAT, &o->rmsprop_epsilon, .min = 1e-30, .max = INFINITY,
+       .help = "RMSprop's epsilon"},
       {"weight_decay", UTIL_FLAG_FLOAT, &o->weight_decay, .min = 0, .max = INFINITY,
        .help = "L2 weight decay"},
+      {"num_gpus", UTIL_FLAG_INT, &o->num_gpus, .min = 0, .max = 1e9,
+       .help = "GPUs per process: 1 (Horovod's model, one process per GPU: start more "
+               "ranks for more GPUs)"},
+      {"forward_only", UTIL_FLAG_BOOL, &o->forward_only,
+       .help = "time inference: forward in evaluation mode only, no backward, allreduce or "
+               "update; the Step lines show top_1 and top_5 accuracy of the batch"},
+      {"print_training_accuracy", UTIL_FLAG_BOOL, &o->print_training_accuracy,
+       .help = "add the training batch's top_1 and top_5 accuracy to the Step lines"},
+      {"data_name", UTIL_FLAG_CHOICE, &o->data_name, .choices = DATA_NAMES,
+       .help = "synthetic (one random batch), or a real data set read by train's loaders "
+               "from --data_dir (fashion_mnist, mnist, cifar10)"},
+      {"data_dir", UTIL_FLAG_STRING, &o->data_dir, .metavar = "DIR",
+       .def = "train's: /usr/share/datasets/<name>, cifar-10-batches-bin",
+       .help = "directory of the --data_name files"},
       {"threads", UTIL_FLAG_INT, &o->threads, .min = 1, .max = 1e9,
        .def = "1 under a multi-rank launcher, else all cores",
        .help = "compute threads per rank"},
@@ -186,6 +239,31 @@ static void parse_args(int argc, char **argv, options_t *o) {
 
   /* Values that parse but this build cannot run. */
   o->gpu = strcmp(o->device, "gpu") == 0;
+  if (o->num_gpus != 1) {
+    fprintf(stderr, "cnn_bench: --num_gpus %d: hvd drives one GPU per process (Horovod's "
+                    "model; tf_cnn_benchmarks too wants --num_gpus=1 with --variable_update "
+                    "horovod); start one process per GPU instead: mpirun -np N cnn_bench "
+                    "--device gpu (local rank i uses GPU i)\n", o->num_gpus);
+    exit(2);
+  }
+  if (strcmp(o->data_name, "imagenet") == 0) {
+    fprintf(stderr, "cnn_bench: --data_name imagenet: cnn_bench reads no ImageNet; real data "
+                    "sets are fashion_mnist, mnist and cifar10 (train's loaders), or use "
+                    "--data_name synthetic (the default)\n");
+    exit(2);
+  }
+  if (o->data_dir && strcmp(o->data_name, "synthetic") == 0) {
+    fprintf(stderr, "cnn_bench: --data_dir %s: give the data set too, --data_name "
+                    "fashion_mnist, mnist or cifar10 (synthetic data reads no files)\n",
+            o->data_dir);
+    exit(2);
+  }
+  if (o->gpu && strcmp(o->optimizer, "rmsprop") == 0) {
+    fprintf(stderr, "cnn_bench: --optimizer rmsprop runs on the CPU only (nn has SGD, "
+                    "momentum and Adam kernels on the GPU); use --device cpu or another "
+                    "optimizer\n");
+    exit(2);
+  }
   if (o->use_fp16 && o->use_bf16) {
     fprintf(stderr, "cnn_bench: --use_fp16 and --use_bf16 together: choose one precision\n");
     exit(2);
@@ -291,14 +369,34 @@ static void fail_hvd(const char *what, hvd_status_t s) {
    of util_now_s. */
 typedef struct { double start[TRAIN_NUM_PHASES + 1]; } step_trace_t;
 
+/* The batches a rank takes in turn: one synthetic batch, or nb batches cut from its
+   shard of a real data set. */
+typedef struct {
+  int nb;
+  size_t image_floats;           /* floats of one batch */
+  float *images;                 /* nb batches, host memory */
+  int32_t *labels;               /* nb batches, host memory */
+} batches_t;
+
 typedef struct {
   train_step_t step;             /* the model, its buckets (NULL without communication) */
-  const float *images;           /* host memory, or device memory with --device gpu */
-  const int32_t *labels;
+  const float *images;           /* the nb batches: host memory, or device memory with */
+  const int32_t *labels;         /* --device gpu                                      */
+  const int32_t *host_labels;    /* the same labels in host memory, for the accuracy   */
+  int nb;
+  size_t image_floats;
   int batch;
   float lr;
-  int64_t steps;                 /* optimizer steps taken (warm-up included) */
+  int64_t steps;                 /* steps taken (warm-up included) */
 } trainer_t;
+
+/* The batch of step k (0-based, warm-up included): the batches in turn. */
+static const float *batch_images(const trainer_t *t, int64_t k) {
+  return t->images + (size_t)(k % t->nb) * t->image_floats;
+}
+static const int32_t *batch_labels(const int32_t *labels, const trainer_t *t, int64_t k) {
+  return labels + (size_t)(k % t->nb) * (size_t)t->batch;
+}
 
 /* One training step, train's own (train/step.c); returns its loss when want_loss (else
    NAN on the GPU). On the GPU asking for the loss waits for forward's kernels, and
@@ -307,14 +405,111 @@ typedef struct {
 static float train_step(trainer_t *t, step_trace_t *tr, int want_loss, int wait_gpu) {
   int flags = (want_loss ? TRAIN_STEP_FETCH_LOSS : 0) | (wait_gpu ? TRAIN_STEP_SYNC : 0);
   /* Every rank takes a full batch: the step is never uneven. */
-  if (train_step_run(&t->step, t->images, t->labels, t->batch, t->batch * t->step.size, t->lr,
-                     flags) != 0) {
+  if (train_step_run(&t->step, batch_images(t, t->steps), batch_labels(t->labels, t, t->steps),
+                     t->batch, t->batch * t->step.size, t->lr, flags) != 0) {
     if (t->step.hvd_status != HVD_OK) fail_hvd(t->step.failed, t->step.hvd_status);
     fail_nn(t->step.failed, t->step.nn_status);
   }
   t->steps++;
   if (tr) memcpy(tr->start, t->step.phase_start, sizeof tr->start);
   return t->step.loss;
+}
+
+/* One inference step (--forward_only): forward in evaluation mode (batch norm's running
+   statistics, no dropout), as tf_cnn_benchmarks' forward-only mode builds the model with
+   phase_train off. On the GPU it only queues kernels unless wait_gpu. In a trace the
+   step is all forward: the other phases start and end with it. */
+static void forward_step(trainer_t *t, step_trace_t *tr, int wait_gpu) {
+  const double t0 = util_now_s();
+  nn_status_t s = nn_model_forward(t->step.model, batch_images(t, t->steps), t->batch, 0);
+  if (s != NN_OK) fail_nn("forward", s);
+  if (wait_gpu && nn_model_device(t->step.model) == NN_DEVICE_CUDA) {
+    s = nn_cuda_synchronize();
+    if (s != NN_OK) fail_nn("synchronising the GPU", s);
+  }
+  const double t1 = util_now_s();
+  t->steps++;
+  if (tr) {
+    tr->start[TRAIN_PHASE_FORWARD] = t0;
+    for (int p = TRAIN_PHASE_FORWARD + 1; p <= TRAIN_NUM_PHASES; p++) tr->start[p] = t1;
+  }
+}
+
+/* Top-1 and top-5 accuracy of n samples' logits, as tf.nn.in_top_k counts them: the
+   label is among the k largest logits when fewer than k classes score strictly higher
+   (ties count for it); a non-finite logit of the label never counts. */
+static void top_k_accuracy(const float *logits, const int32_t *labels, int n, int classes,
+                           double *top1, double *top5) {
+  int hit1 = 0, hit5 = 0;
+  for (int i = 0; i < n; i++) {
+    const float *z = logits + (size_t)i * (size_t)classes;
+    const float target = z[labels[i]];
+    if (!isfinite(target)) continue;
+    int above = 0;
+    for (int c = 0; c < classes; c++) above += z[c] > target;
+    hit1 += above < 1;
+    hit5 += above < 5;
+  }
+  *top1 = n > 0 ? (double)hit1 / n : 0.0;
+  *top5 = n > 0 ? (double)hit5 / n : 0.0;
+}
+
+/* train's name of a --data_name ('-' where tf_cnn_benchmarks writes '_'). */
+static const char *train_data_name(const char *data_name) {
+  return strcmp(data_name, "fashion_mnist") == 0 ? "fashion-mnist" : data_name;
+}
+
+/* One synthetic batch per rank, made once: truncated-normal images (tf.truncated_normal),
+   uniform labels. */
+static void make_synthetic(batches_t *bt, int batch, int c, int h, int w, int classes,
+                           uint64_t seed, int rank) {
+  bt->nb = 1;
+  bt->image_floats = (size_t)batch * (size_t)c * (size_t)h * (size_t)w;
+  bt->images = malloc(bt->image_floats * sizeof(float));
+  bt->labels = malloc((size_t)batch * sizeof(int32_t));
+  if (bt->images == NULL || bt->labels == NULL) {
+    fprintf(stderr, "cnn_bench: rank %d: out of memory for a batch of %zu floats\n", rank,
+            bt->image_floats);
+    exit(1);
+  }
+  uint64_t rng = seed * 1000003ull + (uint64_t)rank + 1;
+  for (size_t i = 0; i < bt->image_floats; i++) bt->images[i] = truncated_normal(&rng);
+  for (int i = 0; i < batch; i++) bt->labels[i] = (int32_t)(next_u64(&rng) % (uint64_t)classes);
+}
+
+/* A real data set's training split: rank r's shard of one shuffled order (train's
+   sharding), cut into as many batches as the run takes (at most the shard's), made as
+   train makes them (normalised, no augmentation). Exits on an error. */
+static void make_real(batches_t *bt, const train_dataset_t *d, const char *name, int batch,
+                      int steps, uint64_t seed, int rank, int size) {
+  int begin, end;
+  train_shard_range(d->n, rank, size, &begin, &end);
+  const int shard_batches = (end - begin) / batch;
+  if (shard_batches < 1) {
+    fprintf(stderr, "cnn_bench: rank %d: --data_name %s: a shard of %d samples holds no "
+                    "batch of %d; use a smaller --batch_size or fewer ranks\n", rank, name,
+            end - begin, batch);
+    exit(2);
+  }
+  bt->nb = steps < shard_batches ? steps : shard_batches;
+  bt->image_floats = (size_t)batch * (size_t)d->c * (size_t)d->h * (size_t)d->w;
+  uint32_t *perm = malloc((size_t)d->n * sizeof(uint32_t));
+  bt->images = malloc((size_t)bt->nb * bt->image_floats * sizeof(float));
+  bt->labels = malloc((size_t)bt->nb * (size_t)batch * sizeof(int32_t));
+  if (perm == NULL || bt->images == NULL || bt->labels == NULL) {
+    fprintf(stderr, "cnn_bench: rank %d: out of memory for %d batches of %zu floats\n", rank,
+            bt->nb, bt->image_floats);
+    exit(1);
+  }
+  train_epoch_permutation(perm, d->n, seed, 0);
+  train_batch_opts_t bo = {0};
+  train_norm_constants(train_data_name(name), bo.mean, bo.std);
+  bo.seed = seed;
+  for (int k = 0; k < bt->nb; k++)
+    train_make_batch(d, perm + begin + (size_t)k * (size_t)batch, batch, &bo,
+                     bt->images + (size_t)k * bt->image_floats,
+                     bt->labels + (size_t)k * (size_t)batch);
+  free(perm);
 }
 
 /* Chrome-trace JSON (Perfetto, chrome://tracing): one complete event per phase, in
@@ -379,8 +574,10 @@ int main(int argc, char **argv) {
 
   if (rank == 0) {
     printf("Model:       %s\n", o.model);
-    printf("Dataset:     synthetic\n");
-    printf("Mode:        training\n");
+    /* tf_cnn_benchmarks' data set names, with '_' */
+    printf("Dataset:     %s\n",
+           !strcmp(o.data_name, "fashion-mnist") ? "fashion_mnist" : o.data_name);
+    printf("Mode:        %s\n", o.forward_only ? "forward only" : "training");
     printf("Batch size:  %d global\n", o.batch_size * size);
     printf("             %d per device\n", o.batch_size);
     printf("Num batches: %d\n", o.num_batches);
@@ -395,13 +592,31 @@ int main(int argc, char **argv) {
     if (o.gpu) printf("Precision:   %s\n", precision_label(&o));
   }
 
+  /* A real data set gives the model its input shape and classes. */
+  const int real_data = strcmp(o.data_name, "synthetic") != 0;
+  train_dataset_t data = {0}, test_data = {0};
   nn_model_config_t cfg = {0};
   cfg.batch = o.batch_size;
   cfg.seed = o.seed;
+  if (real_data) {
+    char derr[512];
+    if (train_load_dataset(train_data_name(o.data_name), o.data_dir, o.seed, 0, 0, 0, 0, 0,
+                           &data, &test_data, derr, sizeof derr) != 0) {
+      fprintf(stderr, "cnn_bench: rank %d: --data_name %s: %s%s\n", rank, o.data_name, derr,
+              o.data_dir ? "" : " (give its directory with --data_dir)");
+      exit(2);
+    }
+    train_dataset_free(&test_data);   /* tf_cnn_benchmarks trains on the training split */
+    cfg.in_channels = data.c;
+    cfg.in_height = data.h;
+    cfg.in_width = data.w;
+    cfg.num_classes = data.num_classes;
+  }
   trainer_t t = {0};
   t.step.size = size;
   nn_status_t s = nn_model_create(&t.step.model, o.model, &cfg);
-  if (s != NN_OK) fail_nn("creating the model", s);
+  if (s != NN_OK)
+    fail_nn(real_data ? "creating the model for --data_name's images" : "creating the model", s);
   const size_t nparams = nn_model_param_len(t.step.model);   /* floats in the buffers */
   if (rank == 0) {
     printf("Parameters:  %zu\n", nn_model_num_params(t.step.model));
@@ -439,55 +654,80 @@ int main(int argc, char **argv) {
     if (s != NN_OK) fail_nn("moving the model to the GPU", s);
   }
 
-  /* One synthetic batch per rank, made once: truncated-normal images, uniform labels. */
+  /* The batches: one synthetic batch, or the rank's batches of the real data set. */
   int c, hh, w;
   nn_model_input_shape(t.step.model, &c, &hh, &w);
   const int classes = nn_model_num_classes(t.step.model);
-  const size_t image_floats = (size_t)o.batch_size * (size_t)c * (size_t)hh * (size_t)w;
-  float *images = malloc(image_floats * sizeof(float));
-  int32_t *labels = malloc((size_t)o.batch_size * sizeof(int32_t));
-  if (images == NULL || labels == NULL) {
-    fprintf(stderr, "cnn_bench: rank %d: out of memory for a batch of %zu floats\n", rank,
-            image_floats);
-    return 1;
+  batches_t bt = {0};
+  if (real_data) {
+    if (c != data.c || hh != data.h || w != data.w || classes != data.num_classes) {
+      fprintf(stderr, "cnn_bench: --model %s takes %dx%dx%d images and %d classes, --data_name "
+                      "%s has %dx%dx%d and %d\n", o.model, c, hh, w, classes, o.data_name,
+              data.c, data.h, data.w, data.num_classes);
+      exit(2);
+    }
+    make_real(&bt, &data, o.data_name, o.batch_size, o.num_warmup_batches + o.num_batches,
+              o.seed, rank, size);
+    train_dataset_free(&data);
+  } else {
+    make_synthetic(&bt, o.batch_size, c, hh, w, classes, o.seed, rank);
   }
-  uint64_t rng = o.seed * 1000003ull + (uint64_t)rank + 1;
-  for (size_t i = 0; i < image_floats; i++) images[i] = truncated_normal(&rng);
-  for (int i = 0; i < o.batch_size; i++)
-    labels[i] = (int32_t)(next_u64(&rng) % (uint64_t)classes);
-  t.images = images;
-  t.labels = labels;
-  /* tf_cnn_benchmarks' synthetic images live on the GPU: copy the batch up once, so no
+  t.nb = bt.nb;
+  t.image_floats = bt.image_floats;
+  t.images = bt.images;
+  t.labels = bt.labels;
+  t.host_labels = bt.labels;
+  /* tf_cnn_benchmarks' synthetic images live on the GPU: copy the batches up once, so no
      host-to-device transfer is timed either. */
   float *dev_images = NULL;
   int32_t *dev_labels = NULL;
   if (o.gpu) {
-    s = nn_cuda_malloc((void **)&dev_images, image_floats * sizeof(float));
-    if (s != NN_OK) fail_nn("allocating the synthetic batch on the GPU", s);
-    s = nn_cuda_malloc((void **)&dev_labels, (size_t)o.batch_size * sizeof(int32_t));
-    if (s != NN_OK) fail_nn("allocating the synthetic labels on the GPU", s);
-    s = nn_cuda_to_device(dev_images, images, image_floats * sizeof(float));
-    if (s != NN_OK) fail_nn("copying the synthetic batch to the GPU", s);
-    s = nn_cuda_to_device(dev_labels, labels, (size_t)o.batch_size * sizeof(int32_t));
-    if (s != NN_OK) fail_nn("copying the synthetic labels to the GPU", s);
+    const size_t image_bytes = (size_t)bt.nb * bt.image_floats * sizeof(float);
+    const size_t label_bytes = (size_t)bt.nb * (size_t)o.batch_size * sizeof(int32_t);
+    s = nn_cuda_malloc((void **)&dev_images, image_bytes);
+    if (s != NN_OK) fail_nn("allocating the batches on the GPU", s);
+    s = nn_cuda_malloc((void **)&dev_labels, label_bytes);
+    if (s != NN_OK) fail_nn("allocating the labels on the GPU", s);
+    s = nn_cuda_to_device(dev_images, bt.images, image_bytes);
+    if (s != NN_OK) fail_nn("copying the batches to the GPU", s);
+    s = nn_cuda_to_device(dev_labels, bt.labels, label_bytes);
+    if (s != NN_OK) fail_nn("copying the labels to the GPU", s);
     t.images = dev_images;
     t.labels = dev_labels;
   }
   t.batch = o.batch_size;
   t.lr = o.learning_rate;
 
-  nn_optim_config_t oc = {0};
-  oc.kind = NN_OPTIM_SGD;
-  oc.momentum = o.momentum;
-  oc.weight_decay = o.weight_decay;
-  /* The model's own optimizer, on its device. */
-  s = nn_model_optim_create(t.step.model, &oc);
-  if (s != NN_OK) fail_nn("creating the optimizer", s);
+  /* tf_cnn_benchmarks' optimizers (see the top), as the model's own, on its device; none
+     for inference. */
+  if (!o.forward_only) {
+    nn_optim_config_t oc = {0};
+    oc.weight_decay = o.weight_decay;
+    if (!strcmp(o.optimizer, "sgd")) {
+      oc.kind = NN_OPTIM_SGD;
+    } else if (!strcmp(o.optimizer, "momentum")) {
+      oc.kind = NN_OPTIM_SGD;
+      oc.momentum = o.momentum;
+      oc.nesterov = o.momentum > 0;   /* nn's Nesterov needs momentum; 0 is plain SGD */
+    } else if (!strcmp(o.optimizer, "adam")) {
+      oc.kind = NN_OPTIM_ADAM;
+      oc.beta1 = o.adam_beta1;
+      oc.beta2 = o.adam_beta2;
+      oc.eps = o.adam_epsilon;
+    } else {
+      oc.kind = NN_OPTIM_RMSPROP;
+      oc.beta2 = o.rmsprop_decay;
+      oc.momentum = o.rmsprop_momentum;
+      oc.eps = o.rmsprop_epsilon;
+    }
+    s = nn_model_optim_create(t.step.model, &oc);
+    if (s != NN_OK) fail_nn("creating the optimizer", s);
+  }
   /* The allreduce of a bucket waits for the kernels queued on nn's stream so far
      (backward's gradients of that bucket) instead of for the whole device. */
   if (o.gpu) hvd_cuda_set_stream(nn_cuda_stream());
 
-  if (horovod) {
+  if (horovod && !o.forward_only) {
     h = hvd_grad_buckets_create(&t.step.buckets, nn_model_grads_home(t.step.model), nparams,
                                 (size_t)(o.bucket_mb * 1048576.0),
                                 (size_t)(o.first_bucket_mb * 1048576.0),
@@ -501,11 +741,17 @@ int main(int argc, char **argv) {
   /* Each step timed alone (the CPU; the GPU with --trace_file, every step waiting for
      it), or the GPU timed per display window (see the comment at the top). */
   const int step_timed = !o.gpu || o.trace_file != NULL;
+  /* tf_cnn_benchmarks adds the batch's accuracy to the Step lines in forward-only mode
+     and with --print_training_accuracy. */
+  const int show_accuracy = o.forward_only || o.print_training_accuracy;
   if (rank == 0) {
     printf("Running warm up\n");
     fflush(stdout);
   }
-  for (int i = 0; i < o.num_warmup_batches; i++) train_step(&t, NULL, 0, step_timed);
+  for (int i = 0; i < o.num_warmup_batches; i++) {
+    if (o.forward_only) forward_step(&t, NULL, step_timed);
+    else train_step(&t, NULL, 0, step_timed);
+  }
   /* The clock starts with the GPU idle: no warm-up kernel is timed. */
   if (o.gpu) {
     s = nn_cuda_synchronize();
@@ -516,7 +762,8 @@ int main(int argc, char **argv) {
   if (h != HVD_OK) fail_hvd("barrier after warm-up", h);
   if (rank == 0) {
     printf("Done warm up\n");
-    printf("Step\tImg/sec\ttotal_loss\n");
+    printf("Step\tImg/sec\ttotal_loss%s\n",
+           show_accuracy ? "\ttop_1_accuracy\ttop_5_accuracy" : "");
     fflush(stdout);
   }
 
@@ -534,7 +781,11 @@ int main(int argc, char **argv) {
   for (int i = 0; i < o.num_batches; i++) {
     const int display = rank == 0 && (i == 0 || (i + 1) % o.display_every == 0);
     double t0 = util_now_s();
-    float loss = train_step(&t, trace ? &trace[i] : NULL, display || step_timed, step_timed);
+    const int64_t k = t.steps;   /* the batch this step takes */
+    /* Forward-only prints a loss of 0, as tf_cnn_benchmarks (it computes none). */
+    float loss = 0.0f;
+    if (o.forward_only) forward_step(&t, trace ? &trace[i] : NULL, step_timed);
+    else loss = train_step(&t, trace ? &trace[i] : NULL, display || step_timed, step_timed);
     if (step_timed) {
       times[i] = util_now_s() - t0;
     } else if (display) {
@@ -548,8 +799,19 @@ int main(int argc, char **argv) {
     if (display) {
       double mean, unc, jitter;
       perf(times, i + 1, o.batch_size, &mean, &unc, &jitter);
-      printf("%d\timages/sec: %.1f +/- %.1f (jitter = %.1f)\t%.3f\n", i + 1, mean, unc,
+      printf("%d\timages/sec: %.1f +/- %.1f (jitter = %.1f)\t%.3f", i + 1, mean, unc,
              jitter, loss);
+      if (show_accuracy) {
+        /* The logits of this step's forward (backward and the update leave them; on the
+           GPU this copies them back, after the step's time was taken). */
+        const float *logits = nn_model_logits(t.step.model);
+        if (logits == NULL) fail_nn("reading the logits", NN_ERR_UNSUPPORTED);
+        double top1, top5;
+        top_k_accuracy(logits, batch_labels(t.host_labels, &t, k), o.batch_size, classes,
+                       &top1, &top5);
+        printf("\t%.3f\t%.3f", top1, top5);
+      }
+      printf("\n");
       fflush(stdout);
     }
   }
@@ -565,7 +827,7 @@ int main(int argc, char **argv) {
   /* fp16: where dynamic loss scaling ended (waits for the GPU, so after the timing). */
   float loss_scale = 1.0f;
   int64_t skipped = 0;
-  if (o.gpu && o.use_fp16) {
+  if (o.gpu && o.use_fp16 && !o.forward_only) {
     s = nn_model_loss_scale(t.step.model, &loss_scale, &skipped);
     if (s != NN_OK) fail_nn("reading the loss scale", s);
   }
@@ -594,7 +856,7 @@ int main(int argc, char **argv) {
       printf("communication hidden: %.1f%% (not overlapped %.1f ms of %.1f ms per step)\n",
              hidden, blocked, total);
     }
-    if (o.gpu && o.use_fp16)
+    if (o.gpu && o.use_fp16 && !o.forward_only)
       printf("loss scale: %g (%lld of %lld steps skipped for inf/NaN gradients)\n",
              (double)loss_scale, (long long)skipped, (long long)t.steps);
     fflush(stdout);
@@ -609,8 +871,8 @@ int main(int argc, char **argv) {
   nn_cuda_free(dev_images);
   nn_cuda_free(dev_labels);
   free(times);
-  free(images);
-  free(labels);
+  free(bt.images);
+  free(bt.labels);
   h = hvd_shutdown();
   if (h != HVD_OK) fail_hvd("hvd_shutdown", h);
   return 0;

@@ -345,22 +345,26 @@ nn_status_t nn_st_write(const char *path, const nn_st_tensor_t *tensors, int cou
 size_t nn_st_dtype_size(nn_st_dtype_t dtype);
 
 /* ---- optimizers ---- */
-typedef enum { NN_OPTIM_SGD, NN_OPTIM_ADAM, NN_OPTIM_ADAMW } nn_optim_kind_t;
+typedef enum { NN_OPTIM_SGD, NN_OPTIM_ADAM, NN_OPTIM_ADAMW, NN_OPTIM_RMSPROP } nn_optim_kind_t;
 
 typedef struct {
   nn_optim_kind_t kind;
-  float momentum;        /* SGD */
+  float momentum;        /* SGD, RMSprop */
   int nesterov;          /* SGD */
-  float weight_decay;    /* SGD, Adam: L2 added to the gradient; AdamW: decoupled */
-  float beta1, beta2, eps; /* Adam/AdamW (0: PyTorch defaults 0.9, 0.999, 1e-8) */
+  float weight_decay;    /* SGD, Adam, RMSprop: L2 added to the gradient; AdamW: decoupled */
+  float beta1, beta2, eps; /* Adam/AdamW (0: PyTorch defaults 0.9, 0.999, 1e-8). RMSprop:
+                              beta2 is its alpha, the decay of the mean square (0: 0.99),
+                              and eps its eps (0: 1e-8), as torch.optim.RMSprop's */
 } nn_optim_config_t;
 
 typedef struct nn_optim nn_optim_t;
-/* Same update rules as torch.optim.SGD / Adam / AdamW. */
+/* Same update rules as torch.optim.SGD / Adam / AdamW / RMSprop (not centred). RMSprop
+   runs on the CPU only: a model on the GPU refuses it (NN_ERR_UNSUPPORTED). */
 nn_status_t nn_optim_create(nn_optim_t **out, const nn_optim_config_t *cfg, size_t count);
 void nn_optim_free(nn_optim_t *o);
 nn_status_t nn_optim_step(nn_optim_t *o, float *params, const float *grads, float lr);
-/* State for checkpoints: the floats (momentum buffer, or m then v) and the step count. */
+/* State for checkpoints: the floats (SGD: momentum buffer; Adam: m then v; RMSprop: the
+   mean square then the momentum buffer) and the step count. */
 float *nn_optim_state(nn_optim_t *o, size_t *count);
 int64_t *nn_optim_step_count(nn_optim_t *o);
 

@@ -1,5 +1,6 @@
-/* nn/optim.c: SGD, Adam and AdamW with the update rules of torch.optim (PyTorch 1.13,
-   single-tensor path, dampening 0, no amsgrad), over one flat float array:
+/* nn/optim.c: SGD, Adam, AdamW and RMSprop with the update rules of torch.optim (PyTorch
+   1.13, single-tensor path, dampening 0, no amsgrad, RMSprop not centred), over one flat
+   float array:
 
    SGD:   g = grad + wd * p;  buf = momentum * buf + g  (buf starts at 0, so the first
           step gives buf = g as in PyTorch);  nesterov: g = g + momentum * buf, else
@@ -7,6 +8,9 @@
    Adam:  t += 1;  g = grad + wd * p;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
           p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
    AdamW: p *= 1 - lr * wd first (decoupled), then Adam without the L2 term.
+   RMSprop: g = grad + wd * p;  s = alpha s + (1 - alpha) g^2  (alpha in cfg.beta2);
+          d = g / (sqrt(s) + eps);  momentum > 0: buf = momentum * buf + d, p -= lr * buf;
+          else p -= lr * d
 
    The per-element arithmetic is float; the bias corrections are computed in double as
    PyTorch computes them in Python floats. */
@@ -18,7 +22,8 @@
 struct nn_optim {
   nn_optim_config_t cfg;
   size_t count;
-  float *state;        /* SGD: momentum buffer; Adam: m then v (2 * count) */
+  float *state;        /* SGD: momentum buffer; Adam: m then v (2 * count); RMSprop: the
+                          mean square then the momentum buffer (2 * count) */
   size_t state_count;
   int64_t step;
 };
@@ -27,7 +32,8 @@ nn_status_t nn_optim_create(nn_optim_t **out, const nn_optim_config_t *cfg, size
   if (!out || !cfg) return nn_set_error(NN_ERR_ARG, "nn_optim_create: NULL argument");
   *out = NULL;
   nn_optim_config_t c = *cfg;
-  if (c.kind != NN_OPTIM_SGD && c.kind != NN_OPTIM_ADAM && c.kind != NN_OPTIM_ADAMW)
+  if (c.kind != NN_OPTIM_SGD && c.kind != NN_OPTIM_ADAM && c.kind != NN_OPTIM_ADAMW &&
+      c.kind != NN_OPTIM_RMSPROP)
     return nn_set_error(NN_ERR_ARG, "nn_optim_create: unknown optimizer kind %d",
                         (int)c.kind);
   if (c.kind == NN_OPTIM_SGD) {
@@ -37,6 +43,13 @@ nn_status_t nn_optim_create(nn_optim_t **out, const nn_optim_config_t *cfg, size
     if (c.nesterov && c.momentum <= 0.0f)
       return nn_set_error(NN_ERR_ARG, "nn_optim_create: nesterov needs momentum > 0 "
                           "(as torch.optim.SGD)");
+  } else if (c.kind == NN_OPTIM_RMSPROP) {
+    if (c.beta2 == 0.0f) c.beta2 = 0.99f;
+    if (c.eps == 0.0f) c.eps = 1e-8f;
+    if (!(c.beta2 > 0.0f && c.beta2 < 1.0f) || !(c.eps > 0.0f) || !(c.momentum >= 0.0f))
+      return nn_set_error(NN_ERR_ARG, "nn_optim_create: RMSprop alpha %g must be in (0, 1), "
+                          "eps %g > 0 and momentum %g >= 0", (double)c.beta2, (double)c.eps,
+                          (double)c.momentum);
   } else {
     if (c.beta1 == 0.0f) c.beta1 = 0.9f;
     if (c.beta2 == 0.0f) c.beta2 = 0.999f;
@@ -54,6 +67,8 @@ nn_status_t nn_optim_create(nn_optim_t **out, const nn_optim_config_t *cfg, size
   if (!o) return nn_set_error(NN_ERR_NO_MEMORY, "nn_optim_create: out of memory");
   o->cfg = c;
   o->count = count;
+  /* RMSprop keeps its momentum buffer even without momentum (zeros then), so that its
+     state has one layout for checkpoints. */
   o->state_count = c.kind == NN_OPTIM_SGD ? count : 2 * count;
   o->state = calloc(o->state_count ? o->state_count : 1, sizeof(float));
   if (!o->state) {
@@ -115,6 +130,22 @@ static void adam_step(nn_optim_t *o, float *p, const float *g, float lr) {
   }
 }
 
+static void rmsprop_step(nn_optim_t *o, float *p, const float *g, float lr) {
+  const float alpha = o->cfg.beta2, eps = o->cfg.eps, wd = o->cfg.weight_decay;
+  const float mom = o->cfg.momentum;
+  float *sq = o->state, *buf = o->state + o->count;
+  for (size_t i = 0; i < o->count; i++) {
+    float d = g[i] + wd * p[i];
+    sq[i] = alpha * sq[i] + (1.0f - alpha) * d * d;
+    float step = d / (sqrtf(sq[i]) + eps);
+    if (mom > 0.0f) {
+      buf[i] = mom * buf[i] + step;
+      step = buf[i];
+    }
+    p[i] -= lr * step;
+  }
+}
+
 nn_status_t nn_optim_step(nn_optim_t *o, float *params, const float *grads, float lr) {
   if (!o || (o->count && (!params || !grads)))
     return nn_set_error(NN_ERR_ARG, "nn_optim_step: NULL argument");
@@ -124,6 +155,9 @@ nn_status_t nn_optim_step(nn_optim_t *o, float *params, const float *grads, floa
   if (o->cfg.kind == NN_OPTIM_SGD) {
     o->step++;
     sgd_step(o, params, grads, lr);
+  } else if (o->cfg.kind == NN_OPTIM_RMSPROP) {
+    o->step++;
+    rmsprop_step(o, params, grads, lr);
   } else {
     adam_step(o, params, grads, lr);
   }

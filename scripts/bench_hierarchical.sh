@@ -62,7 +62,9 @@ run() {
   local n=$(( $(ls "$tmp" | grep -c "^$name\.") + 1 ))
   for attempt in 1 2; do
     if timeout -k 5 600 "$hvdrun" "$@" > "$tmp/log" 2>&1; then
-      awk '/^ +[0-9]/ {print $1, $7, $5}' "$tmp/log" > "$tmp/$name.$n"
+      # nccl-tests' row: size count type redop root, then time algbw busbw #wrong out
+      # of place (columns 6-9) and in place (10-13): the out-of-place size, busbw, time
+      awk '/^ +[0-9]/ && NF == 13 {print $1, $8, $6}' "$tmp/log" > "$tmp/$name.$n"
       return 0
     fi
     echo "($name: attempt $attempt failed: $(grep -v '^#' "$tmp/log" | tail -n 3 | tr '\n' ' '))" >&2

@@ -5,6 +5,10 @@
 # (--backend hvd, when the bench has it), the MPI peer (scripts/peers) and Gloo
 # through PyTorch. Runs every program once per repetition, interleaved (A B A B), and
 # prints each one's median busbw (GB/s) per size, then the ratios the goals are about.
+# allreduce_bench prints nccl-tests' two halves: the in-place busbw is the one taken
+# (the peers reduce in place), the out-of-place one for sendrecv (a send and a receive
+# buffer; in place it is MPI_Sendrecv_replace, which copies through a buffer of its own).
+# scripts/figure_allreduce.sh runs this and makes the docs' table and picture from it.
 #   usage: scripts/compare_allreduce.sh [-np N] [-reps R] [-b MIN] [-e MAX] [--no-gloo]
 #   env:   HVD_BUILD (default build), PEERS (default scripts/peers)
 set -u
@@ -27,7 +31,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
 bench=$build/allreduce_bench
-[ -x "$bench" ] || make -j2 "$bench" >/dev/null || { echo "cannot build $bench" >&2; exit 2; }
+[ -x "$bench" ] || make -j2 BUILD="$build" "$bench" >/dev/null || { echo "cannot build $bench" >&2; exit 2; }
 peer=$build/mpi_allreduce_peer
 if [ ! -x "$peer" ] || [ "$peers/mpi_allreduce_peer.c" -nt "$peer" ]; then
   mpicc -O2 "$peers/mpi_allreduce_peer.c" -o "$peer" || { echo "cannot build $peer" >&2; exit 2; }
@@ -36,9 +40,7 @@ if [ $gloo = 1 ] && ! /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null
   echo "# Gloo skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)"; gloo=0
 fi
 
-names="ring mpi sendrecv"
-"$bench" --help 2>/dev/null | grep -qE 'one of [^)]*\bhvd\b' && names="$names hvd"
-names="$names mpi_peer"
+names="ring mpi sendrecv hvd mpi_peer"
 [ $gloo = 1 ] && names="$names gloo"
 
 out=$(mktemp -d)
@@ -48,17 +50,17 @@ run_one() { # name rep -> rows "size busbw" in $out/name.rep
   case $name in
     mpi_peer) timeout 600 mpirun -np "$np" "$peer" "$lo" "$hi" ;;
     gloo) timeout 600 /usr/bin/python3 "$peers/gloo_allreduce_peer.py" "$np" "$lo" "$hi" ;;
-    # Same method as the peers: in place, best of 3 timed loops of 20 iterations below
-    # 32 MiB, 5 from 32 MiB up.
-    *) local mid=33554432 place=--inplace
-       [ "$name" = sendrecv ] && place= # a send and a receive need two buffers
+    # Same method as the peers: best of 3 timed loops of 20 iterations below 32 MiB, 5
+    # from 32 MiB up; the in-place half (column 12), out of place for sendrecv (8).
+    *) local mid=33554432
        if [ "$lo" -lt $mid ]; then
-         timeout 600 mpirun -np "$np" "$bench" -b "$lo" -e $(( hi < mid ? hi : mid / 2 )) -n 20 -w 3 -r 3 $place --backend "$name"
+         timeout 600 mpirun -np "$np" "$bench" -b "$lo" -e $(( hi < mid ? hi : mid / 2 )) -n 20 -w 3 --reps 3 --backend "$name"
        fi
        if [ "$hi" -ge $mid ]; then
-         timeout 600 mpirun -np "$np" "$bench" -b $(( lo > mid ? lo : mid )) -e "$hi" -n 5 -w 1 -r 3 $place --backend "$name"
+         timeout 600 mpirun -np "$np" "$bench" -b $(( lo > mid ? lo : mid )) -e "$hi" -n 5 -w 1 --reps 3 --backend "$name"
        fi ;;
-  esac 2>"$f.err" | awk '$1 ~ /^[0-9]+$/ { print $1, $7 }' >"$f"
+  esac 2>"$f.err" | awk -v c="$([ "$name" = sendrecv ] && echo 8 || echo 12)" '
+    $1 ~ /^[0-9]+$/ { print $1, (NF == 13 ? $c : $7) }' >"$f"   # NF 8: the peers' columns
   [ -s "$f" ] || { echo "# $name failed:"; sed 's/^/#   /' "$f.err" | tail -5; }
 }
 for rep in $(seq 1 "$reps"); do

@@ -16,7 +16,8 @@
 #   (a subset of the names below, e.g. CONFIGS="ours2 nooverlap2"; the table shows nan for
 #   the others).
 # Writes OUT_DIR/scaling_raw.tsv (every run), OUT_DIR/scaling_median.tsv (medians),
-# OUT_DIR/scaling_ranks_MODEL.dat (images/sec vs ranks, for scripts/plot_scaling.sh),
+# OUT_DIR/scaling_ranks_MODEL.dat (images/sec vs ranks, plain columns; the docs' picture and
+# tables come from scaling_raw.tsv by scripts/figures.py: scripts/figure_scaling.sh),
 # and prints a markdown table.
 set -u
 cd "$(dirname "$0")/.."
@@ -53,8 +54,11 @@ configs=${CONFIGS:-ours1 ours2 none2 nooverlap2 fp16_2 torch1 torch2}
 # absent); blocked = communication not overlapped, per step (cnn_bench's last line)
 run_one() {
   local model=$1 cfg=$2 log
+  # --optimizer momentum: a momentum buffer, as the PyTorch peer's SGD(momentum=0.9)
+  # (cnn_bench's default sgd is tf_cnn_benchmarks' plain gradient descent).
   local common=(--model "$model" --batch_size "$batch" --num_batches "$steps"
                 --num_warmup_batches "$warmup" --display_every "$steps" --threads 1
+                --optimizer momentum
                 ${bucket_args[@]+"${bucket_args[@]}"})
   case $cfg in
     ours1)      log=$(mpirun $mpirun_args -np 1 "$bench" "${common[@]}" 2>&1) ;;

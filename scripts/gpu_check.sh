@@ -392,8 +392,11 @@ for prec in $PRECISIONS; do
   b=$BATCH
   logf=$OUT/bench_cnn_$prec.log
   # NN_CUDNN_FIND=1: convolution algorithms timed (cudnnFind) in the warm-up, as PyTorch's
-  # cudnn.benchmark does in its own.
+  # cudnn.benchmark does in its own. --optimizer momentum: a momentum buffer as the
+  # PyTorch peer's SGD(momentum=0.9) keeps (cnn_bench's default sgd is tf_cnn_benchmarks'
+  # plain gradient descent).
   bench_cmd=(env NN_CUDNN_FIND=1 "$BLD/cnn_bench" --device gpu --model resnet50
+             --optimizer momentum
              --num_batches "$STEPS" --num_warmup_batches "$WARMUP" --display_every 5
              --variable_update "$VARIABLE_UPDATE" "${flags[@]}")
   fmt=$DATA_FORMAT

@@ -56,10 +56,11 @@ for mode in flat hierarchical; do
   [ $rc -eq 0 ] || fail "$mode allreduce_bench --backend hvd exited $rc"
   grep -q "^# allreduce_bench: 4 ranks, backend hvd," <<<"$out" || fail "$mode: no bench header for 4 ranks, backend hvd"
   hosts_line $mode "$out"
-  # size count type redop time algbw busbw #wrong: 6 rows, 8 B .. 256 KiB, float sum
-  rows=$(awk '$1 ~ /^[0-9]+$/ && NF == 8 { print $1, $2, $3, $4, $8 }' <<<"$out")
-  want=$(for ((b = 8; b <= 262144; b *= 8)); do echo "$b $((b / 4)) float sum 0"; done)
-  [ "$rows" = "$want" ] || fail "$mode: bench rows (size count type redop #wrong):
+  # nccl-tests' rows: size count type redop root, then time algbw busbw #wrong out of
+  # place and in place: 6 rows, 8 B .. 256 KiB, float sum, #wrong 0 in both halves
+  rows=$(awk '$1 ~ /^[0-9]+$/ && NF == 13 { print $1, $2, $3, $4, $9, $13 }' <<<"$out")
+  want=$(for ((b = 8; b <= 262144; b *= 8)); do echo "$b $((b / 4)) float sum 0 0"; done)
+  [ "$rows" = "$want" ] || fail "$mode: bench rows (size count type redop #wrong #wrong):
 $rows
 expected
 $want"

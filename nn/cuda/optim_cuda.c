@@ -1,5 +1,6 @@
-/* nn/cuda/optim_cuda.c: SGD, Adam and AdamW on device memory, one fused kernel per step
-   over the flat parameter buffer. Same rules and checks as nn/optim.c (torch.optim).
+/* nn/cuda/optim_cuda.c: SGD, Adam and AdamW on device memory (not RMSprop), one fused
+   kernel per step over the flat parameter buffer. Same rules and checks as nn/optim.c
+   (torch.optim).
    The step count and Adam's bias corrections (in double, as there) live on the device
    and are computed there by a one-thread kernel before the update, so that a step can
    be skipped on a device flag (mixed precision: inf/NaN gradients) without the host
@@ -21,6 +22,11 @@ nn_status_t nn_cuda_optim_create(nn_cuda_optim_t **out, const nn_optim_config_t 
                                  size_t count) {
   if (!out || !cfg) return nn_set_error(NN_ERR_ARG, "nn_cuda_optim_create: NULL argument");
   *out = NULL;
+  /* RMSprop has no device kernel (yet): refuse it rather than let the Adam kernel below
+     run with its state. */
+  if (cfg->kind == NN_OPTIM_RMSPROP)
+    return nn_set_error(NN_ERR_UNSUPPORTED, "nn_cuda_optim_create: RMSprop runs on the "
+                        "CPU only (the GPU has SGD, Adam and AdamW kernels)");
   /* Validate and fill defaults exactly as the CPU optimizer does. */
   nn_optim_t *probe = NULL;
   nn_status_t s = nn_optim_create(&probe, cfg, 0);
