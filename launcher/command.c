@@ -299,7 +299,25 @@ int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char
       hvdrun_argv_push(cmd, "plm_rsh_agent");
       hvdrun_argv_push(cmd, agent);
     }
-    if (netns) {
+    if (o->ssh_port > 0) {
+      hvdrun_argv_push(cmd, "--mca");
+      hvdrun_argv_push(cmd, "plm_rsh_args");
+      hvdrun_argv_pushf(cmd, "-p %d", o->ssh_port);
+    }
+    if (o->network_interface) {
+      /* As horovodrun: both the daemons' out-of-band channel and the ranks' TCP
+         transport, and NCCL's sockets (a -x given later still wins). */
+      hvdrun_argv_push(cmd, "--mca");
+      hvdrun_argv_push(cmd, "btl_tcp_if_include");
+      hvdrun_argv_push(cmd, o->network_interface);
+      hvdrun_argv_push(cmd, "--mca");
+      hvdrun_argv_push(cmd, "oob_tcp_if_include");
+      hvdrun_argv_push(cmd, o->network_interface);
+      if (!strchr(o->network_interface, '/')) {
+        hvdrun_argv_push(cmd, "-x");
+        hvdrun_argv_pushf(cmd, "NCCL_SOCKET_IFNAME=%s", o->network_interface);
+      }
+    } else if (netns) {
       /* The daemons in the namespaces reach mpirun, and ranks reach each other, only
          over the bridge: keep OpenMPI off every other interface. */
       hvdrun_argv_push(cmd, "--mca");
@@ -328,6 +346,17 @@ int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char
                        "MPICH's", o->mca.v[0], launcher);
       goto out;
     }
+    if (o->ssh_port > 0) {
+      rc = hvdrun_errf(err, "--ssh-port %d: MPICH's launcher '%s' takes no arguments for "
+                       "ssh; set the port for the hosts in ~/.ssh/config ('Port %d'), or "
+                       "use OpenMPI", o->ssh_port, launcher, o->ssh_port);
+      goto out;
+    }
+    if (o->network_interface && strpbrk(o->network_interface, ",/")) {
+      rc = hvdrun_errf(err, "--network-interface %s: MPICH's -iface takes one interface "
+                       "name (such as eth0), not a list or a subnet", o->network_interface);
+      goto out;
+    }
     hvdrun_argv_push(cmd, "-np");
     hvdrun_argv_pushf(cmd, "%d", np);
     if (have_hosts) {
@@ -352,6 +381,13 @@ int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char
       hvdrun_argv_push(cmd, "-launcher-exec");
       hvdrun_argv_push(cmd, agent);
     }
+    if (o->network_interface) {
+      hvdrun_argv_push(cmd, "-iface");
+      hvdrun_argv_push(cmd, o->network_interface);
+      hvdrun_argv_push(cmd, "-genv");
+      hvdrun_argv_push(cmd, "NCCL_SOCKET_IFNAME");
+      hvdrun_argv_push(cmd, o->network_interface);
+    }
     for (int i = 0; i < o->env.n; i++) {
       const char *e = o->env.v[i], *eq = strchr(e, '=');
       hvdrun_argv_push(cmd, "-genv");
@@ -375,6 +411,9 @@ int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char
                      launcher);
     goto out;
   }
+  /* --mpi-args last, as horovodrun places them: after hvdrun's own options (a launcher
+     that takes an option twice mostly keeps the later one), before the program. */
+  for (int i = 0; i < o->mpi_args.n; i++) hvdrun_argv_push(cmd, o->mpi_args.v[i]);
   for (int i = 0; i < o->prog_argc; i++) hvdrun_argv_push(cmd, o->prog_argv[i]);
 out:
   free(agent_found);

@@ -96,6 +96,9 @@ typedef struct {
   int start_timeout;        /* seconds, -1: not given                                */
   hvdrun_mpi_t mpi;         /* forced by --mpi, else UNKNOWN (detected)              */
   const char *rsh_agent;    /* NULL: automatic for namespace hosts                    */
+  const char *network_interface;  /* "eth0" or "eth0,10.0.0.0/8"; NULL: MPI's choice */
+  int ssh_port;             /* the rsh agent's port (-p); 0: not given                */
+  hvdrun_argv_t mpi_args;   /* --mpi-args split into words, for the launcher as they are */
   const char *bind_to, *map_by;   /* NULL: defaults                                  */
   int abort_timeout;        /* seconds the launcher has to end a job after a rank failed */
   /* elastic (horovodrun's flags; launcher/elastic.c) */
@@ -105,6 +108,14 @@ typedef struct {
   char **prog_argv;         /* the program and its arguments, untouched              */
   int prog_argc;
 } hvdrun_options_t;
+
+/* Splits s into words as a POSIX shell splits simple words (blanks separate; '...'
+   and "..." quote; a backslash escapes the next character) and appends them to out.
+   What a shell would do more than that (expansions: $ ` * ? [ ~; operators: ; & | < >
+   ( ); a comment) is refused rather than passed on literally, and so is an unbalanced
+   quote: -1 with err naming the character and where it is. what names the words in the
+   message ("--mpi-args"). */
+int hvdrun_split_words(const char *s, const char *what, hvdrun_argv_t *out, char *err);
 
 /* Parses argv; never exits. On error returns -1 with the message in err. */
 int hvdrun_parse_args(int argc, char **argv, hvdrun_options_t *o, char *err);

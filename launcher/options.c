@@ -137,6 +137,44 @@ static int set_stall_seconds(const util_flag_t *flag, char **v, char *err, size_
   return UTIL_FLAGS_OK;
 }
 
+/* --network-interface: one or more interfaces ("eth0", "ib0,eth0") or subnets
+   ("10.0.0.0/8"), as OpenMPI's *_tcp_if_include take them. Checked here so that a
+   typo is an error now, not a launcher that cannot connect. */
+static int set_network_interface(const util_flag_t *flag, char **v, char *err, size_t errlen)
+{
+  const char *s = v[0];
+  int item_len = 0;
+  for (const char *p = s;; p++) {
+    if (*p == ',' || *p == '\0') {
+      if (item_len == 0) {
+        snprintf(err, errlen, "an interface such as eth0, or several separated by commas "
+                 "(eth0,ib0), or a subnet such as 10.0.0.0/8; no empty item");
+        return UTIL_FLAG_BAD_VALUE;
+      }
+      if (*p == '\0') break;
+      item_len = 0;
+      continue;
+    }
+    if (!(isalnum((unsigned char)*p) || strchr("._-:@/", *p)) || (item_len == 0 && *p == '-')) {
+      snprintf(err, errlen, "an interface such as eth0, or several separated by commas, or "
+               "a subnet such as 10.0.0.0/8 (letters, digits and . _ - : @ / only)");
+      return UTIL_FLAG_BAD_VALUE;
+    }
+    item_len++;
+  }
+  *(const char **)flag->dest = s;
+  return UTIL_FLAGS_OK;
+}
+
+/* --mpi-args "...": the words, split as a shell would (launcher/words.c). Given again,
+   the words add up. */
+static int set_mpi_args(const util_flag_t *flag, char **v, char *err, size_t errlen)
+{
+  (void)errlen;
+  return hvdrun_split_words(v[0], "--mpi-args", flag->dest, err) == 0 ? UTIL_FLAGS_OK
+                                                                        : UTIL_FLAG_FAILED;
+}
+
 static const char *const LOG_LEVELS[] = {"trace", "debug", "info", "warning", "error", NULL};
 
 static int set_log_level(const util_flag_t *flag, char **v, char *err, size_t errlen)
@@ -163,7 +201,7 @@ static const char *const MPI_FLAVOURS[] = {"openmpi", "mpich", NULL};
 /* mpirun's single-dash flags are the aliases (-np, -H, -x, -mca, ...); "-x" has no long
    name in mpirun, so none here either. The tuning flags set HVD_* variables in the order
    given, as horovodrun does (a later -x of the same variable still wins). */
-enum { NFLAGS = 31 };
+enum { NFLAGS = 34 };
 static void flag_table(hvdrun_options_t *o, extra_flags_t *x, util_flag_t table[NFLAGS])
 {
   const util_flag_t t[] = {
@@ -181,6 +219,21 @@ static void flag_table(hvdrun_options_t *o, extra_flags_t *x, util_flag_t table[
        .parse = set_env, .help = "set VAR on every rank (without =VALUE: its value here)"},
       {"mca", UTIL_FLAG_CUSTOM, &o->mca, .aliases = "-mca", .metavar = "KEY VALUE",
        .parse = set_mca, .nvalues = 2, .help = "pass an MCA parameter to OpenMPI's mpirun"},
+      {"network-interface", UTIL_FLAG_CUSTOM, &o->network_interface,
+       .aliases = "--network-interfaces", .metavar = "IFACE[,IFACE...]",
+       .parse = set_network_interface,
+       .help = "the interfaces (or subnets) MPI and NCCL use between hosts: OpenMPI's "
+               "btl_tcp_if_include and oob_tcp_if_include, MPICH's -iface, and "
+               "NCCL_SOCKET_IFNAME on every rank (not for subnets)"},
+      {"ssh-port", UTIL_FLAG_INT, &o->ssh_port, .aliases = "-p", .min = 1, .max = 65535,
+       .metavar = "PORT", .def = "",
+       .help = "the port of ssh (the rsh agent) on the hosts: OpenMPI's plm_rsh_args '-p "
+               "PORT'"},
+      {"mpi-args", UTIL_FLAG_CUSTOM, &o->mpi_args, .metavar = "\"ARGS\"",
+       .parse = set_mpi_args,
+       .help = "more arguments for the MPI launcher, split into words as a shell splits "
+               "them ('...' and \"...\" quote, a backslash escapes); they come after "
+               "hvdrun's own, just before the program"},
       {"bind-to", UTIL_FLAG_STRING, &o->bind_to, .aliases = "-bind-to", .metavar = "WHAT",
        .def = "core, see below", .help = "override the binding default"},
       {"map-by", UTIL_FLAG_STRING, &o->map_by, .aliases = "-map-by", .metavar = "HOW",
@@ -256,7 +309,9 @@ static util_flags_spec_t flag_spec(const util_flag_t *table)
           "\n"
           "Examples:\n"
           "  hvdrun -np 2 build/examples/hello_allreduce\n"
-          "  hvdrun -np 4 -H ns1:2,ns2:2 --hierarchical-allreduce build/train --model lenet\n"};
+          "  hvdrun -np 4 -H ns1:2,ns2:2 --hierarchical-allreduce build/train --model lenet\n"
+          "  hvdrun -np 8 -H node1:4,node2:4 --network-interface eth0 -p 2222 \\\n"
+          "         --mpi-args \"--mca btl ^openib -x LD_LIBRARY_PATH\" build/train\n"};
 }
 
 static void options_init(hvdrun_options_t *o)
@@ -304,6 +359,19 @@ int hvdrun_parse_args(int argc, char **argv, hvdrun_options_t *o, char *err)
   if (o->discovery_script && o->hosts.n > 0)
     return hvdrun_errf(err, "--host-discovery-script finds the hosts itself: leave out -H "
                        "and --hostfile");
+  /* The same MCA parameter twice would leave OpenMPI to pick one: say which flag to drop. */
+  for (int i = 0; i + 1 < o->mca.n; i += 2) {
+    const char *key = o->mca.v[i];
+    if (o->ssh_port > 0 && strcmp(key, "plm_rsh_args") == 0)
+      return hvdrun_errf(err, "--ssh-port %d and --mca plm_rsh_args '%s' both set the rsh "
+                         "agent's arguments: give the port in one of them (-p %d inside "
+                         "plm_rsh_args)", o->ssh_port, o->mca.v[i + 1], o->ssh_port);
+    if (o->network_interface && (strcmp(key, "btl_tcp_if_include") == 0 ||
+                                 strcmp(key, "oob_tcp_if_include") == 0))
+      return hvdrun_errf(err, "--network-interface %s and --mca %s %s both choose the "
+                         "interfaces: give one of them", o->network_interface, key,
+                         o->mca.v[i + 1]);
+  }
   if (o->min_np > 0 && o->max_np > 0 && o->min_np > o->max_np)
     return hvdrun_errf(err, "--min-np %d is more than --max-np %d", o->min_np, o->max_np);
   if (!o->check_build && o->prog_argc == 0)
@@ -317,4 +385,5 @@ void hvdrun_options_free(hvdrun_options_t *o)
   hvdrun_hosts_free(&o->hosts);
   hvdrun_argv_free(&o->env);
   hvdrun_argv_free(&o->mca);
+  hvdrun_argv_free(&o->mpi_args);
 }

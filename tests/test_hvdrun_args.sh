@@ -4,7 +4,9 @@
 # file per rank via --output-filename); horovodrun's tuning flags arrive as HVD_*
 # variables; -x sets variables; "--" and unknown arguments after the program are the
 # program's. Then the argv hvdrun builds (--dry-run) for hostfiles in both dialects,
-# binding defaults, --start-timeout, and MPICH's spelling of the same options.
+# binding defaults, --start-timeout, and MPICH's spelling of the same options; then
+# horovodrun's --network-interface, -p/--ssh-port and --mpi-args, their bad values, and
+# a real run with the loopback interface and extra launcher words.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 build=${HVD_BUILD:-build}
@@ -118,6 +120,80 @@ got=$(dry --mpi mpich -np 3 -H a:2,b:2 -x FOO_X=1 -x 'FOO_Y=two words' --hierarc
 want_tail="-np 3 -hosts a:2,b:2 -bind-to core -outfile-pattern /tmp/o/rank.%r.stdout -errfile-pattern /tmp/o/rank.%r.stderr -genv FOO_X 1 -genv FOO_Y 'two words' -genv HVD_HIERARCHICAL_ALLREDUCE 1 -genv HVD_START_TIMEOUT 9 /bin/echo hi"
 [[ "$got" == *" $want_tail" ]] || fail "MPICH command: got '$got', expected it to end with '$want_tail'"
 [[ "$got" == *"--allow-run-as-root"* ]] && fail "MPICH command has OpenMPI's --allow-run-as-root: $got"
+
+# ---- 5. --network-interface, -p/--ssh-port, --mpi-args (horovodrun's flags) ----
+# OpenMPI: both TCP interface parameters (out-of-band and the ranks' transport), NCCL's
+# interface; the ssh port as the rsh agent's arguments; the extra words last before the
+# program, split as a shell splits them.
+expect_cmd " --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0 " \
+  --network-interface eth0 -np 1 /bin/true
+expect_cmd " --mca btl_tcp_if_include eth0,ib0 --mca oob_tcp_if_include eth0,ib0 " \
+  --network-interfaces eth0,ib0 -np 1 /bin/true
+got=$(dry --network-interface 10.1.0.0/16 -np 1 /bin/true)
+[[ "$got" == *" --mca oob_tcp_if_include 10.1.0.0/16 "* && "$got" != *NCCL_SOCKET_IFNAME* ]] ||
+  fail "--network-interface with a subnet: expected the MCA parameters and no NCCL_SOCKET_IFNAME: $got"
+got=$(dry --network-interface eth1 -np 2 -H ns1:1,ns2:1 --rsh-agent /bin/true /bin/true)
+[[ "$got" == *"_if_include eth1 "* && "$got" != *"10.231.0.0/24"* ]] ||
+  fail "--network-interface on the namespace hosts: the given interface must replace the bridge's subnet: $got"
+expect_cmd " --mca plm_rsh_args '-p 2222' " -p 2222 -H h1:1 /bin/true
+expect_cmd " --mca plm_rsh_args '-p 22' " --ssh-port=22 -H h1:1 /bin/true
+got=$(dry -np 1 --mpi-args "--mca btl ^openib -x 'FOO_A=two words' \"say \\\"hi\\\"\" ''   it\\'s" \
+      --mpi-args "--report-bindings" /bin/echo last)
+eval "words=($got)"
+want=(--mca btl '^openib' -x 'FOO_A=two words' 'say "hi"' '' "it's" --report-bindings /bin/echo last)
+tail_words=("${words[@]:$((${#words[@]} - ${#want[@]}))}")
+same=1
+for i in "${!want[@]}"; do [ "${tail_words[$i]}" = "${want[$i]}" ] || same=0; done
+[ $same -eq 1 ] || fail "--mpi-args: expected the words (${want[*]}) just before the program, got: $got"
+[[ "$got" == *" -x 'FOO_A=two words' "* ]] || fail "--mpi-args: 'FOO_A=two words' is not one word: $got"
+# MPICH: -iface and -genv NCCL_SOCKET_IFNAME; the same extra words.
+got=$(dry --mpi mpich -np 1 --network-interface eth0 --mpi-args "-v -genv FOO_B 'x y'" /bin/true)
+[[ "$got" == *" -iface eth0 -genv NCCL_SOCKET_IFNAME eth0"*" -v -genv FOO_B 'x y' /bin/true" ]] ||
+  fail "MPICH with --network-interface and --mpi-args: $got"
+
+# Bad values: exit 2 and a message that says what is wrong.
+expect_fail() {   # expect_fail "message part" ARGS...
+  local want=$1; shift
+  local out rc
+  out=$("$hvdrun" --dry-run "$@" 2>&1 >/dev/null); rc=$?
+  [ "$rc" -eq 2 ] && [[ "$out" == "hvdrun: error: "*"$want"* ]] ||
+    fail "hvdrun $*: expected exit 2 and '$want', got exit $rc: $out"
+}
+expect_fail "bad value '0' for -p: expected an integer in [1, 65535]" -p 0 -np 1 /bin/true
+expect_fail "bad value '65536' for --ssh-port: expected an integer in [1, 65535]" --ssh-port 65536 -np 1 /bin/true
+expect_fail "bad value 'x' for -p" -p x -np 1 /bin/true
+expect_fail "bad value '' for --network-interface: expected an interface such as eth0" --network-interface '' -np 1 /bin/true
+expect_fail "bad value 'eth0,,ib0' for --network-interface" --network-interface eth0,,ib0 -np 1 /bin/true
+expect_fail "bad value 'eth0 ib0' for --network-interface" --network-interface 'eth0 ib0' -np 1 /bin/true
+expect_fail "--mpi-args: the ' at character 10 is never closed" --mpi-args "-x FOO_C='a b" -np 1 /bin/true
+expect_fail '--mpi-args: the " at character 4 is never closed' --mpi-args '-x "a b' -np 1 /bin/true
+expect_fail "--mpi-args: it ends in a backslash" --mpi-args 'a \' -np 1 /bin/true
+expect_fail "--mpi-args: '\$' (character 4) expands a variable" --mpi-args '-x $HOME' -np 1 /bin/true
+expect_fail "--mpi-args: ';' (character 2) ends a command" --mpi-args 'a; rm -rf x' -np 1 /bin/true
+expect_fail "both choose the interfaces" --network-interface eth0 --mca oob_tcp_if_include eth1 -np 1 /bin/true
+expect_fail "both set the rsh agent's arguments" -p 2222 --mca plm_rsh_args -q -H h1:1 /bin/true
+expect_fail "takes no arguments for ssh; set the port for the hosts in ~/.ssh/config" --mpi mpich -p 2222 -np 1 /bin/true
+expect_fail "MPICH's -iface takes one interface name" --mpi mpich --network-interface eth0,ib0 -np 1 /bin/true
+help=$("$hvdrun" --help)
+for f in "--network-interface IFACE" "-p, --ssh-port PORT" '--mpi-args "ARGS"'; do
+  [[ "$help" == *"$f"* ]] || fail "hvdrun --help does not list $f"
+done
+
+# A real run: the interface (loopback) and the extra words reach mpirun and the ranks.
+cat > "$tmp/show env.sh" <<'EOF2'
+#!/bin/sh
+env | grep -E '^(FOO_|NCCL_SOCKET_IFNAME)' | sort
+EOF2
+chmod +x "$tmp/show env.sh"
+out=$(timeout -k 5 60 "$hvdrun" -np 2 --oversubscribe --network-interface lo \
+      --mpi-args "-x 'FOO_MPI_ARGS=from --mpi-args' --tag-output" "$tmp/show env.sh" 2>&1); rc=$?
+[ $rc -eq 0 ] || fail "hvdrun --network-interface lo --mpi-args: exit $rc: $out"
+for r in 0 1; do
+  grep -q "^\[1,$r\]<stdout>:FOO_MPI_ARGS=from --mpi-args$" <<<"$out" &&
+    grep -q "^\[1,$r\]<stdout>:NCCL_SOCKET_IFNAME=lo$" <<<"$out" ||
+    fail "rank $r did not get FOO_MPI_ARGS and NCCL_SOCKET_IFNAME (--tag-output from --mpi-args): $out"
+done
+[ $failures -eq 0 ] && echo "ok: --network-interface, --ssh-port and --mpi-args"
 
 echo "$failures failures"
 [ "$failures" -eq 0 ]
