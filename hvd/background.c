@@ -12,6 +12,23 @@
         steps; with nothing in flight, sleep on the condition variable user threads
         signal on submit (a few ms at most, to see peers' shutdown notices).
 
+   Response cache (HVD_CACHE_CAPACITY > 0; 0 keeps the loop above exactly): a request
+   whose name is cached with the same signature is not sent to rank 0 but becomes a
+   pending hit. Every rank always has one "round" in flight, an AND of every rank's
+   uint64 words (hvd/rounds.c: point-to-point at small sizes, else MPI_Iallreduce) on
+   hvd_g.round_comm: rank 0's count of response lists emitted, flags
+   (a rank has joined; stop), one hit bit per cache slot (agreed when every rank set
+   it) and one inverted invalid bit per slot (set by a rank whose request contradicts
+   the cached signature). The next round starts when the last one was processed: at
+   once while anything waits, else at most every ROUND_IDLE_US. Response lists no longer
+   run when they arrive (or, on rank 0, when they are emitted): they run when a round
+   says they are due, after that round's hits, so that every rank changes its cache in
+   the same order and the slot numbers agree everywhere. Rounds are only tested, never
+   waited for, so a stopped peer cannot keep this thread from its liveness checks. At a
+   clean shutdown every rank's rounds carry the stop flag until a round that has it
+   completes: the last one everywhere. After a failure a round may be left in flight;
+   hvd_shutdown drains it when every rank arrives (hvd/init.c).
+
    Shutdown (hvd_shutdown on any rank, the coordinator's stall timeout, an error every
    rank saw at the same response): the coordinator sends SHUTDOWN to every worker,
    fails everything pending, and waits (DRAIN_LIMIT_US at most) for every worker's
@@ -26,6 +43,7 @@
    collective they may be blocked in, and stops. hvd_shutdown then finalizes MPI only
    if every rank reaches it (hvd/init.c). */
 #include "hvd/hvd_internal.h"
+#include "hvd/response_cache.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -41,6 +59,33 @@
 #define STOP_WAIT_LIMIT_US 30e6      /* a worker waits this for the coordinator       */
 #define STALL_CHECK_EVERY_US 100e3
 #define LIVENESS_EVERY_US 10e3       /* failure notices and heartbeats, this often    */
+#define ROUND_IDLE_US 1000.0         /* cache on, idle: a round at least this often   */
+#define ROUND_FLAG_JOINED 1u         /* some rank's hvd_join is not answered yet       */
+#define ROUND_FLAG_STOP 2u           /* the last round: the runtime is shutting down   */
+
+/* A submission the cache can answer, waiting until every rank asks for it. */
+typedef struct {
+  char key[HVD_KEY_MAX];
+  size_t key_len;
+  hvd_cache_sig_t sig;
+  hvd_buf_t wire;                    /* its encoded request, for the coordinator      */
+  int slot;                          /* its bit in the round in flight, or -1         */
+} pending_hit_t;
+
+/* A cached entry that a submission contradicted: every rank evicts it. */
+typedef struct {
+  char key[HVD_KEY_MAX];
+  size_t key_len;
+  hvd_cache_sig_t sig;               /* the cached signature that was contradicted    */
+  int in_round;                      /* its bit is in the round in flight             */
+} pending_invalid_t;
+
+/* A coordinator list, received (or, on rank 0, emitted) and not yet due. */
+typedef struct {
+  char *data;
+  size_t len;
+  double *times;                     /* rank 0: for the timeline                      */
+} queued_list_t;
 
 typedef struct {
   MPI_Request req;
@@ -59,6 +104,24 @@ typedef struct {
   double stop_deadline_us;
   double last_progress_us, last_stall_check_us, sleep_us;
   double last_liveness_us;
+  /* Response cache (NULL: off, no rounds, every name goes to the coordinator). */
+  hvd_response_cache_t *cache;
+  int nwords;                        /* words of each bit vector                      */
+  pending_hit_t *hits;
+  int nhits, cap_hits;
+  pending_invalid_t *invals;
+  int ninvals, cap_invals;
+  queued_list_t *lists;
+  int nlists, cap_lists;
+  uint64_t lists_seen;               /* rank 0: emitted; workers: received            */
+  uint64_t lists_done;               /* executed                                      */
+  int round_result;                  /* a completed round waits to be processed       */
+  int rounds_over;                   /* a round with the stop flag completed          */
+  int stopping;                      /* this rank's rounds carry the stop flag         */
+  int joined_seen;                   /* the last round said some rank has joined      */
+  double last_round_us;
+  hvd_buf_t to_coord;                /* requests for the coordinator (header first)   */
+  int nto_coord;
 } bg_t;
 
 static void mpi_error_text(int err, char *buf, size_t len) {
@@ -198,7 +261,8 @@ static int fail(hvd_status_t s, const char *text) {
   hvd_status_t ns;
   if (hvd_liveness_take_notice(&ns, msg, sizeof(msg))) {
     if (ns == HVD_ERR_PEER_LOST) atomic_store(&hvd_g.peer_lost, 1);
-    stop_on_failure(ns, msg, ns == HVD_ERR_PEER_LOST || ns == HVD_ERR_TIMEOUT);
+    stop_on_failure(ns, msg, (ns == HVD_ERR_PEER_LOST || ns == HVD_ERR_TIMEOUT) &&
+                                 !hvd_liveness_given_up());
   } else if (atomic_load(&hvd_g.failed)) {
     pthread_mutex_lock(&hvd_g.mu);
     snprintf(msg, sizeof(msg), "%s", hvd_g.stop_msg);
@@ -208,11 +272,217 @@ static int fail(hvd_status_t s, const char *text) {
     ns = hvd_liveness_census(text, msg, sizeof(msg));
     /* A rank known gone never reaches hvd_shutdown: it need not wait for it. */
     if (ns == HVD_ERR_PEER_LOST) atomic_store(&hvd_g.peer_lost, 1);
-    stop_on_failure(ns, msg, 1);
+    stop_on_failure(ns, msg, !hvd_liveness_given_up());
   } else {
     stop_on_failure(s, text, 1);
   }
   return 1;
+}
+
+/* ---- response cache: submissions, rounds ---- */
+
+static int cacheable_kind(int kind) {
+  /* Not allgather/alltoall (per-rank counts), barrier or join. */
+  return kind == HVD_KIND_ALLREDUCE || kind == HVD_KIND_BROADCAST ||
+         kind == HVD_KIND_REDUCESCATTER;
+}
+
+static hvd_cache_sig_t sig_of_request(const struct hvd_request *r) {
+  hvd_cache_sig_t g = {r->kind, r->dtype, r->op, r->root, r->device >= 0,
+                       (int64_t)r->count};
+  return g;
+}
+
+static hvd_cache_sig_t sig_of_response(const hvd_response_t *r) {
+  hvd_cache_sig_t g = {r->kind, r->dtype, r->op, r->root, r->device >= 0, r->count};
+  return g;
+}
+
+/* Appends one encoded request to the next REQUESTS message for the coordinator. */
+static int coord_queue(bg_t *bg, const void *wire, size_t len) {
+  if (bg->to_coord.len == 0) {
+    hvd_msg_header_t h = {HVD_MSG_REQUESTS, 0, hvd_g.rank, 0};
+    if (!hvd_buf_put(&bg->to_coord, &h, sizeof(h))) return 0;
+  }
+  if (!hvd_buf_put(&bg->to_coord, wire, len)) return 0;
+  bg->nto_coord++;
+  return 1;
+}
+
+/* Sends (rank 0: adds) what coord_queue collected. 0 on failure (err filled). */
+static int coord_flush(bg_t *bg, char *err, size_t errlen) {
+  if (bg->nto_coord == 0) return 1;
+  hvd_msg_header_t h;
+  memcpy(&h, bg->to_coord.p, sizeof(h));
+  h.n = bg->nto_coord;
+  memcpy(bg->to_coord.p, &h, sizeof(h));
+  int ok;
+  if (hvd_g.rank == 0) {
+    ok = hvd_coordinator_add(bg->coord, 0, bg->to_coord.p + sizeof(h),
+                             bg->to_coord.len - sizeof(h), h.n, util_now_us());
+    if (!ok)
+      snprintf(err, errlen, "rank 0 could not hand %d request(s) to the coordinator", h.n);
+  } else {
+    ok = send_bytes(bg, 0, bg->to_coord.p, bg->to_coord.len, err, errlen);
+  }
+  bg->to_coord.len = 0;
+  bg->nto_coord = 0;
+  return ok;
+}
+
+static int add_pending_invalid(bg_t *bg, const char *key, size_t key_len,
+                               const hvd_cache_sig_t *sig) {
+  if (bg->ninvals == bg->cap_invals) {
+    int nc = bg->cap_invals ? bg->cap_invals * 2 : 8;
+    pending_invalid_t *p = realloc(bg->invals, (size_t)nc * sizeof(*p));
+    if (!p) return 0;
+    bg->invals = p;
+    bg->cap_invals = nc;
+  }
+  pending_invalid_t *v = &bg->invals[bg->ninvals++];
+  memcpy(v->key, key, key_len);
+  v->key[key_len] = '\0';
+  v->key_len = key_len;
+  v->sig = *sig;
+  v->in_round = 0;
+  return 1;
+}
+
+static int add_pending_hit(bg_t *bg, const struct hvd_request *r, size_t key_len,
+                           const hvd_cache_sig_t *sig) {
+  if (bg->nhits == bg->cap_hits) {
+    int nc = bg->cap_hits ? bg->cap_hits * 2 : 16;
+    pending_hit_t *p = realloc(bg->hits, (size_t)nc * sizeof(*p));
+    if (!p) return 0;
+    bg->hits = p;
+    bg->cap_hits = nc;
+  }
+  pending_hit_t *h = &bg->hits[bg->nhits];
+  memset(h, 0, sizeof(*h));
+  memcpy(h->key, r->key, key_len + 1);
+  h->key_len = key_len;
+  h->sig = *sig;
+  h->slot = -1;
+  if (!hvd_encode_request(&h->wire, r)) {
+    hvd_buf_free(&h->wire);
+    return 0;
+  }
+  bg->nhits++;
+  return 1;
+}
+
+/* Hands pending hit i to the coordinator (it missed, or a rank has joined). */
+static int hit_to_coordinator(bg_t *bg, int i) {
+  int ok = coord_queue(bg, bg->hits[i].wire.p, bg->hits[i].wire.len);
+  hvd_buf_free(&bg->hits[i].wire);
+  bg->hits[i] = bg->hits[--bg->nhits];
+  return ok;
+}
+
+/* Starts the next round. The bits are computed now, from the cache as it is after the
+   last round was processed: the same state on every rank, so a slot means the same
+   name everywhere. Words: [0] rank 0's count of lists emitted (others: all ones, so
+   AND gives rank 0's); [1] inverted flags (AND of the inverses: the OR); then the hit
+   bits (AND: every rank asked) and the inverted invalid bits (OR: any rank). */
+static int start_round(bg_t *bg, char *err, size_t errlen) {
+  uint64_t *w = hvd_g.round_send;
+  int W = bg->nwords;
+  unsigned flags = (hvd_g.joined ? ROUND_FLAG_JOINED : 0) |
+                   (bg->stopping ? ROUND_FLAG_STOP : 0);
+  w[0] = hvd_g.rank == 0 ? bg->lists_seen : ~(uint64_t)0;
+  w[1] = ~(uint64_t)flags;
+  uint64_t *hit = w + 2, *inval = w + 2 + W;
+  memset(hit, 0, (size_t)W * sizeof(uint64_t));
+  memset(inval, 0xff, (size_t)W * sizeof(uint64_t));
+  if (!bg->stopping && !bg->failed) {
+    for (int i = 0; i < bg->nhits;) {
+      pending_hit_t *h = &bg->hits[i];
+      hvd_cache_sig_t have;
+      int s = hvd_cache_lookup(bg->cache, h->key, h->key_len, &have);
+      if (s >= 0 && hvd_cache_sig_equal(&have, &h->sig)) {
+        h->slot = s;
+        hit[s / 64] |= (uint64_t)1 << (s % 64);
+        i++;
+        continue;
+      }
+      /* Evicted or replaced by what ran since it was looked up: a miss now. */
+      if (s >= 0 && !add_pending_invalid(bg, h->key, h->key_len, &have)) goto oom;
+      if (!hit_to_coordinator(bg, i)) goto oom;
+    }
+    for (int i = 0; i < bg->ninvals;) {
+      pending_invalid_t *v = &bg->invals[i];
+      hvd_cache_sig_t have;
+      int s = hvd_cache_lookup(bg->cache, v->key, v->key_len, &have);
+      if (s >= 0 && hvd_cache_sig_equal(&have, &v->sig)) {
+        v->in_round = 1;
+        inval[s / 64] &= ~((uint64_t)1 << (s % 64));
+        i++;
+      } else {
+        bg->invals[i] = bg->invals[--bg->ninvals];   /* already gone */
+      }
+    }
+    if (!coord_flush(bg, err, errlen)) return 0;
+  }
+  if (!hvd_round_start(err, errlen)) return 0;
+  bg->last_round_us = util_now_us();
+  return 1;
+oom:
+  snprintf(err, errlen, "rank %d: out of memory for the response cache", hvd_g.rank);
+  return 0;
+}
+
+/* Whether the round in flight completed (then its result waits in round_recv). Never
+   blocks: a peer that stopped must not keep this thread from its liveness checks. */
+static int test_round(bg_t *bg, char *err, size_t errlen) {
+  if (!hvd_g.round_inflight) return 1;
+  int done = 0;
+  if (!hvd_round_test(&done, err, errlen)) return 0;
+  if (done) bg->round_result = 1;
+  return 1;
+}
+
+/* Clean shutdown: every rank must stop starting rounds after the same one, or a
+   nonblocking allreduce would be left on a communicator that is then freed. This
+   rank's rounds carry the stop flag from now on; a round whose result has it is the
+   last one everywhere. Returns 1 when over (or the cache is off), 0 to call again. */
+static int rounds_stop_step(bg_t *bg) {
+  char err[HVD_ERROR_MAX];
+  if (!bg->cache || bg->rounds_over) return 1;
+  bg->stopping = 1;
+  if (!test_round(bg, err, sizeof(err))) {
+    hvd_log(HVD_LOG_ERROR, "%s", err);
+    atomic_store(&hvd_g.failed, 1);
+    return 1;
+  }
+  if (hvd_g.round_inflight) return 0;
+  if (bg->round_result) {
+    bg->round_result = 0;
+    if (~hvd_g.round_recv[1] & ROUND_FLAG_STOP) {
+      bg->rounds_over = 1;
+      return 1;
+    }
+  }
+  if (!start_round(bg, err, sizeof(err))) {
+    hvd_log(HVD_LOG_ERROR, "%s", err);
+    atomic_store(&hvd_g.failed, 1);
+    return 1;
+  }
+  return 0;
+}
+
+/* Runs rounds_stop_step until the last round or the deadline; a round left in flight
+   marks the runtime failed (hvd_shutdown then drains it or leaves MPI alone). */
+static void rounds_finish(bg_t *bg, double deadline_us) {
+  while (!rounds_stop_step(bg)) {
+    if (util_now_us() > deadline_us) {
+      hvd_log(HVD_LOG_WARNING, "shutdown: the response cache's last round did not "
+              "complete within %.0f s", DRAIN_LIMIT_US * 1e-6);
+      atomic_store(&hvd_g.failed, 1);
+      return;
+    }
+    progress_sends(bg, 0, 0);
+    sched_yield();
+  }
 }
 
 /* Rank 0: stops every rank. s is what pending requests report. */
@@ -236,9 +506,11 @@ static void global_shutdown(bg_t *bg, hvd_status_t s, const char *text) {
       if (h.type == HVD_MSG_SHUTDOWN_ACK) acks++;
       continue;   /* anything else is moot now */
     }
+    rounds_stop_step(bg);
     progress_sends(bg, 0, 0);
     sched_yield();
   }
+  rounds_finish(bg, deadline);
   if (acks < hvd_g.size - 1) {
     hvd_log(HVD_LOG_WARNING, "shutdown: only %d of %d ranks acknowledged", acks,
             hvd_g.size - 1);
@@ -260,8 +532,11 @@ static int fatal_error(bg_t *bg, hvd_status_t s, const char *text, int agreed) {
   return 0;
 }
 
-/* Runs a RESPONSES message (header included). Returns 1 when the loop must end. */
-static int run_responses(bg_t *bg, const char *data, size_t len, const double *times) {
+/* Runs a RESPONSES message (header included). Returns 1 when the loop must end.
+   from_cache: the agreed cache hits of a round (counted apart); otherwise a coordinator
+   list, whose cacheable responses the cache learns once they ran. */
+static int run_responses(bg_t *bg, const char *data, size_t len, const double *times,
+                         int from_cache) {
   hvd_msg_header_t h;
   memcpy(&h, data, sizeof(h));
   char err[HVD_ERROR_MAX];
@@ -280,9 +555,182 @@ static int run_responses(bg_t *bg, const char *data, size_t len, const double *t
       bg->resp[i].first_seen_us = times[2 * i];
       bg->resp[i].ready_us = times[2 * i + 1];
     }
+  /* Counted before they run, so a caller that sees its request done sees it counted. */
+  atomic_fetch_add(from_cache ? &hvd_g.stat_cached : &hvd_g.stat_negotiated,
+                   (unsigned long long)h.n);
   int agreed = 0;
   hvd_status_t s = hvd_execute(bg->resp, h.n, err, sizeof(err), &agreed);
   if (s != HVD_OK) return fatal_error(bg, s, err, agreed);
+  if (bg->cache && !from_cache) {
+    hvd_buf_t w = {0};
+    for (int i = 0; i < h.n; i++) {
+      const hvd_response_t *r = &bg->resp[i];
+      if (r->status != HVD_OK || !cacheable_kind(r->kind)) continue;
+      hvd_cache_sig_t g = sig_of_response(r);
+      w.len = 0;
+      if (!hvd_encode_response(&w, r, 0) ||
+          !hvd_cache_put(bg->cache, r->key, r->key_len, &g, w.p, w.len)) {
+        hvd_buf_free(&w);
+        return fatal_error(bg, HVD_ERR_NO_MEMORY, "out of memory for the response cache",
+                           0);
+      }
+    }
+    hvd_buf_free(&w);
+  }
+  return 0;
+}
+
+/* Queues a coordinator list until a round says it is due (cache on). 0: out of memory. */
+static int queue_list(bg_t *bg, const char *data, size_t len, const double *times, int n) {
+  if (bg->nlists == bg->cap_lists) {
+    int nc = bg->cap_lists ? bg->cap_lists * 2 : 8;
+    queued_list_t *p = realloc(bg->lists, (size_t)nc * sizeof(*p));
+    if (!p) return 0;
+    bg->lists = p;
+    bg->cap_lists = nc;
+  }
+  queued_list_t *q = &bg->lists[bg->nlists];
+  q->data = malloc(len);
+  q->times = times ? malloc((size_t)(2 * n > 0 ? 2 * n : 1) * sizeof(double)) : NULL;
+  if (!q->data || (times && !q->times)) {
+    free(q->data);
+    free(q->times);
+    return 0;
+  }
+  memcpy(q->data, data, len);
+  if (times) memcpy(q->times, times, (size_t)(2 * n) * sizeof(double));
+  q->len = len;
+  bg->nlists++;
+  bg->lists_seen++;
+  return 1;
+}
+
+/* Runs the agreed hits (slots[0..n), ascending) as one list of the cached responses,
+   fused by the coordinator's rules. Returns 1 when the loop must end. */
+static int run_hits(bg_t *bg, const int *slots, int n) {
+  hvd_response_t *one = malloc((size_t)n * sizeof(*one));
+  hvd_plan_item_t *items = malloc((size_t)n * sizeof(*items));
+  int *order = malloc((size_t)n * sizeof(*order));
+  unsigned char *fuse = malloc(2 * (size_t)n);
+  hvd_buf_t msg = {0};
+  hvd_msg_header_t h = {HVD_MSG_RESPONSES, n, 0, 0};
+  int ok = one && items && order && fuse && hvd_buf_put(&msg, &h, sizeof(h));
+  for (int i = 0; ok && i < n; i++) {
+    size_t len = 0;
+    const char *wire = hvd_cache_wire(bg->cache, slots[i], &len);
+    ok = wire && hvd_decode_responses(wire, len, 1, hvd_g.size, &one[i]);
+    if (ok)
+      items[i] = (hvd_plan_item_t){one[i].kind, one[i].dtype, one[i].op,
+                                   one[i].device >= 0, one[i].count, one[i].status};
+  }
+  if (ok) hvd_plan(items, n, hvd_g.cfg.fusion_threshold, order, fuse);
+  for (int k = 0; ok && k < n; k++) ok = hvd_encode_response(&msg, &one[order[k]], fuse[k]);
+  /* Touched in slot order, the same on every rank, before anything can fail. */
+  for (int i = 0; ok && i < n; i++) hvd_cache_touch(bg->cache, slots[i]);
+  free(one);
+  free(items);
+  free(order);
+  free(fuse);
+  if (!ok) {
+    hvd_buf_free(&msg);
+    return fatal_error(bg, HVD_ERR_NO_MEMORY, "out of memory running cached responses", 0);
+  }
+  /* No negotiation happened: the timeline shows it as taking no time. */
+  double now = util_now_us(), *times = malloc((size_t)(2 * n) * sizeof(double));
+  for (int i = 0; times && i < 2 * n; i++) times[i] = now;
+  int end = run_responses(bg, msg.p, msg.len, times, 1);
+  free(times);
+  hvd_buf_free(&msg);
+  return end;
+}
+
+/* A completed round, once the lists it makes due are here. In order: evict what any
+   rank invalidated; run the hits every rank asked for (their slots are the ones the
+   round was started with: nothing ran since); if a rank has joined, hand the other
+   hits to the coordinator (the joined rank will not ask for them); run the
+   coordinator's lists that rank 0 had emitted when it started the round. Every rank
+   does the same, so the caches stay identical. *progressed: something ran or moved.
+   Returns 1 when the loop must end. */
+static int process_round(bg_t *bg, int *progressed) {
+  const uint64_t *w = hvd_g.round_recv;
+  unsigned flags = (unsigned)~w[1];
+  if (flags & ROUND_FLAG_STOP) {   /* the coordinator is shutting down: the last round */
+    bg->rounds_over = 1;
+    bg->round_result = 0;
+    return 0;
+  }
+  if (bg->failed) {   /* waiting for SHUTDOWN: nothing runs any more */
+    bg->round_result = 0;
+    return 0;
+  }
+  uint64_t due = w[0];
+  /* Rank 0 sent those lists before it started this round: they are on their way. */
+  if (hvd_g.rank != 0 && bg->lists_seen < due) return 0;
+  bg->round_result = 0;
+  int W = bg->nwords;
+  const uint64_t *hit = w + 2, *inval = w + 2 + W;
+  int *slots = NULL, nslots = 0;
+  for (int k = 0; k < W; k++) {
+    uint64_t bad = ~inval[k], good = hit[k] & inval[k];
+    for (int b = 0; bad && b < 64; b++)
+      if (bad >> b & 1) hvd_cache_evict(bg->cache, k * 64 + b);
+    for (int b = 0; good && b < 64; b++)
+      if (good >> b & 1) {
+        /* Every agreed bit is one of this rank's pending hits. */
+        if (nslots >= bg->nhits) {
+          free(slots);
+          return fatal_error(bg, HVD_ERR_BACKEND, "the response cache round agreed on a "
+                             "slot this rank did not ask for (internal error)", 0);
+        }
+        if (!slots && !(slots = malloc((size_t)bg->nhits * sizeof(*slots)))) {
+          return fatal_error(bg, HVD_ERR_NO_MEMORY, "out of memory for cache hits", 0);
+        }
+        slots[nslots++] = k * 64 + b;
+      }
+  }
+  for (int i = 0; i < bg->ninvals;) {
+    if (bg->invals[i].in_round) bg->invals[i] = bg->invals[--bg->ninvals];
+    else i++;
+  }
+  if (nslots > 0) {
+    /* Those hits leave the pending list: the requests run now. */
+    for (int i = 0; i < bg->nhits;) {
+      int s = bg->hits[i].slot, agreed = 0;
+      if (s >= 0 && (hit[s / 64] & inval[s / 64]) >> (s % 64) & 1) agreed = 1;
+      if (agreed) {
+        hvd_buf_free(&bg->hits[i].wire);
+        bg->hits[i] = bg->hits[--bg->nhits];
+      } else {
+        i++;
+      }
+    }
+    *progressed = 1;
+    int end = run_hits(bg, slots, nslots);
+    free(slots);
+    if (end) return 1;
+  }
+  for (int i = 0; i < bg->nhits; i++) bg->hits[i].slot = -1;
+  bg->joined_seen = (flags & ROUND_FLAG_JOINED) != 0;
+  if (bg->joined_seen && bg->nhits > 0) {
+    char err[HVD_ERROR_MAX];
+    int ok = 1;
+    while (bg->nhits > 0 && ok) ok = hit_to_coordinator(bg, bg->nhits - 1);
+    if (!ok) snprintf(err, sizeof(err), "rank %d: out of memory for requests", hvd_g.rank);
+    if (!ok || !coord_flush(bg, err, sizeof(err)))
+      return fatal_error(bg, HVD_ERR_NO_MEMORY, err, 0);
+    *progressed = 1;
+  }
+  while (bg->lists_done < due && bg->nlists > 0) {
+    queued_list_t q = bg->lists[0];
+    memmove(&bg->lists[0], &bg->lists[1], (size_t)(bg->nlists - 1) * sizeof(q));
+    bg->nlists--;
+    bg->lists_done++;
+    int end = bg->failed ? 0 : run_responses(bg, q.data, q.len, q.times, 0);
+    free(q.data);
+    free(q.times);
+    *progressed = 1;
+    if (end) return 1;
+  }
   return 0;
 }
 
@@ -298,31 +746,34 @@ static int take_submissions(bg_t *bg, int *shutdown_requested, int *end) {
      read here without the lock. Their memory kind is asked here, on the thread that
      selected the GPU (hvd_device_thread_start). */
   if (head == NULL) return 0;
-  hvd_buf_t b = {0};
+  char err[HVD_ERROR_MAX];
   int n = 0, ok = 1;
-  hvd_msg_header_t h = {HVD_MSG_REQUESTS, 0, hvd_g.rank, 0};
-  ok = hvd_buf_put(&b, &h, sizeof(h));
   for (struct hvd_request *r = head; r && ok; r = r->next_queue, n++) {
     r->device = r->kind == HVD_KIND_BARRIER || r->kind == HVD_KIND_JOIN
                     ? -1 : hvd_device_of_buffers(r->sendbuf, r->recvbuf);
     if (r->kind == HVD_KIND_JOIN) hvd_g.joined = 1;
-    ok = hvd_encode_request(&b, r);
+    /* Cache on: a name cached with the same signature waits for the others' bits in
+       the rounds; one cached with another signature invalidates the entry everywhere
+       and goes to the coordinator, which reports the mismatch. While a rank has
+       joined, everything goes to the coordinator (it stands in for the joined rank). */
+    if (bg->cache && cacheable_kind(r->kind) && !bg->joined_seen && !hvd_g.joined) {
+      size_t kl = strlen(r->key);
+      hvd_cache_sig_t want = sig_of_request(r), have;
+      int slot = hvd_cache_lookup(bg->cache, r->key, kl, &have);
+      if (slot >= 0 && hvd_cache_sig_equal(&want, &have)) {
+        ok = add_pending_hit(bg, r, kl, &want);
+        continue;
+      }
+      if (slot >= 0 && !(ok = add_pending_invalid(bg, r->key, kl, &have))) break;
+    }
+    hvd_buf_t b = {0};
+    ok = hvd_encode_request(&b, r) && coord_queue(bg, b.p, b.len);
+    hvd_buf_free(&b);
   }
-  char err[HVD_ERROR_MAX];
-  if (ok) {
-    ((hvd_msg_header_t *)b.p)->n = n;
-    if (hvd_g.rank == 0)
-      ok = hvd_coordinator_add(bg->coord, 0, b.p + sizeof(h), b.len - sizeof(h), n,
-                               util_now_us());
-    else
-      ok = send_bytes(bg, 0, b.p, b.len, err, sizeof(err));
-  }
-  hvd_buf_free(&b);
-  if (!ok) {
-    snprintf(err, sizeof(err), "rank %d could not hand %d request(s) to the coordinator",
-             hvd_g.rank, n);
-    *end = fatal_error(bg, HVD_ERR_NO_MEMORY, err, 0);
-  }
+  if (ok) ok = coord_flush(bg, err, sizeof(err));
+  else snprintf(err, sizeof(err), "rank %d could not hand %d request(s) to the coordinator",
+                hvd_g.rank, n);
+  if (!ok) *end = fatal_error(bg, HVD_ERR_NO_MEMORY, err, 0);
   return 1;
 }
 
@@ -361,8 +812,13 @@ static int worker_message(bg_t *bg) {
   hvd_msg_header_t h;
   memcpy(&h, bg->in.p, sizeof(h));
   if (h.type == HVD_MSG_RESPONSES) {
+    if (bg->cache) {   /* runs when a round says it is due */
+      if (!queue_list(bg, bg->in.p, bg->in.len, NULL, h.n))
+        return fatal_error(bg, HVD_ERR_NO_MEMORY, "out of memory for responses", 0);
+      return 0;
+    }
     if (bg->failed) return 0;   /* every rank stopped at the same response */
-    return run_responses(bg, bg->in.p, bg->in.len, NULL);
+    return run_responses(bg, bg->in.p, bg->in.len, NULL, 0);
   }
   if (h.type == HVD_MSG_SHUTDOWN) {
     char text[HVD_ERROR_MAX], err[HVD_ERROR_MAX];
@@ -374,6 +830,7 @@ static int worker_message(bg_t *bg) {
     local_stop((hvd_status_t)h.status, text);
     if (!send_msg(bg, 0, HVD_MSG_SHUTDOWN_ACK, 0, NULL, err, sizeof(err)))
       hvd_log(HVD_LOG_ERROR, "%s", err);
+    rounds_finish(bg, util_now_us() + DRAIN_LIMIT_US);
     progress_sends(bg, 1, util_now_us() + DRAIN_LIMIT_US);
     return 1;
   }
@@ -383,7 +840,8 @@ static int worker_message(bg_t *bg) {
 static void idle_wait(bg_t *bg) {
   double now = util_now_us();
   pthread_mutex_lock(&hvd_g.mu);
-  int busy = hvd_g.ninflight > 0 || bg->stop_requested || bg->failed || bg->nsends > 0;
+  int busy = hvd_g.ninflight > 0 || bg->stop_requested || bg->failed || bg->nsends > 0 ||
+             bg->nlists > 0 || bg->round_result;
   if (atomic_load(&hvd_g.queued) > 0 || hvd_g.shutdown_requested) {
     pthread_mutex_unlock(&hvd_g.mu);
     return;
@@ -401,7 +859,8 @@ static void idle_wait(bg_t *bg) {
     wait_us = bg->sleep_us;
     bg->sleep_us = bg->sleep_us * 2 < SLEEP_MAX_US ? bg->sleep_us * 2 : SLEEP_MAX_US;
   } else {
-    wait_us = IDLE_SLEEP_US;
+    /* Cache on: the peers' rounds wait for this rank's next one. */
+    wait_us = bg->cache && !bg->rounds_over ? ROUND_IDLE_US : IDLE_SLEEP_US;
   }
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -412,6 +871,24 @@ static void idle_wait(bg_t *bg) {
   pthread_cond_timedwait(&hvd_g.work_cv, &hvd_g.mu, &ts);
   hvd_g.bg_waiting = 0;
   pthread_mutex_unlock(&hvd_g.mu);
+}
+
+/* The rounds' part of a loop turn (cache on): test the round in flight, process its
+   result, start the next. The next starts at once while anything waits on it (hits,
+   invalidations, lists) or right after progress (a blocking caller submits again
+   within microseconds); otherwise at most every ROUND_IDLE_US, since the peers'
+   rounds cannot complete without this rank's. Returns 0 when the loop must end. */
+static int rounds_turn(bg_t *bg, int *progressed) {
+  char err[HVD_ERROR_MAX];
+  if (!test_round(bg, err, sizeof(err))) return !fatal_error(bg, HVD_ERR_BACKEND, err, 0);
+  if (bg->round_result && process_round(bg, progressed)) return 0;
+  if (hvd_g.round_inflight || bg->round_result || bg->rounds_over) return 1;
+  double now = util_now_us();
+  int wanted = bg->nhits > 0 || bg->ninvals > 0 || bg->nlists > 0 || *progressed ||
+               now - bg->last_progress_us < SPIN_US || now - bg->last_round_us >= ROUND_IDLE_US;
+  if (wanted && !start_round(bg, err, sizeof(err)))
+    return !fatal_error(bg, HVD_ERR_BACKEND, err, 0);
+  return 1;
 }
 
 static void loop(bg_t *bg) {
@@ -429,7 +906,8 @@ static void loop(bg_t *bg) {
       hvd_status_t ns;
       if (hvd_liveness_take_notice(&ns, err, sizeof(err))) {
         if (ns == HVD_ERR_PEER_LOST) atomic_store(&hvd_g.peer_lost, 1);
-        stop_on_failure(ns, err, ns == HVD_ERR_PEER_LOST || ns == HVD_ERR_TIMEOUT);
+        stop_on_failure(ns, err, (ns == HVD_ERR_PEER_LOST || ns == HVD_ERR_TIMEOUT) &&
+                                     !hvd_liveness_given_up());
         return;
       }
       if (hvd_liveness_tick(turn, err, sizeof(err))) {
@@ -439,6 +917,12 @@ static void loop(bg_t *bg) {
     }
     progressed |= take_submissions(bg, &sd, &end);
     if (end) return;
+    /* hvd_shutdown right after the watchdog failed the requests: a failure, not a
+       clean shutdown (the watchdog sets failed before it wakes the caller). */
+    if (sd && atomic_load(&hvd_g.failed)) {
+      fail(HVD_ERR_TIMEOUT, "");
+      return;
+    }
     if (sd && !bg->stop_requested) {
       if (hvd_g.rank == 0) {
         global_shutdown(bg, HVD_ERR_SHUTDOWN, "hvd_shutdown was called on rank 0");
@@ -475,7 +959,16 @@ static void loop(bg_t *bg) {
           global_shutdown(bg, HVD_ERR_SHUTDOWN, err);
           return;
         }
-        end = run_responses(bg, msg.p, msg.len, hvd_coordinator_emitted_times(bg->coord));
+        if (bg->cache) {   /* runs when a round says it is due, on every rank alike */
+          if (!queue_list(bg, msg.p, msg.len, hvd_coordinator_emitted_times(bg->coord), n)) {
+            hvd_buf_free(&msg);
+            global_shutdown(bg, HVD_ERR_SHUTDOWN, "rank 0: out of memory for responses");
+            return;
+          }
+        } else {
+          end = run_responses(bg, msg.p, msg.len, hvd_coordinator_emitted_times(bg->coord),
+                              0);
+        }
         hvd_buf_free(&msg);
         if (end) return;
         progressed = 1;
@@ -493,6 +986,7 @@ static void loop(bg_t *bg) {
                  "0) did not answer the shutdown request");
       return;
     }
+    if (bg->cache && !bg->rounds_over && !rounds_turn(bg, &progressed)) return;
     if (bg->nsends > 0) progress_sends(bg, 0, 0);
     if (progressed) {
       bg->last_progress_us = util_now_us();
@@ -514,7 +1008,11 @@ void *hvd_background_main(void *arg) {
     local_stop(HVD_ERR_NO_MEMORY, "rank 0: out of memory creating the coordinator");
   } else if (hvd_liveness_init() != HVD_OK) {
     local_stop(HVD_ERR_NO_MEMORY, "out of memory for the liveness state");
+  } else if (hvd_g.round_words > 0 &&
+             (bg.cache = hvd_cache_create(hvd_g.cfg.cache_capacity)) == NULL) {
+    local_stop(HVD_ERR_NO_MEMORY, "out of memory for the response cache");
   } else {
+    bg.nwords = (hvd_g.round_words - 2) / 2;
     loop(&bg);
   }
   /* Whatever is still pending (only possible on the error paths) fails. */
@@ -529,5 +1027,15 @@ void *hvd_background_main(void *arg) {
   free(bg.sends);
   free(bg.resp);
   hvd_buf_free(&bg.in);
+  hvd_cache_free(bg.cache);
+  for (int i = 0; i < bg.nhits; i++) hvd_buf_free(&bg.hits[i].wire);
+  free(bg.hits);
+  free(bg.invals);
+  for (int i = 0; i < bg.nlists; i++) {
+    free(bg.lists[i].data);
+    free(bg.lists[i].times);
+  }
+  free(bg.lists);
+  hvd_buf_free(&bg.to_coord);
   return NULL;
 }

@@ -24,6 +24,15 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+/* The response cache's rounds are allreduces of uint64 bit vectors with MPI_BAND; the
+   single-process MPI stub of scripts/gpu_check has neither (one rank needs no MPI for
+   them: its rounds are local). */
+#if defined(MPI_BAND) && defined(MPI_UINT64_T)
+#define HVD_HAVE_ROUND_MPI 1
+#else
+#define HVD_HAVE_ROUND_MPI 0
+#endif
+
 #define HVD_KEY_MAX (HVD_NAME_MAX + 2)   /* a name, or the key of an unnamed call  */
 #define HVD_ERROR_MAX 512
 #define HVD_INFLIGHT_BUCKETS 1024
@@ -174,12 +183,27 @@ typedef struct {
   atomic_int peer_lost;       /* and a census named a lost rank: no waiting for it    */
   char (*hosts)[HVD_HOST_MAX]; /* per rank: its host name (messages about lost ranks) */
   atomic_llong bg_alive_us;   /* the background loop's last turn (the watchdog reads) */
+  atomic_llong watchdog_us;   /* the watchdog's last turn, and the longest gap between */
+  atomic_llong frozen_us;     /* two of its turns above the peer timeout (SIGSTOP)    */
   pthread_t watchdog;
   pthread_mutex_t watchdog_mu;
   pthread_cond_t watchdog_cv;
   int watchdog_stop;
   atomic_int queued;          /* submissions not yet taken (lock-free peek)          */
   int ninflight;              /* submitted and not yet completed                     */
+  /* Response cache rounds (hvd/background.c, hvd/rounds.c): one at a time on
+     round_comm. Owned by the background thread while it runs; hvd_shutdown drains a
+     round it left in flight after a failure, so every rank ends on the same round. */
+  MPI_Comm round_comm;
+  MPI_Request *round_reqs;    /* hvd/rounds.c: a receive and a send per peer, or one */
+  uint64_t *round_send, *round_recv;
+  uint64_t *round_peer;       /* the peers' words of the round in flight (p2p)       */
+  int round_words;            /* 0: no rounds (cache off)                            */
+  int round_inflight;
+  uint64_t rounds_started;
+  /* Responses executed: from the cache (agreed hits) and from coordinator lists; the
+     tests read them (background thread writes, anyone reads). */
+  atomic_ullong stat_cached, stat_negotiated;
   int joined;                 /* background thread only: this rank's hvd_join went to
                                  the coordinator and has not been answered yet; it
                                  takes part in others' collectives with zeros         */
@@ -224,6 +248,21 @@ int hvd_coordinator_check_stalls(hvd_coordinator_t *c, double now_us, char *msg,
 /* Parses a RESPONSES payload into resp[0..n) (pointing into payload). */
 int hvd_decode_responses(const char *payload, size_t len, int n, int size,
                          hvd_response_t *resp);
+/* The fusion plan (Horovod's FuseResponses) of n items in list order: order[] is the
+   execution order (indices into items), fuse[k] = 1 when order[k] runs in the same
+   collective as order[k-1]. fuse needs 2n bytes (the second half is scratch). */
+typedef struct {
+  hvd_kind_t kind;
+  hvd_dtype_t dtype;
+  hvd_op_t op;
+  int on_device;
+  int64_t count;
+  hvd_status_t status;
+} hvd_plan_item_t;
+void hvd_plan(const hvd_plan_item_t *items, int n, size_t threshold, int *order,
+              unsigned char *fuse);
+/* Appends the wire record of r (as the coordinator emits it) with fuse_with_prev. */
+int hvd_encode_response(hvd_buf_t *b, const hvd_response_t *r, int fuse_with_prev);
 /* rank 0, for the timeline: first-seen and ready times of the responses of the last
    emit, two per response in their order. */
 const double *hvd_coordinator_emitted_times(const hvd_coordinator_t *c);
@@ -349,7 +388,19 @@ hvd_status_t hvd_liveness_census(const char *reason, char *msg, size_t len);
    CENSUS is joined first). */
 int hvd_liveness_take_notice(hvd_status_t *s, char *msg, size_t len);
 void hvd_liveness_send_stop(hvd_status_t s, const char *msg);
+/* 1 when this process itself was stopped longer than the peer timeout: the others have
+   given it up, so it neither answers censuses nor sends notices. */
+int hvd_liveness_given_up(void);
 const char *hvd_host_of(int rank);
+
+/* rounds.c: one response cache round (docs at the top of the file), background thread
+   (hvd_shutdown after it ended). hvd_round_start sends hvd_g.round_send; hvd_round_test
+   sets *done and then hvd_g.round_recv holds every rank's words ANDed. 0 on an MPI
+   error (err filled). hvd_round_peer_words: how many peers' word vectors a round
+   receives (the size of hvd_g.round_peer, in vectors). */
+int hvd_round_start(char *err, size_t len);
+int hvd_round_test(int *done, char *err, size_t len);
+size_t hvd_round_peer_words(void);
 
 /* watchdog.c: the stall inspector that runs while the background thread is blocked. */
 hvd_status_t hvd_watchdog_start(void);

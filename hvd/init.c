@@ -43,11 +43,23 @@ static void release(int mpi_too) {
     if (hvd_g.local) coll_transport_destroy(hvd_g.local);
     if (hvd_g.cross) coll_transport_destroy(hvd_g.cross);
     free_comm(&hvd_g.ctrl);
+    free_comm(&hvd_g.round_comm);
     free_comm(&hvd_g.local_comm);
     free_comm(&hvd_g.cross_comm);
   }
   hvd_g.world = hvd_g.local = hvd_g.cross = NULL;
-  hvd_g.ctrl = hvd_g.local_comm = hvd_g.cross_comm = MPI_COMM_NULL;
+  hvd_g.ctrl = hvd_g.local_comm = hvd_g.cross_comm = hvd_g.round_comm = MPI_COMM_NULL;
+  /* A round left in flight keeps its buffers: MPI may still write them. */
+  if (!hvd_g.round_inflight) {
+    free(hvd_g.round_send);
+    free(hvd_g.round_recv);
+    free(hvd_g.round_peer);
+    free(hvd_g.round_reqs);
+  }
+  hvd_g.round_send = hvd_g.round_recv = hvd_g.round_peer = NULL;
+  hvd_g.round_reqs = NULL;
+  hvd_g.round_words = 0;
+  hvd_g.round_inflight = 0;
   free(hvd_g.hosts);
   hvd_g.hosts = NULL;
   free(hvd_g.fusion_buf);
@@ -134,6 +146,45 @@ static int sync_parameters(void) {
   return MPI_SUCCESS;
 }
 
+/* The response cache's rounds (hvd/background.c): a communicator of their own, so the
+   one nonblocking allreduce always in flight never meets the control messages or the
+   other collectives, and buffers of 2 + 2 * ceil(capacity / 64) words. Cache off (or a
+   single rank, whose rounds need no MPI): no communicator. */
+static hvd_status_t response_cache_rounds(void) {
+  size_t cap = hvd_g.cfg.cache_capacity;
+  if (cap == 0) return HVD_OK;
+  size_t words = 2 + 2 * ((cap + 63) / 64);
+  hvd_g.round_send = calloc(words, sizeof(uint64_t));
+  hvd_g.round_recv = calloc(words, sizeof(uint64_t));
+  if (!hvd_g.round_send || !hvd_g.round_recv)
+    return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_init: out of memory for the response "
+                         "cache's bit vectors (HVD_CACHE_CAPACITY=%zu)", cap);
+  hvd_g.round_words = (int)words;
+  hvd_g.rounds_started = 0;
+  /* A receive and a send per peer (or one request: hvd/rounds.c). */
+  size_t peers = hvd_round_peer_words();
+  hvd_g.round_reqs = malloc((2 * peers + 1) * sizeof(MPI_Request));
+  hvd_g.round_peer = calloc(peers * words + 1, sizeof(uint64_t));
+  if (!hvd_g.round_reqs || !hvd_g.round_peer)
+    return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_init: out of memory for the response "
+                         "cache's rounds");
+  for (size_t i = 0; i < 2 * peers + 1; i++) hvd_g.round_reqs[i] = MPI_REQUEST_NULL;
+  if (hvd_g.size == 1) return HVD_OK;
+  if (!HVD_HAVE_ROUND_MPI) {   /* an MPI without MPI_BAND on uint64: cache off */
+    hvd_log(HVD_LOG_WARNING, "HVD_CACHE_CAPACITY=%zu ignored: this MPI lacks MPI_BAND or "
+            "MPI_UINT64_T", cap);
+    hvd_g.cfg.cache_capacity = 0;
+    hvd_g.round_words = 0;
+    return HVD_OK;
+  }
+  int err;
+  if ((err = MPI_Comm_dup(hvd_g.ctrl, &hvd_g.round_comm)) != MPI_SUCCESS)
+    return mpi_fail(err, "MPI_Comm_dup (response cache)");
+  if ((err = MPI_Comm_set_errhandler(hvd_g.round_comm, MPI_ERRORS_RETURN)) != MPI_SUCCESS)
+    return mpi_fail(err, "MPI_Comm_set_errhandler (response cache)");
+  return HVD_OK;
+}
+
 static hvd_status_t topology(void) {
   int err;
   if ((err = MPI_Comm_dup(MPI_COMM_WORLD, &hvd_g.ctrl)) != MPI_SUCCESS)
@@ -213,7 +264,8 @@ static hvd_status_t topology(void) {
             hvd_g.size, hvd_g.cross_size, hvd_g.local_size, hvd_g.hierarchical ? "on" : "off",
             hvd_g.cfg.fusion_threshold, hvd_g.cfg.cycle_time_ms, hvd_g.cfg.stall_check_s,
             hvd_g.cfg.stall_shutdown_s);
-  hvd_status_t s = transport(hvd_g.ctrl, &hvd_g.world, "world");
+  hvd_status_t s = response_cache_rounds();
+  if (s == HVD_OK) s = transport(hvd_g.ctrl, &hvd_g.world, "world");
   if (s == HVD_OK && hvd_g.hierarchical) {
     s = transport(hvd_g.local_comm, &hvd_g.local, "local");
     if (s == HVD_OK) s = transport(hvd_g.cross_comm, &hvd_g.cross, "cross");
@@ -300,7 +352,11 @@ hvd_status_t hvd_init(void) {
   }
 
   hvd_g.start_us = util_now_us();
-  hvd_g.ctrl = hvd_g.local_comm = hvd_g.cross_comm = MPI_COMM_NULL;
+  hvd_g.ctrl = hvd_g.local_comm = hvd_g.cross_comm = hvd_g.round_comm = MPI_COMM_NULL;
+  hvd_g.round_words = 0;
+  hvd_g.round_inflight = 0;
+  atomic_store(&hvd_g.stat_cached, 0);
+  atomic_store(&hvd_g.stat_negotiated, 0);
   hvd_g.cancel = 0;
   hvd_g.joined = 0;
   atomic_store(&hvd_g.failed, 0);
@@ -393,6 +449,48 @@ static int every_rank_here(void) {
   }
 }
 
+/* After a failure that every rank survived: the background threads may have stopped
+   after different rounds (one can have started the next round before it heard of the
+   failure). Every rank takes part in rounds until all have started as many, and waits
+   for them, so no nonblocking collective is left on the communicator that is about to
+   be freed. 0 when that did not finish within FINALIZE_WAIT_S. */
+static int drain_rounds(void) {
+#if HVD_HAVE_ROUND_MPI
+  if (hvd_g.round_comm == MPI_COMM_NULL) return 1;
+  double deadline = util_now_s() + FINALIZE_WAIT_S;
+  uint64_t mine = hvd_g.rounds_started, most = 0;
+  MPI_Request req;
+  if (MPI_Iallreduce(&mine, &most, 1, MPI_UINT64_T, MPI_MAX, hvd_g.ctrl, &req) !=
+      MPI_SUCCESS)
+    return 0;
+  for (;;) {
+    int done = 0;
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0;
+    if (done) break;
+    if (util_now_s() > deadline) return 0;
+    sched_yield();
+  }
+  char err[HVD_ERROR_MAX];
+  for (;;) {
+    if (hvd_g.round_inflight) {
+      int done = 0;
+      if (!hvd_round_test(&done, err, sizeof(err))) return 0;
+      if (!done) {
+        if (util_now_s() > deadline) return 0;
+        sched_yield();
+        continue;
+      }
+    }
+    if (hvd_g.rounds_started >= most) return 1;
+    /* A round that asks for nothing: no hits (0 bits under AND), no flags. */
+    for (int i = 0; i < hvd_g.round_words; i++) hvd_g.round_send[i] = 0;
+    if (!hvd_round_start(err, sizeof(err))) return 0;
+  }
+#else
+  return 1;
+#endif
+}
+
 hvd_status_t hvd_shutdown(void) {
   pthread_mutex_lock(&init_mu);
   if (!atomic_load(&hvd_g_initialized)) {
@@ -414,8 +512,11 @@ hvd_status_t hvd_shutdown(void) {
      within FINALIZE_WAIT_S; otherwise the process ends without it and the launcher
      ends the job (mpirun reports the ranks that exited without MPI_Finalize). */
   int finalize = hvd_g.owns_mpi;
+  /* A round still in flight after a clean stop (the drain in the background thread ran
+     out of time) is handled as after a failure. */
+  if (hvd_g.round_inflight) atomic_store(&hvd_g.failed, 1);
   int failed = atomic_load(&hvd_g.failed);
-  if (failed && (atomic_load(&hvd_g.peer_lost) || !every_rank_here())) {
+  if (failed && (atomic_load(&hvd_g.peer_lost) || !every_rank_here() || !drain_rounds())) {
     if (!atomic_load(&hvd_g.peer_lost))
       hvd_log(HVD_LOG_WARNING, "hvd_shutdown: after the failure not every rank reached "
               "hvd_shutdown within %g s; MPI is left unfinalized so that this process "

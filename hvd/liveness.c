@@ -27,11 +27,14 @@
 #define NOTICE_TAG 2
 #define HEARTBEAT_TAG 3
 #define CENSUS_WINDOW_S 2.0
+#define CENSUS_MARGIN_S 0.1    /* close a census heard of this much before its sender */
 #define GAP_US 500e3           /* away this long: restart the peers' clocks        */
 #define TICK_EVERY_US 10e3     /* heartbeats and notices are looked at this often  */
 
 enum { NOTICE_CENSUS = 1, NOTICE_STOP = 2 };
-typedef struct { int32_t type, status, origin, pad; } notice_header_t;
+/* census_ms: CENSUS only: how long the census the sender takes part in has been open
+   (the earliest start it knows of), so that every rank closes it at the same time. */
+typedef struct { int32_t type, status, origin, census_ms; } notice_header_t;
 /* Sent once each per run, then the runtime is over; static so that MPI may still read
    them after the requests were freed. */
 static char census_notice[sizeof(notice_header_t) + HVD_ERROR_MAX];
@@ -130,8 +133,9 @@ int hvd_liveness_tick(double now_us, char *reason, size_t len) {
 
 /* Sends a notice (type, status, text) in buf to every other rank, best effort: a lost
    peer's send may never complete, so each request is freed at once. */
-static void send_notice(char *buf, int type, hvd_status_t s, const char *text) {
-  notice_header_t h = {type, (int32_t)s, hvd_g.rank, 0};
+static void send_notice(char *buf, int type, hvd_status_t s, const char *text,
+                        int census_ms) {
+  notice_header_t h = {type, (int32_t)s, hvd_g.rank, census_ms};
   size_t tl = strlen(text);
   if (tl > HVD_ERROR_MAX - 1) tl = HVD_ERROR_MAX - 1;
   memcpy(buf, &h, sizeof(h));
@@ -179,8 +183,34 @@ int hvd_liveness_interrupt(void *arg) {
   return MPI_Iprobe(MPI_ANY_SOURCE, NOTICE_TAG, hvd_g.ctrl, &flag, &st) == MPI_SUCCESS && flag;
 }
 
-/* The census; heard_first: a rank whose CENSUS started it (already heard), or -1. */
-static hvd_status_t census(const char *reason, int heard_first, char *msg, size_t len) {
+/* Seconds this process was stopped for longer than the peer timeout (0: it was not):
+   the watchdog saw such a gap between two of its turns, or has not run for that long
+   (the background thread can be the first to run after a SIGCONT). */
+static double frozen_s(void);
+int hvd_liveness_given_up(void) { return frozen_s() > 0; }
+
+static double frozen_s(void) {
+  double timeout_us = hvd_g.cfg.peer_timeout_s * 1e6;
+  if (timeout_us <= 0) return 0;
+  double gap = (double)atomic_load(&hvd_g.frozen_us);
+  double since = util_now_us() - (double)atomic_load(&hvd_g.watchdog_us);
+  if (since > timeout_us && since > gap) gap = since;
+  return gap > timeout_us ? gap * 1e-6 : 0;
+}
+
+/* The census; heard_first: a rank whose CENSUS started it (already heard), or -1, and
+   first_ms how long that census had been open. A rank that was itself stopped longer
+   than the peer timeout takes no part: the others have given it up (and would take its
+   answer, after a launcher continued it to end it, for a sign that nobody is lost). */
+static hvd_status_t census(const char *reason, int heard_first, int first_ms, char *msg,
+                           size_t len) {
+  double frozen = frozen_s();
+  if (frozen > 0) {
+    snprintf(msg, len, "rank %d (host %s) was stopped for %.1f s, longer than "
+             "HVD_PEER_TIMEOUT_SECONDS=%g: the other ranks have given it up. %s", hvd_g.rank,
+             hvd_host_of(hvd_g.rank), frozen, hvd_g.cfg.peer_timeout_s, reason);
+    return HVD_ERR_PEER_LOST;
+  }
   int n = hvd_g.size, nheard = 1;
   unsigned char *heard = calloc((size_t)n, 1);
   if (!heard) {
@@ -192,16 +222,23 @@ static hvd_status_t census(const char *reason, int heard_first, char *msg, size_
     heard[heard_first] = 1;
     nheard++;
   }
-  send_notice(census_notice, NOTICE_CENSUS, HVD_OK, reason);
-  /* A rank that joins another's census listens half as long, so that it is done before
-     the census it joined is: the first rank to leave exits, and a launcher that ends
-     the job continues a stopped rank (SIGCONT before SIGTERM), which would then answer
-     a census still open and make the lost rank look alive. */
-  double deadline = util_now_s() + (heard_first >= 0 ? CENSUS_WINDOW_S / 2 : CENSUS_WINDOW_S);
+  /* Every rank closes the census when the earliest of the censuses it hears of closes:
+     the first rank to leave exits, and a launcher that ends the job continues a stopped
+     rank (SIGCONT before SIGTERM), which must not find a census still open to answer
+     (the lost rank would look alive). A notice carries how long its census has been
+     open. */
+  double now = util_now_s(), deadline = now + CENSUS_WINDOW_S;
+  if (heard_first >= 0) deadline = now - first_ms * 1e-3 + CENSUS_WINDOW_S - CENSUS_MARGIN_S;
+  send_notice(census_notice, NOTICE_CENSUS, HVD_OK, reason,
+              (int)((now - (deadline - CENSUS_WINDOW_S)) * 1e3));
   char text[HVD_ERROR_MAX];
   while (nheard < n && util_now_s() < deadline) {
     notice_header_t h;
     if (receive_notice(&h, text, sizeof(text))) {
+      /* Only a CENSUS answers: a STOP may come from a rank the others gave up. */
+      if (h.type != NOTICE_CENSUS) continue;
+      double theirs = util_now_s() - h.census_ms * 1e-3 + CENSUS_WINDOW_S - CENSUS_MARGIN_S;
+      if (theirs < deadline) deadline = theirs;
       if (h.origin >= 0 && h.origin < n && !heard[h.origin]) {
         heard[h.origin] = 1;
         nheard++;
@@ -231,7 +268,7 @@ static hvd_status_t census(const char *reason, int heard_first, char *msg, size_
 }
 
 hvd_status_t hvd_liveness_census(const char *reason, char *msg, size_t len) {
-  return census(reason, -1, msg, len);
+  return census(reason, -1, 0, msg, len);
 }
 
 int hvd_liveness_take_notice(hvd_status_t *s, char *msg, size_t len) {
@@ -239,7 +276,7 @@ int hvd_liveness_take_notice(hvd_status_t *s, char *msg, size_t len) {
   char text[HVD_ERROR_MAX];
   if (!receive_notice(&h, text, sizeof(text))) return 0;
   if (h.type == NOTICE_CENSUS) {
-    *s = census(text, h.origin, msg, len);
+    *s = census(text, h.origin, h.census_ms, msg, len);
   } else {
     *s = h.status > 0 ? (hvd_status_t)h.status : HVD_ERR_SHUTDOWN;
     snprintf(msg, len, "%s", text);
@@ -248,5 +285,5 @@ int hvd_liveness_take_notice(hvd_status_t *s, char *msg, size_t len) {
 }
 
 void hvd_liveness_send_stop(hvd_status_t s, const char *msg) {
-  send_notice(stop_notice, NOTICE_STOP, s, msg);
+  send_notice(stop_notice, NOTICE_STOP, s, msg, 0);
 }

@@ -14,6 +14,14 @@
    group); a response marked fuse_with_prev runs in the same collective as the one
    before it. Every rank executes exactly this plan (hvd/execute.c).
 
+   The response cache (HVD_CACHE_CAPACITY, hvd/response_cache.c) answers a name that was
+   negotiated before with the same signature without the coordinator: every rank keeps
+   the responses it executed (as hvd_encode_response writes them), and the ranks agree
+   on the cached names they all submitted with one small allreduce of a bit vector
+   (hvd/background.c); those hits are planned by hvd_plan, the coordinator's own rules.
+   A name submitted with another signature invalidates its entry and comes here, so the
+   coordinator still gives the exact mismatch error.
+
    Wire format (all ranks run the same binary on the same architecture, so structs go
    as bytes): hvd_msg_header_t, then n records:
      request:  wire_request_t, key bytes
@@ -72,7 +80,7 @@ typedef struct {
   wire_request_t *req;         /* per rank */
   unsigned char *have;         /* per rank */
   int nhave;
-  int ref;                     /* the first rank that submitted it: the reference the
+  int ref;                     /* the lowest rank that submitted it: the reference the
                                   others are checked against (a joined rank has none) */
   double first_seen_us, ready_us, last_warn_us;
 } entry_t;
@@ -230,6 +238,9 @@ int hvd_coordinator_add(hvd_coordinator_t *c, int rank, const char *payload, siz
     e->have[rank] = 1;
     e->req[rank] = w;
     e->nhave++;
+    /* The lowest rank is the reference, not the first to arrive: a mismatch message
+       then reads the same whatever the timing (cache rounds change who comes first). */
+    if (rank < e->ref) e->ref = rank;
     if (!promote_if_ready(c, idx, now_us)) return 0;
   }
   return off == len;
@@ -329,39 +340,37 @@ static hvd_status_t check_mismatch(const hvd_coordinator_t *c, const entry_t *e,
   return HVD_OK;
 }
 
-static size_t entry_bytes(const entry_t *e) {
-  const wire_request_t *w = &e->req[e->ref];
-  return (size_t)w->count * hvd_dtype_size((hvd_dtype_t)w->dtype);
+/* Whether item b may run in the same fused allreduce as a. */
+static int fusable(const hvd_plan_item_t *a, const hvd_plan_item_t *b) {
+  return b->kind == HVD_KIND_ALLREDUCE && b->dtype == a->dtype && b->op == a->op &&
+         b->on_device == a->on_device && b->count > 0;
 }
 
-/* Whether ready entry b may run in the same fused allreduce as a. */
-static int fusable(const entry_t *a, const entry_t *b) {
-  const wire_request_t *x = &a->req[a->ref], *y = &b->req[b->ref];
-  return y->kind == HVD_KIND_ALLREDUCE && y->dtype == x->dtype && y->op == x->op &&
-         (y->device < 0) == (x->device < 0) && y->count > 0;
+static size_t item_bytes(const hvd_plan_item_t *it) {
+  return (size_t)it->count * hvd_dtype_size(it->dtype);
 }
 
-/* The plan: order[] (indices into c->ready) and fuse[] (1: same collective as the
-   previous one). Groups follow the first member's position in the ready list. */
-static void plan(const hvd_coordinator_t *c, const hvd_status_t *status, int *order,
-                 unsigned char *fuse) {
-  int n = c->nready, k = 0;
+/* Horovod's FuseResponses. Groups follow the first member's position in the list; a
+   later item may join an earlier group. The response cache plans its hits with this
+   same function, so the same inputs in the same order give the same plan everywhere. */
+void hvd_plan(const hvd_plan_item_t *items, int n, size_t threshold, int *order,
+              unsigned char *fuse) {
+  int k = 0;
   unsigned char *used = fuse + n;     /* scratch: n more bytes */
   memset(used, 0, (size_t)n);
-  size_t threshold = hvd_g.cfg.fusion_threshold;
   for (int i = 0; i < n; i++) {
     if (used[i]) continue;
     used[i] = 1;
     order[k] = i;
     fuse[k++] = 0;
-    const entry_t *e = c->ready[i];
-    size_t bytes = entry_bytes(e);
-    if (status[i] != HVD_OK || e->req[e->ref].kind != HVD_KIND_ALLREDUCE || bytes == 0 ||
+    const hvd_plan_item_t *e = &items[i];
+    size_t bytes = item_bytes(e);
+    if (e->status != HVD_OK || e->kind != HVD_KIND_ALLREDUCE || bytes == 0 ||
         bytes > threshold)
       continue;
     for (int j = i + 1; j < n; j++) {
-      if (used[j] || status[j] != HVD_OK || !fusable(e, c->ready[j])) continue;
-      size_t b = entry_bytes(c->ready[j]);
+      if (used[j] || items[j].status != HVD_OK || !fusable(e, &items[j])) continue;
+      size_t b = item_bytes(&items[j]);
       if (bytes + b > threshold) continue;
       bytes += b;
       used[j] = 1;
@@ -369,6 +378,23 @@ static void plan(const hvd_coordinator_t *c, const hvd_status_t *status, int *or
       fuse[k++] = 1;
     }
   }
+}
+
+/* The coordinator's plan of its ready list: order[] (indices into c->ready) and fuse[]
+   (1: same collective as the previous one). */
+static int plan(const hvd_coordinator_t *c, const hvd_status_t *status, int *order,
+                unsigned char *fuse) {
+  int n = c->nready;
+  hvd_plan_item_t *items = malloc((size_t)n * sizeof(*items));
+  if (!items) return 0;
+  for (int i = 0; i < n; i++) {
+    const wire_request_t *w = &c->ready[i]->req[c->ready[i]->ref];
+    items[i] = (hvd_plan_item_t){(hvd_kind_t)w->kind, (hvd_dtype_t)w->dtype,
+                                 (hvd_op_t)w->op, w->device >= 0, w->count, status[i]};
+  }
+  hvd_plan(items, n, hvd_g.cfg.fusion_threshold, order, fuse);
+  free(items);
+  return 1;
 }
 
 int hvd_coordinator_emit(hvd_coordinator_t *c, hvd_buf_t *msg) {
@@ -388,7 +414,7 @@ int hvd_coordinator_emit(hvd_coordinator_t *c, hvd_buf_t *msg) {
   int ok = status && order && fuse;
   char text[HVD_ERROR_MAX];
   for (int i = 0; ok && i < n; i++) status[i] = check_mismatch(c, c->ready[i], text);
-  if (ok) plan(c, status, order, fuse);
+  if (ok) ok = plan(c, status, order, fuse);
   for (int k = 0; ok && k < n; k++) {
     entry_t *e = c->ready[order[k]];
     hvd_status_t s = check_mismatch(c, e, text);
@@ -416,6 +442,16 @@ int hvd_coordinator_emit(hvd_coordinator_t *c, hvd_buf_t *msg) {
   c->nready = 0;
   c->ready_bytes = 0;
   return n;
+}
+
+int hvd_encode_response(hvd_buf_t *b, const hvd_response_t *r, int fuse_with_prev) {
+  wire_response_t w = {r->kind, r->dtype, r->op, r->root, r->status, r->key_len,
+                       r->msg_len, r->device, fuse_with_prev, 0, r->count};
+  int ok = hvd_buf_put(b, &w, sizeof(w)) && hvd_buf_put(b, r->key, r->key_len) &&
+           (r->msg_len == 0 || hvd_buf_put(b, r->msg, r->msg_len));
+  if (ok && r->kind == HVD_KIND_ALLGATHER && r->status == HVD_OK && r->counts)
+    ok = hvd_buf_put(b, r->counts, (size_t)hvd_g.size * sizeof(int64_t));
+  return ok;
 }
 
 const double *hvd_coordinator_emitted_times(const hvd_coordinator_t *c) {

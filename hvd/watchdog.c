@@ -43,15 +43,28 @@ static int oldest_request(double now_us, double *age_s, char *buf, size_t len) {
 /* Ends the runtime from this thread: fails every request, marks the runtime failed
    and aborts the transports (the background thread then tells the peers). */
 static void stall_shutdown(const char *text) {
+  /* failed first: a caller woken by the failed request may call hvd_shutdown at once,
+     and the background thread must then see a failure, not a clean shutdown. */
+  atomic_store(&hvd_g.failed, 1);
   pthread_mutex_lock(&hvd_g.mu);
   if (!hvd_g.stopped) hvd_fail_all(HVD_ERR_TIMEOUT, text);
   pthread_mutex_unlock(&hvd_g.mu);
   hvd_log(HVD_LOG_ERROR, "%s", text);
-  atomic_store(&hvd_g.failed, 1);
   hvd_g_cancel_set();
   coll_transport_abort(hvd_g.world);
   coll_transport_abort(hvd_g.local);
   coll_transport_abort(hvd_g.cross);
+}
+
+/* A turn that comes longer than the peer timeout after the last one: the process was
+   stopped (SIGSTOP, a debugger) or starved that long, and its peers have given it up. */
+static void note_turn(void) {
+  long long now = (long long)util_now_us();
+  long long gap = now - atomic_load(&hvd_g.watchdog_us);
+  if (hvd_g.cfg.peer_timeout_s > 0 && gap > (long long)(hvd_g.cfg.peer_timeout_s * 1e6) &&
+      gap > atomic_load(&hvd_g.frozen_us))
+    atomic_store(&hvd_g.frozen_us, gap);
+  atomic_store(&hvd_g.watchdog_us, now);
 }
 
 static void *watchdog_main(void *arg) {
@@ -59,6 +72,7 @@ static void *watchdog_main(void *arg) {
   double last_warn_us = 0;
   pthread_mutex_lock(&hvd_g.watchdog_mu);
   while (!hvd_g.watchdog_stop) {
+    note_turn();
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     long long ns = (long long)ts.tv_nsec + (long long)(WATCHDOG_EVERY_US * 1000.0);
@@ -98,6 +112,8 @@ static void *watchdog_main(void *arg) {
 
 hvd_status_t hvd_watchdog_start(void) {
   hvd_g.watchdog_stop = 0;
+  atomic_store(&hvd_g.watchdog_us, (long long)util_now_us());
+  atomic_store(&hvd_g.frozen_us, 0);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
