@@ -734,6 +734,19 @@ static int process_round(bg_t *bg, int *progressed) {
   return 0;
 }
 
+/* Waits (DRAIN_LIMIT_US at most) for the round in flight and runs what it made due.
+   Returns 1 when the loop must end (a failure while running it). */
+static int finish_round(bg_t *bg) {
+  char err[HVD_ERROR_MAX];
+  double deadline = util_now_us() + DRAIN_LIMIT_US;
+  while (hvd_g.round_inflight && util_now_us() < deadline) {
+    if (!test_round(bg, err, sizeof(err))) return 0;
+    if (hvd_g.round_inflight) sched_yield();
+  }
+  int progressed = 0;
+  return bg->round_result ? process_round(bg, &progressed) : 0;
+}
+
 /* Takes what user threads queued; rank 0 adds it, workers send it. 1 if anything. */
 static int take_submissions(bg_t *bg, int *shutdown_requested, int *end) {
   pthread_mutex_lock(&hvd_g.mu);
@@ -799,6 +812,10 @@ static int coordinator_message(bg_t *bg, int src) {
         memcpy(text, bg->in.p + sizeof(h), tl);
         text[tl] = '\0';
       }
+      /* Cache on: the worker asked after running what its last round made due (a
+         mismatch answer, say, which moves no data); rank 0 runs that round too before
+         it stops, so what the worker saw answered is answered here alike. */
+      if (bg->cache && h.status == HVD_OK && finish_round(bg)) return 1;
       global_shutdown(bg, HVD_ERR_SHUTDOWN, text);
       return 1;
     }

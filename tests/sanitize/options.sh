@@ -20,5 +20,6 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$sanitize_dir/lsan.supp:print_s
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # TSan: lock-order reports inside OpenMPI itself are suppressed (tsan.supp says which
 # and why); any other report makes the process exit 66. allocator_may_return_null=1 as
-# for ASan.
-export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$sanitize_dir/tsan.supp:print_suppressions=0:second_deadlock_stack=1:allocator_may_return_null=1:exitcode=66}
+# for ASan. history_size=7: enough history that the far side of a report inside OpenMPI
+# keeps its stack, so the suppressions can match it.
+export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$sanitize_dir/tsan.supp:print_suppressions=0:second_deadlock_stack=1:allocator_may_return_null=1:exitcode=66:history_size=7}
