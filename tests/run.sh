@@ -6,12 +6,43 @@
 # built, or a script without its executable bit, fails too.
 # Usage: tests/run.sh [BUILD_DIR] [NAME_FILTER]   (NAME_FILTER: an extended regex, e.g. a
 # name or part of one, or '^test_(hvd|coll)'; a sanitizer build's options: tests/sanitize/)
+# Two at a time: the tests named in `pooled` below (independent: their own temporary
+# files, no port, namespace or timing check) run first, HVD_TEST_JOBS at a time (default
+# 2; 1: every test alone), then the others alone, one after the other. A result line is
+# printed as its test ends; each test's output is in BUILD_DIR/test-logs/NAME.log.
 set -u
 build=${1:-build}
 filter=${2:-}
 # Tests left out of this run (an extended regex; make sets it for the sanitizer builds).
 exclude=${HVD_TEST_EXCLUDE:-}
 limit=${HVD_TEST_TIME_LIMIT:-300}
+jobs=${HVD_TEST_JOBS:-2}
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "run.sh: HVD_TEST_JOBS=$jobs: expected a number of tests at once, 1 or more" >&2; exit 2; }
+# wait -n -p (bash 5.1) tells which test ended; an older bash runs them one at a time.
+(( BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501 )) || jobs=1
+# The tests that may run beside another, roughly longest first (the order in which they
+# start). Each uses only its own temporary files (mktemp) and its own mpirun jobs, binds
+# no port, sets up no namespace, and judges no time: its timeouts only catch a hang, with
+# room to spare. A test not named here runs alone; name a new one only if it keeps to
+# that (one that measures time, binds a port, uses a fixed path, network namespaces or
+# SLURM daemons stays out).
+pooled=(
+  test_train_resume.sh test_train_resume_mid.sh test_coll_bench.sh test_train_ckpt_fields.sh
+  test_train_errors.sh test_mutation_check.sh test_nn_precision_emulation
+  test_train_output_paths.sh test_train_export.sh test_cnn_bench_format.sh
+  test_train_resume_ranks.sh test_grad_buckets_mpi.sh test_coll_hierarchical.sh test_device_flags.sh
+  test_train_write_errors.sh test_train_resume_auto.sh test_train_early_stopping.sh
+  test_hvd_plan test_hvd_allreduce test_hvd_hierarchical test_hvd_fusion test_hvd_collectives
+  test_hvd_alltoall_reducescatter test_hvd_join test_hvd_shard test_hvd_timeline test_hvd_init
+  test_grad_buckets test_coll_hierarchical test_nn_models test_hvd_hello.sh
+  test_hvdrun_hello.sh test_hvdrun_check_build.sh test_dependency_cycles.sh
+  test_train_tensorboard.sh test_fuzz_regressions.sh test_hvdrun_errors.sh
+  test_slurm_nodelist.sh test_nn_conv_winograd test_nn_gradcheck test_nn_layers_torch
+  test_nn_model_home test_nn_model_safetensors test_nn_model_step test_nn_optim
+  test_nn_precision test_nn_safetensors_file test_train_callbacks test_train_checkpoint
+  test_train_data test_train_step test_train_tfevents test_util_flags test_slurm_launch_env
+)
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build
 # OpenMPI refuses root without these; tests start many ranks on few cores.
@@ -38,21 +69,9 @@ for src in tests/test_*.c; do
   [ -n "$filter" ] && ! [[ "$name" =~ $filter ]] && continue
   [ -x "$build/tests/$name" ] || fail_unrunnable "$name" "$src was not built ($build/tests/$name missing: run make)"
 done
-for t in "$build"/tests/test_* tests/test_*.sh; do
-  name=$(basename "$t")
-  case "$name" in *.d|*.o) continue ;; esac
-  [ -n "$filter" ] && ! [[ "$name" =~ $filter ]] && continue
-  if [ -n "$exclude" ] && [[ "$name" =~ $exclude ]]; then
-    printf 'NOTE  %-40s not run in this build (HVD_TEST_EXCLUDE)\n' "$name"; continue
-  fi
-  if [ ! -x "$t" ]; then
-    [ -e "$t" ] && fail_unrunnable "$name" "$t is not executable (chmod +x)"
-    continue
-  fi
-  start=$(date +%s)
-  timeout -k 10 "$limit" "$t" >"$logdir/$name.log" 2>&1 </dev/null
-  rc=$?
-  secs=$(( $(date +%s) - start ))
+# report NAME RC SECS: the result line (and the log's tail for a failure)
+report() {
+  local name=$1 rc=$2 secs=$3
   if [ $rc -eq 0 ]; then
     passed=$((passed + 1)); printf 'PASS  %-40s (%ds)\n' "$name" "$secs"
   elif [ $rc -eq 77 ] && tail -n 1 "$logdir/$name.log" | grep -qiE "$skip_ok"; then
@@ -65,6 +84,67 @@ for t in "$build"/tests/test_* tests/test_*.sh; do
     [ $rc -eq 124 ] && echo "FAIL  $name: no result within ${limit}s (killed)" || echo "FAIL  $name (exit $rc)"
     tail -n 25 "$logdir/$name.log" | sed 's/^/      /'
   fi
+}
+serial=(); pool=()
+for t in "$build"/tests/test_* tests/test_*.sh; do
+  name=$(basename "$t")
+  case "$name" in *.d|*.o) continue ;; esac
+  [ -n "$filter" ] && ! [[ "$name" =~ $filter ]] && continue
+  if [ -n "$exclude" ] && [[ "$name" =~ $exclude ]]; then
+    printf 'NOTE  %-40s not run in this build (HVD_TEST_EXCLUDE)\n' "$name"; continue
+  fi
+  if [ ! -x "$t" ]; then
+    [ -e "$t" ] && fail_unrunnable "$name" "$t is not executable (chmod +x)"
+    continue
+  fi
+  serial+=("$t")
+done
+# The pooled tests, in the order of the list; the others stay in serial, in their order.
+if [ "$jobs" -gt 1 ]; then
+  for p in "${pooled[@]}"; do
+    for i in "${!serial[@]}"; do
+      [ "$(basename "${serial[$i]}")" = "$p" ] && { pool+=("${serial[$i]}"); unset 'serial[i]'; }
+    done
+  done
+fi
+
+# Each test runs in the background (timeout, its own process group), so that an
+# interrupted run ends the tests it started; `running` maps its pid to its name.
+declare -A running=() started=()
+trap '[ ${#running[@]} -gt 0 ] && kill "${!running[@]}" 2>/dev/null' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+start_test() { # PATH
+  local name
+  name=$(basename "$1")
+  (exec timeout -k 10 "$limit" "$1" >"$logdir/$name.log" 2>&1 </dev/null) &
+  running[$!]=$name; started[$!]=$(date +%s)
+}
+reap() { # waits for one running test to end and reports it
+  local pid rc
+  while :; do
+    # One that ended while this shell was busy is no longer a job for wait -n; wait PID
+    # still has its status.
+    for pid in "${!running[@]}"; do
+      kill -0 "$pid" 2>/dev/null && continue
+      wait "$pid"; rc=$?
+      break 2
+    done
+    pid=
+    wait -n -p pid "${!running[@]}"; rc=$?
+    [ -n "$pid" ] && break
+  done
+  report "${running[$pid]}" "$rc" $(( $(date +%s) - started[$pid] ))
+  unset 'running[$pid]' 'started[$pid]'
+}
+for t in "${pool[@]}"; do
+  while [ ${#running[@]} -ge "$jobs" ]; do reap; done
+  start_test "$t"
+done
+while [ ${#running[@]} -gt 0 ]; do reap; done
+for t in "${serial[@]}"; do
+  start_test "$t"
+  reap
 done
 echo
 [ ${#failures[@]} -gt 0 ] && echo "failed: ${failures[*]}"

@@ -5,11 +5,12 @@
 # train printed for the same 1000 images. Also: [28,28], flat [784], several instances per
 # request and the columnar "inputs" form give the same probabilities as [28,28,1];
 # GET /v1/models/lenet and /metadata answer as TF Serving does. Under a sanitizer
-# (HVD_TEST_SANITIZER, set by make SANITIZE=... test) the first 250 images: the same
-# check, for the instrumented build's memory errors rather than a long run.
+# (HVD_TEST_SANITIZER, set by make SANITIZE=... test) lenet trains on 1000 images and the
+# first 250 test images are sent: the same check, for the instrumented build's memory
+# errors rather than a long run.
 set -u
-n_test=1000
-[ -n "${HVD_TEST_SANITIZER:-}" ] && n_test=250
+n_train=3000 n_test=1000
+[ -n "${HVD_TEST_SANITIZER:-}" ] && n_train=1000 n_test=250
 build=${HVD_BUILD:-build}
 data=/usr/share/datasets/fashion-mnist
 for p in "$build/train" "$build/serve"; do
@@ -21,8 +22,8 @@ tmp=$(mktemp -d /tmp/test_serve_accuracy.XXXXXX)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 
-timeout -k 5 120 "$build/train" --model lenet --max-train 3000 --max-test "$n_test" --epochs 1 \
-  --threads 2 --optimizer adam --export "$tmp/lenet.safetensors" >"$tmp/train.out" 2>&1 \
+timeout -k 5 120 "$build/train" --model lenet --max-train "$n_train" --max-test "$n_test" \
+  --epochs 1 --threads 2 --optimizer adam --export "$tmp/lenet.safetensors" >"$tmp/train.out" 2>&1 \
   || { echo "FAIL train:"; cat "$tmp/train.out"; exit 1; }
 acc=$(sed -n 's/^test accuracy: \([0-9.]*\)%$/\1/p' "$tmp/train.out")
 [ -n "$acc" ] || { echo "FAIL no test accuracy from train:"; cat "$tmp/train.out"; exit 1; }
