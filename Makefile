@@ -2,13 +2,18 @@
 #   make            build libraries, programs and tests
 #   make test       install missing packages, build, run every test
 #   make run        install missing packages, build, train lenet on Fashion-MNIST on 2 ranks
+#   make install    PREFIX=/usr/local [DESTDIR=]: programs, libraries, headers, pkg-config
+#                   files (docs/install.md); make uninstall removes them
 #   make clean
 # Layout of outputs:
 #   build/libnn.a             nn/*.c
 #   build/libhvd.a            hvd/*.c + collectives/*.c
 #   build/libutil.a           util/*.c: the programs' flag parser (util/ has no dependency;
 #                             its headers, e.g. util/clock.h, are usable everywhere)
-#   build/hvd.pc              pkg-config file for user programs
+#   build/hvd.pc              pkg-config file for user programs (the static libraries)
+#   build/lib/                libhvd.so, libnn.so (and in a CUDA build their CUDA halves
+#                             libhvd_cuda.so, libnn_cuda.so): the shared libraries of
+#                             make install ("shared libraries" below)
 #   build/libtrain.a          train/*.c but main.c: the train program's parts (data, flags,
 #                             checkpoints, callbacks, event files, progress), which the
 #                             tests and cnn_bench link too
@@ -65,7 +70,10 @@ OPT     ?= -O2
 # Portable baseline: no -march=native. Hot loops pick AVX2/FMA at run time
 # (__attribute__((target)) + __builtin_cpu_supports) where it pays.
 CFLAGS  ?= $(OPT) -g
-CFLAGS  += -std=c11 -Wall -Wextra -D_GNU_SOURCE -pthread -I. -MMD -MP $(SAN_FLAGS)
+# -fPIC everywhere: the same objects go into the static libraries, the programs and the
+# shared libraries of `make install` (position-independent code costs nothing measurable
+# on x86-64, and one set of objects keeps the two kinds of library identical).
+CFLAGS  += -std=c11 -Wall -Wextra -D_GNU_SOURCE -pthread -fPIC -I. -MMD -MP $(SAN_FLAGS)
 
 # ---- MPI, BLAS and zlib: the system's, or stand-ins for the device check ----
 # MPI=system (default): the compile and link flags of the MPI compiler wrapper (OpenMPI:
@@ -116,8 +124,17 @@ HWLOC_LDFLAGS := $(shell pkg-config --libs hwloc 2>/dev/null || echo -lhwloc)
 CFLAGS  += $(MPI_CFLAGS) $(BLAS_CFLAGS) $(ZLIB_CFLAGS)
 LDLIBS  := $(MPI_LDFLAGS) $(BLAS_LDFLAGS) $(ZLIB_LDFLAGS) -lm -lpthread
 
-NN_SRC    := $(wildcard nn/*.c) $(NN_STUB_SRC)
-HVD_SRC   := $(wildcard hvd/*.c) $(wildcard collectives/*.c) $(HVD_STUB_SRC)
+# The loaders of the CUDA backends (nn/cuda_loader.c, hvd/device_loader.c) and the
+# backends' entry points (nn/cuda/plugin.c, hvd/device_plugin.c) belong to the shared
+# libraries alone (see "shared libraries" below): the static ones link CUDA directly.
+NN_LOADER_SRC  := nn/cuda_loader.c
+NN_PLUGIN_SRC  := nn/cuda/plugin.c
+HVD_LOADER_SRC := hvd/device_loader.c
+HVD_PLUGIN_SRC := hvd/device_plugin.c
+HVD_DEVICE_SRC := hvd/device.c hvd/device_cast.c
+NN_SRC    := $(filter-out $(NN_LOADER_SRC),$(wildcard nn/*.c)) $(NN_STUB_SRC)
+HVD_SRC   := $(filter-out $(HVD_LOADER_SRC) $(HVD_PLUGIN_SRC),$(wildcard hvd/*.c)) \
+             $(wildcard collectives/*.c) $(HVD_STUB_SRC)
 UTIL_SRC  := $(wildcard util/*.c)
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
@@ -158,20 +175,21 @@ ifeq ($(USE_CUDA),1)
   CUDA_ARCH    ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
                   -gencode arch=compute_90,code=compute_90
   NVCCFLAGS    ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra
-  NVCCFLAGS    += -I. $(addprefix -I,$(CUDA_INC_DIRS)) $(CUDA_DEFS) -MMD -MP
+  NVCCFLAGS    += -Xcompiler -fPIC -I. $(addprefix -I,$(CUDA_INC_DIRS)) $(CUDA_DEFS) -MMD -MP
   CFLAGS       += $(CUDA_DEFS) $(addprefix -I,$(CUDA_INC_DIRS))
   CUDA_LIBDIR  := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
   CUDA_LDLIBS  ?= -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudnn -lcublas -lcublasLt \
                   -lnccl -lcudart_static
   LDLIBS       += $(CUDA_LDLIBS) -ldl -lrt -lstdc++
-  NN_SRC       += $(wildcard nn/cuda/*.c)
+  NN_SRC       += $(filter-out $(NN_PLUGIN_SRC),$(wildcard nn/cuda/*.c))
   NN_CU_SRC    := $(wildcard nn/cuda/*.cu)
   HVD_CU_SRC   := $(wildcard hvd/*.cu)
 endif
 
 CONFIG_STAMP := $(BUILD)/config.cuda $(BUILD)/config.flags
 $(shell mkdir -p $(BUILD) && (echo 'USE_CUDA=$(USE_CUDA)' | cmp -s - $(BUILD)/config.cuda || echo 'USE_CUDA=$(USE_CUDA)' > $(BUILD)/config.cuda))
-CONFIG_FLAGS := CC=$(CC) SAN_FLAGS=$(strip $(SAN_FLAGS)) MPI=$(MPI) BLAS=$(BLAS) ZLIB=$(ZLIB)
+# PIC=1: objects built before -fPIC (they cannot go into a shared library) are rebuilt.
+CONFIG_FLAGS := CC=$(CC) SAN_FLAGS=$(strip $(SAN_FLAGS)) MPI=$(MPI) BLAS=$(BLAS) ZLIB=$(ZLIB) PIC=1
 $(shell echo '$(CONFIG_FLAGS)' | cmp -s - $(BUILD)/config.flags || echo '$(CONFIG_FLAGS)' > $(BUILD)/config.flags)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -193,7 +211,7 @@ FUZZ_MAIN   := $(if $(filter 1,$(FUZZ)),-fsanitize=fuzzer,$(call obj,tests/fuzz/
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 30
 
-.PHONY: all test run deps clean fuzz fuzzers fuzz-seeds
+.PHONY: all test run deps clean fuzz fuzzers fuzz-seeds shared install uninstall
 all: $(LIBNN) $(LIBHVD) $(LIBUTIL) $(LIBTRAIN) $(BUILD)/hvd.pc $(TESTS) $(BENCHES) $(EXAMPLES) $(TRAIN) $(HVDRUN) \
      $(FUZZERS) $(BUILD)/serve
 
@@ -223,6 +241,115 @@ $(BUILD)/hvd.pc: Makefile $(CONFIG_STAMP)
 	  'Version: 0.1' \
 	  'Cflags: -I$${srcdir}/hvd -I$${srcdir} $(MPI_CFLAGS) $(strip $(SAN_FLAGS))' \
 	  'Libs: -L$${prefix} -lhvd $(LDLIBS) $(strip $(SAN_FLAGS))' > $@
+
+# ---- shared libraries and `make install` (docs/install.md) ----
+# $(BUILD)/lib/libhvd.so.0.1 and libnn.so.0.1 (sonames libhvd.so.0, libnn.so.0; the
+# symlinks libX.so.0 and libX.so beside them), in a directory of their own so that
+# -L$(BUILD) (build/hvd.pc, the tests, the programs) keeps linking the static libraries.
+# The shared ones link no CUDA library. In a CUDA build the device halves are libraries
+# of their own: libhvd_cuda.so.0 (hvd/device.c, device_cast.c, hvd/*.cu; NCCL) and
+# libnn_cuda.so.0 (nn/cuda/; cuDNN, cuBLAS), which hvd/device_loader.c and
+# nn/cuda_loader.c, linked into libhvd.so and libnn.so in their place, load with dlopen
+# when a device is used. A backend exports only its entry point (a version script), so
+# its own calls never bind to the loader's functions of the same names; it uses the
+# shared CUDA runtime (one runtime for both backends and the program). --no-undefined: a
+# library that could not load fails to link instead. Not built under a sanitizer or for
+# fuzzing (their runtimes belong to the program, not to a shared library).
+VERSION   := 0.1
+SOVERSION := 0
+SHLIB     := $(BUILD)/lib
+so_file    = $(SHLIB)/lib$(1).so.$(VERSION)
+LIBHVD_SO := $(call so_file,hvd)
+LIBNN_SO  := $(call so_file,nn)
+ifeq ($(USE_CUDA),1)
+  LIBHVD_SO_OBJS   := $(call obj,$(filter-out $(HVD_DEVICE_SRC),$(HVD_SRC)) $(HVD_LOADER_SRC))
+  HVD_CUDA_SO_OBJS := $(call obj,$(HVD_DEVICE_SRC) $(HVD_PLUGIN_SRC)) $(call cuobj,$(HVD_CU_SRC))
+  LIBNN_SO_OBJS    := $(call obj,$(filter-out nn/cuda/%,$(NN_SRC)) $(NN_LOADER_SRC))
+  NN_CUDA_SO_OBJS  := $(call obj,$(filter nn/cuda/%,$(NN_SRC)) $(NN_PLUGIN_SRC)) $(call cuobj,$(NN_CU_SRC))
+  CUDA_BACKENDS    := $(call so_file,hvd_cuda) $(call so_file,nn_cuda)
+  CUDA_SO_LDLIBS   ?= -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudnn -lcublas -lcublasLt \
+                      -lnccl -lcudart -lstdc++
+else
+  LIBHVD_SO_OBJS   := $(call obj,$(HVD_SRC))
+  LIBNN_SO_OBJS    := $(call obj,$(NN_SRC))
+endif
+SHARED_LIBS   := $(LIBHVD_SO) $(LIBNN_SO) $(CUDA_BACKENDS)
+SHARED_IN_ALL := $(if $(SANITIZE)$(FUZZ),,$(SHARED_LIBS))
+SO_LINK = $(CC) $(CFLAGS) -shared -Wl,--no-undefined -Wl,-soname,$(notdir $(basename $@))
+# The symlinks of lib$(1): the soname (what the loader looks for) and, unless $(2) is
+# "nodev", the name -l$(1) links.
+so_links = ln -sf lib$(1).so.$(VERSION) $(SHLIB)/lib$(1).so.$(SOVERSION) \
+  $(if $(2),,&& ln -sf lib$(1).so.$(SOVERSION) $(SHLIB)/lib$(1).so)
+
+shared: $(SHARED_LIBS)
+all: $(SHARED_IN_ALL)
+
+$(LIBHVD_SO): $(LIBHVD_SO_OBJS)
+	@mkdir -p $(dir $@)
+	$(SO_LINK) $^ $(MPI_LDFLAGS) -ldl -lm -lpthread -o $@
+	$(call so_links,hvd)
+
+$(LIBNN_SO): $(LIBNN_SO_OBJS)
+	@mkdir -p $(dir $@)
+	$(SO_LINK) $^ $(BLAS_LDFLAGS) -ldl -lm -lpthread -o $@
+	$(call so_links,nn)
+
+# A backend: its objects, the library it serves (recorded by soname, found beside it
+# through $$ORIGIN), the CUDA libraries it uses (--as-needed: only those).
+$(SHLIB)/%_cuda.map:
+	@mkdir -p $(dir $@)
+	printf '{ global: %s_plugin_v1; local: *; };\n' $(if $(filter hvd,$*),hvd_device,nn_cuda) > $@
+
+$(call so_file,hvd_cuda): $(HVD_CUDA_SO_OBJS) $(LIBHVD_SO) $(SHLIB)/hvd_cuda.map
+	$(SO_LINK) -Wl,--version-script=$(SHLIB)/hvd_cuda.map -Wl,-rpath,'$$ORIGIN' \
+	  $(HVD_CUDA_SO_OBJS) $(LIBHVD_SO) -Wl,--as-needed $(CUDA_SO_LDLIBS) -lm -lpthread -o $@
+	$(call so_links,hvd_cuda,nodev)
+
+$(call so_file,nn_cuda): $(NN_CUDA_SO_OBJS) $(LIBNN_SO) $(SHLIB)/nn_cuda.map
+	$(SO_LINK) -Wl,--version-script=$(SHLIB)/nn_cuda.map -Wl,-rpath,'$$ORIGIN' \
+	  $(NN_CUDA_SO_OBJS) $(LIBNN_SO) -Wl,--as-needed $(CUDA_SO_LDLIBS) -lm -lpthread -o $@
+	$(call so_links,nn_cuda,nodev)
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the programs, both kinds of library, the
+# public headers (as <hvd/hvd.h>, <nn/nn.h>, <nn/nn_cuda.h>) and pkg-config files whose
+# prefix is PREFIX (DESTDIR only stages the files). Libs.private: what a static link
+# (pkg-config --static) needs besides the archive.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+INSTALL_DIR     = $(DESTDIR)$(PREFIX)
+INSTALL_BINS   := $(TRAIN) $(HVDRUN) $(BUILD)/cnn_bench $(BUILD)/allreduce_bench $(BUILD)/serve
+INSTALL_HEADERS := hvd/hvd.h nn/nn.h nn/nn_cuda.h
+STATIC_CUDA    := $(if $(filter 1,$(USE_CUDA)),$(CUDA_LDLIBS) -ldl -lrt -lstdc++)
+# pc_file NAME DESCRIPTION PRIVATE-LIBS
+pc_file = printf '%s\n' 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$${exec_prefix}/lib' \
+  'includedir=$${prefix}/include' '' 'Name: $(1)' 'Description: $(2)' 'Version: $(VERSION)' \
+  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -l$(1)' 'Libs.private: $(strip $(3))' \
+  > $(INSTALL_DIR)/lib/pkgconfig/$(1).pc
+
+ifneq ($(filter install,$(MAKECMDGOALS)),)
+  ifneq ($(SANITIZE)$(FUZZ),)
+    $(error make install: install from a plain build (a SANITIZE or FUZZ build has no shared libraries))
+  endif
+endif
+install: $(SHARED_LIBS) $(LIBHVD) $(LIBNN) $(INSTALL_BINS)
+	install -d $(INSTALL_DIR)/bin $(INSTALL_DIR)/lib/pkgconfig $(INSTALL_DIR)/include/hvd \
+	  $(INSTALL_DIR)/include/nn
+	install -m 755 $(INSTALL_BINS) $(INSTALL_DIR)/bin/
+	install -m 644 $(LIBHVD) $(LIBNN) $(INSTALL_DIR)/lib/
+	install -m 755 $(SHARED_LIBS) $(INSTALL_DIR)/lib/
+	cp -P $(foreach f,$(SHARED_LIBS),$(basename $(f))) $(SHLIB)/libhvd.so $(SHLIB)/libnn.so \
+	  $(INSTALL_DIR)/lib/
+	for h in $(INSTALL_HEADERS); do install -m 644 $$h $(INSTALL_DIR)/include/$$h || exit 1; done
+	$(call pc_file,hvd,data-parallel training runtime (allreduce over MPI),$(MPI_LDFLAGS) $(STATIC_CUDA) -lm -lpthread)
+	$(call pc_file,nn,tensors$(comma) layers and models for CPU and CUDA,$(BLAS_LDFLAGS) $(STATIC_CUDA) -lm -lpthread)
+
+uninstall:
+	rm -f $(addprefix $(INSTALL_DIR)/bin/,$(notdir $(INSTALL_BINS))) \
+	  $(addprefix $(INSTALL_DIR)/include/,$(INSTALL_HEADERS)) \
+	  $(INSTALL_DIR)/lib/pkgconfig/hvd.pc $(INSTALL_DIR)/lib/pkgconfig/nn.pc \
+	  $(INSTALL_DIR)/lib/libhvd.a $(INSTALL_DIR)/lib/libnn.a $(INSTALL_DIR)/lib/libhvd.so \
+	  $(INSTALL_DIR)/lib/libnn.so $(addprefix $(INSTALL_DIR)/lib/,$(foreach n,hvd nn hvd_cuda nn_cuda,lib$(n).so.$(SOVERSION) lib$(n).so.$(VERSION)))
+	-rmdir $(INSTALL_DIR)/include/hvd $(INSTALL_DIR)/include/nn 2>/dev/null
 
 $(LIBTRAIN): $(call obj,$(TRAIN_LIB_SRC))
 	@mkdir -p $(dir $@)
@@ -304,16 +431,22 @@ deps:
 # Under SANITIZE=thread only the runtime's tests run (hvd/, collectives/: the threads are
 # theirs); nn's compute threads and the programs' tests are for the other builds.
 TEST_FILTER ?= $(if $(filter thread,$(SAN_LIST)),^test_(hvd_|coll_|grad_buckets))
-# Under any sanitizer, four tests are not run again, each the same work as in the plain
+# Under any sanitizer, six tests are not run again, each the same work as in the plain
 # `make test` for a minute or more of the CI budget: two build and check programs of their
 # own without the sanitizer (scripts/gpu_check.sh's nvcc build) or re-run other tests
 # against mutated sources (scripts/mutation_check.sh); test_slurm_cluster.sh checks the
 # SLURM daemons' integration (its C parts, the host-list parser and hvd's launch check,
 # have tests of their own that do run); test_nn_precision_emulation emulates half
-# precision over the CPU walk that the nn tests run under the sanitizer already.
-TEST_EXCLUDE ?= $(if $(SANITIZE),^(test_(gpu_check_build|mutation_check|slurm_cluster)\.sh|test_nn_precision_emulation)$$)
-# HVD_TEST_SANITIZER (the SANITIZE list, empty otherwise) lets a load test scale its
-# request count down under a sanitizer, where it checks memory errors, not throughput.
+# precision over the CPU walk that the nn tests run under the sanitizer already;
+# test_install.sh checks the shared libraries and `make install`, which a sanitizer
+# build does not make; test_elastic_netns.sh trains twice on simulated hosts to check
+# hvdrun's restart and train's resume, whose code the other train and liveness tests run
+# under the sanitizer already.
+TEST_EXCLUDE ?= $(if $(SANITIZE),^(test_(gpu_check_build|mutation_check|slurm_cluster|install|elastic_netns)\.sh|test_nn_precision_emulation)$$)
+# HVD_TEST_SANITIZER (the SANITIZE list, empty otherwise) lets a test scale its work down
+# under a sanitizer (requests, epochs, samples), where it checks memory errors, not
+# figures. tests/run.sh runs the tests it names as independent two at a time
+# (HVD_TEST_JOBS=1: one at a time).
 
 test: deps
 	$(MAKE) all

@@ -676,7 +676,8 @@ static hvd_status_t device_broadcast(struct hvd_request *r, const hvd_response_t
 }
 
 /* Allgather and barrier have no device form: they are refused (the same on every rank,
-   as the memory kind is agreed) before any data moves. */
+   as the memory kind is agreed) before any data moves. The shared libhvd's stand-in for
+   this table (hvd/device_loader.c) forwards the same operations: change both. */
 const hvd_backend_ops_t hvd_device_ops = {
   .name = "device memory",
   .allreduce = device_allreduce_op,

@@ -1,0 +1,236 @@
+/* nn/cuda_loader.c: the device API of nn/nn_cuda.h in the shared libnn of a CUDA build,
+   which links no CUDA library: the first call that needs the device loads nn's CUDA
+   backend, libnn_cuda.so.0 (the files of nn/cuda/ as a library of its own), with dlopen and forwards
+   to it through its table (nn/cuda_plugin.h). A CPU program never loads it, so it
+   needs no CUDA library at link or run time; where the backend or a library it needs
+   (cuDNN, cuBLAS, the CUDA runtime) is missing, the device is "not available" with a
+   message naming the library, as without a GPU. Only in libnn.so (the Makefile's
+   shared libraries): the static libnn.a links nn/cuda directly.
+
+   Which calls load it: those that ask about the device or put something on it
+   (nn_cuda_available, nn_cuda_info, nn_cuda_set_device, nn_cuda_malloc,
+   nn_model_to_device to the GPU, ...). Those that only release or inspect what the
+   device holds (nn_cuda_free, nn_cuda_is_device_ptr, nn_cuda_optim_free,
+   nn_model_device_logits) do nothing before it is loaded: nothing can be on a device
+   then. nn_cuda_set_tf32 is remembered and handed over when it loads. */
+#ifdef NN_WITH_CUDA
+#include "nn/cuda_plugin.h"
+#include "nn/model_internal.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static const nn_cuda_plugin_t *_Atomic backend;   /* NULL: not (yet) loaded */
+static char no_reason[1400];      /* why it is not loaded, as nn_cuda_reason words it */
+static char no_info[1450];        /* the same with "; running on CPU" (nn_cuda_info)  */
+
+/* nn_cuda_set_tf32 before the load: -1 none. Held with the publication of backend
+   under tf32_mu, so a call racing the load is neither lost nor applied twice. */
+static pthread_mutex_t tf32_mu = PTHREAD_MUTEX_INITIALIZER;
+static int tf32_wanted = -1;
+
+/* Where the backend is: next to this libnn.so (make install puts it there), else
+   wherever the dynamic loader finds its soname (LD_LIBRARY_PATH, ld.so.cache); tried
+   gets the path next to it when it is not there ("" when this library's own path is
+   unknown), for the message. */
+static void backend_path(char *path, size_t len, char *tried, size_t tried_len) {
+  Dl_info self;
+  tried[0] = '\0';
+  if (dladdr(&load_once, &self) != 0 && self.dli_fname != NULL) {
+    const char *slash = strrchr(self.dli_fname, '/');
+    if (slash != NULL) {
+      int n = snprintf(path, len, "%.*s/%s", (int)(slash - self.dli_fname), self.dli_fname,
+                       NN_CUDA_PLUGIN_SONAME);
+      if (n > 0 && (size_t)n < len && access(path, F_OK) == 0) return;
+      snprintf(tried, tried_len, "%s", path);
+    }
+  }
+  snprintf(path, len, "%s", NN_CUDA_PLUGIN_SONAME);
+}
+
+static void set_reason(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void set_reason(const char *fmt, ...) {
+  char why[1200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);   /* a long path is cut: the message stays whole */
+  va_end(ap);
+  snprintf(no_reason, sizeof no_reason, "CUDA: nn's CUDA backend %s could not be loaded (%s)",
+           NN_CUDA_PLUGIN_SONAME, why);
+  snprintf(no_info, sizeof no_info, "%s; running on CPU", no_reason);
+}
+
+static void load(void) {
+  char path[PATH_MAX], tried[PATH_MAX];
+  backend_path(path, sizeof path, tried, sizeof tried);
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    const char *e = dlerror();
+    set_reason("%s%s%s", e ? e : path, tried[0] ? "; nor is it at " : "", tried);
+    return;
+  }
+  void *sym = dlsym(lib, NN_CUDA_PLUGIN_SYMBOL);
+  const nn_cuda_plugin_t *t = NULL;
+  if (sym == NULL) {
+    const char *e = dlerror();
+    set_reason("%s: %s", path, e ? e : "no " NN_CUDA_PLUGIN_SYMBOL);
+  } else {
+    nn_cuda_plugin_fn entry = (nn_cuda_plugin_fn)sym;   /* POSIX: dlsym's object is the function */
+    t = entry();
+    if (t == NULL || t->abi != NN_CUDA_PLUGIN_ABI || t->size != sizeof(nn_cuda_plugin_t)) {
+      char got[128];
+      snprintf(got, sizeof got, "its table: version %d, %zu bytes; this libnn's: %d, %zu",
+               t ? t->abi : -1, t ? t->size : 0, NN_CUDA_PLUGIN_ABI,
+               sizeof(nn_cuda_plugin_t));
+      set_reason("%s is from another build of nn (%s): install libnn and "
+                 NN_CUDA_PLUGIN_SONAME " from one build", path, got);
+      t = NULL;
+    }
+  }
+  if (t == NULL) {
+    /* Unused from here on; a library that cannot be unloaded stays mapped, harmlessly. */
+    if (dlclose(lib) != 0) strncat(no_reason, " (and it could not be unloaded)",
+                                   sizeof no_reason - strlen(no_reason) - 1);
+    return;
+  }
+  pthread_mutex_lock(&tf32_mu);
+  atomic_store(&backend, t);
+  if (tf32_wanted >= 0) t->set_tf32(tf32_wanted);
+  pthread_mutex_unlock(&tf32_mu);
+}
+
+/* The backend, loaded now if not yet; NULL when it cannot be (no_reason says why). */
+static const nn_cuda_plugin_t *need(void) {
+  pthread_once(&load_once, load);
+  return atomic_load(&backend);
+}
+
+/* The backend if it is loaded; never loads it. */
+static const nn_cuda_plugin_t *loaded(void) { return atomic_load(&backend); }
+
+static nn_status_t unavailable(const char *fn) {
+  return nn_set_error(NN_ERR_UNSUPPORTED, "%s: %s", fn, no_reason);
+}
+
+/* ---- runtime ---- */
+int nn_cuda_available(void) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->available() : 0;
+}
+const char *nn_cuda_info(void) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->info() : no_info;
+}
+const char *nn_cuda_reason(void) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->reason() : no_reason;
+}
+int nn_cuda_device_count(void) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->device_count() : 0;
+}
+nn_status_t nn_cuda_set_device(int device) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->set_device(device) : unavailable("nn_cuda_set_device");
+}
+void *nn_cuda_stream(void) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->stream() : NULL;
+}
+nn_status_t nn_cuda_synchronize(void) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->synchronize() : unavailable("nn_cuda_synchronize");
+}
+void nn_cuda_set_tf32(int on) {
+  pthread_mutex_lock(&tf32_mu);
+  const nn_cuda_plugin_t *b = loaded();
+  if (b) b->set_tf32(on);
+  else tf32_wanted = on != 0;
+  pthread_mutex_unlock(&tf32_mu);
+}
+
+/* ---- memory ---- */
+nn_status_t nn_cuda_malloc(void **p, size_t bytes) {
+  const nn_cuda_plugin_t *b = need();
+  if (b) return b->malloc(p, bytes);
+  if (p) *p = NULL;
+  return unavailable("nn_cuda_malloc");
+}
+void nn_cuda_free(void *p) {
+  const nn_cuda_plugin_t *b = loaded();
+  if (b) b->free(p);
+}
+nn_status_t nn_cuda_to_device(void *dst, const void *src, size_t bytes) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->to_device(dst, src, bytes) : unavailable("nn_cuda_to_device");
+}
+nn_status_t nn_cuda_to_host(void *dst, const void *src, size_t bytes) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->to_host(dst, src, bytes) : unavailable("nn_cuda_to_host");
+}
+nn_status_t nn_cuda_memset0(void *p, size_t bytes) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->memset0(p, bytes) : unavailable("nn_cuda_memset0");
+}
+int nn_cuda_is_device_ptr(const void *p) {
+  const nn_cuda_plugin_t *b = loaded();
+  return b ? b->is_device_ptr(p) : 0;
+}
+
+/* ---- optimizer on the device ---- */
+nn_status_t nn_cuda_optim_create(nn_cuda_optim_t **out, const nn_optim_config_t *cfg,
+                                 size_t count) {
+  const nn_cuda_plugin_t *b = need();
+  if (b) return b->optim_create(out, cfg, count);
+  if (out) *out = NULL;
+  return unavailable("nn_cuda_optim_create");
+}
+void nn_cuda_optim_free(nn_cuda_optim_t *o) {
+  const nn_cuda_plugin_t *b = loaded();
+  if (b) b->optim_free(o);
+}
+nn_status_t nn_cuda_optim_step(nn_cuda_optim_t *o, float *params_dev,
+                               const float *grads_dev, float lr) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->optim_step(o, params_dev, grads_dev, lr) : unavailable("nn_cuda_optim_step");
+}
+nn_status_t nn_cuda_optim_state_to_host(nn_cuda_optim_t *o, float *state, size_t count,
+                                        int64_t *step) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->optim_state_to_host(o, state, count, step)
+           : unavailable("nn_cuda_optim_state_to_host");
+}
+nn_status_t nn_cuda_optim_state_to_device(nn_cuda_optim_t *o, const float *state,
+                                          size_t count, int64_t step) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->optim_state_to_device(o, state, count, step)
+           : unavailable("nn_cuda_optim_state_to_device");
+}
+
+/* ---- models ---- */
+nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
+  int done;
+  nn_status_t s = nn_model_to_device_args(m, device, &done);
+  if (s != NN_OK || done) return s;   /* to where it is already: no backend needed */
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->model_to_device(m, device) : unavailable("nn_model_to_device");
+}
+nn_status_t nn_model_optim_step_cuda(nn_model_t *m, nn_cuda_optim_t *o, float lr) {
+  const nn_cuda_plugin_t *b = need();
+  return b ? b->model_optim_step_cuda(m, o, lr) : unavailable("nn_model_optim_step_cuda");
+}
+const float *nn_model_device_logits(const nn_model_t *m) {
+  const nn_cuda_plugin_t *b = loaded();
+  return b ? b->model_device_logits(m) : NULL;
+}
+#else
+/* ISO C forbids an empty translation unit; without CUDA nn/device_stub.c stands in. */
+typedef int nn_cuda_loader_unused_t;
+#endif
