@@ -103,7 +103,7 @@ run() {
   timeout -k 5 60 mpirun -np "$np" "$bin" "$@" >"$tmp/out" 2>"$tmp/err"
   local rc=$?
   if [ $rc -ne 0 ]; then
-    echo "FAIL: mpirun -np $np allreduce_bench $* exited $rc"; tail -15 "$tmp/out" "$tmp/err"; fail=1
+    echo "FAIL: mpirun -np $np allreduce_bench $* exited $rc"; tail -n 15 "$tmp/out" "$tmp/err"; fail=1
   elif ! check_format "$tmp/out" "$np" "$backend" "$dtype" "$op" "$rows" "$checked"; then
     echo "FAIL: mpirun -np $np allreduce_bench $*"; fail=1
   fi
