@@ -37,7 +37,26 @@ static void free_comm(MPI_Comm *c) {
 /* Releases what init created (also on a failed init). MPI itself stays. mpi_too = 0
    after a failure: the communicators are left to the process's end, since freeing one
    with messages to or from a lost peer in flight may wait for that peer. */
+/* What a failed run leaves to the process's end (MPI may still use it): kept here, so
+   that it stays reachable (no leak is reported at exit) and nothing frees it early.
+   volatile: nothing reads it, and the compiler would drop the stores otherwise. */
+static struct {
+  coll_transport_t *transports[3];
+  void *round_buffers[4];
+} volatile left_to_exit;
+
 static void release(int mpi_too) {
+  if (!mpi_too) {
+    left_to_exit.transports[0] = hvd_g.world;
+    left_to_exit.transports[1] = hvd_g.local;
+    left_to_exit.transports[2] = hvd_g.cross;
+  }
+  if (hvd_g.round_inflight) {
+    left_to_exit.round_buffers[0] = hvd_g.round_send;
+    left_to_exit.round_buffers[1] = hvd_g.round_recv;
+    left_to_exit.round_buffers[2] = hvd_g.round_peer;
+    left_to_exit.round_buffers[3] = hvd_g.round_reqs;
+  }
   if (mpi_too) {
     if (hvd_g.world) coll_transport_destroy(hvd_g.world);
     if (hvd_g.local) coll_transport_destroy(hvd_g.local);
