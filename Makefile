@@ -440,9 +440,10 @@ TEST_FILTER ?= $(if $(filter thread,$(SAN_LIST)),^test_(hvd_|coll_|grad_buckets)
 # precision over the CPU walk that the nn tests run under the sanitizer already;
 # test_install.sh checks the shared libraries and `make install`, which a sanitizer
 # build does not make; test_elastic_netns.sh trains twice on simulated hosts to check
-# hvdrun's restart and train's resume, whose code the other train and liveness tests run
-# under the sanitizer already.
-TEST_EXCLUDE ?= $(if $(SANITIZE),^(test_(gpu_check_build|mutation_check|slurm_cluster|install|elastic_netns)\.sh|test_nn_precision_emulation)$$)
+# hvdrun's restart and train's resume, and test_netns_liveness.sh cuts a link between
+# simulated hosts: the runtime code both run is what test_hvd_liveness and the train
+# tests run under the sanitizer already.
+TEST_EXCLUDE ?= $(if $(SANITIZE),^(test_(gpu_check_build|mutation_check|slurm_cluster|install|elastic_netns|netns_liveness)\.sh|test_nn_precision_emulation)$$)
 # HVD_TEST_SANITIZER (the SANITIZE list, empty otherwise) lets a test scale its work down
 # under a sanitizer (requests, epochs, samples), where it checks memory errors, not
 # figures. tests/run.sh runs the tests it names as independent two at a time
