@@ -64,6 +64,10 @@ static void die_msg(int code, const char *msg) {
     fprintf(stderr, "train: %s\n", msg);
     fflush(stderr);
   }
+  /* Before the runtime is up (bad data, found on every rank alike), only rank 0 says
+     why; the others wait a moment before they exit, or the launcher, which ends the job
+     at the first rank that exits non-zero, could end rank 0 before its line is out. */
+  if (g_rank != 0 && !g_hvd_up) sleep(2);
   if (g_hvd_up) hvd_shutdown();
   exit(code);
 }
