@@ -442,8 +442,10 @@ TEST_FILTER ?= $(if $(filter thread,$(SAN_LIST)),^test_(hvd_|coll_|grad_buckets)
 # build does not make; test_elastic_netns.sh trains twice on simulated hosts to check
 # hvdrun's restart and train's resume, and test_netns_liveness.sh cuts a link between
 # simulated hosts: the runtime code both run is what test_hvd_liveness and the train
-# tests run under the sanitizer already.
-TEST_EXCLUDE ?= $(if $(SANITIZE),^(test_(gpu_check_build|mutation_check|slurm_cluster|install|elastic_netns|netns_liveness)\.sh|test_nn_precision_emulation)$$)
+# tests run under the sanitizer already. Under TSan test_coll_bench.sh is left out too:
+# it checks allreduce_bench's output format, and the runtime calls it makes are those of
+# test_hvd_allreduce.
+TEST_EXCLUDE ?= $(if $(SANITIZE),^(test_(gpu_check_build|mutation_check|slurm_cluster|install|elastic_netns|netns_liveness$(if $(filter thread,$(SAN_LIST)),|coll_bench))\.sh|test_nn_precision_emulation)$$)
 # HVD_TEST_SANITIZER (the SANITIZE list, empty otherwise) lets a test scale its work down
 # under a sanitizer (requests, epochs, samples), where it checks memory errors, not
 # figures. tests/run.sh runs the tests it names as independent two at a time

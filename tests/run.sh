@@ -29,6 +29,7 @@ jobs=${HVD_TEST_JOBS:-2}
 # SLURM daemons stays out).
 pooled=(
   test_train_resume.sh test_train_resume_mid.sh test_coll_bench.sh test_train_ckpt_fields.sh
+  test_hvd_cache test_train_init_weights.sh test_gpu_check_build.sh test_coll_inproc
   test_train_errors.sh test_mutation_check.sh test_nn_precision_emulation
   test_train_output_paths.sh test_train_export.sh test_cnn_bench_format.sh
   test_train_resume_ranks.sh test_grad_buckets_mpi.sh test_coll_hierarchical.sh test_device_flags.sh
@@ -42,6 +43,10 @@ pooled=(
   test_nn_model_home test_nn_model_safetensors test_nn_model_step test_nn_optim
   test_nn_precision test_nn_safetensors_file test_train_callbacks test_train_checkpoint
   test_train_data test_train_step test_train_tfevents test_util_flags test_slurm_launch_env
+  test_train_accumulation.sh test_train_idx.sh test_train_torch_models.sh test_train_deps.sh
+  test_cnn_bench_accuracy test_coll_bench_check test_nn_optim_rmsprop test_hvd_device_thread
+  test_cuda_half_layers test_cuda_hvd_allreduce test_cuda_layers test_cuda_mixed_precision
+  test_cuda_model_step
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build
