@@ -10,6 +10,11 @@
 #include <string.h>
 
 nn_status_t nn_model_save_safetensors(const nn_model_t *m, const char *path) {
+  return nn_model_save_safetensors_meta(m, path, NULL, 0);
+}
+
+nn_status_t nn_model_save_safetensors_meta(const nn_model_t *m, const char *path,
+                                           const nn_st_meta_t *meta, int meta_count) {
   if (!m || !path)
     return nn_set_error(NN_ERR_ARG, "nn_model_save_safetensors: NULL argument");
   nn_st_tensor_t *ts = calloc((size_t)(m->num_slices ? m->num_slices : 1), sizeof *ts);
@@ -38,7 +43,7 @@ nn_status_t nn_model_save_safetensors(const nn_model_t *m, const char *path) {
       break;
     }
   }
-  nn_status_t st = nn_st_write(path, ts, m->num_slices);
+  nn_status_t st = nn_st_write_meta(path, ts, m->num_slices, meta, meta_count);
   free(ts);
   return st;
 }

@@ -329,20 +329,38 @@ typedef struct {
   size_t nbytes;
   void *data;            /* reading: points into the file's blob; writing: caller's */
 } nn_st_tensor_t;
+/* One "__metadata__" entry: the format allows string keys and string values only. */
+typedef struct {
+  const char *key, *value;
+} nn_st_meta_t;
 typedef struct {
   int count;
   nn_st_tensor_t *tensors;
   void *blob;            /* owned by the file after nn_st_read */
+  int meta_count;        /* "__metadata__" entries, in the file's order (0: none)       */
+  const nn_st_meta_t *meta; /* owned by the file after nn_st_read (nn_st_free)         */
+  void *meta_blob;       /* the array and its strings, one allocation                   */
 } nn_st_file_t;
 /* Reads and validates the whole file (header JSON, dtypes, shapes against byte ranges,
-   ranges inside the file, no overlaps): a corrupt or truncated file is NN_ERR_FORMAT
-   with a message naming the file and what is wrong. */
+   ranges inside the file, no overlaps; "__metadata__" an object of strings, no key
+   twice): a corrupt or truncated file is NN_ERR_FORMAT with a message naming the file
+   and what is wrong. */
 nn_status_t nn_st_read(const char *path, nn_st_file_t *f);
 const nn_st_tensor_t *nn_st_find(const nn_st_file_t *f, const char *name);
+/* The value of a "__metadata__" key, or NULL when the file has none. */
+const char *nn_st_meta_get(const nn_st_file_t *f, const char *key);
 void nn_st_free(nn_st_file_t *f);
 /* Writes to path.tmp, fsyncs, renames over path: a crash never leaves a half file. */
 nn_status_t nn_st_write(const char *path, const nn_st_tensor_t *tensors, int count);
+/* The same with a "__metadata__" object of meta_count entries (keys non-empty, no key
+   twice; meta_count 0: none, as nn_st_write). */
+nn_status_t nn_st_write_meta(const char *path, const nn_st_tensor_t *tensors, int count,
+                             const nn_st_meta_t *meta, int meta_count);
 size_t nn_st_dtype_size(nn_st_dtype_t dtype);
+/* nn_model_save_safetensors with a "__metadata__" object (what a reader needs to feed
+   the model: train --export records its input shape and normalisation there). */
+nn_status_t nn_model_save_safetensors_meta(const nn_model_t *m, const char *path,
+                                           const nn_st_meta_t *meta, int meta_count);
 
 /* ---- optimizers ---- */
 typedef enum { NN_OPTIM_SGD, NN_OPTIM_ADAM, NN_OPTIM_ADAMW, NN_OPTIM_RMSPROP } nn_optim_kind_t;

@@ -270,18 +270,73 @@ check:
   return NN_OK;
 }
 
-/* __metadata__: an object whose values are strings. */
-static nn_status_t st_metadata(st_json_t *j) {
+/* __metadata__: an object whose values are strings, no key twice. Parsed twice: once to
+   count the entries and bound their bytes, once into one allocation (the entry array,
+   then the strings), stored in *blob_out. */
+static int st_meta_key_cmp(const void *a, const void *b) {
+  return strcmp(((const nn_st_meta_t *)a)->key, ((const nn_st_meta_t *)b)->key);
+}
+
+static nn_status_t st_metadata(st_json_t *j, void **blob_out, int *count_out) {
+  *blob_out = NULL;
+  *count_out = 0;
   if (!st_expect(j, '{')) return st_fail(j, "__metadata__ is not an object");
-  if (st_expect(j, '}')) return NN_OK;
-  for (;;) {
-    if (st_string(j, NULL, 0) != 1 || !st_expect(j, ':'))
-      return st_fail(j, "bad key in __metadata__");
-    if (st_string(j, NULL, 0) != 1) return st_fail(j, "__metadata__ values must be strings");
-    if (st_expect(j, ',')) continue;
-    if (!st_expect(j, '}')) return st_fail(j, "expected ',' or '}' in __metadata__");
-    return NN_OK;
+  const char *start = j->s;
+  size_t n = 0, bytes = 0;
+  if (!st_expect(j, '}')) {
+    for (;;) {
+      st_ws(j);
+      const char *k0 = j->s;
+      if (st_string(j, NULL, 0) != 1 || !st_expect(j, ':'))
+        return st_fail(j, "bad key in __metadata__");
+      if (st_string(j, NULL, 0) != 1) return st_fail(j, "__metadata__ values must be strings");
+      bytes += (size_t)(j->s - k0); /* the key, its colon and the value, raw */
+      n++;
+      if (st_expect(j, ',')) continue;
+      if (!st_expect(j, '}')) return st_fail(j, "expected ',' or '}' in __metadata__");
+      break;
+    }
   }
+  if (n == 0) return NN_OK;
+  const char *after = j->s;
+  /* A decoded string is never longer than its quoted text: the raw bytes bound them. */
+  size_t arr = n * sizeof(nn_st_meta_t), pool = bytes + 2 * n;
+  char *blob = malloc(arr + pool);
+  nn_st_meta_t *sorted = malloc(arr);
+  if (!blob || !sorted) {
+    free(blob);
+    free(sorted);
+    return nn_set_error(NN_ERR_NO_MEMORY, "safetensors file %s: no memory for __metadata__",
+                        j->path);
+  }
+  nn_st_meta_t *meta = (nn_st_meta_t *)blob;
+  char *p = blob + arr, *end = blob + arr + pool;
+  j->s = start;
+  for (size_t i = 0; i < n; i++) {
+    if (i) st_expect(j, ',');
+    meta[i].key = p;
+    st_string(j, p, (size_t)(end - p));
+    p += strlen(p) + 1;
+    st_expect(j, ':');
+    meta[i].value = p;
+    st_string(j, p, (size_t)(end - p));
+    p += strlen(p) + 1;
+  }
+  j->s = after;
+  memcpy(sorted, meta, arr);
+  qsort(sorted, n, sizeof *sorted, st_meta_key_cmp);
+  for (size_t i = 1; i < n; i++)
+    if (strcmp(sorted[i - 1].key, sorted[i].key) == 0) {
+      char msg[200];
+      snprintf(msg, sizeof msg, "__metadata__ key '%.80s' appears twice", sorted[i].key);
+      free(sorted);
+      free(blob);
+      return st_fail(j, msg);
+    }
+  free(sorted);
+  *blob_out = blob;
+  *count_out = (int)n;
+  return NN_OK;
 }
 
 typedef struct { uint64_t begin, end; int index; } st_range_t;
@@ -296,9 +351,20 @@ void nn_st_free(nn_st_file_t *f) {
   if (!f) return;
   free(f->tensors);
   free(f->blob);
+  free(f->meta_blob);
   f->tensors = NULL;
   f->blob = NULL;
   f->count = 0;
+  f->meta_blob = NULL;
+  f->meta = NULL;
+  f->meta_count = 0;
+}
+
+const char *nn_st_meta_get(const nn_st_file_t *f, const char *key) {
+  if (!f || !key) return NULL;
+  for (int i = 0; i < f->meta_count; i++)
+    if (strcmp(f->meta[i].key, key) == 0) return f->meta[i].value;
+  return NULL;
 }
 
 const nn_st_tensor_t *nn_st_find(const nn_st_file_t *f, const char *name) {
@@ -327,8 +393,13 @@ nn_status_t nn_st_read(const char *path, nn_st_file_t *f) {
   f->count = 0;
   f->tensors = NULL;
   f->blob = NULL;
+  f->meta_count = 0;
+  f->meta = NULL;
+  f->meta_blob = NULL;
 
   nn_status_t st = NN_OK;
+  void *meta_blob = NULL;
+  int meta_count = 0;
   char *header = NULL;
   nn_st_tensor_t *ts = NULL;
   uint64_t(*offs)[2] = NULL;
@@ -389,7 +460,7 @@ nn_status_t nn_st_read(const char *path, nn_st_file_t *f) {
       if (strcmp(t.name, "__metadata__") == 0) {
         if (have_meta) { st = st_fail(&j, "__metadata__ appears twice"); goto out; }
         have_meta = 1;
-        if ((st = st_metadata(&j)) != NN_OK) goto out;
+        if ((st = st_metadata(&j, &meta_blob, &meta_count)) != NN_OK) goto out;
       } else {
         if (count == cap) {
           if (cap >= ST_MAX_TENSORS) { st = st_fail(&j, "too many tensors"); goto out; }
@@ -490,8 +561,12 @@ nn_status_t nn_st_read(const char *path, nn_st_file_t *f) {
   f->count = count;
   f->tensors = ts;
   f->blob = blob;
+  f->meta_count = meta_count;
+  f->meta = meta_blob;
+  f->meta_blob = meta_blob;
   ts = NULL;
   blob = NULL;
+  meta_blob = NULL;
 
 out:
   close(fd);
@@ -500,6 +575,7 @@ out:
   free(offs);
   free(ranges);
   free(blob);
+  free(meta_blob);
   return st;
 }
 
@@ -548,12 +624,38 @@ static int st_write_all(int fd, const void *buf, size_t n) {
 }
 
 nn_status_t nn_st_write(const char *path, const nn_st_tensor_t *tensors, int count) {
-  if (!path || count < 0 || (count > 0 && !tensors))
-    return nn_set_error(NN_ERR_ARG, "nn_st_write: NULL path/tensors or negative count %d", count);
+  return nn_st_write_meta(path, tensors, count, NULL, 0);
+}
+
+nn_status_t nn_st_write_meta(const char *path, const nn_st_tensor_t *tensors, int count,
+                             const nn_st_meta_t *meta, int meta_count) {
+  if (!path || count < 0 || (count > 0 && !tensors) || meta_count < 0 ||
+      (meta_count > 0 && !meta))
+    return nn_set_error(NN_ERR_ARG, "nn_st_write: NULL path/tensors/metadata or negative count "
+                        "%d / %d", count, meta_count);
+  for (int i = 0; i < meta_count; i++) {
+    if (!meta[i].key || !meta[i].key[0] || !meta[i].value)
+      return nn_set_error(NN_ERR_ARG, "nn_st_write %s: metadata entry %d has an empty key or a "
+                          "NULL value", path, i);
+    for (int k = 0; k < i; k++)
+      if (strcmp(meta[k].key, meta[i].key) == 0)
+        return nn_set_error(NN_ERR_ARG, "nn_st_write %s: metadata key '%s' appears twice", path,
+                            meta[i].key);
+  }
   st_buf_t h = {0};
   uint64_t offset = 0;
   char num[64];
   st_puts(&h, "{");
+  if (meta_count > 0) {
+    st_puts(&h, "\"__metadata__\":{");
+    for (int i = 0; i < meta_count; i++) {
+      if (i) st_puts(&h, ",");
+      st_put_json_string(&h, meta[i].key);
+      st_puts(&h, ":");
+      st_put_json_string(&h, meta[i].value);
+    }
+    st_puts(&h, count > 0 ? "}," : "}");
+  }
   for (int i = 0; i < count; i++) {
     const nn_st_tensor_t *t = &tensors[i];
     size_t es = nn_st_dtype_size(t->dtype);

@@ -15,6 +15,8 @@ scripts/serve_torch_peer.py, and the helpers the tests/test_serve_*.sh tests imp
     same --threads), runs bench against each, prints one line per server (docs/serve.md).
 
 Plain Python (http.client, json, gzip, numpy): a real HTTP client, the same for both servers.
+Also for the tests: Client.classify (TF Serving's Classify API), st_metadata and st_copy
+(a safetensors file's "__metadata__", which train --export writes: read, replace, drop).
 """
 import argparse
 import gzip
@@ -86,6 +88,12 @@ class Client:
     def predict(self, model, instances, version=None):
         path = "/v1/models/%s%s:predict" % (model, "/versions/%d" % version if version else "")
         return self.request("POST", path, json.dumps({"instances": instances}),
+                            {"Content-Type": "application/json"})
+
+    def classify(self, model, examples, version=None):
+        """TF Serving's Classify API: examples are {"image": S} objects (or bare samples)."""
+        path = "/v1/models/%s%s:classify" % (model, "/versions/%d" % version if version else "")
+        return self.request("POST", path, json.dumps({"examples": examples}),
                             {"Content-Type": "application/json"})
 
     def close(self):
@@ -162,9 +170,33 @@ def expected_answers(port, model, images):
     return out
 
 
-def start_server(cmd):
-    """Starts a server that prints "listening on port N"; returns (process, port)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def st_metadata(path):
+    """The "__metadata__" of a safetensors file (train --export records one), or None."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n)).get("__metadata__")
+
+
+def st_copy(src, dst, metadata):
+    """Copies a safetensors file with its "__metadata__" replaced (None: without one)."""
+    with open(src, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    if metadata is not None:
+        header = dict([("__metadata__", metadata)] + list(header.items()))
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(dst, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data[8 + n:])
+
+
+def start_server(cmd, stderr=None):
+    """Starts a server that prints "listening on port N"; returns (process, port). stderr:
+    a file object for its stderr (default: discarded)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr or subprocess.DEVNULL,
+                         text=True)
     for line in p.stdout:
         if "listening on port" in line:
             return p, int(line.split()[-1])

@@ -124,10 +124,11 @@ static enum MHD_Result reply_error(serve_http_t *s, struct MHD_Connection *c, re
 typedef struct {
   char name[128];
   long version;               /* 0: the newest                                        */
-  const char *what;           /* "status", "metadata", "predict"                      */
+  const char *what;           /* "status", "metadata", "predict", "classify"          */
 } route_t;
 
-/* /v1/models/NAME[/versions/N][/metadata|:predict] -> route; 0 or -1 (no such path). */
+/* /v1/models/NAME[/versions/N][/metadata|:predict|:classify] -> route; 0 or -1 (no such
+   path). */
 static int parse_route(const char *url, route_t *rt) {
   static const char prefix[] = "/v1/models/";
   if (strncmp(url, prefix, sizeof prefix - 1) != 0) return -1;
@@ -149,6 +150,7 @@ static int parse_route(const char *url, route_t *rt) {
   if (*p == '\0') rt->what = "status";
   else if (strcmp(p, "/metadata") == 0) rt->what = "metadata";
   else if (strcmp(p, ":predict") == 0) rt->what = "predict";
+  else if (strcmp(p, ":classify") == 0) rt->what = "classify";
   else return -1;
   return 0;
 }
@@ -206,9 +208,31 @@ static enum MHD_Result get_metadata(serve_http_t *s, struct MHD_Connection *c, r
                            "unknown_rank", 0, "name", "StatefulPartitionedCall:0");
   json_t *sig = json_pack("{s:{s:o},s:{s:o},s:s}", "inputs", "input", in, "outputs",
                           "predictions", outp, "method_name", "tensorflow/serving/predict");
-  json_t *doc = json_pack("{s:{s:s,s:s,s:s},s:{s:{s:{s:o}}}}", "model_spec", "name",
+  /* TF Serving's metadata is a map; beside its one entry, signature_def, "hvd_export"
+     says what the file records and the normalisation requests get (docs/serve.md). */
+  const serve_version_info_t *info = &v->info;
+  char shape[64], cls[16];
+  snprintf(shape, sizeof shape, "%d,%d,%d", ch, h, w);
+  snprintf(cls, sizeof cls, "%d", classes);
+  json_t *labels = json_array();
+  for (int i = 0; labels && i < classes; i++) {
+    char idx[16];
+    snprintf(idx, sizeof idx, "%d", i);
+    if (json_array_append_new(labels, json_string(info->labels ? info->labels[i] : idx)) != 0) {
+      json_decref(labels);
+      labels = NULL;
+    }
+  }
+  json_t *exp = json_pack("{s:b,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:o}", "recorded", info->recorded,
+                          "model", info->recorded ? info->model : "(not recorded)", "dataset",
+                          info->recorded ? info->dataset : "(not recorded)", "input_shape",
+                          shape, "num_classes", cls, "norm_mean", info->norm_mean, "norm_std",
+                          info->norm_std, "normalization", info->norm_source, "class_names",
+                          labels);
+  json_t *doc = json_pack("{s:{s:s,s:s,s:s},s:{s:{s:{s:o}},s:o}}", "model_spec", "name",
                           s->cfg.model_name, "signature_name", "", "version", ver, "metadata",
-                          "signature_def", "signature_def", "serving_default", sig);
+                          "signature_def", "signature_def", "serving_default", sig,
+                          "hvd_export", exp);
   return reply_json(s, c, r, 200, doc);
 }
 
@@ -229,13 +253,69 @@ static char *format_predictions(const float *probs, int n, int classes, int colu
   return out;
 }
 
-static enum MHD_Result post_predict(serve_http_t *s, struct MHD_Connection *c, request_t *r,
-                                    serve_version_t *v) {
+/* {"result": [[["label", score], ...], ...]}: every class of each example, the highest
+   score first (ties in class order); labels are the recorded class names, else the
+   class index as a string (TF Serving's labels are strings). */
+static char *format_classes(const float *probs, int n, int classes, char *const *labels) {
+  size_t cap = 32, width = 0;
+  for (int j = 0; j < classes; j++) {
+    size_t l = labels ? strlen(labels[j]) : 12;
+    width = l > width ? l : width;
+  }
+  cap += (size_t)n * ((size_t)classes * (6 * width + 32) + 8);
+  char *out = malloc(cap);
+  int *order = malloc((size_t)classes * sizeof *order);
+  if (!out || !order) {
+    free(out);
+    free(order);
+    return NULL;
+  }
+  size_t at = (size_t)snprintf(out, cap, "{\"result\": [");
+  for (int i = 0; i < n; i++) {
+    const float *p = probs + (size_t)i * classes;
+    for (int j = 0; j < classes; j++) { /* insertion sort: stable, classes is small */
+      int k = j;
+      while (k > 0 && p[order[k - 1]] < p[j]) {
+        order[k] = order[k - 1];
+        k--;
+      }
+      order[k] = j;
+    }
+    out[at++] = '[';
+    for (int j = 0; j < classes; j++) {
+      char idx[16];
+      const char *label = labels ? labels[order[j]] : idx;
+      if (!labels) snprintf(idx, sizeof idx, "%d", order[j]);
+      at += (size_t)snprintf(out + at, cap - at, "%s[\"", j ? ", " : "");
+      for (const unsigned char *q = (const unsigned char *)label; *q; q++) {
+        if (*q == '"' || *q == '\\') at += (size_t)snprintf(out + at, cap - at, "\\%c", *q);
+        else if (*q < 0x20) at += (size_t)snprintf(out + at, cap - at, "\\u%04x", *q);
+        else out[at++] = (char)*q;
+      }
+      at += (size_t)snprintf(out + at, cap - at, "\", %.7g]", (double)p[order[j]]);
+    }
+    at += (size_t)snprintf(out + at, cap - at, "]%s", i + 1 < n ? ", " : "");
+  }
+  snprintf(out + at, cap - at, "]}");
+  free(order);
+  return out;
+}
+
+/* :predict and :classify: the body -> a batch normalised as version v's file asks ->
+   the batcher -> the answer. */
+static enum MHD_Result post_run(serve_http_t *s, struct MHD_Connection *c, request_t *r,
+                                serve_version_t *v, int classify) {
   serve_instances_t in;
   char err[512];
-  if (serve_instances_parse(r->body ? r->body : "", r->len, &s->cfg.input, &in, err,
-                            sizeof err) != 0)
-    return reply_error(s, c, r, 400, "%s", err);
+  serve_input_spec_t spec = s->cfg.input;
+  memcpy(spec.mean, v->info.mean, sizeof spec.mean);
+  memcpy(spec.std, v->info.std, sizeof spec.std);
+  spec.identity = v->info.identity;
+  int prc = classify ? serve_examples_parse(r->body ? r->body : "", r->len, &spec, &in, err,
+                                            sizeof err)
+                     : serve_instances_parse(r->body ? r->body : "", r->len, &spec, &in, err,
+                                             sizeof err);
+  if (prc != 0) return reply_error(s, c, r, 400, "%s", err);
   r->instances = in.n;
   int classes = serve_batcher_classes(v->batcher);
   float *probs = malloc((size_t)in.n * (size_t)classes * sizeof(float));
@@ -250,7 +330,8 @@ static enum MHD_Result post_predict(serve_http_t *s, struct MHD_Connection *c, r
     free(probs);
     return reply_error(s, c, r, 500, "%s", job.err);
   }
-  char *text = format_predictions(probs, job.n, classes, columnar);
+  char *text = classify ? format_classes(probs, job.n, classes, v->info.labels)
+                        : format_predictions(probs, job.n, classes, columnar);
   free(probs);
   return reply(s, c, r, 200, text, "application/json");
 }
@@ -288,14 +369,15 @@ static enum MHD_Result route(serve_http_t *s, struct MHD_Connection *c, request_
   if (get && strcmp(url, "/monitoring/prometheus/metrics") == 0) return get_metrics(s, c, r);
   route_t rt;
   int ok = parse_route(url, &rt) == 0;
-  if (ok) ok = strcmp(rt.what, "predict") == 0 ? post : get;
+  if (ok) ok = strcmp(rt.what, "predict") == 0 || strcmp(rt.what, "classify") == 0 ? post : get;
   if (!ok) return reply_error(s, c, r, 404, "Malformed request: %.16s %.256s", method, url);
   if (strcmp(rt.name, s->cfg.model_name) != 0) return not_served(s, c, r, &rt);
   if (strcmp(rt.what, "status") == 0) return get_status(s, c, r, &rt);
   serve_version_t *v = serve_models_acquire(s->models, rt.version);
   if (!v) return not_served(s, c, r, &rt);
-  enum MHD_Result rc = strcmp(rt.what, "metadata") == 0 ? get_metadata(s, c, r, v)
-                                                         : post_predict(s, c, r, v);
+  enum MHD_Result rc = strcmp(rt.what, "metadata") == 0
+                           ? get_metadata(s, c, r, v)
+                           : post_run(s, c, r, v, strcmp(rt.what, "classify") == 0);
   serve_models_release(s->models, v);
   return rc;
 }

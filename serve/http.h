@@ -1,8 +1,12 @@
 /* serve/http.h: TF Serving's REST API over libmicrohttpd, in front of serve_models.
      GET  /v1/models/NAME[/versions/N]             model_version_status
-     GET  /v1/models/NAME[/versions/N]/metadata    signature_def of serving_default
+     GET  /v1/models/NAME[/versions/N]/metadata    signature_def of serving_default, and
+                                                   hvd_export (what the file records)
      POST /v1/models/NAME[/versions/N]:predict     {"instances"|"inputs": ...} ->
                                                    {"predictions"|"outputs": softmax}
+     POST /v1/models/NAME[/versions/N]:classify    {"examples": [{"image": S}, ...]} ->
+                                                   {"result": [[[label, score], ...], ...]}
+   Each request is normalised as the version it runs on asks (serve_version_info_t).
      GET  /monitoring/prometheus/metrics           counters (text)
    Errors are {"error": "..."}: 400 bad JSON, shape or dtype; 404 unknown model, version
    or path (TF Serving's NOT_FOUND); 413 a body over max_body; 503 over the memory

@@ -12,8 +12,8 @@ const char *const serve_normalization_names[] = {"fashion-mnist", "mnist", "cifa
                                                  NULL};
 
 int serve_normalization(const char *dataset, serve_input_spec_t *spec) {
-  /* The published per-channel constants train uses for these data sets (train/data.c);
-     train's export does not record them, so the server is told the data set's name. */
+  /* The published per-channel constants train uses for these data sets (train/data.c):
+     --normalize, and the default for a file that records no normalisation. */
   static const struct { const char *name; float mean[3], std[3]; } table[] = {
       {"fashion-mnist", {0.2860f, 0.2860f, 0.2860f}, {0.3530f, 0.3530f, 0.3530f}},
       {"mnist", {0.1307f, 0.1307f, 0.1307f}, {0.3081f, 0.3081f, 0.3081f}},
@@ -62,35 +62,38 @@ static void sample_dims(const json_t *s, int dims[4], int *ndim) {
 }
 
 /* Walks s against dims[0..ndim) and writes its numbers in order to out[*at...]. */
-static int flatten(const json_t *s, const int *dims, int ndim, double *out, size_t *at, int inst,
-                   char *err, size_t errlen) {
+static int flatten(const json_t *s, const int *dims, int ndim, double *out, size_t *at,
+                   const char *what, int inst, char *err, size_t errlen) {
   if (ndim == 0) {
     if (!json_is_number(s))
-      return fail(err, errlen, "instance %d: element %zu is %s: expected a number (DT_FLOAT)",
-                  inst, *at, json_kind(s));
+      return fail(err, errlen, "%s %d: element %zu is %s: expected a number (DT_FLOAT)",
+                  what, inst, *at, json_kind(s));
     double v = json_number_value(s);
     if (!isfinite(v) || fabs(v) > 3.0e38)
-      return fail(err, errlen, "instance %d: element %zu is not a finite float", inst, *at);
+      return fail(err, errlen, "%s %d: element %zu is not a finite float", what, inst, *at);
     out[(*at)++] = v;
     return 0;
   }
   if (!json_is_array(s) || (int)json_array_size(s) != dims[0])
-    return fail(err, errlen, "instance %d: ragged array: %s where an array of %d was expected",
-                inst, json_is_array(s) ? "an array of another length" : json_kind(s), dims[0]);
+    return fail(err, errlen, "%s %d: ragged array: %s where an array of %d was expected",
+                what, inst, json_is_array(s) ? "an array of another length" : json_kind(s),
+                dims[0]);
   for (int i = 0; i < dims[0]; i++)
-    if (flatten(json_array_get(s, (size_t)i), dims + 1, ndim - 1, out, at, inst, err, errlen))
+    if (flatten(json_array_get(s, (size_t)i), dims + 1, ndim - 1, out, at, what, inst, err,
+                errlen))
       return -1;
   return 0;
 }
 
 /* One sample -> x[c][h][w], normalised. hwc: scratch of c*h*w doubles (a pixel k/255
    times 255 rounds back to exactly k). */
-static int read_sample(const json_t *s, const serve_input_spec_t *sp, int inst, double *hwc,
-                       float *x, char *err, size_t errlen) {
+static int read_sample(const json_t *s, const serve_input_spec_t *sp, const char *what, int inst,
+                       double *hwc, float *x, char *err, size_t errlen) {
   if (json_is_object(s)) { /* {"NAME": S}: the one named input */
     if (json_object_size(s) != 1)
-      return fail(err, errlen, "instance %d: an object with %zu keys: the model has one input",
-                  inst, json_object_size(s));
+      return fail(err, errlen, "%s %d: an object with %zu keys: the model has one input%s",
+                  what, inst, json_object_size(s),
+                  strcmp(what, "example") == 0 ? " (one feature, the image)" : "");
     s = json_object_iter_value(json_object_iter((json_t *)s));
   }
   int dims[4], ndim;
@@ -108,13 +111,13 @@ static int read_sample(const json_t *s, const serve_input_spec_t *sp, int inst, 
       snprintf(got + p, sizeof got - (size_t)p, "%s]", ndim == 4 ? ",..." : "");
     }
     if (c == 1)
-      return fail(err, errlen, "instance %d has shape %s: expected [%d,%d,1], [%d,%d] or [%d]",
-                  inst, got, h, w, h, w, h * w);
-    return fail(err, errlen, "instance %d has shape %s: expected [%d,%d,%d] or [%d]", inst, got,
+      return fail(err, errlen, "%s %d has shape %s: expected [%d,%d,1], [%d,%d] or [%d]",
+                  what, inst, got, h, w, h, w, h * w);
+    return fail(err, errlen, "%s %d has shape %s: expected [%d,%d,%d] or [%d]", what, inst, got,
                 h, w, c, c * h * w);
   }
   size_t at = 0;
-  if (flatten(s, dims, ndim, hwc, &at, inst, err, errlen)) return -1;
+  if (flatten(s, dims, ndim, hwc, &at, what, inst, err, errlen)) return -1;
   for (int ch = 0; ch < c; ch++) {
     int k = ch < 3 ? ch : 2;
     float scale = 1.0f / (255.0f * sp->std[k]), shift = sp->mean[k] / sp->std[k];
@@ -126,11 +129,42 @@ static int read_sample(const json_t *s, const serve_input_spec_t *sp, int inst, 
   return 0;
 }
 
+static int check_signature(const json_t *v, char *err, size_t errlen) {
+  if (!json_is_string(v) || strcmp(json_string_value(v), "serving_default") != 0)
+    return fail(err, errlen, "Serving signature name: %s not found in signature def "
+                "(the one signature is \"serving_default\")",
+                json_is_string(v) ? json_string_value(v) : json_kind(v));
+  return 0;
+}
+
+/* The examples of a classify request (checked): {"examples": [E, ...]}, optional
+   "signature_name" and an empty "context" (the model's one feature is the image). */
+static int find_examples(json_t *root, const json_t **list, char *err, size_t errlen) {
+  const char *key;
+  json_t *v, *ex = NULL;
+  json_object_foreach(root, key, v) {
+    if (strcmp(key, "examples") == 0) ex = v;
+    else if (strcmp(key, "signature_name") == 0) {
+      if (check_signature(v, err, errlen)) return -1;
+    } else if (strcmp(key, "context") == 0) {
+      if (!json_is_object(v))
+        return fail(err, errlen, "'context' is %s: expected an object", json_kind(v));
+      if (json_object_size(v) != 0)
+        return fail(err, errlen, "'context' has features: the model has one feature, the "
+                    "image; give it in each example");
+    } else
+      return fail(err, errlen, "unknown key \"%.64s\": expected \"examples\"", key);
+  }
+  if (!ex) return fail(err, errlen, "Missing 'examples' key");
+  if (!json_is_array(ex))
+    return fail(err, errlen, "'examples' is %s: expected a list of examples", json_kind(ex));
+  *list = ex;
+  return 0;
+}
+
 /* The list of samples of the request: "instances" or "inputs" (checked). */
 static int find_samples(json_t *root, const json_t **list, int *columnar, char *err,
                         size_t errlen) {
-  if (!json_is_object(root))
-    return fail(err, errlen, "the request body is %s: expected a JSON object", json_kind(root));
   const char *key;
   json_t *v;
   json_t *inst = NULL, *inputs = NULL;
@@ -138,10 +172,7 @@ static int find_samples(json_t *root, const json_t **list, int *columnar, char *
     if (strcmp(key, "instances") == 0) inst = v;
     else if (strcmp(key, "inputs") == 0) inputs = v;
     else if (strcmp(key, "signature_name") == 0) {
-      if (!json_is_string(v) || strcmp(json_string_value(v), "serving_default") != 0)
-        return fail(err, errlen, "Serving signature name: %s not found in signature def "
-                    "(the one signature is \"serving_default\")",
-                    json_is_string(v) ? json_string_value(v) : json_kind(v));
+      if (check_signature(v, err, errlen)) return -1;
     } else
       return fail(err, errlen, "unknown key \"%.64s\": expected \"instances\" or \"inputs\"", key);
   }
@@ -162,8 +193,8 @@ static int find_samples(json_t *root, const json_t **list, int *columnar, char *
   return 0;
 }
 
-int serve_instances_parse(const char *body, size_t len, const serve_input_spec_t *spec,
-                          serve_instances_t *out, char *err, size_t errlen) {
+static int parse(const char *body, size_t len, const serve_input_spec_t *spec, int classify,
+                 serve_instances_t *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   json_error_t jerr;
   json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -171,11 +202,17 @@ int serve_instances_parse(const char *body, size_t len, const serve_input_spec_t
     return fail(err, errlen, "JSON Parse error: %s at line %d column %d", jerr.text, jerr.line,
                 jerr.column);
   const json_t *list = NULL;
-  int columnar = 0, rc = find_samples(root, &list, &columnar, err, errlen);
+  const char *what = classify ? "example" : "instance";
+  int columnar = 0, rc;
+  if (!json_is_object(root))
+    rc = fail(err, errlen, "the request body is %s: expected a JSON object", json_kind(root));
+  else
+    rc = classify ? find_examples(root, &list, err, errlen)
+                  : find_samples(root, &list, &columnar, err, errlen);
   size_t n = rc == 0 ? json_array_size(list) : 0;
-  if (rc == 0 && n == 0) rc = fail(err, errlen, "no instances: expected at least one sample");
+  if (rc == 0 && n == 0) rc = fail(err, errlen, "no %ss: expected at least one sample", what);
   if (rc == 0 && n > (size_t)spec->max_instances)
-    rc = fail(err, errlen, "%zu instances: at most %d per request (--max-instances)", n,
+    rc = fail(err, errlen, "%zu %ss: at most %d per request (--max-instances)", n, what,
               spec->max_instances);
   size_t per = (size_t)spec->c * spec->h * spec->w;
   double *hwc = NULL;
@@ -186,7 +223,7 @@ int serve_instances_parse(const char *body, size_t len, const serve_input_spec_t
     if (!hwc || !x) rc = fail(err, errlen, "out of memory for %zu instances", n);
   }
   for (size_t i = 0; rc == 0 && i < n; i++)
-    rc = read_sample(json_array_get(list, i), spec, (int)i, hwc, x + i * per, err, errlen);
+    rc = read_sample(json_array_get(list, i), spec, what, (int)i, hwc, x + i * per, err, errlen);
   json_decref(root);
   free(hwc);
   if (rc != 0) {
@@ -197,6 +234,16 @@ int serve_instances_parse(const char *body, size_t len, const serve_input_spec_t
   out->n = (int)n;
   out->columnar = columnar;
   return 0;
+}
+
+int serve_instances_parse(const char *body, size_t len, const serve_input_spec_t *spec,
+                          serve_instances_t *out, char *err, size_t errlen) {
+  return parse(body, len, spec, 0, out, err, errlen);
+}
+
+int serve_examples_parse(const char *body, size_t len, const serve_input_spec_t *spec,
+                         serve_instances_t *out, char *err, size_t errlen) {
+  return parse(body, len, spec, 1, out, err, errlen);
 }
 
 void serve_instances_free(serve_instances_t *in) {

@@ -1,4 +1,5 @@
-/* serve/instances.h: the body of a TF Serving predict request -> a normalised float batch.
+/* serve/instances.h: the body of a TF Serving predict (or classify) request -> a normalised
+   float batch.
 
    Accepted (TF Serving's REST API, https://www.tensorflow.org/tfx/serving/api_rest):
      row format       {"instances": [S, S, ...]}           S: one sample, or {"NAME": S}
@@ -31,12 +32,20 @@ typedef struct {
 } serve_instances_t;
 
 /* The normalisation of a data set by train's name: fashion-mnist, mnist, cifar10 (the
-   constants train/data.c uses) or none. -1 for another name. */
+   constants train/data.c uses) or none. -1 for another name. (A file train exported
+   records its own: serve/versions.c.) */
 int serve_normalization(const char *dataset, serve_input_spec_t *spec);
 extern const char *const serve_normalization_names[]; /* NULL-terminated */
 
 int serve_instances_parse(const char *body, size_t len, const serve_input_spec_t *spec,
                           serve_instances_t *out, char *err, size_t errlen);
+/* A classify request (TF Serving's Classify API, adapted to an image model):
+     {"examples": [E, ...]}   E: {"FEATURE": S} (one feature, any name: "image", "input")
+                                 or a bare sample S, in the shapes above
+     optional "signature_name": "serving_default", and "context": {} (empty: the one
+     feature is per example). */
+int serve_examples_parse(const char *body, size_t len, const serve_input_spec_t *spec,
+                         serve_instances_t *out, char *err, size_t errlen);
 void serve_instances_free(serve_instances_t *in);
 
 #endif /* SERVE_INSTANCES_H */

@@ -36,7 +36,7 @@ static void die(const char *fmt, const char *arg) {
 
 int main(int argc, char **argv) {
   const char *arch = "lenet", *model_name = NULL, *weights = NULL, *base_path = NULL;
-  const char *device = "cpu", *normalize = "fashion-mnist", *level = "info";
+  const char *device = "cpu", *normalize = NULL, *level = "info";
   int port = 8501, batching = 1, max_batch = 32, max_instances = 1024, max_conn = 256;
   int idle_timeout = 30, threads = 0, poll_s = 1;
   long timeout_us = 1000;
@@ -59,8 +59,9 @@ int main(int argc, char **argv) {
       {"device", UTIL_FLAG_CHOICE, &device, .choices = devices,
        .help = "gpu: a build with CUDA and a GPU"},
       {"normalize", UTIL_FLAG_CHOICE, &normalize, .choices = serve_normalization_names,
-       .help = "the data set whose normalisation train applied (train's --dataset): "
-               "x = (v - mean) / std per channel, v in [0, 1]"},
+       .def = "what the file records, else fashion-mnist",
+       .help = "x = (v - mean) / std per channel, v in [0, 1], with this data set's constants "
+               "(train's --dataset), overriding the normalisation the file records"},
       {"enable-batching", UTIL_FLAG_BOOL, &batching,
        .help = "run requests that arrive together as one forward pass (--no-enable-batching: "
                "one request per forward pass)"},
@@ -88,7 +89,8 @@ int main(int argc, char **argv) {
   const util_flags_spec_t spec = {
       .prog = "serve", .usage = "serve --model NAME (--weights FILE | --model-base-path DIR) [flags]",
       .about = "Serves a model trained by train over TensorFlow Serving's REST API:\n"
-               "GET /v1/models/NAME, GET /v1/models/NAME/metadata, POST /v1/models/NAME:predict.",
+               "GET /v1/models/NAME, GET /v1/models/NAME/metadata, POST /v1/models/NAME:predict,\n"
+               "POST /v1/models/NAME:classify.",
       .flags = table, .nflags = UTIL_FLAGS_COUNT(table),
       .footer = "SIGTERM or SIGINT: stop accepting, answer the requests already read, exit 0."};
   char err[1024];
@@ -121,22 +123,27 @@ int main(int argc, char **argv) {
   if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) die("%s", "ignoring SIGPIPE failed");
 
   serve_models_config_t mc = {.arch = arch, .weights = weights, .base_path = base_path,
+                              .normalize = normalize, .default_normalize = "fashion-mnist",
                               .batching = {.max_batch = max_batch,
                                            .batch_timeout_us = timeout_us,
                                            .enabled = batching},
                               .gpu = strcmp(device, "gpu") == 0};
   serve_models_t *models = NULL;
   if (serve_models_open(&models, &mc, err, sizeof err) != 0) die("%s", err);
-  long nums[1];
-  serve_models_list(models, nums, 1);
+  serve_version_t *v0 = serve_models_acquire(models, 0);
+  long number = v0->number;
+  char norm[256];
+  snprintf(norm, sizeof norm, "%s (mean %s, std %s)", v0->info.norm_source, v0->info.norm_mean,
+           v0->info.norm_std);
+  print_line(NULL, v0->info.note);
+  serve_models_release(models, v0);
 
   serve_http_config_t hc = {.port = port, .model_name = model_name, .max_body = max_body,
                             .max_inflight_bytes = max_inflight, .max_connections = max_conn,
                             .idle_timeout_s = idle_timeout, .log = print_line};
   int classes;
   serve_models_shape(models, &hc.input.c, &hc.input.h, &hc.input.w, &classes);
-  hc.input.max_instances = max_instances;
-  serve_normalization(normalize, &hc.input);
+  hc.input.max_instances = max_instances; /* the normalisation: each version's own */
   serve_http_t *http = NULL;
   if (serve_http_start(&http, &hc, models, err, sizeof err) != 0) {
     serve_models_close(models);
@@ -144,8 +151,8 @@ int main(int argc, char **argv) {
   }
   printf("serve: model %s (%s, input %dx%dx%d, %d classes), version %ld, %s, batching %s "
          "(max batch %d, timeout %ld us), normalisation %s\n",
-         model_name, arch, hc.input.h, hc.input.w, hc.input.c, classes, nums[0], device,
-         batching ? "on" : "off", max_batch, timeout_us, normalize);
+         model_name, arch, hc.input.h, hc.input.w, hc.input.c, classes, number, device,
+         batching ? "on" : "off", max_batch, timeout_us, norm);
   printf("serve: listening on port %d\n", serve_http_port(http));
   fflush(stdout);
 
@@ -160,8 +167,14 @@ int main(int argc, char **argv) {
     if (got < 0 && errno != EAGAIN && errno != EINTR) die("sigtimedwait: %s", strerror(errno));
     char msg[1024];
     int p = serve_models_poll(models, msg, sizeof msg);
-    if (p > 0) fprintf(stderr, "serve: info: %s\n", msg);
-    else if (p < 0) fprintf(stderr, "serve: warning: %s\n", msg);
+    if (p > 0) {
+      fprintf(stderr, "serve: info: %s\n", msg);
+      serve_version_t *v = serve_models_acquire(models, 0);
+      if (v) {
+        print_line(NULL, v->info.note);
+        serve_models_release(models, v);
+      }
+    } else if (p < 0) fprintf(stderr, "serve: warning: %s\n", msg);
   }
   fprintf(stderr, "serve: %s: not accepting connections; answering the requests already read\n",
           strsignal(sig));

@@ -2,11 +2,15 @@
 #include "serve/versions.h"
 
 #include "nn/nn.h"
+#include "serve/instances.h"
 
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,36 +34,256 @@ static void unlock(serve_models_t *m) {
   if (rc != 0) { fprintf(stderr, "serve: pthread_mutex_unlock: %s\n", strerror(rc)); abort(); }
 }
 
-/* Builds the model, loads path into it, starts its batcher. */
+/* ---- what a file records (train --export's __metadata__, docs/serve.md) ---- */
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static void free_labels(char **labels) {
+  if (!labels) return;
+  for (char **l = labels; *l; l++) free(*l);
+  free(labels);
+}
+
+/* "a,b,c": up to max numbers; how many, or -1 (not such a list). */
+static int parse_list(const char *s, double *out, int max) {
+  int n = 0;
+  for (;;) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno != 0 || !isfinite(v) || n == max) return -1;
+    out[n++] = v;
+    if (*end == '\0') return n;
+    if (*end != ',') return -1;
+    s = end + 1;
+  }
+}
+
+/* The shortest decimal that reads back as f (as train writes them). */
+static void float_text(char *buf, size_t len, float f) {
+  for (int p = 1; p <= 9; p++) {
+    snprintf(buf, len, "%.*g", p, (double)f);
+    if (strtof(buf, NULL) == f) return;
+  }
+}
+
+/* v[0..c) (channels past the third repeat the third) as "a,b,c". */
+static void floats_text(char *buf, size_t len, const float v[3], int c) {
+  buf[0] = '\0';
+  for (int ch = 0; ch < c && ch < 16; ch++) {
+    char t[32];
+    size_t at = strlen(buf);
+    float_text(t, sizeof t, v[ch < 3 ? ch : 2]);
+    snprintf(buf + at, len - at, "%s%s", ch ? "," : "", t);
+  }
+}
+
+/* Reads path's metadata into info and shape (c, h, w, classes; zeros when not recorded).
+   A file without hvd_format_version records nothing (0); a file with it must have every
+   entry of format 1, well formed, for this model (else -1 with err). */
+static int read_info(const serve_models_t *m, const char *path, serve_version_info_t *info,
+                     int shape[4], char *err, size_t errlen) {
+  memset(info, 0, sizeof *info);
+  memset(shape, 0, 4 * sizeof *shape);
+  nn_st_file_t f;
+  if (nn_st_read(path, &f) != NN_OK) return fail(err, errlen, "%s", nn_last_error());
+  int rc = 0;
+  const char *ver = nn_st_meta_get(&f, "hvd_format_version");
+  if (!ver) goto done;
+  if (strcmp(ver, "1") != 0) {
+    rc = fail(err, errlen, "%s: hvd_format_version \"%.32s\" in its __metadata__: this serve "
+              "reads version 1 (the file is from a newer train?)", path, ver);
+    goto done;
+  }
+  static const char *const need[] = {"model", "input_shape", "num_classes", "norm_mean",
+                                     "norm_std"};
+  for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+    if (!nn_st_meta_get(&f, need[i])) {
+      rc = fail(err, errlen, "%s: its __metadata__ (hvd_format_version 1) lacks \"%s\"", path,
+                need[i]);
+      goto done;
+    }
+  const char *model = nn_st_meta_get(&f, "model");
+  if (strcmp(model, m->cfg.arch) != 0) {
+    rc = fail(err, errlen, "%s was exported for model %.60s (its __metadata__ \"model\"), not "
+              "for --model %s: serve it with --model %.60s", path, model, m->cfg.arch, model);
+    goto done;
+  }
+  snprintf(info->model, sizeof info->model, "%s", model);
+  const char *ds = nn_st_meta_get(&f, "dataset");
+  snprintf(info->dataset, sizeof info->dataset, "%s", ds ? ds : "(not recorded)");
+  double d[64];
+  const char *txt = nn_st_meta_get(&f, "input_shape");
+  if (parse_list(txt, d, 3) != 3 || d[0] < 1 || d[1] < 1 || d[2] < 1 || d[0] > 65536 ||
+      d[1] > 65536 || d[2] > 65536 || d[0] != (int)d[0] || d[1] != (int)d[1] || d[2] != (int)d[2]) {
+    rc = fail(err, errlen, "%s: __metadata__ \"input_shape\" is \"%.40s\": expected \"C,H,W\" "
+              "(positive integers)", path, txt);
+    goto done;
+  }
+  for (int i = 0; i < 3; i++) shape[i] = (int)d[i];
+  txt = nn_st_meta_get(&f, "num_classes");
+  if (parse_list(txt, d, 1) != 1 || d[0] < 1 || d[0] > 1e6 || d[0] != (int)d[0]) {
+    rc = fail(err, errlen, "%s: __metadata__ \"num_classes\" is \"%.40s\": expected a positive "
+              "integer", path, txt);
+    goto done;
+  }
+  shape[3] = (int)d[0];
+  const char *keys[2] = {"norm_mean", "norm_std"};
+  float *vals[2] = {info->mean, info->std};
+  char *texts[2] = {info->norm_mean, info->norm_std};
+  for (int k = 0; k < 2; k++) {
+    txt = nn_st_meta_get(&f, keys[k]);
+    int n = parse_list(txt, d, 64);
+    int ok = n == shape[0];
+    for (int i = 0; ok && i < n; i++) ok = fabs(d[i]) < 1e30 && (k == 0 || d[i] > 0);
+    if (!ok) {
+      rc = fail(err, errlen, "%s: __metadata__ \"%s\" is \"%.60s\": expected %d number(s), one "
+                "per input channel%s", path, keys[k], txt, shape[0],
+                k ? ", each above 0" : "");
+      goto done;
+    }
+    for (int ch = 0; ch < 3; ch++) vals[k][ch] = (float)d[ch < n ? ch : n - 1];
+    snprintf(texts[k], sizeof info->norm_mean, "%s", txt);
+  }
+  txt = nn_st_meta_get(&f, "class_names");
+  if (txt) {
+    json_t *a = json_loads(txt, JSON_REJECT_DUPLICATES, NULL);
+    int ok = json_is_array(a) && json_array_size(a) == (size_t)shape[3];
+    for (size_t i = 0; ok && i < json_array_size(a); i++)
+      ok = json_is_string(json_array_get(a, i));
+    if (ok) {
+      info->labels = calloc((size_t)shape[3] + 1, sizeof *info->labels);
+      for (int i = 0; info->labels && i < shape[3]; i++)
+        if (!(info->labels[i] = strdup(json_string_value(json_array_get(a, (size_t)i))))) {
+          free_labels(info->labels);
+          info->labels = NULL;
+        }
+      if (!info->labels) rc = fail(err, errlen, "out of memory");
+    } else {
+      rc = fail(err, errlen, "%s: __metadata__ \"class_names\" is not a JSON array of %d "
+                "strings", path, shape[3]);
+    }
+    json_decref(a);
+    if (rc) goto done;
+  }
+  info->recorded = 1;
+done:
+  nn_st_free(&f);
+  return rc;
+}
+
+/* The normalisation of version number (path, info): --normalize, else the recorded one,
+   else the default; and the log line that says which and why. */
+static void choose_normalization(const serve_models_t *m, long number, const char *path,
+                                 serve_version_info_t *info) {
+  serve_input_spec_t named = {0};
+  const char *name = m->cfg.normalize ? m->cfg.normalize : m->cfg.default_normalize;
+  serve_normalization(name, &named);
+  char nm[64], ns[64], applied[160];
+  floats_text(nm, sizeof nm, named.mean, m->c);
+  floats_text(ns, sizeof ns, named.std, m->c);
+  if (named.identity) snprintf(applied, sizeof applied, "none (values fed as sent)");
+  else snprintf(applied, sizeof applied, "%s (mean %s, std %s)", name, nm, ns);
+  if (!m->cfg.normalize && info->recorded) {
+    snprintf(info->norm_source, sizeof info->norm_source, "recorded");
+    snprintf(info->note, sizeof info->note, "info: version %ld: normalisation recorded in %s: "
+             "data set %s, mean %s, std %s", number, path, info->dataset, info->norm_mean,
+             info->norm_std);
+    return;
+  }
+  int same = info->recorded && !named.identity;
+  for (int ch = 0; same && ch < 3; ch++)
+    same = named.mean[ch] == info->mean[ch] && named.std[ch] == info->std[ch];
+  if (m->cfg.normalize && info->recorded)
+    snprintf(info->note, sizeof info->note,
+             same ? "info: version %ld: normalisation %s from --normalize, as %s records "
+                    "(data set %s)"
+                  : "warning: version %ld: normalisation %s from --normalize, overriding what %s "
+                    "records (data set %s, mean %s, std %s)",
+             number, applied, path, info->dataset, info->norm_mean, info->norm_std);
+  else if (m->cfg.normalize)
+    snprintf(info->note, sizeof info->note, "info: version %ld: normalisation %s from "
+             "--normalize (%s records none)", number, applied, path);
+  else
+    snprintf(info->note, sizeof info->note,
+             "warning: version %ld: %s records no normalisation (no hvd __metadata__: exported "
+             "by an older train, or written by another program such as PyTorch): using the "
+             "default, %s; --normalize NAME sets another", number, path, applied);
+  snprintf(info->norm_source, sizeof info->norm_source, "%s %s",
+           m->cfg.normalize ? "--normalize" : "default", name);
+  memcpy(info->mean, named.mean, sizeof info->mean);
+  memcpy(info->std, named.std, sizeof info->std);
+  info->identity = named.identity;
+  snprintf(info->norm_mean, sizeof info->norm_mean, "%s", named.identity ? "0" : nm);
+  snprintf(info->norm_std, sizeof info->norm_std, "%s", named.identity ? "1" : ns);
+}
+
+/* Reads path's metadata, builds the model (of the recorded shape, else the model's
+   default), loads path into it, starts its batcher. */
 static int load_version(serve_models_t *m, long number, const char *path, serve_version_t **out,
                         char *err, size_t errlen) {
-  nn_model_config_t mc = {.batch = m->cfg.batching.max_batch};
+  serve_version_info_t info;
+  int shape[4];
+  if (read_info(m, path, &info, shape, err, errlen) != 0) return -1;
+  nn_model_config_t mc = {.batch = m->cfg.batching.max_batch, .in_channels = shape[0],
+                          .in_height = shape[1], .in_width = shape[2], .num_classes = shape[3]};
   nn_model_t *model = NULL;
   if (nn_model_create(&model, m->cfg.arch, &mc) != NN_OK) {
-    snprintf(err, errlen, "model %s: %s", m->cfg.arch, nn_last_error());
+    snprintf(err, errlen, "model %s%s: %s", m->cfg.arch,
+             info.recorded ? " of the shape its file records" : "", nn_last_error());
+    free_labels(info.labels);
+    return -1;
+  }
+  int c, h, w, classes = nn_model_num_classes(model);
+  nn_model_input_shape(model, &c, &h, &w);
+  if (m->classes == 0) { /* the first version fixes the shape */
+    m->c = c;
+    m->h = h;
+    m->w = w;
+    m->classes = classes;
+  } else if (c != m->c || h != m->h || w != m->w || classes != m->classes) {
+    snprintf(err, errlen, "%s records input %d,%d,%d and %d classes, the versions served take "
+             "%d,%d,%d and %d: restart serve to serve it", path, c, h, w, classes, m->c, m->h,
+             m->w, m->classes);
+    nn_model_free(model);
+    free_labels(info.labels);
     return -1;
   }
   if (nn_model_load_safetensors(model, path) != NN_OK) {
     snprintf(err, errlen, "%s: %s", path, nn_last_error());
     nn_model_free(model);
+    free_labels(info.labels);
     return -1;
   }
   if (m->cfg.gpu && nn_model_to_device(model, NN_DEVICE_CUDA) != NN_OK) {
     snprintf(err, errlen, "moving %s to the GPU: %s", m->cfg.arch, nn_last_error());
     nn_model_free(model);
+    free_labels(info.labels);
     return -1;
   }
   serve_version_t *v = calloc(1, sizeof *v);
   if (!v) {
     snprintf(err, errlen, "out of memory");
     nn_model_free(model);
+    free_labels(info.labels);
     return -1;
   }
   if (serve_batcher_start(&v->batcher, model, &m->cfg.batching, err, errlen) != 0) {
     nn_model_free(model);
+    free_labels(info.labels);
     free(v);
     return -1;
   }
+  choose_normalization(m, number, path, &info);
+  v->info = info;
   v->number = number;
   v->refs = 1;
   *out = v;
@@ -75,6 +299,7 @@ static void unload(serve_models_t *m, serve_version_t *v) {
   m->unloaded.samples += st.samples;
   m->unloaded.jobs += st.jobs;
   unlock(m);
+  free_labels(v->info.labels);
   free(v);
 }
 
@@ -145,22 +370,19 @@ int serve_models_open(serve_models_t **out, const serve_models_config_t *cfg, ch
     return -1;
   }
   m->cfg = *cfg;
+  if (!m->cfg.default_normalize) m->cfg.default_normalize = "fashion-mnist";
   int rc = pthread_mutex_init(&m->mu, NULL);
   if (rc != 0) {
     snprintf(err, errlen, "pthread_mutex_init: %s", strerror(rc));
     free(m);
     return -1;
   }
-  nn_model_t *probe = NULL; /* the shape, without weights */
-  nn_model_config_t mc = {.batch = 1};
-  if (nn_model_create(&probe, cfg->arch, &mc) != NN_OK) {
-    snprintf(err, errlen, "%s", nn_last_error());
+  const char *norm = cfg->normalize ? cfg->normalize : m->cfg.default_normalize;
+  if (serve_normalization(norm, &(serve_input_spec_t){0}) != 0) {
+    snprintf(err, errlen, "unknown normalisation %s", norm);
     serve_models_close(m);
     return -1;
   }
-  nn_model_input_shape(probe, &m->c, &m->h, &m->w);
-  m->classes = nn_model_num_classes(probe);
-  nn_model_free(probe);
   if (cfg->weights) {
     if (load_version(m, 1, cfg->weights, &m->served, err, errlen) != 0) {
       serve_models_close(m);
@@ -226,7 +448,10 @@ void serve_models_stats(serve_models_t *m, serve_batcher_stats_t *st) {
 
 void serve_models_close(serve_models_t *m) {
   if (!m) return;
-  if (m->served) serve_batcher_stop(m->served->batcher);
+  if (m->served) {
+    serve_batcher_stop(m->served->batcher);
+    free_labels(m->served->info.labels);
+  }
   free(m->served);
   pthread_mutex_destroy(&m->mu);
   free(m);

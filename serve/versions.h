@@ -17,20 +17,41 @@ typedef struct {
   const char *arch;          /* nn model name: lenet, mlp, resnet20, ...               */
   const char *weights;       /* one safetensors file, or NULL                          */
   const char *base_path;     /* or a folder of numbered versions                       */
+  const char *normalize;     /* --normalize NAME: overrides what a file records; NULL:
+                                the file's, else default_normalize                     */
+  const char *default_normalize; /* for a file that records none                      */
   serve_batching_t batching;
   int gpu;                   /* 1: run on the CUDA device                              */
 } serve_models_config_t;
 
+/* What a version's file records (train --export's "__metadata__", docs/serve.md) and
+   the normalisation its requests get. */
+typedef struct {
+  int recorded;              /* 1: the file has train's metadata (hvd_format_version)  */
+  char model[64], dataset[64];
+  char norm_mean[64], norm_std[64]; /* as recorded ("0.286"), or as applied            */
+  float mean[3], std[3];     /* the normalisation applied (per channel, 3rd repeats)   */
+  int identity;              /* --normalize none                                       */
+  char norm_source[32];      /* "recorded", "--normalize NAME", "default NAME"         */
+  char **labels;             /* classes names (class_names), or NULL: "0", "1", ...   */
+  char note[640];            /* one log line: "info: ..." or "warning: ..."            */
+} serve_version_info_t;
+
 typedef struct serve_version {
   long number;
   serve_batcher_t *batcher;
+  serve_version_info_t info;
   int refs;                  /* requests running on it, plus 1 while it is served      */
   struct serve_version *next;
 } serve_version_t;
 
 typedef struct serve_models serve_models_t;
 
-/* Loads the first version (the file, or the newest loadable folder of base_path). */
+/* Loads the first version (the file, or the newest loadable folder of base_path). A
+   file whose metadata names another model than cfg->arch, has a newer
+   hvd_format_version or malformed entries does not load (err says which). The first
+   version fixes the sample shape and classes (the recorded ones, else the model's
+   defaults); a later version recording others is not loaded. */
 int serve_models_open(serve_models_t **out, const serve_models_config_t *cfg, char *err,
                       size_t errlen);
 /* Checks base_path for a version newer than the one served and loads it. Returns 1 with

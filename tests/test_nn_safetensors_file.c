@@ -151,6 +151,10 @@ static void test_foreign_layout(void) {
   const nn_st_tensor_t *b = nn_st_find(&f, "bA");
   const nn_st_tensor_t *a = nn_st_find(&f, "a");
   CHECK(a && b && f.count == 2, "foreign: tensors not found");
+  CHECK(f.meta_count == 2 && nn_st_meta_get(&f, "format") &&
+        strcmp(nn_st_meta_get(&f, "format"), "pt") == 0 && nn_st_meta_get(&f, "x") &&
+        strcmp(nn_st_meta_get(&f, "x"), "\xc3\xa9") == 0 && !nn_st_meta_get(&f, "y"),
+        "foreign: __metadata__ not read (%d entries)", f.meta_count);
   if (a && b) {
     const uint8_t *bd = b->data;
     CHECK(bd[0] == 8 && bd[1] == 9 && bd[2] == 10, "foreign: b data %d %d %d", bd[0], bd[1], bd[2]);
@@ -158,6 +162,54 @@ static void test_foreign_layout(void) {
     CHECK(ad[0] == 0 && ad[7] == 7, "foreign: a data");
   }
   nn_st_free(&f);
+}
+
+/* nn_st_write_meta: the entries come back in order, with escapes; a file without them
+   has none; bad entries are refused before anything is written. */
+static void test_metadata(void) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/meta.safetensors", dir);
+  float v[2] = {1, 2};
+  nn_st_tensor_t t;
+  memset(&t, 0, sizeof t);
+  strcpy(t.name, "w");
+  t.dtype = NN_ST_F32; t.ndim = 1; t.shape[0] = 2; t.nbytes = sizeof v; t.data = v;
+  const nn_st_meta_t meta[] = {{"model", "lenet"}, {"norm_mean", "0.286"},
+                               {"odd \"key\"", "line\nbreak \xc3\xa9"}, {"empty", ""}};
+  nn_status_t st = nn_st_write_meta(path, &t, 1, meta, 4);
+  CHECK(st == NN_OK, "write_meta: %s", nn_last_error());
+  nn_st_file_t f;
+  st = nn_st_read(path, &f);
+  CHECK(st == NN_OK, "read back: %s", nn_last_error());
+  if (st == NN_OK) {
+    CHECK(f.count == 1 && f.meta_count == 4, "read back: %d tensors, %d metadata", f.count,
+          f.meta_count);
+    for (int i = 0; i < 4 && i < f.meta_count; i++)
+      CHECK(strcmp(f.meta[i].key, meta[i].key) == 0 && strcmp(f.meta[i].value, meta[i].value) == 0,
+            "entry %d: '%s' = '%s'", i, f.meta[i].key, f.meta[i].value);
+    const char *m = nn_st_meta_get(&f, "norm_mean");
+    CHECK(m && strcmp(m, "0.286") == 0, "nn_st_meta_get: %s", m ? m : "NULL");
+    const nn_st_tensor_t *w = nn_st_find(&f, "w");
+    CHECK(w && ((float *)w->data)[1] == 2, "tensor beside the metadata");
+    nn_st_free(&f);
+    CHECK(f.meta == NULL && f.meta_count == 0, "nn_st_free leaves metadata");
+  }
+  /* Metadata alone (no tensor), and a file without metadata. */
+  st = nn_st_write_meta(path, NULL, 0, meta, 1);
+  CHECK(st == NN_OK && nn_st_read(path, &f) == NN_OK && f.count == 0 && f.meta_count == 1,
+        "metadata only: %s", nn_last_error());
+  nn_st_free(&f);
+  st = nn_st_write(path, &t, 1);
+  CHECK(st == NN_OK && nn_st_read(path, &f) == NN_OK && f.meta_count == 0 &&
+        nn_st_meta_get(&f, "model") == NULL, "no metadata: %s", nn_last_error());
+  nn_st_free(&f);
+  snprintf(path, sizeof path, "%s/meta_bad.safetensors", dir);
+  const nn_st_meta_t twice[] = {{"a", "1"}, {"a", "2"}}, empty[] = {{"", "1"}},
+                     null_value[] = {{"a", NULL}};
+  CHECK(nn_st_write_meta(path, &t, 1, twice, 2) == NN_ERR_ARG, "a key twice accepted");
+  CHECK(nn_st_write_meta(path, &t, 1, empty, 1) == NN_ERR_ARG, "an empty key accepted");
+  CHECK(nn_st_write_meta(path, &t, 1, null_value, 1) == NN_ERR_ARG, "a NULL value accepted");
+  CHECK(access(path, F_OK) != 0, "a refused metadata write left a file");
 }
 
 static void test_corrupt_headers(void) {
@@ -183,6 +235,8 @@ static void test_corrupt_headers(void) {
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4, "too many dims"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,99999999999999999999999]}}", 4, "offset overflow"},
     {"{\"__metadata__\":{\"k\":1}}", 0, "non-string metadata"},
+    {"{\"__metadata__\":{\"k\":\"1\",\"j\":\"2\",\"k\":\"3\"}}", 0, "metadata key twice"},
+    {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, "two metadata objects"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}}", 4, "nesting too deep"},
     {"{\"a\\ud800\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "lone surrogate"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},}", 4, "trailing comma"},
@@ -270,6 +324,7 @@ int main(void) {
   }
   test_round_trip();
   test_foreign_layout();
+  test_metadata();
   test_corrupt_headers();
   test_errors_and_tensors();
   char cmd[300];

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# build/serve refuses bad requests as TF Serving does and keeps serving: 38 kinds
-# (malformed JSON, wrong shapes, wrong dtypes, NaN/Infinity, too many instances, huge
+# build/serve refuses bad requests as TF Serving does and keeps serving: 45 kinds
+# (malformed JSON, wrong shapes, wrong dtypes, NaN/Infinity, too many instances, bad
+# :classify bodies (no or empty "examples", predict's keys, two features, a context), huge
 # arrays, deep nesting, huge bodies declared or chunked, unknown model/version/path, wrong
 # methods, slow clients that stall in the headers or the body, a malformed header, bytes
 # that are not HTTP: closed unanswered)
@@ -118,6 +119,14 @@ case("invalid UTF-8", 400, post(b'{"instances": "\xff\xfe"}'))
 case("duplicate key", 400, post('{"instances": [[0.5]], "instances": [[0.5]]}'))
 case("wrong signature_name", 400, post(json.dumps({"instances": [img], "signature_name": "train"})))
 case("object instance, 2 keys", 400, post(json.dumps({"instances": [{"a": img, "b": img}]})))
+C = "/v1/models/lenet:classify"
+case("classify: no examples key", 400, post(json.dumps({"instances": [img]}), C))
+case("classify: no example", 400, post('{"examples": []}', C))
+case("classify: examples not a list", 400, post('{"examples": {"image": 1}}', C))
+case("classify: example, 2 features", 400, post(json.dumps({"examples": [{"image": img, "x": img}]}), C))
+case("classify: a context feature", 400, post(json.dumps({"examples": [img], "context": {"image": img}}), C))
+case("classify: shape [783]", 400, post(json.dumps({"examples": [{"image": [0.5] * 783}]}), C))
+case("GET on :classify", 404, raw(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % C.encode()))
 case("unknown model", 404, post(good, "/v1/models/resnet:predict"))
 case("unknown version", 404, post(good, "/v1/models/lenet/versions/7:predict"))
 case("bad version", 404, post(good, "/v1/models/lenet/versions/x1:predict"))

@@ -4,6 +4,10 @@
 # get_model and load_file, load_state_dict(strict=True), evaluation on the Fashion-MNIST
 # test set): it must run and print the test accuracy train printed, within 0.2 points, on
 # the same 10000 test images. lenet, 2 ranks, 3000 training samples.
+# The export's "__metadata__" (read with Python's json from the header) records what
+# serve needs: hvd_format_version 1, model, dataset, input_shape 1,28,28, num_classes,
+# norm_mean/norm_std that read back as train's float32 constants for Fashion-MNIST, the
+# class names; no leftover file beside it; and train --init-weights takes the file back.
 set -u
 build=${HVD_BUILD:-build}
 train=$build/train
@@ -22,6 +26,43 @@ timeout -k 5 200 mpirun -np 2 --oversubscribe "$train" --model lenet --dataset f
   --max-train 3000 --epochs 1 --threads 1 --optimizer adam --export "$tmp/model.safetensors" \
   >"$tmp/out" 2>&1 || { echo "FAIL train:"; cat "$tmp/out"; exit 1; }
 ours=$(sed -n 's/^test accuracy: \([0-9.]*\)%/\1/p' "$tmp/out")
+
+/usr/bin/python3 - "$tmp/model.safetensors" <<'PY' || exit 1
+import json, os, struct, sys
+import numpy as np
+path = sys.argv[1]
+with open(path, "rb") as f:
+    (n,) = struct.unpack("<Q", f.read(8))
+    meta = json.loads(f.read(n)).get("__metadata__")
+want = {"hvd_format_version": "1", "model": "lenet", "dataset": "fashion-mnist",
+        "input_shape": "1,28,28", "num_classes": "10"}
+bad = [] if isinstance(meta, dict) else ["no __metadata__ object: %r" % meta]
+meta = meta if isinstance(meta, dict) else {}
+bad += ["%s = %r, want %r" % (k, meta.get(k), v) for k, v in want.items() if meta.get(k) != v]
+bad += ["%s = %r is not a string" % (k, v) for k, v in meta.items() if not isinstance(v, str)]
+for key, value in (("norm_mean", 0.2860), ("norm_std", 0.3530)):  # train/data.c's constants
+    vals = meta.get(key, "").split(",")
+    try:
+        ok = len(vals) == 1 and np.float32(vals[0]) == np.float32(value)
+    except ValueError:
+        ok = False
+    if not ok:
+        bad.append("%s = %r does not read back as float32 %g" % (key, meta.get(key), value))
+names = json.loads(meta.get("class_names", "null"))
+if not (isinstance(names, list) and len(names) == 10 and names[0] == "T-shirt/top" and names[9] == "Ankle boot"):
+    bad.append("class_names = %r" % meta.get("class_names"))
+left = sorted(set(os.listdir(os.path.dirname(path))) - {"model.safetensors", "out"})
+if left:
+    bad.append("files left beside the export: %s" % left)
+for b in bad:
+    print("FAIL export metadata: " + b)
+if not bad:
+    print("export metadata ok: " + json.dumps(meta)[:160] + "...")
+sys.exit(1 if bad else 0)
+PY
+timeout -k 5 60 "$train" --model lenet --dataset fashion-mnist --max-train 64 --max-test 64 \
+  --epochs 1 --threads 1 --init-weights "$tmp/model.safetensors" >"$tmp/init.out" 2>&1 \
+  || { echo "FAIL train --init-weights on the export (with its __metadata__):"; cat "$tmp/init.out"; exit 1; }
 
 awk '/tests\/test_train_export.sh runs the next block/ { found = 1; next }
      found && /^```python/ { on = 1; next }

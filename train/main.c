@@ -622,6 +622,65 @@ static int probe_dir(const char *dir) {
 enum { TB_TRAIN, TB_VALIDATION, TB_RUNS };
 static const char *const tb_run_names[TB_RUNS] = {"train", "validation"};
 
+/* ---- --export: the weights and what a reader needs to feed them (docs/serve.md) ---- */
+
+/* The export's format version: serve refuses a larger one (keys it would not know). */
+#define EXPORT_FORMAT_VERSION "1"
+
+/* The shortest decimal that strtof reads back as exactly f (0.2860f -> "0.286"). */
+static void float_text(char *buf, size_t len, float f) {
+  for (int p = 1; p <= 9; p++) {
+    snprintf(buf, len, "%.*g", p, (double)f);
+    if (strtof(buf, NULL) == f) return;
+  }
+}
+
+/* The class names of the named data sets, as a JSON array (NULL: none known). */
+static const char *class_names_json(const char *dataset) {
+  if (strcmp(dataset, "fashion-mnist") == 0)
+    return "[\"T-shirt/top\",\"Trouser\",\"Pullover\",\"Dress\",\"Coat\",\"Sandal\","
+           "\"Shirt\",\"Sneaker\",\"Bag\",\"Ankle boot\"]";
+  if (strcmp(dataset, "mnist") == 0)
+    return "[\"0\",\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"]";
+  if (strcmp(dataset, "cifar10") == 0)
+    return "[\"airplane\",\"automobile\",\"bird\",\"cat\",\"deer\",\"dog\",\"frog\","
+           "\"horse\",\"ship\",\"truck\"]";
+  return NULL;
+}
+
+/* Writes the model's weights to --export with a safetensors "__metadata__" object
+   (string values): hvd_format_version, model, dataset, input_shape "C,H,W", num_classes,
+   norm_mean and norm_std (one value per input channel: the constants train_make_batch
+   applied to that channel, x = (pixel/255 - mean) / std), and class_names (a JSON array,
+   for the named data sets). The file is written to a temporary name and renamed, so a
+   reader polling the folder (serve --model-base-path) never sees half a file. */
+static void export_model(const nn_model_t *model, const train_opts_t *o, const train_dataset_t *d,
+                         const float mean[3], const float std[3]) {
+  char shape[64], classes[16], means[64 * 16] = "", stds[64 * 16] = "", v[32];
+  snprintf(shape, sizeof shape, "%d,%d,%d", d->c, d->h, d->w);
+  snprintf(classes, sizeof classes, "%d", d->num_classes);
+  for (int ch = 0; ch < d->c && ch < 64; ch++) {
+    int k = ch < 3 ? ch : 2; /* train_make_batch's channel -> constant */
+    size_t at = strlen(means);
+    float_text(v, sizeof v, mean[k]);
+    snprintf(means + at, sizeof means - at, "%s%s", ch ? "," : "", v);
+    at = strlen(stds);
+    float_text(v, sizeof v, std[k]);
+    snprintf(stds + at, sizeof stds - at, "%s%s", ch ? "," : "", v);
+  }
+  nn_st_meta_t meta[8] = {{"hvd_format_version", EXPORT_FORMAT_VERSION},
+                          {"model", o->model},
+                          {"dataset", o->dataset},
+                          {"input_shape", shape},
+                          {"num_classes", classes},
+                          {"norm_mean", means},
+                          {"norm_std", stds}};
+  int nmeta = 7;
+  const char *names = class_names_json(o->dataset);
+  if (names && d->num_classes == 10) meta[nmeta++] = (nn_st_meta_t){"class_names", names};
+  nn_check(nn_model_save_safetensors_meta(model, o->export_path, meta, nmeta), "--export");
+}
+
 /* Opens the event files and log.csv of --logdir, creates --checkpoint-dir, and probes it
    and the directory of --export: a path that cannot be written is found now, not after
    an epoch or after all of training. 0, or -1 with one line in err naming the flag or
@@ -1443,7 +1502,7 @@ int main(int argc, char **argv) {
   if (rank == 0) {
     if (o.export_path) {
       nn_check_model(nn_model_sync_to_host(model), "copying the model to the host");
-      nn_check(nn_model_save_safetensors(model, o.export_path), "--export");
+      export_model(model, &o, &train, norm_mean, norm_std);
     }
     double secs = run.st[ST_TRAIN_SECONDS];
     double total_ips = secs > 0 ? run.st[ST_TRAIN_IMAGES] / secs : 0; /* all ranks */
