@@ -52,4 +52,42 @@ void nn_wino_dweight_run(const nn_wino_t *p, const float *x, const float *dy, fl
                          float *ws, int i0, int i1);
 void nn_wino_dweight_finish(const nn_wino_t *p, const float *du, float *dw);
 
+/* Direct stride-1 convolution (nn/conv_direct.c) for few channels: forward and input
+   gradient, one sample at a time through a zero-padded copy of its input planes. */
+typedef struct {
+  int ci, co, h, w, kh, kw, ph, pw, ho, wo;
+  int vec;     /* floats per vector: 16 (AVX-512), 8 (AVX2), 0 (no kernel on this CPU) */
+  int nvec;    /* vectors per output row */
+  int hp, wp;  /* the padded plane */
+} nn_conv_direct_t;
+
+/* 1 (default): stride-1 convolutions that neither Winograd nor the 1x1 GEMM takes, with
+   at most nn_conv2d_direct_max_channels channels each way, run forward and input
+   gradient by the direct kernel where the CPU has AVX2 + FMA; 0: im2col + GEMM. */
+extern int nn_conv2d_direct;
+extern int nn_conv2d_direct_max_channels;
+
+/* Floats per vector of the direct kernel on this CPU (16, 8, or 0: none). */
+int nn_conv_direct_vec(void);
+void nn_conv_direct_plan(nn_conv_direct_t *d, int ci, int co, int h, int w, int kh, int kw,
+                         int ph, int pw);
+/* Floats of one thread's padded plane. */
+size_t nn_conv_direct_plane_floats(const nn_conv_direct_t *d);
+/* wt[ci][co][kh][kw] = w[co][ci][kh-1-y][kw-1-x]: the weights of the input gradient. */
+void nn_conv_direct_flip(const float *w, int co, int ci, int kh, int kw, float *wt);
+/* y[i] (+)= conv(x[i], w) (+ bias) for the samples i in [i0, i1); plane: scratch of
+   nn_conv_direct_plane_floats. Needs nn_conv_direct_vec() > 0. */
+void nn_conv_direct_run(const nn_conv_direct_t *d, const float *x, const float *w,
+                        const float *bias, int accumulate, float *y, float *plane, int i0,
+                        int i1);
+/* Weight gradient of 3x3 kernels on AVX-512 (nn_conv_direct_dweight_ok; d: the forward
+   plan): acc16 (nn_conv_direct_dweight_floats: 16 partial sums per weight) = the sums of
+   samples [i0, i1) of x and dy; nn_conv_direct_dweight_finish adds them into
+   dw[co][ci][3][3]. plane: scratch of nn_conv_direct_plane_floats. */
+int nn_conv_direct_dweight_ok(const nn_conv_direct_t *d);
+size_t nn_conv_direct_dweight_floats(const nn_conv_direct_t *d);
+void nn_conv_direct_dweight_run(const nn_conv_direct_t *d, const float *x, const float *dy,
+                                float *acc16, float *plane, int i0, int i1);
+void nn_conv_direct_dweight_finish(const nn_conv_direct_t *d, const float *acc16, float *dw);
+
 #endif

@@ -38,4 +38,10 @@ static inline nn_v4i nn_v4i_select(nn_v4i mask, nn_v4i a, nn_v4i b) {
   return (mask & a) | (~mask & b);
 }
 
+/* Run-time choice of the wider kernels (nn/conv_direct.c): 3 AVX-512F + FMA, 2 AVX2 + FMA,
+   0 neither, as the CPU allows but at most nn_simd_limit (default 3; tests lower it to
+   reach the AVX2 and portable paths on an AVX-512 machine). */
+extern int nn_simd_limit;
+int nn_simd_level(void);
+
 #endif

@@ -176,6 +176,10 @@ def write_layers(root):
     linear_case(out, "linear_bias", 5, 13, 7, True)
     linear_case(out, "linear_nobias", 4, 9, 11, False)
     softmax_ce_case(out, "softmax_cross_entropy", 9, 10)
+    # Added last, so that the cases above keep their random draws and files: a 16-channel
+    # stride-1 3x3 convolution on an odd plane, which nn computes by its direct kernel
+    # (nn/conv_direct.c) in y, dx and dW.
+    conv_case(out, "conv2d_3x3_s1_p1_16ch_nobias", 3, 16, 11, 19, 16, 3, 3, 1, 1, 1, 1, False)
     return out
 
 

@@ -1,0 +1,423 @@
+/* nn/conv_direct.c: stride-1 convolutions with few channels as a direct, register-blocked
+   sum over taps (AVX-512, or AVX2 + FMA where a caller asks for it; chosen at run time).
+
+   For resnet20's 16-channel 32x32 layers im2col + GEMM spends much of its time writing
+   and reading a 9x larger column buffer, and OpenBLAS runs GEMMs with M = 16 well below
+   its peak. Here one sample's input is copied once into a zero-padded plane
+   xp[c][hp][wp], and a block of CB output channels x NR output rows x NV vectors of V
+   output columns is summed in CB*NR*NV registers:
+
+       acc[b][r][v] += w[co0 + b][c][i][j] * xp[c][oh + r + i][ow0 + v*V + j ...]
+
+   over c, i, j: per tap NR*NV unaligned loads and CB broadcasts feed CB*NR*NV FMAs. The
+   padded plane's width is a whole number of vectors plus kw - 1, so every load stays
+   inside it and no tap needs a bounds test; the last vector of a row is stored under a
+   mask.
+
+   The input gradient of a stride-1 convolution is again one (dx = conv(dy, w flipped and
+   transposed, pad k - 1 - pad), accumulated into dx), so the same kernel serves both; the
+   weight gradient of 3x3 kernels has its own (below). Every output element is summed in a
+   fixed order whatever the batch split: y and dx depend neither on timing nor on the
+   thread count, dw (per-chunk sums added in chunk order) only on the thread count. */
+#include "nn/conv2d_internal.h"
+#include "nn/simd_internal.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+int nn_simd_limit = 3;
+
+int nn_simd_level(void) {
+  int level = 0;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) level = 2;
+  if (level == 2 && __builtin_cpu_supports("avx512f")) level = 3;
+  return level < nn_simd_limit ? level : nn_simd_limit;
+}
+
+int nn_conv_direct_vec(void) {
+  int level = nn_simd_level();
+  return level >= 3 ? 16 : level == 2 ? 8 : 0;
+}
+
+void nn_conv_direct_plan(nn_conv_direct_t *d, int ci, int co, int h, int w, int kh, int kw,
+                         int ph, int pw) {
+  d->ci = ci;
+  d->co = co;
+  d->h = h;
+  d->w = w;
+  d->kh = kh;
+  d->kw = kw;
+  d->ph = ph;
+  d->pw = pw;
+  d->ho = h + 2 * ph - kh + 1;
+  d->wo = w + 2 * pw - kw + 1;
+  d->vec = nn_conv_direct_vec();
+  int v = d->vec ? d->vec : 1;
+  d->nvec = (d->wo + v - 1) / v;
+  d->hp = d->ho + kh - 1;
+  d->wp = d->nvec * v + kw - 1;
+}
+
+/* Sized for 16-float vectors whatever the CPU: the workspace then does not depend on
+   the level chosen (nn_simd_limit may change between sizing and use). */
+size_t nn_conv_direct_plane_floats(const nn_conv_direct_t *d) {
+  size_t wp = (size_t)(d->wo + 15) / 16 * 16 + d->kw - 1;
+  return (size_t)d->ci * d->hp * wp;
+}
+
+void nn_conv_direct_flip(const float *w, int co, int ci, int kh, int kw, float *wt) {
+  const int kk = kh * kw;
+  for (int o = 0; o < co; o++)
+    for (int i = 0; i < ci; i++)
+      for (int k = 0; k < kk; k++)
+        wt[((size_t)i * co + o) * kk + (kk - 1 - k)] = w[((size_t)o * ci + i) * kk + k];
+}
+
+/* The padded plane of one sample: the interior rows of x, the rest zero. Rows below
+   ph + h (and the left and right margins) are rewritten as zeros every time, so one plane
+   serves any sample and any earlier use of the scratch. */
+static void direct_fill_plane(const nn_conv_direct_t *d, const float *x, float *xp) {
+  const size_t plane = (size_t)d->hp * d->wp;
+  for (int c = 0; c < d->ci; c++) {
+    float *pc = xp + (size_t)c * plane;
+    const float *xc = x + (size_t)c * d->h * d->w;
+    memset(pc, 0, sizeof(float) * (size_t)d->ph * d->wp);
+    for (int r = 0; r < d->h; r++) {
+      float *row = pc + (size_t)(r + d->ph) * d->wp;
+      memset(row, 0, sizeof(float) * (size_t)d->pw);
+      memcpy(row + d->pw, xc + (size_t)r * d->w, sizeof(float) * (size_t)d->w);
+      memset(row + d->pw + d->w, 0, sizeof(float) * (size_t)(d->wp - d->pw - d->w));
+    }
+    int below = d->hp - d->ph - d->h;
+    if (below > 0)
+      memset(pc + (size_t)(d->ph + d->h) * d->wp, 0, sizeof(float) * (size_t)below * d->wp);
+  }
+}
+
+/* ---- AVX-512: V = 16; a block is CB output channels x NR output rows x NV vectors ---- */
+
+/* One block: output channels [co0, co0 + CB), rows [oh, oh + NR), vectors from column
+   ow0; last: the lanes of a row's final vector that lie inside the row. Per tap the block
+   loads NR*NV input vectors and CB weights for CB*NR*NV FMAs. */
+#define D512_BLOCK(CB, NR, NV)                                                             \
+  __attribute__((target("avx512f,fma"))) static void direct512_##CB##x##NR##x##NV(         \
+      const nn_conv_direct_t *d, const float *xp, const float *w, const float *bias,       \
+      int accumulate, float *y, int co0, int oh, int ow0, __mmask16 last, int kk) {        \
+    __m512 acc[CB][NR][NV];                                                                \
+    _Pragma("GCC unroll 8") for (int b = 0; b < (CB); b++)                                 \
+    _Pragma("GCC unroll 4") for (int r = 0; r < (NR); r++)                                 \
+    _Pragma("GCC unroll 2") for (int v = 0; v < (NV); v++) {                               \
+      float *yp = y + ((size_t)(co0 + b) * d->ho + oh + r) * d->wo + ow0 + v * 16;         \
+      __mmask16 m = v == (NV)-1 ? last : (__mmask16)0xffff;                                \
+      acc[b][r][v] = accumulate ? _mm512_maskz_loadu_ps(m, yp)                             \
+                                : _mm512_set1_ps(bias ? bias[co0 + b] : 0.0f);             \
+    }                                                                                      \
+    for (int c = 0; c < d->ci; c++) {                                                      \
+      const float *xr = xp + ((size_t)c * d->hp + oh) * d->wp + ow0;                       \
+      const float *wc = w + ((size_t)co0 * d->ci + c) * kk;                                \
+      for (int i = 0; i < d->kh; i++)                                                      \
+        for (int j = 0; j < d->kw; j++) {                                                  \
+          __m512 xv[NR][NV];                                                               \
+          _Pragma("GCC unroll 4") for (int r = 0; r < (NR); r++)                           \
+          _Pragma("GCC unroll 2") for (int v = 0; v < (NV); v++)                           \
+            xv[r][v] = _mm512_loadu_ps(xr + (r + i) * d->wp + j + v * 16);                 \
+          _Pragma("GCC unroll 8") for (int b = 0; b < (CB); b++) {                         \
+            __m512 wv = _mm512_set1_ps(wc[(size_t)b * d->ci * kk + i * d->kw + j]);        \
+            _Pragma("GCC unroll 4") for (int r = 0; r < (NR); r++)                         \
+            _Pragma("GCC unroll 2") for (int v = 0; v < (NV); v++)                         \
+              acc[b][r][v] = _mm512_fmadd_ps(wv, xv[r][v], acc[b][r][v]);                  \
+          }                                                                                \
+        }                                                                                  \
+    }                                                                                      \
+    _Pragma("GCC unroll 8") for (int b = 0; b < (CB); b++)                                 \
+    _Pragma("GCC unroll 4") for (int r = 0; r < (NR); r++)                                 \
+    _Pragma("GCC unroll 2") for (int v = 0; v < (NV); v++) {                               \
+      float *yp = y + ((size_t)(co0 + b) * d->ho + oh + r) * d->wo + ow0 + v * 16;         \
+      __mmask16 m = v == (NV)-1 ? last : (__mmask16)0xffff;                                \
+      _mm512_mask_storeu_ps(yp, m, acc[b][r][v]);                                          \
+    }                                                                                      \
+  }
+
+D512_BLOCK(8, 1, 2)
+D512_BLOCK(8, 1, 1)
+D512_BLOCK(8, 2, 1)
+D512_BLOCK(8, 3, 1)
+D512_BLOCK(4, 1, 2)
+D512_BLOCK(4, 2, 2)
+D512_BLOCK(4, 3, 2)
+D512_BLOCK(1, 1, 2)
+D512_BLOCK(1, 1, 1)
+
+typedef void (*direct512_fn)(const nn_conv_direct_t *, const float *, const float *,
+                             const float *, int, float *, int, int, int, __mmask16, int);
+
+/* Rows of one vector (16 columns or fewer) go as 8 channels x 3 rows, rows of two (17 to
+   32 columns) as 4 channels x 3 rows x 2 vectors: 24 accumulators, per tap 11 or 10
+   loads for 24 FMAs, where 8 x 1 x 2 needs 10 for 16. The last rows of a plane take 2- or
+   1-row blocks; wider rows 8 channels x 2 vectors (and one) a row at a time; the last
+   channels one at a time. */
+__attribute__((target("avx512f,fma"))) static void direct512_sample(
+    const nn_conv_direct_t *d, const float *xp, const float *w, const float *bias,
+    int accumulate, float *y) {
+  const int kk = d->kh * d->kw, tail = d->wo - (d->nvec - 1) * 16;
+  const __mmask16 full = 0xffff, last = (__mmask16)((1u << tail) - 1u);
+  const int cb_big = d->nvec == 2 ? 4 : 8;
+  static const direct512_fn rows8[4] = {NULL, direct512_8x1x1, direct512_8x2x1,
+                                        direct512_8x3x1};
+  static const direct512_fn rows4[4] = {NULL, direct512_4x1x2, direct512_4x2x2,
+                                        direct512_4x3x2};
+  for (int co0 = 0; co0 < d->co;) {
+    int cb = d->co - co0 >= cb_big ? cb_big : 1;
+    for (int oh = 0; oh < d->ho;) {
+      int nr = cb > 1 && d->nvec <= 2 ? (d->ho - oh < 3 ? d->ho - oh : 3) : 1;
+      for (int v0 = 0; v0 < d->nvec;) {
+        int nv = d->nvec - v0 >= 2 ? 2 : 1;
+        __mmask16 m = v0 + nv == d->nvec ? last : full;
+        direct512_fn fn;
+        if (cb == 1)
+          fn = nv == 2 ? direct512_1x1x2 : direct512_1x1x1;
+        else if (cb == 4)
+          fn = rows4[nr];
+        else if (d->nvec == 1)
+          fn = rows8[nr];
+        else
+          fn = nv == 2 ? direct512_8x1x2 : direct512_8x1x1;
+        fn(d, xp, w, bias, accumulate, y, co0, oh, v0 * 16, m, kk);
+        v0 += nv;
+      }
+      oh += nr;
+    }
+    co0 += cb;
+  }
+}
+
+/* ---- AVX2: V = 8, up to 4 output channels x 2 vectors (8 of the 16 registers) ---- */
+
+#define D256_BODY(CB, NV)                                                                  \
+  do {                                                                                     \
+    __m256 acc[CB][NV];                                                                    \
+    _Pragma("GCC unroll 8")                                                                \
+    for (int b = 0; b < (CB); b++)                                                         \
+      _Pragma("GCC unroll 2")                                                              \
+      for (int v = 0; v < (NV); v++) {                                                     \
+        float *yp = y + ((size_t)(co0 + b) * d->ho + oh) * d->wo + ow0 + v * 8;            \
+        __m256i m = v == (NV)-1 ? last : full;                                             \
+        __m256 init = _mm256_set1_ps(bias ? bias[co0 + b] : 0.0f);                         \
+        acc[b][v] = accumulate ? _mm256_maskload_ps(yp, m) : init;                         \
+      }                                                                                    \
+    for (int c = 0; c < d->ci; c++) {                                                      \
+      const float *xr = xp + ((size_t)c * d->hp + oh) * d->wp + ow0;                       \
+      const float *wc = w + ((size_t)co0 * d->ci + c) * kk;                                \
+      for (int i = 0; i < d->kh; i++)                                                      \
+        for (int j = 0; j < d->kw; j++) {                                                  \
+          __m256 xv[NV];                                                                   \
+          _Pragma("GCC unroll 2")                                                          \
+          for (int v = 0; v < (NV); v++) xv[v] = _mm256_loadu_ps(xr + i * d->wp + j + v * 8);\
+          _Pragma("GCC unroll 8")                                                          \
+          for (int b = 0; b < (CB); b++) {                                                 \
+            __m256 wv = _mm256_broadcast_ss(wc + (size_t)b * d->ci * kk + i * d->kw + j);  \
+            _Pragma("GCC unroll 2")                                                        \
+            for (int v = 0; v < (NV); v++) acc[b][v] = _mm256_fmadd_ps(wv, xv[v], acc[b][v]);\
+          }                                                                                \
+        }                                                                                  \
+    }                                                                                      \
+    _Pragma("GCC unroll 8")                                                                \
+    for (int b = 0; b < (CB); b++)                                                         \
+      _Pragma("GCC unroll 2")                                                              \
+      for (int v = 0; v < (NV); v++) {                                                     \
+        float *yp = y + ((size_t)(co0 + b) * d->ho + oh) * d->wo + ow0 + v * 8;            \
+        __m256i m = v == (NV)-1 ? last : full;                                             \
+        _mm256_maskstore_ps(yp, m, acc[b][v]);                                             \
+      }                                                                                    \
+  } while (0)
+
+__attribute__((target("avx2,fma"))) static void direct256_block4x2(
+    const nn_conv_direct_t *d, const float *xp, const float *w, const float *bias,
+    int accumulate, float *y, int co0, int oh, int ow0, __m256i last, int kk) {
+  const __m256i full = _mm256_set1_epi32(-1);
+  D256_BODY(4, 2);
+}
+__attribute__((target("avx2,fma"))) static void direct256_block4x1(
+    const nn_conv_direct_t *d, const float *xp, const float *w, const float *bias,
+    int accumulate, float *y, int co0, int oh, int ow0, __m256i last, int kk) {
+  const __m256i full = _mm256_set1_epi32(-1);
+  D256_BODY(4, 1);
+}
+__attribute__((target("avx2,fma"))) static void direct256_block1x2(
+    const nn_conv_direct_t *d, const float *xp, const float *w, const float *bias,
+    int accumulate, float *y, int co0, int oh, int ow0, __m256i last, int kk) {
+  const __m256i full = _mm256_set1_epi32(-1);
+  D256_BODY(1, 2);
+}
+__attribute__((target("avx2,fma"))) static void direct256_block1x1(
+    const nn_conv_direct_t *d, const float *xp, const float *w, const float *bias,
+    int accumulate, float *y, int co0, int oh, int ow0, __m256i last, int kk) {
+  const __m256i full = _mm256_set1_epi32(-1);
+  D256_BODY(1, 1);
+}
+
+__attribute__((target("avx2,fma"))) static void direct256_sample(
+    const nn_conv_direct_t *d, const float *xp, const float *w, const float *bias,
+    int accumulate, float *y) {
+  const int kk = d->kh * d->kw, tail = d->wo - (d->nvec - 1) * 8;
+  int lanes[8];
+  for (int l = 0; l < 8; l++) lanes[l] = l < tail ? -1 : 0;
+  const __m256i full = _mm256_set1_epi32(-1);
+  const __m256i last = _mm256_loadu_si256((const __m256i *)lanes);
+  for (int co0 = 0; co0 < d->co;) {
+    int cb = d->co - co0 >= 4 ? 4 : 1;
+    for (int oh = 0; oh < d->ho; oh++) {
+      for (int v0 = 0; v0 < d->nvec;) {
+        int nv = d->nvec - v0 >= 2 ? 2 : 1;
+        __m256i m = v0 + nv == d->nvec ? last : full;
+        if (cb == 4 && nv == 2)
+          direct256_block4x2(d, xp, w, bias, accumulate, y, co0, oh, v0 * 8, m, kk);
+        else if (cb == 4)
+          direct256_block4x1(d, xp, w, bias, accumulate, y, co0, oh, v0 * 8, m, kk);
+        else if (nv == 2)
+          direct256_block1x2(d, xp, w, bias, accumulate, y, co0, oh, v0 * 8, m, kk);
+        else
+          direct256_block1x1(d, xp, w, bias, accumulate, y, co0, oh, v0 * 8, m, kk);
+        v0 += nv;
+      }
+    }
+    co0 += cb;
+  }
+}
+
+/* ---- Weight gradient, AVX-512, 3x3 kernels ----
+   dw[co][c][i][j] = sum over samples, oh, ow of dy[co][oh][ow] * xp[c][oh + i][ow + j]:
+   vectors over ow, so each of a block's 2 x 9 accumulators holds 16 partial sums. Per row
+   vector the block loads 2 dy vectors (masked: lanes past the row's end are zero and add
+   nothing) and 9 shifted input vectors for 18 FMAs. After each sample a block's
+   accumulators are added into acc16[co][c][9][16]; nn_conv_direct_dweight_finish sums
+   the 16 lanes. Fixed order throughout: deterministic. */
+
+#define DW512_BLOCK(CB)                                                                    \
+  __attribute__((target("avx512f,fma"))) static void direct512_dw_##CB(                    \
+      const nn_conv_direct_t *d, const float *xc, const float *dy, float *acc16, int co0,  \
+      int c, __mmask16 last) {                                                             \
+    __m512 acc[CB][9];                                                                     \
+    const size_t dys = (size_t)d->ho * d->wo;                                              \
+    _Pragma("GCC unroll 4")                                                                \
+    for (int b = 0; b < (CB); b++)                                                         \
+      _Pragma("GCC unroll 9")                                                              \
+      for (int k = 0; k < 9; k++) acc[b][k] = _mm512_setzero_ps();                         \
+    int oh = 0;                                                                            \
+    /* Two output rows at a time: input row oh + s serves tap row s of output row oh and   \
+       tap row s - 1 of row oh + 1, so 4 rows of 3 shifted loads feed both. */             \
+    for (; oh + 2 <= d->ho; oh += 2) {                                                     \
+      const float *xr = xc + (size_t)oh * d->wp;                                           \
+      const float *dr = dy + (size_t)oh * d->wo;                                           \
+      for (int v = 0; v < d->nvec; v++) {                                                  \
+        __mmask16 m = v == d->nvec - 1 ? last : (__mmask16)0xffff;                         \
+        __m512 g0[CB], g1[CB];                                                             \
+        _Pragma("GCC unroll 4")                                                            \
+        for (int b = 0; b < (CB); b++) {                                                   \
+          g0[b] = _mm512_maskz_loadu_ps(m, dr + (size_t)(co0 + b) * dys + v * 16);         \
+          g1[b] = _mm512_maskz_loadu_ps(m, dr + (size_t)(co0 + b) * dys + d->wo + v * 16); \
+        }                                                                                  \
+        _Pragma("GCC unroll 4")                                                            \
+        for (int r = 0; r < 4; r++)                                                        \
+          _Pragma("GCC unroll 3")                                                          \
+          for (int j = 0; j < 3; j++) {                                                    \
+            __m512 xv = _mm512_loadu_ps(xr + (size_t)r * d->wp + j + v * 16);              \
+            _Pragma("GCC unroll 4")                                                        \
+            for (int b = 0; b < (CB); b++) {                                               \
+              if (r < 3) acc[b][r * 3 + j] = _mm512_fmadd_ps(g0[b], xv, acc[b][r * 3 + j]); \
+              if (r > 0)                                                                   \
+                acc[b][(r - 1) * 3 + j] = _mm512_fmadd_ps(g1[b], xv, acc[b][(r - 1) * 3 + j]); \
+            }                                                                              \
+          }                                                                                \
+      }                                                                                    \
+    }                                                                                      \
+    for (; oh < d->ho; oh++) {                                                             \
+      const float *xr = xc + (size_t)oh * d->wp;                                           \
+      const float *dr = dy + (size_t)oh * d->wo;                                           \
+      for (int v = 0; v < d->nvec; v++) {                                                  \
+        __mmask16 m = v == d->nvec - 1 ? last : (__mmask16)0xffff;                         \
+        __m512 g[CB];                                                                      \
+        _Pragma("GCC unroll 4")                                                            \
+        for (int b = 0; b < (CB); b++)                                                     \
+          g[b] = _mm512_maskz_loadu_ps(m, dr + (size_t)(co0 + b) * dys + v * 16);          \
+        _Pragma("GCC unroll 3")                                                            \
+        for (int i = 0; i < 3; i++)                                                        \
+          _Pragma("GCC unroll 3")                                                          \
+          for (int j = 0; j < 3; j++) {                                                    \
+            __m512 xv = _mm512_loadu_ps(xr + (size_t)i * d->wp + j + v * 16);              \
+            _Pragma("GCC unroll 4")                                                        \
+            for (int b = 0; b < (CB); b++)                                                 \
+              acc[b][i * 3 + j] = _mm512_fmadd_ps(g[b], xv, acc[b][i * 3 + j]);            \
+          }                                                                                \
+      }                                                                                    \
+    }                                                                                      \
+    _Pragma("GCC unroll 4")                                                                \
+    for (int b = 0; b < (CB); b++)                                                         \
+      _Pragma("GCC unroll 9")                                                              \
+      for (int k = 0; k < 9; k++) {                                                        \
+        float *a = acc16 + (((size_t)(co0 + b) * d->ci + c) * 9 + k) * 16;                 \
+        _mm512_storeu_ps(a, _mm512_add_ps(_mm512_loadu_ps(a), acc[b][k]));                 \
+      }                                                                                    \
+  }
+
+DW512_BLOCK(2)
+DW512_BLOCK(1)
+
+int nn_conv_direct_dweight_ok(const nn_conv_direct_t *d) {
+  return d->vec == 16 && d->kh == 3 && d->kw == 3;
+}
+
+size_t nn_conv_direct_dweight_floats(const nn_conv_direct_t *d) {
+  return (size_t)d->co * d->ci * 9 * 16;
+}
+
+__attribute__((target("avx512f,fma"))) static void direct512_dw_sample(
+    const nn_conv_direct_t *d, const float *xp, const float *dy, float *acc16) {
+  const int tail = d->wo - (d->nvec - 1) * 16;
+  const __mmask16 last = (__mmask16)((1u << tail) - 1u);
+  const size_t plane = (size_t)d->hp * d->wp;
+  for (int co0 = 0; co0 < d->co;) {
+    int cb = d->co - co0 >= 2 ? 2 : 1;
+    for (int c = 0; c < d->ci; c++) {
+      if (cb == 2)
+        direct512_dw_2(d, xp + (size_t)c * plane, dy, acc16, co0, c, last);
+      else
+        direct512_dw_1(d, xp + (size_t)c * plane, dy, acc16, co0, c, last);
+    }
+    co0 += cb;
+  }
+}
+
+void nn_conv_direct_dweight_run(const nn_conv_direct_t *d, const float *x, const float *dy,
+                                float *acc16, float *plane, int i0, int i1) {
+  const size_t xs = (size_t)d->ci * d->h * d->w, ys = (size_t)d->co * d->ho * d->wo;
+  memset(acc16, 0, sizeof(float) * nn_conv_direct_dweight_floats(d));
+  for (int i = i0; i < i1; i++) {
+    direct_fill_plane(d, x + (size_t)i * xs, plane);
+    direct512_dw_sample(d, plane, dy + (size_t)i * ys, acc16);
+  }
+}
+
+void nn_conv_direct_dweight_finish(const nn_conv_direct_t *d, const float *acc16, float *dw) {
+  const size_t n = (size_t)d->co * d->ci * 9;
+  for (size_t k = 0; k < n; k++) {
+    const float *a = acc16 + k * 16;
+    float s = 0;
+    for (int l = 0; l < 16; l++) s += a[l];
+    dw[k] += s;
+  }
+}
+
+void nn_conv_direct_run(const nn_conv_direct_t *d, const float *x, const float *w,
+                        const float *bias, int accumulate, float *y, float *plane, int i0,
+                        int i1) {
+  const size_t xs = (size_t)d->ci * d->h * d->w, ys = (size_t)d->co * d->ho * d->wo;
+  for (int i = i0; i < i1; i++) {
+    direct_fill_plane(d, x + (size_t)i * xs, plane);
+    if (d->vec == 16)
+      direct512_sample(d, plane, w, bias, accumulate, y + (size_t)i * ys);
+    else
+      direct256_sample(d, plane, w, bias, accumulate, y + (size_t)i * ys);
+  }
+}

@@ -1,0 +1,190 @@
+/* tests/test_nn_conv_direct.c: conv2d's direct stride-1 kernel (nn/conv_direct.c:
+   forward and input gradient) against the im2col + GEMM path on the same data, in its
+   AVX-512 form where the CPU has AVX-512 and in its AVX2 form (nn_simd_limit = 2) where
+   it has AVX2: odd plane sizes, rows that end in a partial vector, channel counts that
+   are not a multiple of the channel block, pads 0..2, non-square kernels and planes, bias
+   or not, batch 1 and batches that 2 threads do not split evenly. Also: the path under
+   test is taken (its workspace holds the flipped weights), y and dx are bit-identical for
+   1 and 2 threads, every result is bit-identical from run to run for one thread count,
+   and the weight gradient (3x3 on AVX-512: the direct kernel, else im2col) matches. */
+#include "nn/nn.h"
+#include "nn/conv2d_internal.h"
+#include "nn/simd_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures, checked;
+
+static float *rnd(size_t n, unsigned *seed) {
+  float *p = malloc(n * sizeof *p);
+  for (size_t i = 0; i < n; i++) {
+    *seed = *seed * 1103515245u + 12345u;
+    p[i] = (float)((*seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+  }
+  return p;
+}
+
+/* max |a - b| / max |b| */
+static double rel_err(const float *a, const float *b, size_t n) {
+  double d = 0, m = 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)a[i] - b[i]);
+    if (e > d) d = e;
+    if (fabs(b[i]) > m) m = fabs(b[i]);
+  }
+  return d / m;
+}
+
+typedef struct { float *y, *dx, *dw, *db; } result_t;
+
+static void run(const nn_conv2d_shape_t *s, int direct, const float *x, const float *w,
+                const float *b, const float *dy, result_t *r) {
+  nn_conv2d_direct = direct;
+  size_t ny = (size_t)s->n * s->c_out * s->h_out * s->w_out;
+  size_t nx = (size_t)s->n * s->c_in * s->h_in * s->w_in;
+  size_t nw = (size_t)s->c_out * s->c_in * s->kh * s->kw;
+  /* Workspace poisoned with NaN: the kernel must not read scratch it did not write. */
+  size_t nws = nn_conv2d_workspace_floats(s) + 1;
+  float *ws = malloc(nws * sizeof(float));
+  for (size_t i = 0; i < nws; i++) ws[i] = NAN;
+  r->y = malloc(ny * sizeof(float));
+  for (size_t i = 0; i < ny; i++) r->y[i] = NAN;  /* forward overwrites every y */
+  r->dx = calloc(nx, sizeof(float));
+  r->dw = calloc(nw, sizeof(float));
+  r->db = calloc((size_t)s->c_out, sizeof(float));
+  for (size_t i = 0; i < nx; i++) r->dx[i] = 0.25f;  /* backward accumulates into dx */
+  if (nn_conv2d_forward(s, x, w, b, r->y, ws) != NN_OK ||
+      nn_conv2d_backward(s, x, w, dy, r->dx, r->dw, r->db, ws) != NN_OK) {
+    printf("FAIL: conv2d call failed: %s\n", nn_last_error());
+    failures++;
+  }
+  free(ws);
+}
+
+static void free_result(result_t *r) {
+  free(r->y);
+  free(r->dx);
+  free(r->dw);
+  free(r->db);
+}
+
+static int same_bits(const float *a, const float *b, size_t n) {
+  return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+/* mode: 1 the default policy (AVX-512), 2 also on AVX2. */
+static void check(int mode, int kh, int kw, int n, int ci, int co, int h, int w, int ph,
+                  int pw, int bias) {
+  nn_conv2d_shape_t s = {n, ci, h, w, co, kh, kw, 1, 1, ph, pw, 0, 0};
+  if (nn_conv2d_shape(&s) != NN_OK) {
+    printf("FAIL: bad test shape\n");
+    failures++;
+    return;
+  }
+  char name[160];
+  snprintf(name, sizeof name, "simd %d k %dx%d n %d ci %d co %d %dx%d pad %d,%d bias %d",
+           nn_simd_level(), kh, kw, n, ci, co, h, w, ph, pw, bias);
+  unsigned seed = 99u + (unsigned)(kh * 3 + kw * 5 + n * 7 + ci * 13 + co * 17 + h * 19 +
+                                   w * 23 + ph * 29 + pw * 31);
+  size_t ny = (size_t)n * co * s.h_out * s.w_out, nx = (size_t)n * ci * h * w;
+  size_t nw = (size_t)co * ci * kh * kw;
+  float *x = rnd(nx, &seed), *wt = rnd(nw, &seed), *b = bias ? rnd((size_t)co, &seed) : NULL;
+  float *dy = rnd(ny, &seed);
+  /* The direct path adds the flipped weights to the workspace: proof it is taken. */
+  nn_conv2d_direct = 0;
+  size_t ws_gemm = nn_conv2d_workspace_floats(&s);
+  nn_conv2d_direct = mode;
+  if (nn_conv2d_workspace_floats(&s) <= ws_gemm) {
+    printf("FAIL: %s: the direct path is not taken\n", name);
+    failures++;
+  }
+  result_t ref, got, again, again2;
+  nn_set_threads(1);
+  run(&s, 0, x, wt, b, dy, &ref);
+  run(&s, mode, x, wt, b, dy, &got);
+  nn_set_threads(2);
+  run(&s, mode, x, wt, b, dy, &again);
+  run(&s, mode, x, wt, b, dy, &again2);
+  nn_set_threads(1);
+  /* Different summation orders: a few float32 ulps of the largest value. */
+  double ey = rel_err(got.y, ref.y, ny), ex = rel_err(got.dx, ref.dx, nx);
+  double ew = rel_err(got.dw, ref.dw, nw), eb = rel_err(got.db, ref.db, (size_t)co);
+  const double tol = 2e-6;
+  if (!(ey < tol) || !(ex < tol) || !(ew < tol) || !(eb < tol)) {
+    printf("FAIL: %s: rel err y %.2e dx %.2e dw %.2e db %.2e (tol %.0e)\n", name, ey, ex, ew,
+           eb, tol);
+    failures++;
+  }
+  if (!same_bits(got.y, again.y, ny) || !same_bits(got.dx, again.dx, nx) ||
+      !same_bits(got.db, again.db, (size_t)co)) {
+    printf("FAIL: %s: y, dx or db differ between 1 and 2 threads\n", name);
+    failures++;
+  }
+  /* dw sums per-thread partial sums in chunk order: the same for the same thread count. */
+  if (!same_bits(again.y, again2.y, ny) || !same_bits(again.dx, again2.dx, nx) ||
+      !same_bits(again.dw, again2.dw, nw) || !same_bits(again.db, again2.db, (size_t)co)) {
+    printf("FAIL: %s: two runs with 2 threads differ\n", name);
+    failures++;
+  }
+  checked++;
+  free_result(&ref);
+  free_result(&got);
+  free_result(&again);
+  free_result(&again2);
+  free(x);
+  free(wt);
+  free(b);
+  free(dy);
+}
+
+static void check_all(int mode) {
+  check(mode, 3, 3, 3, 16, 16, 32, 32, 1, 1, 0);   /* resnet20's layer, odd batch */
+  check(mode, 3, 3, 1, 16, 16, 32, 32, 1, 1, 1);   /* batch 1, bias */
+  check(mode, 3, 3, 2, 5, 9, 11, 13, 1, 1, 1);     /* odd sizes and channels: 8 + 1 */
+  check(mode, 3, 3, 3, 8, 8, 10, 10, 0, 0, 0);     /* pad 0: 8 columns out */
+  check(mode, 3, 3, 3, 17, 20, 9, 40, 1, 0, 1);    /* 38 columns: 3 vectors, partial */
+  check(mode, 5, 5, 2, 12, 12, 14, 14, 2, 2, 0);   /* 5x5, pad 2 */
+  check(mode, 5, 5, 3, 3, 12, 28, 28, 2, 2, 1);    /* 3 input channels: forward only */
+  check(mode, 3, 5, 2, 9, 11, 12, 17, 1, 2, 0);    /* non-square kernel and pads */
+  check(mode, 2, 2, 3, 8, 8, 12, 12, 1, 1, 1);     /* even kernel, output larger */
+  check(mode, 3, 3, 2, 24, 32, 8, 19, 2, 1, 0);    /* pad 2 of a 3x3 */
+  check(mode, 3, 3, 5, 16, 31, 33, 33, 1, 1, 0);   /* 33 columns: a 1-lane tail */
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);  /* FAIL lines survive a crash of a later case */
+  int level = nn_simd_level();
+  if (level >= 3) {
+    check_all(1);
+  } else {
+    printf("note: no AVX-512 on this CPU: the AVX-512 kernel is not tested\n");
+  }
+  if (level >= 2) {
+    nn_simd_limit = 2;
+    check_all(2);
+    nn_simd_limit = 3;
+  } else {
+    printf("note: no AVX2 + FMA on this CPU: the direct kernel is never used\n");
+  }
+  /* With neither, conv2d takes im2col: the default policy must not pick the kernel. */
+  nn_simd_limit = 0;
+  nn_conv2d_shape_t s = {2, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1, 0, 0};
+  nn_conv2d_shape(&s);
+  nn_conv2d_direct = 0;
+  size_t ws_gemm = nn_conv2d_workspace_floats(&s);
+  nn_conv2d_direct = 1;
+  if (nn_conv2d_workspace_floats(&s) != ws_gemm) {
+    printf("FAIL: the direct path is chosen with nn_simd_limit = 0\n");
+    failures++;
+  }
+  nn_simd_limit = 3;
+  if (failures) {
+    printf("%d failures\n", failures);
+    return 1;
+  }
+  printf("PASS: %d shapes\n", checked);
+  return 0;
+}
