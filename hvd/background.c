@@ -1,6 +1,12 @@
-/* hvd/background.c: the background thread, the only thread that talks to peers.
+/* hvd/background.c: the background loop, the only code that talks to peers.
 
-   One loop iteration:
+   Its turns run one at a time under engine_mu: on the background thread, or on a user
+   thread that waits in hvd_wait for a request of its own (hvd_background_help, below:
+   a blocking call then needs no hand-over to the background thread and back, which
+   on a shared core costs more than a small collective). Either way one thread at a
+   time calls MPI and sees the loop's state.
+
+   One loop iteration (a turn):
      1. take the requests user threads queued; send them to the coordinator (rank 0
         adds its own directly);
      2. receive control messages: requests (rank 0), response lists (workers),
@@ -14,13 +20,13 @@
 
    Response cache (HVD_CACHE_CAPACITY > 0; 0 keeps the loop above exactly): a request
    whose name is cached with the same signature is not sent to rank 0 but becomes a
-   pending hit. Every rank always has one "round" in flight, an AND of every rank's
+   pending hit. The ranks agree on hits in "rounds", each an AND of every rank's
    uint64 words (hvd/rounds.c: point-to-point at small sizes, else MPI_Iallreduce) on
    hvd_g.round_comm: rank 0's count of response lists emitted, flags
    (a rank has joined; stop), one hit bit per cache slot (agreed when every rank set
    it) and one inverted invalid bit per slot (set by a rank whose request contradicts
-   the cached signature). The next round starts when the last one was processed: at
-   once while anything waits, else at most every ROUND_IDLE_US. Response lists no longer
+   the cached signature). One round at a time; the next starts when the last one was
+   processed and some rank has news for it (rounds_turn). Response lists no longer
    run when they arrive (or, on rank 0, when they are emitted): they run when a round
    says they are due, after that round's hits, so that every rank changes its cache in
    the same order and the slot numbers agree everywhere. Rounds are only tested, never
@@ -70,6 +76,8 @@ typedef struct {
   hvd_cache_sig_t sig;
   hvd_buf_t wire;                    /* its encoded request, for the coordinator      */
   int slot;                          /* its bit in the round in flight, or -1         */
+  int announced;                     /* it was in a round already (on-demand rounds:
+                                        only a hit not yet announced starts one)      */
 } pending_hit_t;
 
 /* A cached entry that a submission contradicted: every rank evicts it. */
@@ -102,7 +110,7 @@ typedef struct {
   int stop_requested;                /* worker sent SHUTDOWN_REQ                      */
   int failed;                        /* worker: fatal error, waits for SHUTDOWN       */
   double stop_deadline_us;
-  double last_progress_us, last_stall_check_us, sleep_us;
+  double last_progress_us, last_stall_check_us;
   double last_liveness_us;
   /* Response cache (NULL: off, no rounds, every name goes to the coordinator). */
   hvd_response_cache_t *cache;
@@ -120,9 +128,20 @@ typedef struct {
   int stopping;                      /* this rank's rounds carry the stop flag         */
   int joined_seen;                   /* the last round said some rank has joined      */
   double last_round_us;
+  uint64_t sent_lists;               /* rank 0: lists_seen as the last round said it  */
+  unsigned sent_flags;               /* the flags of this rank's last round           */
   hvd_buf_t to_coord;                /* requests for the coordinator (header first)   */
   int nto_coord;
 } bg_t;
+
+/* The engine (the turns' lock and state; see hvd_background_help). */
+static pthread_mutex_t engine_mu = PTHREAD_MUTEX_INITIALIZER;
+static bg_t engine_bg;             /* the loop's state, under engine_mu               */
+static int engine_state;           /* ENGINE_*, under engine_mu                       */
+static atomic_int engine_helpers;  /* user threads in hvd_background_help             */
+static _Thread_local int helping;  /* this thread runs a turn for hvd_background_help */
+enum { ENGINE_OFF, ENGINE_RUNNING, ENGINE_ENDED };
+#define HELP_SPIN_US 200.0           /* a helper gives up this long after progress    */
 
 static void mpi_error_text(int err, char *buf, size_t len) {
   char s[MPI_MAX_ERROR_STRING];
@@ -401,6 +420,7 @@ static int start_round(bg_t *bg, char *err, size_t errlen) {
       int s = hvd_cache_lookup(bg->cache, h->key, h->key_len, &have);
       if (s >= 0 && hvd_cache_sig_equal(&have, &h->sig)) {
         h->slot = s;
+        h->announced = 1;
         hit[s / 64] |= (uint64_t)1 << (s % 64);
         i++;
         continue;
@@ -425,6 +445,8 @@ static int start_round(bg_t *bg, char *err, size_t errlen) {
   }
   if (!hvd_round_start(err, errlen)) return 0;
   bg->last_round_us = util_now_us();
+  bg->sent_lists = bg->lists_seen;
+  bg->sent_flags = flags;
   return 1;
 oom:
   snprintf(err, errlen, "rank %d: out of memory for the response cache", hvd_g.rank);
@@ -491,9 +513,19 @@ static void global_shutdown(bg_t *bg, hvd_status_t s, const char *text) {
   /* A stall: the rank that stalls may never reach MPI_Finalize. */
   if (s != HVD_ERR_SHUTDOWN) atomic_store(&hvd_g.failed, 1);
   snprintf(full, sizeof(full), "the hvd runtime was shut down: %s", text);
-  for (int r = 1; r < hvd_g.size; r++)
-    if (!send_msg(bg, r, HVD_MSG_SHUTDOWN, s, full, err, sizeof(err)))
-      hvd_log(HVD_LOG_ERROR, "%s", err);
+  /* SHUTDOWN: the header, the number of rounds this rank has run (cache on: a worker
+     runs the round it is in first if rank 0 ran it; see worker_message), the text. */
+  uint64_t rounds_run = hvd_g.rounds_started -
+                        (hvd_g.round_inflight || bg->round_result ? 1 : 0);
+  hvd_buf_t b = {0};
+  hvd_msg_header_t h = {HVD_MSG_SHUTDOWN, 0, 0, s};
+  int ok = hvd_buf_put(&b, &h, sizeof(h)) && hvd_buf_put(&b, &rounds_run, sizeof(rounds_run)) &&
+           hvd_buf_put(&b, full, strlen(full));
+  if (!ok) snprintf(err, sizeof(err), "rank 0: out of memory for the shutdown notice");
+  for (int r = 1; r < hvd_g.size && ok; r++)
+    if (!send_bytes(bg, r, b.p, b.len, err, sizeof(err))) ok = 0;
+  if (!ok) hvd_log(HVD_LOG_ERROR, "%s", err);
+  hvd_buf_free(&b);
   local_stop(s, full);
   double deadline = util_now_us() + DRAIN_LIMIT_US;
   int acks = 0, src;
@@ -762,7 +794,7 @@ static int take_submissions(bg_t *bg, int *shutdown_requested, int *end) {
   char err[HVD_ERROR_MAX];
   int n = 0, ok = 1;
   for (struct hvd_request *r = head; r && ok; r = r->next_queue, n++) {
-    r->device = r->kind == HVD_KIND_BARRIER || r->kind == HVD_KIND_JOIN
+    r->device = r->kind == HVD_KIND_BARRIER || r->kind == HVD_KIND_JOIN || helping
                     ? -1 : hvd_device_of_buffers(r->sendbuf, r->recvbuf);
     if (r->kind == HVD_KIND_JOIN) hvd_g.joined = 1;
     /* Cache on: a name cached with the same signature waits for the others' bits in
@@ -839,10 +871,23 @@ static int worker_message(bg_t *bg) {
   }
   if (h.type == HVD_MSG_SHUTDOWN) {
     char text[HVD_ERROR_MAX], err[HVD_ERROR_MAX];
-    size_t tl = bg->in.len - sizeof(h);
+    uint64_t rounds_run = 0;
+    if (bg->in.len < sizeof(h) + sizeof(rounds_run))
+      return fatal_error(bg, HVD_ERR_BACKEND, "a shutdown notice from rank 0 is too short", 0);
+    memcpy(&rounds_run, bg->in.p + sizeof(h), sizeof(rounds_run));
+    size_t tl = bg->in.len - sizeof(h) - sizeof(rounds_run);
     if (tl > sizeof(text) - 1) tl = sizeof(text) - 1;
-    memcpy(text, bg->in.p + sizeof(h), tl);
+    memcpy(text, bg->in.p + sizeof(h) + sizeof(rounds_run), tl);
     text[tl] = '\0';
+    /* Cache on, a clean shutdown: rank 0 may have run the round this rank is in (its
+       words are here) and answered requests in it that move no data (a count of 0, a
+       mismatch), then stopped. This rank runs that round too, so what rank 0 answered
+       is answered here alike; a round rank 0 did not run is not run here either (its
+       collectives would wait for rank 0). */
+    if (bg->cache && h.status == HVD_ERR_SHUTDOWN && !bg->failed &&
+        (hvd_g.round_inflight || bg->round_result) && hvd_g.rounds_started <= rounds_run &&
+        finish_round(bg))
+      return 1;
     if (h.status != HVD_ERR_SHUTDOWN) atomic_store(&hvd_g.failed, 1);
     local_stop((hvd_status_t)h.status, text);
     if (!send_msg(bg, 0, HVD_MSG_SHUTDOWN_ACK, 0, NULL, err, sizeof(err)))
@@ -854,30 +899,41 @@ static int worker_message(bg_t *bg) {
   return 0;
 }
 
-static void idle_wait(bg_t *bg) {
+/* How the background thread waits after a turn without progress (decided under the
+   engine lock, from bg): 0 yield once (right after progress: a blocking caller submits
+   its next collective within microseconds of the last one completing, and a
+   condition-variable wake-up costs several), else sleep that many microseconds at most
+   (user threads wake it on submit). While this rank has work in flight a peer's
+   message is expected soon: short growing sleeps; with nothing in flight, long ones. */
+static double idle_plan(bg_t *bg, double *sleep_us) {
   double now = util_now_us();
+  if (now - bg->last_progress_us < SPIN_US) return 0;
   pthread_mutex_lock(&hvd_g.mu);
-  int busy = hvd_g.ninflight > 0 || bg->stop_requested || bg->failed || bg->nsends > 0 ||
-             bg->nlists > 0 || bg->round_result;
+  int busy = hvd_g.ninflight > 0;
+  pthread_mutex_unlock(&hvd_g.mu);
+  busy = busy || bg->stop_requested || bg->failed || bg->nsends > 0 || bg->nlists > 0 ||
+         bg->round_result;
+  if (busy) {
+    double w = *sleep_us;
+    *sleep_us = w * 2 < SLEEP_MAX_US ? w * 2 : SLEEP_MAX_US;
+    return w;
+  }
+  /* Cache on: the peers' rounds wait for this rank's next one. */
+  return bg->cache && !bg->rounds_over ? ROUND_IDLE_US : IDLE_SLEEP_US;
+}
+
+/* Sleeps wait_us at most on work_cv (0: yields), unless something was submitted or
+   hvd_shutdown was called. */
+static void idle_wait(double wait_us) {
+  pthread_mutex_lock(&hvd_g.mu);
   if (atomic_load(&hvd_g.queued) > 0 || hvd_g.shutdown_requested) {
     pthread_mutex_unlock(&hvd_g.mu);
     return;
   }
-  double wait_us;
-  /* Spin right after progress even with nothing in flight: a blocking caller submits
-     its next collective within microseconds of the last one completing, and a
-     condition-variable wake-up costs several. */
-  if (now - bg->last_progress_us < SPIN_US) {
+  if (wait_us <= 0) {
     pthread_mutex_unlock(&hvd_g.mu);
     sched_yield();
     return;
-  }
-  if (busy) {
-    wait_us = bg->sleep_us;
-    bg->sleep_us = bg->sleep_us * 2 < SLEEP_MAX_US ? bg->sleep_us * 2 : SLEEP_MAX_US;
-  } else {
-    /* Cache on: the peers' rounds wait for this rank's next one. */
-    wait_us = bg->cache && !bg->rounds_over ? ROUND_IDLE_US : IDLE_SLEEP_US;
   }
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -890,135 +946,266 @@ static void idle_wait(bg_t *bg) {
   pthread_mutex_unlock(&hvd_g.mu);
 }
 
+/* Whether this rank has something to say that no round of its has said yet: a hit or
+   an invalidation not yet announced, rank 0's new lists, changed flags. */
+static int round_news(const bg_t *bg) {
+  unsigned flags = (hvd_g.joined ? ROUND_FLAG_JOINED : 0) |
+                   (bg->stopping ? ROUND_FLAG_STOP : 0);
+  if (flags != bg->sent_flags || bg->ninvals > 0) return 1;
+  if (hvd_g.rank == 0 && bg->lists_seen != bg->sent_lists) return 1;
+  for (int i = 0; i < bg->nhits; i++)
+    if (!bg->hits[i].announced) return 1;
+  return 0;
+}
+
 /* The rounds' part of a loop turn (cache on): test the round in flight, process its
-   result, start the next. The next starts at once while anything waits on it (hits,
-   invalidations, lists) or right after progress (a blocking caller submits again
-   within microseconds); otherwise at most every ROUND_IDLE_US, since the peers'
-   rounds cannot complete without this rank's. Returns 0 when the loop must end. */
+   result, start the next. Point-to-point rounds start on demand: when this rank has
+   news (round_news), or a peer started one (it waits for this rank's words), or, as a
+   safety net while anything is pending, ROUND_IDLE_US after the last. A hit then costs
+   one exchange with the peers, not the rest of a round already in flight plus its own,
+   and idle rounds do not take the core from the threads that submit. Collective rounds
+   (above 16 ranks) cannot see a peer's start: they follow each other at once while
+   anything waits or right after progress, else at most every ROUND_IDLE_US, since the
+   peers' rounds cannot complete without this rank's. Returns 0 when the loop must end. */
 static int rounds_turn(bg_t *bg, int *progressed) {
   char err[HVD_ERROR_MAX];
   if (!test_round(bg, err, sizeof(err))) return !fatal_error(bg, HVD_ERR_BACKEND, err, 0);
   if (bg->round_result && process_round(bg, progressed)) return 0;
   if (hvd_g.round_inflight || bg->round_result || bg->rounds_over) return 1;
   double now = util_now_us();
-  int wanted = bg->nhits > 0 || bg->ninvals > 0 || bg->nlists > 0 || *progressed ||
-               now - bg->last_progress_us < SPIN_US || now - bg->last_round_us >= ROUND_IDLE_US;
+  int pending = bg->nhits > 0 || bg->ninvals > 0 || bg->nlists > 0;
+  /* News first: then the peers need not be asked (one MPI call less on the way of a
+     hit). */
+  int news = round_news(bg), wanted;
+  int peer = news ? 0 : hvd_round_peer_started(err, sizeof(err));
+  if (peer == -2) return !fatal_error(bg, HVD_ERR_BACKEND, err, 0);
+  if (peer >= 0) {
+    wanted = news || peer;
+    /* A round that answers a peer or says something new is progress: keep spinning
+       for its answer rather than sleep. */
+    if (wanted) *progressed = 1;
+    else wanted = pending && now - bg->last_round_us >= ROUND_IDLE_US;
+  } else {
+    wanted = pending || *progressed || now - bg->last_progress_us < SPIN_US ||
+             now - bg->last_round_us >= ROUND_IDLE_US;
+  }
   if (wanted && !start_round(bg, err, sizeof(err)))
     return !fatal_error(bg, HVD_ERR_BACKEND, err, 0);
   return 1;
 }
 
-static void loop(bg_t *bg) {
+/* One turn of the loop (the engine lock held): see the top of the file. *progressed:
+   something moved. Returns 1 when the loop must end. */
+static int turn(bg_t *bg, int *progressed_out) {
   char err[HVD_ERROR_MAX];
+  int progressed = 0, end = 0, sd = 0, src;
+  double turn = util_now_us();
+  atomic_store(&hvd_g.bg_alive_us, (long long)turn);
+  if (atomic_load(&hvd_g.failed)) {   /* the watchdog's stall shutdown */
+    fail(HVD_ERR_TIMEOUT, "");
+    return 1;
+  }
+  if (turn - bg->last_liveness_us >= LIVENESS_EVERY_US) {
+    bg->last_liveness_us = turn;
+    hvd_status_t ns;
+    if (hvd_liveness_take_notice(&ns, err, sizeof(err))) {
+      if (ns == HVD_ERR_PEER_LOST) atomic_store(&hvd_g.peer_lost, 1);
+      stop_on_failure(ns, err, (ns == HVD_ERR_PEER_LOST || ns == HVD_ERR_TIMEOUT) &&
+                                   !hvd_liveness_given_up());
+      return 1;
+    }
+    if (hvd_liveness_tick(turn, err, sizeof(err))) {
+      fail(HVD_ERR_PEER_LOST, err);
+      return 1;
+    }
+  }
+  progressed |= take_submissions(bg, &sd, &end);
+  if (end) return 1;
+  /* hvd_shutdown right after the watchdog failed the requests: a failure, not a
+     clean shutdown (the watchdog sets failed before it wakes the caller). */
+  if (sd && atomic_load(&hvd_g.failed)) {
+    fail(HVD_ERR_TIMEOUT, "");
+    return 1;
+  }
+  if (sd && !bg->stop_requested) {
+    if (hvd_g.rank == 0) {
+      global_shutdown(bg, HVD_ERR_SHUTDOWN, "hvd_shutdown was called on rank 0");
+      return 1;
+    }
+    if (!send_msg(bg, 0, HVD_MSG_SHUTDOWN_REQ, HVD_OK, NULL, err, sizeof(err))) {
+      local_stop(HVD_ERR_SHUTDOWN, err);
+      return 1;
+    }
+    bg->stop_requested = 1;
+    bg->stop_deadline_us = util_now_us() + STOP_WAIT_LIMIT_US;
+  }
   for (;;) {
-    int progressed = 0, end = 0, sd = 0, src;
-    double turn = util_now_us();
-    atomic_store(&hvd_g.bg_alive_us, (long long)turn);
-    if (atomic_load(&hvd_g.failed)) {   /* the watchdog's stall shutdown */
-      fail(HVD_ERR_TIMEOUT, "");
-      return;
+    int got = poll_message(bg, &src, err, sizeof(err));
+    if (got < 0) {
+      if (fatal_error(bg, HVD_ERR_BACKEND, err, 0)) return 1;
+      break;
     }
-    if (turn - bg->last_liveness_us >= LIVENESS_EVERY_US) {
-      bg->last_liveness_us = turn;
-      hvd_status_t ns;
-      if (hvd_liveness_take_notice(&ns, err, sizeof(err))) {
-        if (ns == HVD_ERR_PEER_LOST) atomic_store(&hvd_g.peer_lost, 1);
-        stop_on_failure(ns, err, (ns == HVD_ERR_PEER_LOST || ns == HVD_ERR_TIMEOUT) &&
-                                     !hvd_liveness_given_up());
-        return;
+    if (got == 0) break;
+    progressed = 1;
+    if (hvd_g.rank == 0 ? coordinator_message(bg, src) : worker_message(bg)) return 1;
+  }
+  double now = util_now_us();
+  if (hvd_g.rank == 0) {
+    if (hvd_coordinator_should_emit(bg->coord, now)) {
+      hvd_buf_t msg = {0};
+      int n = hvd_coordinator_emit(bg->coord, &msg);
+      int ok = n >= 0;
+      for (int r = 1; r < hvd_g.size && ok; r++)
+        ok = send_bytes(bg, r, msg.p, msg.len, err, sizeof(err));
+      if (!ok) {
+        hvd_buf_free(&msg);
+        if (n < 0) snprintf(err, sizeof(err), "rank 0: out of memory for responses");
+        global_shutdown(bg, HVD_ERR_SHUTDOWN, err);
+        return 1;
       }
-      if (hvd_liveness_tick(turn, err, sizeof(err))) {
-        fail(HVD_ERR_PEER_LOST, err);
-        return;
+      if (bg->cache) {   /* runs when a round says it is due, on every rank alike */
+        if (!queue_list(bg, msg.p, msg.len, hvd_coordinator_emitted_times(bg->coord), n)) {
+          hvd_buf_free(&msg);
+          global_shutdown(bg, HVD_ERR_SHUTDOWN, "rank 0: out of memory for responses");
+          return 1;
+        }
+      } else {
+        end = run_responses(bg, msg.p, msg.len, hvd_coordinator_emitted_times(bg->coord),
+                            0);
+      }
+      hvd_buf_free(&msg);
+      if (end) return 1;
+      progressed = 1;
+    }
+    if (now - bg->last_stall_check_us >= STALL_CHECK_EVERY_US) {
+      bg->last_stall_check_us = now;
+      char text[HVD_ERROR_MAX];
+      if (hvd_coordinator_check_stalls(bg->coord, now, text, sizeof(text))) {
+        global_shutdown(bg, HVD_ERR_TIMEOUT, text);
+        return 1;
       }
     }
-    progressed |= take_submissions(bg, &sd, &end);
-    if (end) return;
-    /* hvd_shutdown right after the watchdog failed the requests: a failure, not a
-       clean shutdown (the watchdog sets failed before it wakes the caller). */
-    if (sd && atomic_load(&hvd_g.failed)) {
-      fail(HVD_ERR_TIMEOUT, "");
-      return;
-    }
-    if (sd && !bg->stop_requested) {
-      if (hvd_g.rank == 0) {
-        global_shutdown(bg, HVD_ERR_SHUTDOWN, "hvd_shutdown was called on rank 0");
-        return;
-      }
-      if (!send_msg(bg, 0, HVD_MSG_SHUTDOWN_REQ, HVD_OK, NULL, err, sizeof(err))) {
-        local_stop(HVD_ERR_SHUTDOWN, err);
-        return;
-      }
-      bg->stop_requested = 1;
-      bg->stop_deadline_us = util_now_us() + STOP_WAIT_LIMIT_US;
-    }
-    for (;;) {
-      int got = poll_message(bg, &src, err, sizeof(err));
-      if (got < 0) {
-        if (fatal_error(bg, HVD_ERR_BACKEND, err, 0)) return;
+  } else if ((bg->stop_requested || bg->failed) && now > bg->stop_deadline_us) {
+    local_stop(HVD_ERR_SHUTDOWN, "the hvd runtime was shut down: the coordinator (rank "
+               "0) did not answer the shutdown request");
+    return 1;
+  }
+  if (bg->cache && !bg->rounds_over && !rounds_turn(bg, &progressed)) return 1;
+  if (bg->nsends > 0) progress_sends(bg, 0, 0);
+  if (progressed) bg->last_progress_us = util_now_us();
+  *progressed_out = progressed;
+  return 0;
+}
+
+/* ---- the engine: who runs the turns ----
+
+   The turns run under engine_mu, on the background thread or on a user thread that
+   waits in hvd_wait (hvd_background_help). On one core the background thread and a
+   blocking caller take turns: each hand-over (submission to the background thread,
+   completion back to the caller) is a context switch and a wake-up, several
+   microseconds each, longer than an 8-byte allreduce itself. So a caller that waits
+   runs the turns itself while they make progress, and the background thread stays
+   asleep meanwhile (it still runs every turn while nobody waits: asynchronous work,
+   liveness, shutdown). One thread at a time calls MPI (MPI_THREAD_SERIALIZED holds).
+   Only a process whose buffers are all host memory (hvd_device_host_only) is helped:
+   the background thread is the one that chose the GPU, and it alone asks CUDA. */
+
+/* The caller of a blocking call is about to wait in hvd_wait (queue.c sets it around
+   the submission): no wake-up of the background thread, the caller will run the turn. */
+_Thread_local int hvd_caller_will_help;
+
+/* Wakes the background thread when a helper leaves work behind. */
+static void wake_if_work_left(void) {
+  pthread_mutex_lock(&hvd_g.mu);
+  if (hvd_g.bg_waiting && (hvd_g.ninflight > 0 || atomic_load(&hvd_g.queued) > 0 ||
+                           hvd_g.shutdown_requested))
+    pthread_cond_signal(&hvd_g.work_cv);
+  pthread_mutex_unlock(&hvd_g.mu);
+}
+
+void hvd_background_help(struct hvd_request *req) {
+  atomic_fetch_add(&engine_helpers, 1);
+  double last_progress = util_now_us();
+  unsigned idle_turns = 0;
+  while (!atomic_load(&req->done)) {
+    int progressed = 0;
+    /* Asked again each turn: CUDA may come into the process meanwhile. */
+    if (!hvd_device_host_only()) break;
+    if (pthread_mutex_trylock(&engine_mu) == 0) {
+      if (engine_state != ENGINE_RUNNING) {
+        pthread_mutex_unlock(&engine_mu);
         break;
       }
-      if (got == 0) break;
-      progressed = 1;
-      if (hvd_g.rank == 0 ? coordinator_message(bg, src) : worker_message(bg)) return;
+      helping = 1;
+      int end = turn(&engine_bg, &progressed);
+      helping = 0;
+      if (end) engine_state = ENGINE_ENDED;
+      pthread_mutex_unlock(&engine_mu);
+      if (end) break;
     }
     double now = util_now_us();
-    if (hvd_g.rank == 0) {
-      if (hvd_coordinator_should_emit(bg->coord, now)) {
-        hvd_buf_t msg = {0};
-        int n = hvd_coordinator_emit(bg->coord, &msg);
-        int ok = n >= 0;
-        for (int r = 1; r < hvd_g.size && ok; r++)
-          ok = send_bytes(bg, r, msg.p, msg.len, err, sizeof(err));
-        if (!ok) {
-          hvd_buf_free(&msg);
-          if (n < 0) snprintf(err, sizeof(err), "rank 0: out of memory for responses");
-          global_shutdown(bg, HVD_ERR_SHUTDOWN, err);
-          return;
-        }
-        if (bg->cache) {   /* runs when a round says it is due, on every rank alike */
-          if (!queue_list(bg, msg.p, msg.len, hvd_coordinator_emitted_times(bg->coord), n)) {
-            hvd_buf_free(&msg);
-            global_shutdown(bg, HVD_ERR_SHUTDOWN, "rank 0: out of memory for responses");
-            return;
-          }
-        } else {
-          end = run_responses(bg, msg.p, msg.len, hvd_coordinator_emitted_times(bg->coord),
-                              0);
-        }
-        hvd_buf_free(&msg);
-        if (end) return;
-        progressed = 1;
-      }
-      if (now - bg->last_stall_check_us >= STALL_CHECK_EVERY_US) {
-        bg->last_stall_check_us = now;
-        char text[HVD_ERROR_MAX];
-        if (hvd_coordinator_check_stalls(bg->coord, now, text, sizeof(text))) {
-          global_shutdown(bg, HVD_ERR_TIMEOUT, text);
-          return;
-        }
-      }
-    } else if ((bg->stop_requested || bg->failed) && now > bg->stop_deadline_us) {
-      local_stop(HVD_ERR_SHUTDOWN, "the hvd runtime was shut down: the coordinator (rank "
-                 "0) did not answer the shutdown request");
-      return;
-    }
-    if (bg->cache && !bg->rounds_over && !rounds_turn(bg, &progressed)) return;
-    if (bg->nsends > 0) progress_sends(bg, 0, 0);
     if (progressed) {
-      bg->last_progress_us = util_now_us();
-      bg->sleep_us = SLEEP_MIN_US;
-    } else {
-      idle_wait(bg);
+      last_progress = now;
+      idle_turns = 0;
+    } else if (now - last_progress > HELP_SPIN_US) {
+      break;   /* a peer is late: sleep until the background thread completes req */
+    } else if (++idle_turns % 64 == 0) {
+      sched_yield();   /* as MPI_Wait does now and then on an oversubscribed node */
     }
+  }
+  atomic_fetch_sub(&engine_helpers, 1);
+  wake_if_work_left();
+}
+
+/* The background thread while a helper runs the turns: sleeps SLEEP_MAX_US at most. */
+static void helpers_wait(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  long long ns = (long long)ts.tv_nsec + (long long)(SLEEP_MAX_US * 1000.0);
+  ts.tv_sec += (time_t)(ns / 1000000000LL);
+  ts.tv_nsec = (long)(ns % 1000000000LL);
+  pthread_mutex_lock(&hvd_g.mu);
+  if (atomic_load(&engine_helpers) > 0) {
+    hvd_g.bg_waiting = 1;
+    pthread_cond_timedwait(&hvd_g.work_cv, &hvd_g.mu, &ts);
+    hvd_g.bg_waiting = 0;
+  }
+  pthread_mutex_unlock(&hvd_g.mu);
+}
+
+static void loop(bg_t *bg) {
+  double sleep_us = SLEEP_MIN_US;
+  for (;;) {
+    if (atomic_load(&engine_helpers) > 0) {
+      /* A waiting caller runs the turns (submissions included); it wakes this thread
+         when it leaves work behind. */
+      helpers_wait();
+      continue;
+    }
+    int progressed = 0;
+    double wait_us = 0;
+    pthread_mutex_lock(&engine_mu);
+    int end = engine_state != ENGINE_RUNNING;   /* a helper's turn ended the loop */
+    if (!end) end = turn(bg, &progressed);
+    if (end) {
+      engine_state = ENGINE_ENDED;
+    } else if (progressed) {
+      sleep_us = SLEEP_MIN_US;
+    } else {
+      wait_us = idle_plan(bg, &sleep_us);
+    }
+    pthread_mutex_unlock(&engine_mu);
+    if (end) return;
+    if (!progressed) idle_wait(wait_us);
   }
 }
 
 void *hvd_background_main(void *arg) {
   (void)arg;
+  /* No helper touches engine_bg until engine_state says RUNNING (set under engine_mu,
+     after the set-up below), nor after the loop set it ENDED. */
   bg_t bg;
   memset(&bg, 0, sizeof(bg));
-  bg.sleep_us = SLEEP_MIN_US;
   bg.last_progress_us = bg.last_stall_check_us = util_now_us();
   hvd_device_thread_start();   /* before this thread makes any other CUDA call */
   if (hvd_g.rank == 0 && (bg.coord = hvd_coordinator_create(hvd_g.size)) == NULL) {
@@ -1030,7 +1217,14 @@ void *hvd_background_main(void *arg) {
     local_stop(HVD_ERR_NO_MEMORY, "out of memory for the response cache");
   } else {
     bg.nwords = (hvd_g.round_words - 2) / 2;
-    loop(&bg);
+    pthread_mutex_lock(&engine_mu);
+    engine_bg = bg;
+    engine_state = ENGINE_RUNNING;
+    pthread_mutex_unlock(&engine_mu);
+    loop(&engine_bg);
+    pthread_mutex_lock(&engine_mu);
+    bg = engine_bg;
+    pthread_mutex_unlock(&engine_mu);
   }
   /* Whatever is still pending (only possible on the error paths) fails. */
   local_stop(HVD_ERR_SHUTDOWN, "the hvd runtime was shut down");

@@ -191,6 +191,9 @@ void hvd_device_thread_start(void) {
 
 int hvd_device_thread_device(void) { return atomic_load(&selected_device); }
 
+/* The background thread chose no GPU: it takes every buffer for host memory. */
+int hvd_device_host_only(void) { return atomic_load(&selected_device) < 0; }
+
 int hvd_device_is_device_ptr(const void *p) {
   pthread_once(&detect_once, detect);
   if (!atomic_load(&announced)) announce();
@@ -724,6 +727,7 @@ void hvd_device_shutdown(void) {
 void hvd_device_set_probe(const hvd_cuda_probe_t *p) { (void)p; }
 void hvd_device_thread_start(void) {}
 int hvd_device_thread_device(void) { return -1; }
+int hvd_device_host_only(void) { return 1; }
 
 int hvd_device_is_device_ptr(const void *p) {
   (void)p;

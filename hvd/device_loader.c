@@ -219,6 +219,15 @@ int hvd_device_thread_device(void) {
   return b != NULL ? b->thread_device() : -1;
 }
 
+/* Without the backend every buffer is host memory as long as the CUDA driver is not in
+   the process (or the backend could not be loaded); with it, only a background thread
+   that chose no GPU says so, and whether it has started the backend on its thread is
+   not known here: no. */
+int hvd_device_host_only(void) {
+  if (atomic_load(&backend) != NULL) return 0;
+  return atomic_load(&load_failed) || !cuda_in_process();
+}
+
 int hvd_device_is_device_ptr(const void *p) {
   if (p == NULL) return 0;
   const hvd_device_plugin_t *b = catch_up(load(0));

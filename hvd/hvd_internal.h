@@ -2,9 +2,12 @@
    Not part of the public interface (hvd.h).
 
    Threads: user threads only validate, enqueue (hvd_g.queue) and wait on hvd_g.done_cv;
-   one background thread per process does ALL MPI communication: it sends this rank's new
-   requests to the coordinator (rank 0), receives the ordered response lists, and runs the
-   collectives. Everything shared between the two sides is guarded by hvd_g.mu.
+   the background loop does ALL MPI communication: it sends this rank's new requests to
+   the coordinator (rank 0), receives the ordered response lists, and runs the
+   collectives. Its turns run on the background thread, or, one at a time under the
+   loop's own lock, on a user thread that waits for its request (hvd_background_help in
+   background.c). Everything shared between the loop and user threads is guarded by
+   hvd_g.mu.
 
    Who calls whom (one way, no cycles between files): background.c -> negotiation.c
    (the wire format and rank 0's coordinator, which also decides the fusion plan) and
@@ -121,7 +124,7 @@ hvd_status_t hvd_set_error(hvd_status_t s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));   /* sets this thread's last error */
 void hvd_set_error_text(const char *msg);
 
-/* timeline.c (rank 0 only; all calls are from the background thread except open/close) */
+/* timeline.c (rank 0 only; all calls are from the background loop except open/close) */
 typedef struct hvd_timeline hvd_timeline_t;
 hvd_status_t hvd_timeline_open(hvd_timeline_t **out, const char *path, char *err,
                                size_t errlen);
@@ -192,7 +195,7 @@ typedef struct {
   atomic_int queued;          /* submissions not yet taken (lock-free peek)          */
   int ninflight;              /* submitted and not yet completed                     */
   /* Response cache rounds (hvd/background.c, hvd/rounds.c): one at a time on
-     round_comm. Owned by the background thread while it runs; hvd_shutdown drains a
+     round_comm. Owned by the background loop while it runs; hvd_shutdown drains a
      round it left in flight after a failure, so every rank ends on the same round. */
   MPI_Comm round_comm;
   MPI_Request *round_reqs;    /* hvd/rounds.c: a receive and a send per peer, or one */
@@ -202,9 +205,9 @@ typedef struct {
   int round_inflight;
   uint64_t rounds_started;
   /* Responses executed: from the cache (agreed hits) and from coordinator lists; the
-     tests read them (background thread writes, anyone reads). */
+     tests read them (the background loop writes, anyone reads). */
   atomic_ullong stat_cached, stat_negotiated;
-  int joined;                 /* background thread only: this rank's hvd_join went to
+  int joined;                 /* background loop only: this rank's hvd_join went to
                                  the coordinator and has not been answered yet; it
                                  takes part in others' collectives with zeros         */
 } hvd_state_t;
@@ -321,6 +324,11 @@ int hvd_device_is_device_ptr(const void *p);
 /* The device of a request's buffers: -1 for host memory, else the CUDA device ordinal
    (background thread). */
 int hvd_device_of_buffers(const void *sendbuf, const void *recvbuf);
+/* 1 when the background thread takes every buffer of this process for host memory (it
+   chose no GPU; no CUDA in the process), so hvd_device_of_buffers would say -1 on it:
+   another thread may then stand in for it (hvd_background_help). Any thread; no CUDA
+   call. */
+int hvd_device_host_only(void);
 /* The background thread calls this first: it selects its rank's GPU (local rank i: GPU
    i) before any other CUDA call, so it never creates a context on another GPU; a rank
    without a GPU of its own makes no CUDA call there (its buffers are host memory).
@@ -365,8 +373,13 @@ typedef struct {
 } hvd_shard_plan_t;
 int hvd_shard_plan(size_t count, int local_size, int local_rank, hvd_shard_plan_t *p);
 
-/* background.c */
+/* background.c. hvd_background_help: hvd_wait's caller runs the background loop's
+   turns itself while req is not done and they make progress (see background.c);
+   hvd_caller_will_help: set by a blocking call around its submission, which then does
+   not wake the background thread. */
 void *hvd_background_main(void *arg);
+void hvd_background_help(struct hvd_request *req);
+extern _Thread_local int hvd_caller_will_help;
 
 /* Sets hvd_g.cancel from any thread. */
 #define hvd_g_cancel_set() __atomic_store_n(&hvd_g.cancel, 1, __ATOMIC_RELAXED)
@@ -400,6 +413,9 @@ const char *hvd_host_of(int rank);
    receives (the size of hvd_g.round_peer, in vectors). */
 int hvd_round_start(char *err, size_t len);
 int hvd_round_test(int *done, char *err, size_t len);
+/* Between rounds: whether a peer has started the next round (its words wait here):
+   1 yes, 0 no, -1 cannot tell (collective rounds: MPI_Iallreduce), -2 an MPI error. */
+int hvd_round_peer_started(char *err, size_t len);
 size_t hvd_round_peer_words(void);
 
 /* watchdog.c: the stall inspector that runs while the background thread is blocked. */

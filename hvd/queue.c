@@ -1,6 +1,7 @@
 /* hvd/queue.c: what user threads do. Validate, record the request in the in-flight
    table (for duplicate names) and the submission queue, wake the background thread,
-   and wait for completion. No MPI here: only the background thread talks to peers. */
+   and wait for completion. No MPI here: only the background loop talks to peers (a
+   waiting caller may run its turns: hvd_background_help). */
 #include "hvd/hvd_internal.h"
 
 #include <sched.h>
@@ -136,7 +137,10 @@ static hvd_status_t submit(struct hvd_request *r, const char *name) {
   else hvd_g.queue_head = r;
   hvd_g.queue_tail = r;
   atomic_fetch_add(&hvd_g.queued, 1);
-  if (hvd_g.bg_waiting) pthread_cond_signal(&hvd_g.work_cv);
+  /* A blocking call's caller runs the turn itself (hvd_background_help), and a futex
+     wake-up of the background thread would cost it the core; hvd_wait wakes the thread
+     if it leaves the request behind. */
+  if (hvd_g.bg_waiting && !hvd_caller_will_help) pthread_cond_signal(&hvd_g.work_cv);
   pthread_mutex_unlock(&hvd_g.mu);
   return HVD_OK;
 }
@@ -202,7 +206,9 @@ hvd_status_t hvd_allreduce_async(const char *name, const void *sendbuf, void *re
 hvd_status_t hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf,
                            size_t count, hvd_dtype_t dtype, hvd_op_t op) {
   hvd_request_t req = NULL;
+  hvd_caller_will_help = 1;
   hvd_status_t s = hvd_allreduce_async(name, sendbuf, recvbuf, count, dtype, op, &req);
+  hvd_caller_will_help = 0;
   return s != HVD_OK ? s : hvd_wait(req);
 }
 
@@ -428,6 +434,9 @@ static hvd_status_t request_finish(struct hvd_request *r) {
 
 hvd_status_t hvd_wait(hvd_request_t req) {
   if (req == NULL) return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_wait: req is NULL");
+  /* Run the background loop's turns here while they make progress: no hand-over to the
+     background thread and back (hvd/background.c). */
+  if (!atomic_load(&req->done)) hvd_background_help(req);
   /* A short operation finishes within tens of microseconds: poll that long (yielding
      the core) before sleeping, since a futex wake-up costs about as much again. */
   double until = util_now_us() + HVD_WAIT_SPIN_US;

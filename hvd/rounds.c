@@ -7,7 +7,13 @@
    a cached allreduce slower than a negotiated one. Above it, the (size - 1)^2 messages
    of a round would cost more than the allreduce's log steps: MPI_Iallreduce. Rounds
    follow each other on their own communicator with one tag, and MPI keeps the messages
-   between two ranks in order, so round k's words never meet round k + 1's. */
+   between two ranks in order, so round k's words never meet round k + 1's.
+
+   Point-to-point rounds start on demand (hvd/background.c): a rank starts one when it
+   has something new to say, and a rank that sees a peer's words waiting
+   (hvd_round_peer_started) joins that round at once. A collective round cannot be seen
+   before one takes part in it, so above ROUND_P2P_MAX rounds follow each other while
+   anything waits (and at least every millisecond). */
 #include "hvd/hvd_internal.h"
 
 #include <string.h>
@@ -74,6 +80,25 @@ int hvd_round_start(char *err, size_t len) {
   hvd_g.rounds_started++;
   hvd_g.round_inflight = 1;
   return 1;
+}
+
+int hvd_round_peer_started(char *err, size_t len) {
+  if (hvd_g.size == 1) return 0;
+#if HVD_HAVE_ROUND_MPI
+  if (!p2p()) return -1;
+  /* Only called between rounds: any round message waiting is a peer's next round. */
+  int flag = 0;
+  int e = MPI_Iprobe(MPI_ANY_SOURCE, ROUND_TAG, hvd_g.round_comm, &flag, MPI_STATUS_IGNORE);
+  if (e != MPI_SUCCESS) {
+    mpi_text(e, "MPI_Iprobe", err, len);
+    return -2;
+  }
+  return flag != 0;
+#else
+  (void)err;
+  (void)len;
+  return -1;
+#endif
 }
 
 int hvd_round_test(int *done, char *err, size_t len) {

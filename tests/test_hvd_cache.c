@@ -12,10 +12,18 @@
                exact sums, hvd_join returns 0.
      used:     200 blocking allreduces of one name: at most a few through the
                coordinator (fails if hits silently went there).
+     threads:  three user threads per rank, each with a name of its own, make blocking
+               calls (their callers run the background loop's turns, taking turns
+               with each other) while the main thread's asynchronous calls of a fourth
+               name are polled with hvd_test (the background thread or a waiting
+               caller completes them): exact sums, and each name negotiated once.
    Started alone, it runs each mode under mpirun. */
 #include "hvd/hvd_internal.h"
 #include "hvd_test.h"
 #include "collectives/coll.h"
+
+#include <sched.h>
+#include <stdint.h>
 
 static int R, N;
 static const hvd_dtype_t dtypes[] = {HVD_FLOAT32, HVD_FLOAT64, HVD_FLOAT16, HVD_BFLOAT16,
@@ -227,6 +235,51 @@ static void mode_used(void) {
         "and %llu from the cache; expected 1 and 199", R, negotiated, cached);
 }
 
+enum { THREADS = 3, THREAD_CALLS = 100 };
+
+static void *thread_calls(void *arg) {
+  int id = (int)(intptr_t)arg;
+  char name[32];
+  snprintf(name, sizeof name, "thread.%d", id);
+  for (int i = 0; i < THREAD_CALLS; i++) {
+    int64_t v = R + i + id;
+    CHECK_OK(hvd_allreduce(name, &v, &v, 1, HVD_INT64, HVD_SUM));
+    int64_t want = (int64_t)N * (N - 1) / 2 + (int64_t)N * (i + id);
+    CHECK(v == want, "rank %d: %s call %d: %lld, expected %lld", R, name, i, (long long)v,
+          (long long)want);
+  }
+  return NULL;
+}
+
+static void mode_threads(void) {
+  unsigned long long c0 = atomic_load(&hvd_g.stat_cached);
+  unsigned long long n0 = atomic_load(&hvd_g.stat_negotiated);
+  pthread_t th[THREADS];
+  for (int t = 0; t < THREADS; t++)
+    CHECK(pthread_create(&th[t], NULL, thread_calls, (void *)(intptr_t)t) == 0,
+          "rank %d: pthread_create failed", R);
+  for (int i = 0; i < THREAD_CALLS; i++) {
+    double x = 2 * R + i;
+    hvd_request_t req;
+    CHECK_OK(hvd_allreduce_async("thread.async", &x, &x, 1, HVD_FLOAT64, HVD_SUM, &req));
+    int done = 0;
+    while (!done) {
+      CHECK_OK(hvd_test(req, &done));
+      if (!done) sched_yield();
+    }
+    double want = (double)N * (N - 1) + (double)N * i;
+    CHECK(x == want, "rank %d: thread.async call %d: %g, expected %g", R, i, x, want);
+  }
+  for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+  unsigned long long cached = atomic_load(&hvd_g.stat_cached) - c0;
+  unsigned long long negotiated = atomic_load(&hvd_g.stat_negotiated) - n0;
+  printf("rank %d: threads: %llu from the cache, %llu negotiated\n", R, cached, negotiated);
+  CHECK(negotiated == THREADS + 1 && cached == (THREADS + 1) * (THREAD_CALLS - 1),
+        "rank %d: %d names called %d times each: %llu negotiated and %llu from the cache; "
+        "expected %d and %d", R, THREADS + 1, THREAD_CALLS, negotiated, cached, THREADS + 1,
+        (THREADS + 1) * (THREAD_CALLS - 1));
+}
+
 /* Compares the dumps of two runs, rank by rank. */
 static int same_files(const char *a, const char *b) {
   FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
@@ -289,10 +342,14 @@ int main(int argc, char **argv) {
         printf("FAIL: used at np=%d\n", np);
         rc = 1;
       }
+      if (!rc && hvd_test_mpirun(argv[0], np, "threads", "", 120, NULL, 0) != 0) {
+        printf("FAIL: threads at np=%d\n", np);
+        rc = 1;
+      }
     }
     rmdir(dir);
-    if (rc == 0) printf("response cache: identical results, mismatches, eviction, join "
-                        "and hits on 1-4 ranks\n");
+    if (rc == 0) printf("response cache: identical results, mismatches, eviction, join, "
+                        "hits and threads on 1-4 ranks\n");
     return rc ? 1 : 0;
   }
   const char *mode = argc > 1 ? argv[1] : "";
@@ -304,6 +361,7 @@ int main(int argc, char **argv) {
   else if (strcmp(mode, "evict") == 0) mode_evict();
   else if (strcmp(mode, "join") == 0) mode_join();
   else if (strcmp(mode, "used") == 0) mode_used();
+  else if (strcmp(mode, "threads") == 0) mode_threads();
   else CHECK(0, "unknown mode \"%s\"", mode);
   CHECK_OK(hvd_shutdown());
   printf("rank %d of %d: %s ok\n", R, N, mode);
