@@ -521,10 +521,10 @@ static void global_shutdown(bg_t *bg, hvd_status_t s, const char *text) {
   hvd_msg_header_t h = {HVD_MSG_SHUTDOWN, 0, 0, s};
   int ok = hvd_buf_put(&b, &h, sizeof(h)) && hvd_buf_put(&b, &rounds_run, sizeof(rounds_run)) &&
            hvd_buf_put(&b, full, strlen(full));
-  if (!ok) snprintf(err, sizeof(err), "rank 0: out of memory for the shutdown notice");
+  if (!ok) hvd_log(HVD_LOG_ERROR, "rank 0: out of memory for the shutdown notice");
+  /* A send that fails does not keep the notice from the other workers. */
   for (int r = 1; r < hvd_g.size && ok; r++)
-    if (!send_bytes(bg, r, b.p, b.len, err, sizeof(err))) ok = 0;
-  if (!ok) hvd_log(HVD_LOG_ERROR, "%s", err);
+    if (!send_bytes(bg, r, b.p, b.len, err, sizeof(err))) hvd_log(HVD_LOG_ERROR, "%s", err);
   hvd_buf_free(&b);
   local_stop(s, full);
   double deadline = util_now_us() + DRAIN_LIMIT_US;
@@ -951,8 +951,12 @@ static void idle_wait(double wait_us) {
 static int round_news(const bg_t *bg) {
   unsigned flags = (hvd_g.joined ? ROUND_FLAG_JOINED : 0) |
                    (bg->stopping ? ROUND_FLAG_STOP : 0);
-  if (flags != bg->sent_flags || bg->ninvals > 0) return 1;
+  if (flags != bg->sent_flags) return 1;
   if (hvd_g.rank == 0 && bg->lists_seen != bg->sent_lists) return 1;
+  /* Stopping or failed: start_round sends no hits or invalidations, so they are no
+     news (else every turn would start a round until the STOP round). */
+  if (bg->stopping || bg->failed) return 0;
+  if (bg->ninvals > 0) return 1;
   for (int i = 0; i < bg->nhits; i++)
     if (!bg->hits[i].announced) return 1;
   return 0;
@@ -999,14 +1003,14 @@ static int rounds_turn(bg_t *bg, int *progressed) {
 static int turn(bg_t *bg, int *progressed_out) {
   char err[HVD_ERROR_MAX];
   int progressed = 0, end = 0, sd = 0, src;
-  double turn = util_now_us();
-  atomic_store(&hvd_g.bg_alive_us, (long long)turn);
+  double started = util_now_us();
+  atomic_store(&hvd_g.bg_alive_us, (long long)started);
   if (atomic_load(&hvd_g.failed)) {   /* the watchdog's stall shutdown */
     fail(HVD_ERR_TIMEOUT, "");
     return 1;
   }
-  if (turn - bg->last_liveness_us >= LIVENESS_EVERY_US) {
-    bg->last_liveness_us = turn;
+  if (started - bg->last_liveness_us >= LIVENESS_EVERY_US) {
+    bg->last_liveness_us = started;
     hvd_status_t ns;
     if (hvd_liveness_take_notice(&ns, err, sizeof(err))) {
       if (ns == HVD_ERR_PEER_LOST) atomic_store(&hvd_g.peer_lost, 1);
@@ -1014,7 +1018,7 @@ static int turn(bg_t *bg, int *progressed_out) {
                                    !hvd_liveness_given_up());
       return 1;
     }
-    if (hvd_liveness_tick(turn, err, sizeof(err))) {
+    if (hvd_liveness_tick(started, err, sizeof(err))) {
       fail(HVD_ERR_PEER_LOST, err);
       return 1;
     }
@@ -1132,7 +1136,10 @@ void hvd_background_help(struct hvd_request *req) {
     /* Asked again each turn: CUDA may come into the process meanwhile. */
     if (!hvd_device_host_only()) break;
     if (pthread_mutex_trylock(&engine_mu) == 0) {
-      if (engine_state != ENGINE_RUNNING) {
+      /* Asked again under the lock: the background thread's turns load the CUDA backend
+         (under this lock), and a turn on this thread must not take a device buffer for
+         host memory (take_submissions). */
+      if (engine_state != ENGINE_RUNNING || !hvd_device_host_only()) {
         pthread_mutex_unlock(&engine_mu);
         break;
       }
@@ -1178,13 +1185,16 @@ static void loop(bg_t *bg) {
   for (;;) {
     if (atomic_load(&engine_helpers) > 0) {
       /* A waiting caller runs the turns (submissions included); it wakes this thread
-         when it leaves work behind. */
+         when it leaves work behind. A helper kept off the core between two turns holds
+         nothing, though: then this thread takes a turn, so heartbeats and rank 0's
+         coordination go on. */
       helpers_wait();
-      continue;
+      if (pthread_mutex_trylock(&engine_mu) != 0) continue;
+    } else {
+      pthread_mutex_lock(&engine_mu);
     }
     int progressed = 0;
     double wait_us = 0;
-    pthread_mutex_lock(&engine_mu);
     int end = engine_state != ENGINE_RUNNING;   /* a helper's turn ended the loop */
     if (!end) end = turn(bg, &progressed);
     if (end) {
