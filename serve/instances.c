@@ -30,9 +30,7 @@ int serve_normalization(const char *dataset, serve_input_spec_t *spec) {
   return -1;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
+int serve_fail(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err, errlen, fmt, ap);
@@ -66,16 +64,16 @@ static int flatten(const json_t *s, const int *dims, int ndim, double *out, size
                    const char *what, int inst, char *err, size_t errlen) {
   if (ndim == 0) {
     if (!json_is_number(s))
-      return fail(err, errlen, "%s %d: element %zu is %s: expected a number (DT_FLOAT)",
+      return serve_fail(err, errlen, "%s %d: element %zu is %s: expected a number (DT_FLOAT)",
                   what, inst, *at, json_kind(s));
     double v = json_number_value(s);
     if (!isfinite(v) || fabs(v) > 3.0e38)
-      return fail(err, errlen, "%s %d: element %zu is not a finite float", what, inst, *at);
+      return serve_fail(err, errlen, "%s %d: element %zu is not a finite float", what, inst, *at);
     out[(*at)++] = v;
     return 0;
   }
   if (!json_is_array(s) || (int)json_array_size(s) != dims[0])
-    return fail(err, errlen, "%s %d: ragged array: %s where an array of %d was expected",
+    return serve_fail(err, errlen, "%s %d: ragged array: %s where an array of %d was expected",
                 what, inst, json_is_array(s) ? "an array of another length" : json_kind(s),
                 dims[0]);
   for (int i = 0; i < dims[0]; i++)
@@ -91,7 +89,7 @@ static int read_sample(const json_t *s, const serve_input_spec_t *sp, const char
                        double *hwc, float *x, char *err, size_t errlen) {
   if (json_is_object(s)) { /* {"NAME": S}: the one named input */
     if (json_object_size(s) != 1)
-      return fail(err, errlen, "%s %d: an object with %zu keys: the model has one input%s",
+      return serve_fail(err, errlen, "%s %d: an object with %zu keys: the model has one input%s",
                   what, inst, json_object_size(s),
                   strcmp(what, "example") == 0 ? " (one feature, the image)" : "");
     s = json_object_iter_value(json_object_iter((json_t *)s));
@@ -111,9 +109,9 @@ static int read_sample(const json_t *s, const serve_input_spec_t *sp, const char
       snprintf(got + p, sizeof got - (size_t)p, "%s]", ndim == 4 ? ",..." : "");
     }
     if (c == 1)
-      return fail(err, errlen, "%s %d has shape %s: expected [%d,%d,1], [%d,%d] or [%d]",
+      return serve_fail(err, errlen, "%s %d has shape %s: expected [%d,%d,1], [%d,%d] or [%d]",
                   what, inst, got, h, w, h, w, h * w);
-    return fail(err, errlen, "%s %d has shape %s: expected [%d,%d,%d] or [%d]", what, inst, got,
+    return serve_fail(err, errlen, "%s %d has shape %s: expected [%d,%d,%d] or [%d]", what, inst, got,
                 h, w, c, c * h * w);
   }
   size_t at = 0;
@@ -131,7 +129,7 @@ static int read_sample(const json_t *s, const serve_input_spec_t *sp, const char
 
 static int check_signature(const json_t *v, char *err, size_t errlen) {
   if (!json_is_string(v) || strcmp(json_string_value(v), "serving_default") != 0)
-    return fail(err, errlen, "Serving signature name: %s not found in signature def "
+    return serve_fail(err, errlen, "Serving signature name: %s not found in signature def "
                 "(the one signature is \"serving_default\")",
                 json_is_string(v) ? json_string_value(v) : json_kind(v));
   return 0;
@@ -148,16 +146,16 @@ static int find_examples(json_t *root, const json_t **list, char *err, size_t er
       if (check_signature(v, err, errlen)) return -1;
     } else if (strcmp(key, "context") == 0) {
       if (!json_is_object(v))
-        return fail(err, errlen, "'context' is %s: expected an object", json_kind(v));
+        return serve_fail(err, errlen, "'context' is %s: expected an object", json_kind(v));
       if (json_object_size(v) != 0)
-        return fail(err, errlen, "'context' has features: the model has one feature, the "
+        return serve_fail(err, errlen, "'context' has features: the model has one feature, the "
                     "image; give it in each example");
     } else
-      return fail(err, errlen, "unknown key \"%.64s\": expected \"examples\"", key);
+      return serve_fail(err, errlen, "unknown key \"%.64s\": expected \"examples\"", key);
   }
-  if (!ex) return fail(err, errlen, "Missing 'examples' key");
+  if (!ex) return serve_fail(err, errlen, "Missing 'examples' key");
   if (!json_is_array(ex))
-    return fail(err, errlen, "'examples' is %s: expected a list of examples", json_kind(ex));
+    return serve_fail(err, errlen, "'examples' is %s: expected a list of examples", json_kind(ex));
   *list = ex;
   return 0;
 }
@@ -174,20 +172,20 @@ static int find_samples(json_t *root, const json_t **list, int *columnar, char *
     else if (strcmp(key, "signature_name") == 0) {
       if (check_signature(v, err, errlen)) return -1;
     } else
-      return fail(err, errlen, "unknown key \"%.64s\": expected \"instances\" or \"inputs\"", key);
+      return serve_fail(err, errlen, "unknown key \"%.64s\": expected \"instances\" or \"inputs\"", key);
   }
-  if (inst && inputs) return fail(err, errlen, "Not both 'instances' and 'inputs' may be given");
-  if (!inst && !inputs) return fail(err, errlen, "Missing 'inputs' or 'instances' key");
+  if (inst && inputs) return serve_fail(err, errlen, "Not both 'instances' and 'inputs' may be given");
+  if (!inst && !inputs) return serve_fail(err, errlen, "Missing 'inputs' or 'instances' key");
   *columnar = inputs != NULL;
   v = inst ? inst : inputs;
   if (inputs && json_is_object(v)) { /* {"inputs": {"NAME": [S, ...]}} */
     if (json_object_size(v) != 1)
-      return fail(err, errlen, "'inputs' names %zu inputs: the model has one",
+      return serve_fail(err, errlen, "'inputs' names %zu inputs: the model has one",
                   json_object_size(v));
     v = json_object_iter_value(json_object_iter(v));
   }
   if (!json_is_array(v))
-    return fail(err, errlen, "'%s' is %s: expected a list of samples",
+    return serve_fail(err, errlen, "'%s' is %s: expected a list of samples",
                 inst ? "instances" : "inputs", json_kind(v));
   *list = v;
   return 0;
@@ -199,20 +197,20 @@ static int parse(const char *body, size_t len, const serve_input_spec_t *spec, i
   json_error_t jerr;
   json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root)
-    return fail(err, errlen, "JSON Parse error: %s at line %d column %d", jerr.text, jerr.line,
+    return serve_fail(err, errlen, "JSON Parse error: %s at line %d column %d", jerr.text, jerr.line,
                 jerr.column);
   const json_t *list = NULL;
   const char *what = classify ? "example" : "instance";
   int columnar = 0, rc;
   if (!json_is_object(root))
-    rc = fail(err, errlen, "the request body is %s: expected a JSON object", json_kind(root));
+    rc = serve_fail(err, errlen, "the request body is %s: expected a JSON object", json_kind(root));
   else
     rc = classify ? find_examples(root, &list, err, errlen)
                   : find_samples(root, &list, &columnar, err, errlen);
   size_t n = rc == 0 ? json_array_size(list) : 0;
-  if (rc == 0 && n == 0) rc = fail(err, errlen, "no %ss: expected at least one sample", what);
+  if (rc == 0 && n == 0) rc = serve_fail(err, errlen, "no %ss: expected at least one sample", what);
   if (rc == 0 && n > (size_t)spec->max_instances)
-    rc = fail(err, errlen, "%zu %ss: at most %d per request (--max-instances)", n, what,
+    rc = serve_fail(err, errlen, "%zu %ss: at most %d per request (--max-instances)", n, what,
               spec->max_instances);
   size_t per = (size_t)spec->c * spec->h * spec->w;
   double *hwc = NULL;
@@ -220,7 +218,7 @@ static int parse(const char *body, size_t len, const serve_input_spec_t *spec, i
   if (rc == 0) {
     hwc = malloc(per * sizeof(double));
     x = malloc(n * per * sizeof(float));
-    if (!hwc || !x) rc = fail(err, errlen, "out of memory for %zu instances", n);
+    if (!hwc || !x) rc = serve_fail(err, errlen, "out of memory for %zu instances", n);
   }
   for (size_t i = 0; rc == 0 && i < n; i++)
     rc = read_sample(json_array_get(list, i), spec, what, (int)i, hwc, x + i * per, err, errlen);

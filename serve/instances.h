@@ -48,4 +48,9 @@ int serve_examples_parse(const char *body, size_t len, const serve_input_spec_t 
                          serve_instances_t *out, char *err, size_t errlen);
 void serve_instances_free(serve_instances_t *in);
 
+/* Writes the message to err (errlen bytes) and returns -1: the error return of serve's
+   parsers and loaders. */
+int serve_fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif /* SERVE_INSTANCES_H */

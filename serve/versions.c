@@ -10,7 +10,6 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,16 +34,6 @@ static void unlock(serve_models_t *m) {
 }
 
 /* ---- what a file records (train --export's __metadata__, docs/serve.md) ---- */
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 static void free_labels(char **labels) {
   if (!labels) return;
@@ -94,12 +83,12 @@ static int read_info(const serve_models_t *m, const char *path, serve_version_in
   memset(info, 0, sizeof *info);
   memset(shape, 0, 4 * sizeof *shape);
   nn_st_file_t f;
-  if (nn_st_read(path, &f) != NN_OK) return fail(err, errlen, "%s", nn_last_error());
+  if (nn_st_read(path, &f) != NN_OK) return serve_fail(err, errlen, "%s", nn_last_error());
   int rc = 0;
   const char *ver = nn_st_meta_get(&f, "hvd_format_version");
   if (!ver) goto done;
   if (strcmp(ver, "1") != 0) {
-    rc = fail(err, errlen, "%s: hvd_format_version \"%.32s\" in its __metadata__: this serve "
+    rc = serve_fail(err, errlen, "%s: hvd_format_version \"%.32s\" in its __metadata__: this serve "
               "reads version 1 (the file is from a newer train?)", path, ver);
     goto done;
   }
@@ -107,13 +96,13 @@ static int read_info(const serve_models_t *m, const char *path, serve_version_in
                                      "norm_std"};
   for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
     if (!nn_st_meta_get(&f, need[i])) {
-      rc = fail(err, errlen, "%s: its __metadata__ (hvd_format_version 1) lacks \"%s\"", path,
+      rc = serve_fail(err, errlen, "%s: its __metadata__ (hvd_format_version 1) lacks \"%s\"", path,
                 need[i]);
       goto done;
     }
   const char *model = nn_st_meta_get(&f, "model");
   if (strcmp(model, m->cfg.arch) != 0) {
-    rc = fail(err, errlen, "%s was exported for model %.60s (its __metadata__ \"model\"), not "
+    rc = serve_fail(err, errlen, "%s was exported for model %.60s (its __metadata__ \"model\"), not "
               "for --model %s: serve it with --model %.60s", path, model, m->cfg.arch, model);
     goto done;
   }
@@ -124,14 +113,14 @@ static int read_info(const serve_models_t *m, const char *path, serve_version_in
   const char *txt = nn_st_meta_get(&f, "input_shape");
   if (parse_list(txt, d, 3) != 3 || d[0] < 1 || d[1] < 1 || d[2] < 1 || d[0] > 65536 ||
       d[1] > 65536 || d[2] > 65536 || d[0] != (int)d[0] || d[1] != (int)d[1] || d[2] != (int)d[2]) {
-    rc = fail(err, errlen, "%s: __metadata__ \"input_shape\" is \"%.40s\": expected \"C,H,W\" "
+    rc = serve_fail(err, errlen, "%s: __metadata__ \"input_shape\" is \"%.40s\": expected \"C,H,W\" "
               "(positive integers)", path, txt);
     goto done;
   }
   for (int i = 0; i < 3; i++) shape[i] = (int)d[i];
   txt = nn_st_meta_get(&f, "num_classes");
   if (parse_list(txt, d, 1) != 1 || d[0] < 1 || d[0] > 1e6 || d[0] != (int)d[0]) {
-    rc = fail(err, errlen, "%s: __metadata__ \"num_classes\" is \"%.40s\": expected a positive "
+    rc = serve_fail(err, errlen, "%s: __metadata__ \"num_classes\" is \"%.40s\": expected a positive "
               "integer", path, txt);
     goto done;
   }
@@ -145,7 +134,7 @@ static int read_info(const serve_models_t *m, const char *path, serve_version_in
     int ok = n == shape[0];
     for (int i = 0; ok && i < n; i++) ok = fabs(d[i]) < 1e30 && (k == 0 || d[i] > 0);
     if (!ok) {
-      rc = fail(err, errlen, "%s: __metadata__ \"%s\" is \"%.60s\": expected %d number(s), one "
+      rc = serve_fail(err, errlen, "%s: __metadata__ \"%s\" is \"%.60s\": expected %d number(s), one "
                 "per input channel%s", path, keys[k], txt, shape[0],
                 k ? ", each above 0" : "");
       goto done;
@@ -166,9 +155,9 @@ static int read_info(const serve_models_t *m, const char *path, serve_version_in
           free_labels(info->labels);
           info->labels = NULL;
         }
-      if (!info->labels) rc = fail(err, errlen, "out of memory");
+      if (!info->labels) rc = serve_fail(err, errlen, "out of memory");
     } else {
-      rc = fail(err, errlen, "%s: __metadata__ \"class_names\" is not a JSON array of %d "
+      rc = serve_fail(err, errlen, "%s: __metadata__ \"class_names\" is not a JSON array of %d "
                 "strings", path, shape[3]);
     }
     json_decref(a);
