@@ -5,13 +5,13 @@
    Backward, per sample i:  dW^T += col dy_i^T (added into dW at the end);  db += sum_p dy_i;
                             dcol = W^T dy_i;   dx_i += col2im(dcol)
    A 1x1 stride-1 unpadded convolution is a plain GEMM on x_i: no im2col, and dx_i is
-   accumulated straight from W^T dy_i. 3x3 and 5x5 stride-1 convolutions with at least
-   nn_conv2d_wino_min_channels channels each way compute y and dx by Winograd
-   (nn/conv_winograd.c: 2.25x / 2.8x fewer multiplications) and dW through the same
-   transforms. Other stride-1 convolutions with at most nn_conv2d_direct_max_channels
-   channels each way (resnet20's 16-channel layers and first layer) compute y, dx and,
-   for 3x3 kernels, dW by a direct register-blocked kernel (nn/conv_direct.c; AVX-512,
-   chosen at run time) without an im2col buffer.
+   accumulated straight from W^T dy_i. Stride-1 convolutions with at most
+   nn_conv2d_direct_max_channels channels each way (resnet20's 16- and 32-channel layers
+   and first layer) compute y, dx and, for 3x3 kernels, dW by a direct register-blocked
+   kernel (nn/conv_direct.c; AVX-512, chosen at run time) without an im2col buffer.
+   Other 3x3 and 5x5 stride-1 convolutions with at least nn_conv2d_wino_min_channels
+   channels each way compute y and dx by Winograd (nn/conv_winograd.c: 2.25x / 2.8x fewer
+   multiplications) and dW through the same transforms.
 
    Threads: the batch is cut into contiguous chunks, one per worker, each running
    single-threaded OpenBLAS on its own im2col buffer (a slot of the caller's workspace).
@@ -96,10 +96,13 @@ int nn_conv2d_wino_min_channels = 32;
    resnet50's 56x56 and 512-channel layers stay on im2col). */
 int nn_conv2d_wino_max_channels = 128;
 
+static int conv_direct_takes(const nn_conv2d_shape_t *s);
+
 static int conv_is_wino(const nn_conv2d_shape_t *s) {
   int tiles = ((s->h_out + 1) / 2) * ((s->w_out + 1) / 2);
-  return nn_conv2d_winograd && (s->kh == 3 || s->kh == 5) && s->kw == s->kh &&
-         s->stride_h == 1 && s->stride_w == 1 && s->pad_h < s->kh && s->pad_w < s->kw &&
+  return nn_conv2d_winograd && !(s->kh == 3 && conv_direct_takes(s)) &&
+         (s->kh == 3 || s->kh == 5) && s->kw == s->kh && s->stride_h == 1 &&
+         s->stride_w == 1 && s->pad_h < s->kh && s->pad_w < s->kw &&
          s->c_in >= nn_conv2d_wino_min_channels && s->c_out >= nn_conv2d_wino_min_channels &&
          s->c_in <= nn_conv2d_wino_max_channels && s->c_out <= nn_conv2d_wino_max_channels &&
          tiles <= nn_wino_group_tiles;
@@ -112,19 +115,45 @@ static int conv_is_wino(const nn_conv2d_shape_t *s) {
    has AVX-512; 2 also takes it with AVX2 alone (for tests and measurements on an
    AVX2-only CPU); 0 never. Planes narrower than 8 columns would leave most lanes idle,
    and fewer than 8 output channels leave the channel blocks mostly empty (the first
-   layer's input gradient, lenet's 1-channel input). */
+   layer's input gradient, lenet's 1-channel input). For 3x3 kernels (the only ones
+   measured) it also goes before Winograd: on
+   resnet20's 32->32 16x16 layer (1 thread, batch 64, AVX-512) forward 5.9 -> 4.4 ms and
+   backward 13.7 -> 10.8 ms against Winograd (nn_layer_bench, 3 A/B rounds; 2 x 31
+   alternating reps of thread CPU time, loaded machine: 4.4 -> 3.8 and 11.0 -> 10.2). */
 int nn_conv2d_direct = 1;
 int nn_conv2d_direct_max_channels = 32;
 
-static int conv_direct_ok(const nn_conv2d_shape_t *s) {
+/* The stride-1 shapes the direct kernel takes, before Winograd (see nn_conv2d_direct). */
+static int conv_direct_takes(const nn_conv2d_shape_t *s) {
   int vec = nn_conv_direct_vec();
   return nn_conv2d_direct && (vec == 16 || (vec == 8 && nn_conv2d_direct == 2)) &&
-         s->stride_h == 1 && s->stride_w == 1 && !conv_is_direct(s) && !conv_is_wino(s) &&
-         s->pad_h < s->kh && s->pad_w < s->kw && s->c_in <= nn_conv2d_direct_max_channels &&
+         s->stride_h == 1 && s->stride_w == 1 && !conv_is_direct(s) && s->pad_h < s->kh &&
+         s->pad_w < s->kw && s->c_in <= nn_conv2d_direct_max_channels &&
          s->c_out <= nn_conv2d_direct_max_channels && s->w_out >= 8 && s->w_in >= 8;
 }
+static int conv_direct_ok(const nn_conv2d_shape_t *s) {
+  return conv_direct_takes(s) && !conv_is_wino(s);
+}
+/* Stride-2 forward by the direct kernel on even and odd column planes (AVX-512 only,
+   like the stride-1 default), up to nn_conv2d_direct_s2_max_channels channels each way;
+   dx and dW of stride 2 stay on im2col. Measured (1 thread, batch 64, AVX-512, fastest
+   of 4 x 9 alternating reps): resnet20's 16->32 3x3 s2 32x32 forward 3.7 -> 2.9 ms; but
+   its 32->64 s2 16x16 (8 output columns: half of each vector idle) 3.1 -> 4.4 ms with 64
+   channels allowed, and the 1x1 s2 downsample (im2col is a cheap subsample there)
+   0.49 -> 1.45 ms: so at most 32 channels, and no 1x1 kernels. The 3x3 dW kernel run on
+   the column planes (one output row at a time) lost to im2col + GEMM on the 16->32
+   layer, 9.0 -> 10.1 ms of backward, so it was not kept. */
+int nn_conv2d_direct_s2_max_channels = 32;
+
+static int conv_direct_s2_fwd(const nn_conv2d_shape_t *s) {
+  int vec = nn_conv_direct_vec();
+  return nn_conv2d_direct && (vec == 16 || (vec == 8 && nn_conv2d_direct == 2)) &&
+         s->stride_h == 2 && s->stride_w == 2 && s->kh * s->kw > 1 && s->pad_h < s->kh &&
+         s->pad_w < s->kw && s->c_in <= nn_conv2d_direct_s2_max_channels &&
+         s->c_out <= nn_conv2d_direct_s2_max_channels && s->c_out >= 8 && s->w_out >= 8;
+}
 static int conv_direct_fwd(const nn_conv2d_shape_t *s) {
-  return conv_direct_ok(s) && s->c_out >= 8;
+  return (conv_direct_ok(s) && s->c_out >= 8) || conv_direct_s2_fwd(s);
 }
 static int conv_direct_dx(const nn_conv2d_shape_t *s) {
   return conv_direct_ok(s) && s->c_in >= 8;
@@ -135,17 +164,24 @@ static int conv_direct_dw(const nn_conv2d_shape_t *s) {
   if (!conv_direct_ok(s)) return 0;
   nn_conv_direct_t f;
   nn_conv_direct_plan(&f, s->c_in, s->c_out, s->h_in, s->w_in, s->kh, s->kw, s->pad_h,
-                      s->pad_w);
+                      s->pad_w, 1);
   return nn_conv_direct_dweight_ok(&f);
 }
-/* Forward plan, and the plan of the input gradient: the same kernel on dy with the
-   flipped, transposed weights and pad k-1 - pad. */
+/* Forward plan, and the plan of the input gradient (stride 1 only): the same kernel on
+   dy with the flipped, transposed weights and pad k-1 - pad. */
 static void conv_direct_plans(const nn_conv2d_shape_t *s, nn_conv_direct_t *fwd,
                               nn_conv_direct_t *bwd) {
   nn_conv_direct_plan(fwd, s->c_in, s->c_out, s->h_in, s->w_in, s->kh, s->kw, s->pad_h,
-                      s->pad_w);
+                      s->pad_w, s->stride_h);
   nn_conv_direct_plan(bwd, s->c_out, s->c_in, s->h_out, s->w_out, s->kh, s->kw,
-                      s->kh - 1 - s->pad_h, s->kw - 1 - s->pad_w);
+                      s->kh - 1 - s->pad_h, s->kw - 1 - s->pad_w, 1);
+}
+
+int nn_conv2d_direct_passes(const nn_conv2d_shape_t *s) {
+  nn_conv2d_shape_t t = *s;
+  if (nn_conv2d_shape(&t) != NN_OK) return 0;
+  return (conv_direct_fwd(&t) ? 1 : 0) | (conv_direct_dx(&t) ? 2 : 0) |
+         (conv_direct_dw(&t) ? 4 : 0);
 }
 
 /* Forward plan, and the plan of the input gradient: conv(dy, flipped w^T, pad k-1 - pad). */
@@ -174,6 +210,11 @@ static size_t conv_slot_floats(const nn_conv2d_shape_t *s) {
     /* the weight gradient's plane and 16 partial sums per weight */
     size_t dwf = nn_conv_direct_plane_floats(&f) + (size_t)s->c_out * s->c_in * 9 * 16;
     if (s->kh == 3 && s->kw == 3 && dwf > v) v = dwf;
+  }
+  if (conv_direct_s2_fwd(s)) {
+    nn_conv_direct_t f, b;
+    conv_direct_plans(s, &f, &b);
+    if (nn_conv_direct_plane_floats(&f) > v) v = nn_conv_direct_plane_floats(&f);
   }
   return (v + 15) & ~(size_t)15;  /* keep every slot 64-byte aligned relative to the base */
 }

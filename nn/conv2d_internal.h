@@ -3,6 +3,8 @@
 #ifndef NN_CONV2D_INTERNAL_H
 #define NN_CONV2D_INTERNAL_H
 
+#include "nn/nn.h"
+
 #include <stddef.h>
 
 /* im2col is done in blocks of whole output rows: about this many bytes of col per block,
@@ -52,26 +54,36 @@ void nn_wino_dweight_run(const nn_wino_t *p, const float *x, const float *dy, fl
                          float *ws, int i0, int i1);
 void nn_wino_dweight_finish(const nn_wino_t *p, const float *du, float *dw);
 
-/* Direct stride-1 convolution (nn/conv_direct.c) for few channels: forward and input
-   gradient, one sample at a time through a zero-padded copy of its input planes. */
+/* Direct convolution (nn/conv_direct.c) for few channels: forward and input gradient of
+   stride 1, forward of stride 2, one sample at a time through a zero-padded copy of its
+   input planes (for stride 2 split into even and odd columns). */
 typedef struct {
   int ci, co, h, w, kh, kw, ph, pw, ho, wo;
-  int vec;     /* floats per vector: 16 (AVX-512), 8 (AVX2), 0 (no kernel on this CPU) */
-  int nvec;    /* vectors per output row */
-  int hp, wp;  /* the padded plane */
+  int stride;    /* 1 or 2, both ways */
+  int vec;       /* floats per vector: 16 (AVX-512), 8 (AVX2), 0 (no kernel on this CPU) */
+  int nvec;      /* vectors per output row */
+  int hp, wp;    /* the padded plane (stride 2: each column plane) */
+  size_t phase;  /* hp * wp: floats of one (column) plane */
 } nn_conv_direct_t;
 
-/* 1 (default): stride-1 convolutions that neither Winograd nor the 1x1 GEMM takes, with
-   at most nn_conv2d_direct_max_channels channels each way, run forward and input
-   gradient by the direct kernel where the CPU has AVX2 + FMA; 0: im2col + GEMM. */
+/* 1 (default): stride-1 convolutions other than the 1x1 GEMM with at most
+   nn_conv2d_direct_max_channels channels each way (before Winograd), and the forward of
+   stride-2 ones with at most nn_conv2d_direct_s2_max_channels, run by the direct kernel
+   where the CPU has AVX-512 (2: also with AVX2 + FMA alone); 0: im2col + GEMM or
+   Winograd. */
 extern int nn_conv2d_direct;
 extern int nn_conv2d_direct_max_channels;
+/* Stride-2 forward by the direct kernel: at most this many channels each way. */
+extern int nn_conv2d_direct_s2_max_channels;
+/* Which passes of the convolution s the direct kernel runs now: 1 forward, 2 input
+   gradient, 4 weight gradient (or-ed; 0 for a bad shape). For tests. */
+int nn_conv2d_direct_passes(const nn_conv2d_shape_t *s);
 
 /* Floats per vector of the direct kernel on this CPU (16, 8, or 0: none). */
 int nn_conv_direct_vec(void);
 void nn_conv_direct_plan(nn_conv_direct_t *d, int ci, int co, int h, int w, int kh, int kw,
-                         int ph, int pw);
-/* Floats of one thread's padded plane. */
+                         int ph, int pw, int stride);
+/* stride: 1, or 2 (both ways; the forward only). Floats of one thread's padded plane: */
 size_t nn_conv_direct_plane_floats(const nn_conv_direct_t *d);
 /* wt[ci][co][kh][kw] = w[co][ci][kh-1-y][kw-1-x]: the weights of the input gradient. */
 void nn_conv_direct_flip(const float *w, int co, int ci, int kh, int kw, float *wt);
@@ -80,8 +92,8 @@ void nn_conv_direct_flip(const float *w, int co, int ci, int kh, int kw, float *
 void nn_conv_direct_run(const nn_conv_direct_t *d, const float *x, const float *w,
                         const float *bias, int accumulate, float *y, float *plane, int i0,
                         int i1);
-/* Weight gradient of 3x3 kernels on AVX-512 (nn_conv_direct_dweight_ok; d: the forward
-   plan): acc16 (nn_conv_direct_dweight_floats: 16 partial sums per weight) = the sums of
+/* Weight gradient of stride-1 3x3 kernels on AVX-512 (nn_conv_direct_dweight_ok; d: the
+   forward plan): acc16 (nn_conv_direct_dweight_floats: 16 partial sums per weight) = the sums of
    samples [i0, i1) of x and dy; nn_conv_direct_dweight_finish adds them into
    dw[co][ci][3][3]. plane: scratch of nn_conv_direct_plane_floats. */
 int nn_conv_direct_dweight_ok(const nn_conv_direct_t *d);

@@ -1,5 +1,7 @@
-/* nn/conv_direct.c: stride-1 convolutions with few channels as a direct, register-blocked
-   sum over taps (AVX-512, or AVX2 + FMA where a caller asks for it; chosen at run time).
+/* nn/conv_direct.c: stride-1 and stride-2 convolutions with few channels as a direct,
+   register-blocked sum over taps (AVX-512, or AVX2 + FMA where a caller asks for it;
+   chosen at run time). Stride 2 (forward only) reads the padded input split into even
+   and odd column planes (direct_fill_phases), so its loads too are contiguous vectors.
 
    For resnet20's 16-channel 32x32 layers im2col + GEMM spends much of its time writing
    and reading a 9x larger column buffer, and OpenBLAS runs GEMMs with M = 16 well below
@@ -41,7 +43,8 @@ int nn_conv_direct_vec(void) {
 }
 
 void nn_conv_direct_plan(nn_conv_direct_t *d, int ci, int co, int h, int w, int kh, int kw,
-                         int ph, int pw) {
+                         int ph, int pw, int stride) {
+  d->stride = stride;
   d->ci = ci;
   d->co = co;
   d->h = h;
@@ -50,20 +53,21 @@ void nn_conv_direct_plan(nn_conv_direct_t *d, int ci, int co, int h, int w, int 
   d->kw = kw;
   d->ph = ph;
   d->pw = pw;
-  d->ho = h + 2 * ph - kh + 1;
-  d->wo = w + 2 * pw - kw + 1;
+  d->ho = (h + 2 * ph - kh) / stride + 1;
+  d->wo = (w + 2 * pw - kw) / stride + 1;
   d->vec = nn_conv_direct_vec();
   int v = d->vec ? d->vec : 1;
   d->nvec = (d->wo + v - 1) / v;
-  d->hp = d->ho + kh - 1;
-  d->wp = d->nvec * v + kw - 1;
+  d->hp = (d->ho - 1) * stride + kh;
+  d->wp = d->nvec * v + (kw - 1) / stride;
+  d->phase = (size_t)d->hp * d->wp;
 }
 
 /* Sized for 16-float vectors whatever the CPU: the workspace then does not depend on
    the level chosen (nn_simd_limit may change between sizing and use). */
 size_t nn_conv_direct_plane_floats(const nn_conv_direct_t *d) {
-  size_t wp = (size_t)(d->wo + 15) / 16 * 16 + d->kw - 1;
-  return (size_t)d->ci * d->hp * wp;
+  size_t wp = (size_t)(d->wo + 15) / 16 * 16 + (d->kw - 1) / d->stride;
+  return (size_t)d->ci * d->stride * d->hp * wp;
 }
 
 void nn_conv_direct_flip(const float *w, int co, int ci, int kh, int kw, float *wt) {
@@ -74,10 +78,41 @@ void nn_conv_direct_flip(const float *w, int co, int ci, int kh, int kw, float *
         wt[((size_t)i * co + o) * kk + (kk - 1 - k)] = w[((size_t)o * ci + i) * kk + k];
 }
 
+/* Stride 2: padded column q of channel c lies in column plane q % 2 at q / 2, i.e. at
+   xp[c][q % 2][row][q / 2]. A tap j of output column ow then reads plane j % 2 at
+   ow + j / 2: consecutive output columns read consecutive floats, so the kernel's
+   vector loads work unchanged on stride-2 convolutions. */
+static void direct_fill_phases(const nn_conv_direct_t *d, const float *x, float *xp) {
+  const int wq = d->wp, pw = d->pw, w = d->w;
+  for (int c = 0; c < d->ci; c++) {
+    const float *xc = x + (size_t)c * d->h * w;
+    for (int p = 0; p < 2; p++) {
+      float *pp = xp + ((size_t)c * 2 + p) * d->phase;
+      for (int r = 0; r < d->hp; r++) {
+        float *row = pp + (size_t)r * wq;
+        int ih = r - d->ph;
+        if (ih < 0 || ih >= d->h) {
+          memset(row, 0, sizeof(float) * (size_t)wq);
+          continue;
+        }
+        const float *xr = xc + (size_t)ih * w;
+        for (int k = 0; k < wq; k++) {
+          int iw = 2 * k + p - pw;
+          row[k] = iw >= 0 && iw < w ? xr[iw] : 0.0f;
+        }
+      }
+    }
+  }
+}
+
 /* The padded plane of one sample: the interior rows of x, the rest zero. Rows below
    ph + h (and the left and right margins) are rewritten as zeros every time, so one plane
    serves any sample and any earlier use of the scratch. */
 static void direct_fill_plane(const nn_conv_direct_t *d, const float *x, float *xp) {
+  if (d->stride == 2) {
+    direct_fill_phases(d, x, xp);
+    return;
+  }
   const size_t plane = (size_t)d->hp * d->wp;
   for (int c = 0; c < d->ci; c++) {
     float *pc = xp + (size_t)c * plane;
@@ -113,15 +148,19 @@ static void direct_fill_plane(const nn_conv_direct_t *d, const float *x, float *
       acc[b][r][v] = accumulate ? _mm512_maskz_loadu_ps(m, yp)                             \
                                 : _mm512_set1_ps(bias ? bias[co0 + b] : 0.0f);             \
     }                                                                                      \
+    const int st = d->stride, sm = st - 1;                                                 \
+    const size_t rs = (size_t)st * d->wp; /* floats between output rows */                \
     for (int c = 0; c < d->ci; c++) {                                                      \
-      const float *xr = xp + ((size_t)c * d->hp + oh) * d->wp + ow0;                       \
+      const float *xr = xp + (size_t)c * st * d->phase + (size_t)oh * rs + ow0;            \
       const float *wc = w + ((size_t)co0 * d->ci + c) * kk;                                \
       for (int i = 0; i < d->kh; i++)                                                      \
         for (int j = 0; j < d->kw; j++) {                                                  \
+          /* stride 1: column j; stride 2: plane j % 2, column j / 2 */                    \
+          const float *xt = xr + (size_t)i * d->wp + (size_t)(j & sm) * d->phase + (j >> sm); \
           __m512 xv[NR][NV];                                                               \
           _Pragma("GCC unroll 4") for (int r = 0; r < (NR); r++)                           \
           _Pragma("GCC unroll 2") for (int v = 0; v < (NV); v++)                           \
-            xv[r][v] = _mm512_loadu_ps(xr + (r + i) * d->wp + j + v * 16);                 \
+            xv[r][v] = _mm512_loadu_ps(xt + r * rs + v * 16);                              \
           _Pragma("GCC unroll 8") for (int b = 0; b < (CB); b++) {                         \
             __m512 wv = _mm512_set1_ps(wc[(size_t)b * d->ci * kk + i * d->kw + j]);        \
             _Pragma("GCC unroll 4") for (int r = 0; r < (NR); r++)                         \
@@ -206,14 +245,16 @@ __attribute__((target("avx512f,fma"))) static void direct512_sample(
         __m256 init = _mm256_set1_ps(bias ? bias[co0 + b] : 0.0f);                         \
         acc[b][v] = accumulate ? _mm256_maskload_ps(yp, m) : init;                         \
       }                                                                                    \
+    const int st = d->stride, sm = st - 1;                                                 \
     for (int c = 0; c < d->ci; c++) {                                                      \
-      const float *xr = xp + ((size_t)c * d->hp + oh) * d->wp + ow0;                       \
+      const float *xr = xp + (size_t)c * st * d->phase + (size_t)oh * st * d->wp + ow0;    \
       const float *wc = w + ((size_t)co0 * d->ci + c) * kk;                                \
       for (int i = 0; i < d->kh; i++)                                                      \
         for (int j = 0; j < d->kw; j++) {                                                  \
+          const float *xt = xr + (size_t)i * d->wp + (size_t)(j & sm) * d->phase + (j >> sm); \
           __m256 xv[NV];                                                                   \
           _Pragma("GCC unroll 2")                                                          \
-          for (int v = 0; v < (NV); v++) xv[v] = _mm256_loadu_ps(xr + i * d->wp + j + v * 8);\
+          for (int v = 0; v < (NV); v++) xv[v] = _mm256_loadu_ps(xt + v * 8);              \
           _Pragma("GCC unroll 8")                                                          \
           for (int b = 0; b < (CB); b++) {                                                 \
             __m256 wv = _mm256_broadcast_ss(wc + (size_t)b * d->ci * kk + i * d->kw + j);  \
@@ -365,7 +406,7 @@ DW512_BLOCK(2)
 DW512_BLOCK(1)
 
 int nn_conv_direct_dweight_ok(const nn_conv_direct_t *d) {
-  return d->vec == 16 && d->kh == 3 && d->kw == 3;
+  return d->vec == 16 && d->kh == 3 && d->kw == 3 && d->stride == 1;
 }
 
 size_t nn_conv_direct_dweight_floats(const nn_conv_direct_t *d) {

@@ -180,6 +180,10 @@ def write_layers(root):
     # stride-1 3x3 convolution on an odd plane, which nn computes by its direct kernel
     # (nn/conv_direct.c) in y, dx and dW.
     conv_case(out, "conv2d_3x3_s1_p1_16ch_nobias", 3, 16, 11, 19, 16, 3, 3, 1, 1, 1, 1, False)
+    # The direct kernel in place of Winograd (32 channels), and its stride-2 forward on
+    # column planes (16 -> 32, odd plane, 9 output columns).
+    conv_case(out, "conv2d_3x3_s1_p1_32ch_bias", 2, 32, 9, 11, 32, 3, 3, 1, 1, 1, 1, True)
+    conv_case(out, "conv2d_3x3_s2_p1_16to32_nobias", 2, 16, 13, 17, 32, 3, 3, 2, 2, 1, 1, False)
     return out
 
 

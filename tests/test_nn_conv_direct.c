@@ -1,10 +1,12 @@
-/* tests/test_nn_conv_direct.c: conv2d's direct stride-1 kernel (nn/conv_direct.c:
-   forward and input gradient) against the im2col + GEMM path on the same data, in its
-   AVX-512 form where the CPU has AVX-512 and in its AVX2 form (nn_simd_limit = 2) where
-   it has AVX2: odd plane sizes, rows that end in a partial vector, channel counts that
-   are not a multiple of the channel block, pads 0..2, non-square kernels and planes, bias
-   or not, batch 1 and batches that 2 threads do not split evenly. Also: the path under
-   test is taken (its workspace holds the flipped weights), y and dx are bit-identical for
+/* tests/test_nn_conv_direct.c: conv2d's direct kernel (nn/conv_direct.c: forward and
+   input gradient of stride 1, forward of stride 2 on column planes, and the shapes of
+   <= 32 channels that it takes before Winograd) against the im2col + GEMM path on the
+   same data, in its AVX-512 form where the CPU has AVX-512 and in its AVX2 form
+   (nn_simd_limit = 2) where it has AVX2: odd plane sizes, rows that end in a partial
+   vector, channel counts that are not a multiple of the channel block, pads 0..2,
+   non-square kernels and planes, bias or not, batch 1 and batches that 2 threads do not
+   split evenly. Also: the path under test is taken (stride 1: its workspace holds the
+   flipped weights; stride 2: nn_conv2d_direct_passes), y and dx are bit-identical for
    1 and 2 threads, every result is bit-identical from run to run for one thread count,
    and the weight gradient (3x3 on AVX-512: the direct kernel, else im2col) matches. */
 #include "nn/nn.h"
@@ -43,6 +45,7 @@ typedef struct { float *y, *dx, *dw, *db; } result_t;
 static void run(const nn_conv2d_shape_t *s, int direct, const float *x, const float *w,
                 const float *b, const float *dy, result_t *r) {
   nn_conv2d_direct = direct;
+  nn_conv2d_winograd = direct;  /* the reference is im2col, even where Winograd applies */
   size_t ny = (size_t)s->n * s->c_out * s->h_out * s->w_out;
   size_t nx = (size_t)s->n * s->c_in * s->h_in * s->w_in;
   size_t nw = (size_t)s->c_out * s->c_in * s->kh * s->kw;
@@ -75,30 +78,41 @@ static int same_bits(const float *a, const float *b, size_t n) {
   return memcmp(a, b, n * sizeof(float)) == 0;
 }
 
-/* mode: 1 the default policy (AVX-512), 2 also on AVX2. */
-static void check(int mode, int kh, int kw, int n, int ci, int co, int h, int w, int ph,
-                  int pw, int bias) {
-  nn_conv2d_shape_t s = {n, ci, h, w, co, kh, kw, 1, 1, ph, pw, 0, 0};
+/* mode: 1 the default policy (AVX-512), 2 also on AVX2. Stride 1 or 2 (both ways). */
+static void check_s(int mode, int stride, int kh, int kw, int n, int ci, int co, int h,
+                    int w, int ph, int pw, int bias) {
+  nn_conv2d_shape_t s = {n, ci, h, w, co, kh, kw, stride, stride, ph, pw, 0, 0};
   if (nn_conv2d_shape(&s) != NN_OK) {
     printf("FAIL: bad test shape\n");
     failures++;
     return;
   }
   char name[160];
-  snprintf(name, sizeof name, "simd %d k %dx%d n %d ci %d co %d %dx%d pad %d,%d bias %d",
-           nn_simd_level(), kh, kw, n, ci, co, h, w, ph, pw, bias);
+  snprintf(name, sizeof name,
+           "simd %d k %dx%d s %d n %d ci %d co %d %dx%d pad %d,%d bias %d", nn_simd_level(),
+           kh, kw, stride, n, ci, co, h, w, ph, pw, bias);
   unsigned seed = 99u + (unsigned)(kh * 3 + kw * 5 + n * 7 + ci * 13 + co * 17 + h * 19 +
-                                   w * 23 + ph * 29 + pw * 31);
+                                   w * 23 + ph * 29 + pw * 31 + stride * 37);
   size_t ny = (size_t)n * co * s.h_out * s.w_out, nx = (size_t)n * ci * h * w;
   size_t nw = (size_t)co * ci * kh * kw;
   float *x = rnd(nx, &seed), *wt = rnd(nw, &seed), *b = bias ? rnd((size_t)co, &seed) : NULL;
   float *dy = rnd(ny, &seed);
-  /* The direct path adds the flipped weights to the workspace: proof it is taken. */
+  /* The direct path adds the flipped weights to the workspace: proof it is taken, and
+     taken before Winograd (whose workspace differs) where both apply. */
   nn_conv2d_direct = 0;
+  nn_conv2d_winograd = 0;
   size_t ws_gemm = nn_conv2d_workspace_floats(&s);
   nn_conv2d_direct = mode;
-  if (nn_conv2d_workspace_floats(&s) <= ws_gemm) {
+  size_t ws_direct = nn_conv2d_workspace_floats(&s);
+  nn_conv2d_winograd = 1;
+  if (stride == 1 && (ws_direct <= ws_gemm || nn_conv2d_workspace_floats(&s) != ws_direct)) {
     printf("FAIL: %s: the direct path is not taken\n", name);
+    failures++;
+  }
+  /* Stride 2: the forward pass only; dx and dW stay on im2col. */
+  int passes = nn_conv2d_direct_passes(&s);
+  if (stride == 2 && passes != 1) {
+    printf("FAIL: %s: direct passes %d, expected 1 (the forward)\n", name, passes);
     failures++;
   }
   result_t ref, got, again, again2;
@@ -140,6 +154,11 @@ static void check(int mode, int kh, int kw, int n, int ci, int co, int h, int w,
   free(dy);
 }
 
+static void check(int mode, int kh, int kw, int n, int ci, int co, int h, int w, int ph,
+                  int pw, int bias) {
+  check_s(mode, 1, kh, kw, n, ci, co, h, w, ph, pw, bias);
+}
+
 static void check_all(int mode) {
   check(mode, 3, 3, 3, 16, 16, 32, 32, 1, 1, 0);   /* resnet20's layer, odd batch */
   check(mode, 3, 3, 1, 16, 16, 32, 32, 1, 1, 1);   /* batch 1, bias */
@@ -152,6 +171,17 @@ static void check_all(int mode) {
   check(mode, 2, 2, 3, 8, 8, 12, 12, 1, 1, 1);     /* even kernel, output larger */
   check(mode, 3, 3, 2, 24, 32, 8, 19, 2, 1, 0);    /* pad 2 of a 3x3 */
   check(mode, 3, 3, 5, 16, 31, 33, 33, 1, 1, 0);   /* 33 columns: a 1-lane tail */
+  check(mode, 3, 3, 3, 32, 32, 16, 16, 1, 1, 0);   /* resnet20's 32->32: before Winograd */
+  check(mode, 3, 3, 2, 32, 32, 15, 15, 1, 1, 1);   /* ... on an odd plane */
+  /* stride 2: the forward on even and odd column planes */
+  check_s(mode, 2, 3, 3, 3, 16, 32, 32, 32, 1, 1, 0);  /* resnet20's 16->32 */
+  check_s(mode, 2, 3, 3, 1, 16, 32, 32, 32, 1, 1, 1);  /* batch 1, bias */
+  check_s(mode, 2, 3, 3, 5, 5, 9, 17, 19, 1, 1, 1);    /* odd sizes, 8 + 1 channels */
+  check_s(mode, 2, 3, 3, 3, 8, 8, 21, 20, 0, 0, 0);    /* pad 0, odd rows, 9 columns */
+  check_s(mode, 2, 5, 5, 2, 3, 12, 33, 33, 2, 2, 1);   /* 5x5: 17 columns, 2 vectors */
+  check_s(mode, 2, 3, 5, 2, 9, 11, 15, 36, 1, 2, 0);   /* non-square kernel and pads */
+  check_s(mode, 2, 2, 2, 3, 8, 8, 16, 17, 1, 1, 1);    /* even kernel */
+  check_s(mode, 2, 3, 3, 2, 24, 31, 30, 64, 1, 1, 0);  /* 32 columns: 2 full vectors */
 }
 
 int main(void) {
@@ -176,6 +206,7 @@ int main(void) {
   nn_conv2d_direct = 0;
   size_t ws_gemm = nn_conv2d_workspace_floats(&s);
   nn_conv2d_direct = 1;
+  nn_conv2d_winograd = 1;
   if (nn_conv2d_workspace_floats(&s) != ws_gemm) {
     printf("FAIL: the direct path is chosen with nn_simd_limit = 0\n");
     failures++;

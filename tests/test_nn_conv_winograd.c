@@ -151,6 +151,7 @@ static void check_stride2(int n, int ci, int co, int h, int w, int k, int pad) {
 }
 
 int main(void) {
+  nn_conv2d_direct = 0;  /* it would take the shapes of <= 32 channels before Winograd */
   nn_conv2d_wino_min_channels = 1;  /* small shapes here */
   for (int threads = 1; threads <= 2; threads++) {
     nn_set_threads(threads);

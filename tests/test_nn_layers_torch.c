@@ -288,7 +288,8 @@ static void run_all(void) {
   static const char *convs[] = {"conv2d_3x3_s1_p1_nobias", "conv2d_3x3_s2_p1_nobias",
                                 "conv2d_5x5_p2_bias", "conv2d_3x2_s2x1_p1x0_bias",
                                 "conv2d_1x1_bias", "conv2d_1x1_s2_nobias",
-                                "conv2d_7x7_s2_p3_nobias", "conv2d_3x3_s1_p1_16ch_nobias"};
+                                "conv2d_7x7_s2_p3_nobias", "conv2d_3x3_s1_p1_16ch_nobias",
+                                "conv2d_3x3_s1_p1_32ch_bias", "conv2d_3x3_s2_p1_16to32_nobias"};
   for (size_t i = 0; i < sizeof convs / sizeof *convs; i++) test_conv(convs[i]);
   test_batchnorm("batchnorm2d");
   test_batchnorm("batchnorm2d_1x1");
