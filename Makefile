@@ -449,10 +449,12 @@ TEST_BUILD ?= $(if $(filter thread,$(SAN_LIST)),$(LIBNN) $(LIBHVD) $(LIBUTIL) $(
 # build does not make; test_elastic_netns.sh trains twice on simulated hosts to check
 # hvdrun's restart and train's resume, and test_netns_liveness.sh cuts a link between
 # simulated hosts: the runtime code both run is what test_hvd_liveness and the train
-# tests run under the sanitizer already. Under TSan test_coll_bench.sh is left out too:
-# it checks allreduce_bench's output format, and the runtime calls it makes are those of
-# test_hvd_allreduce.
-TEST_EXCLUDE ?= $(if $(SANITIZE),^(test_(gpu_check_build|mutation_check|slurm_cluster|install|elastic_netns|netns_liveness$(if $(filter thread,$(SAN_LIST)),|coll_bench))\.sh|test_nn_precision_emulation)$$)
+# tests run under the sanitizer already. test_coll_bench.sh and test_cnn_bench_format.sh
+# check the two benchmarks' output formats (40-50 s each under ASan): their flag parsers
+# run under ASan + UBSan in the fuzz step (fuzz_allreduce_bench_flags,
+# fuzz_cnn_bench_flags), the runtime calls they make in test_hvd_allreduce, and
+# cnn_bench's training step in test_cnn_bench_accuracy and the train tests.
+TEST_EXCLUDE ?= $(if $(SANITIZE),^(test_(gpu_check_build|mutation_check|slurm_cluster|install|elastic_netns|netns_liveness|coll_bench|cnn_bench_format)\.sh|test_nn_precision_emulation)$$)
 # HVD_TEST_SANITIZER (the SANITIZE list, empty otherwise) lets a test scale its work down
 # under a sanitizer (requests, epochs, samples), where it checks memory errors, not
 # figures. tests/run.sh runs the tests it names as independent two at a time

@@ -109,16 +109,7 @@ run() {
   fi
 }
 small=(-b 8 -e 512K -f 8 -n 2 -w 1)   # 8 B .. 256 KiB: 6 rows
-# Under a sanitizer (HVD_TEST_SANITIZER, set by make) the memory checks need each path
-# once, not every rank count and dtype: np 2 only and half the dtype pairs, which
-# test_coll_inproc covers again for every dtype under the same sanitizer.
-nps="2 3"
-pairs="double:sum bfloat16:max int8:min uint8:prod int32:sum int64:max half:prod float:min"
-if [ -n "${HVD_TEST_SANITIZER:-}" ]; then
-  nps=2
-  pairs="double:sum int8:min int64:max half:prod"
-fi
-for np in $nps; do
+for np in 2 3; do
   run 6 $np hvd float sum 1 "${small[@]}"                 # the default backend
   run 6 $np ring float sum 1 "${small[@]}" --backend ring --chunk 4K
   run 6 $np mpi float sum 1 "${small[@]}" --backend mpi
@@ -126,7 +117,7 @@ for np in $nps; do
 done
 # Every dtype and every op of the ring, one pair a run (the reductions are shared by
 # all backends); then avg, the runtime's own op, on 3 ranks (a division by 3).
-for pair in $pairs; do
+for pair in double:sum bfloat16:max int8:min uint8:prod int32:sum int64:max half:prod float:min; do
   d=${pair%:*} o=${pair#*:}
   run 2 2 ring $d $o 1 -b 64K -e 1M -f 16 -n 1 -w 0 -d $d -o $o --backend ring --chunk 16K
 done
