@@ -18,29 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/conv_compare.h"
+
 static int failures, checked;
 
-static float *rnd(size_t n, unsigned *seed) {
-  float *p = malloc(n * sizeof *p);
-  for (size_t i = 0; i < n; i++) {
-    *seed = *seed * 1103515245u + 12345u;
-    p[i] = (float)((*seed >> 8) & 0xffff) / 65536.0f - 0.5f;
-  }
-  return p;
-}
-
-/* max |a - b| / max |b| */
-static double rel_err(const float *a, const float *b, size_t n) {
-  double d = 0, m = 1e-30;
-  for (size_t i = 0; i < n; i++) {
-    double e = fabs((double)a[i] - b[i]);
-    if (e > d) d = e;
-    if (fabs(b[i]) > m) m = fabs(b[i]);
-  }
-  return d / m;
-}
-
-typedef struct { float *y, *dx, *dw, *db; } result_t;
 
 static void run(const nn_conv2d_shape_t *s, int direct, const float *x, const float *w,
                 const float *b, const float *dy, result_t *r) {
