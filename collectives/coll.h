@@ -119,6 +119,12 @@ coll_status_t coll_allreduce(coll_transport_t *t, const void *sendbuf, void *rec
                              size_t count, coll_dtype_t dtype, coll_op_t op);
 coll_status_t coll_ring_allreduce(coll_transport_t *t, const void *sendbuf, void *recvbuf,
                                   size_t count, coll_dtype_t dtype, coll_op_t op);
+/* An average: coll_allreduce with COLL_SUM, then coll_divide(recvbuf, count, dtype,
+   divisor), bit for bit; but on the ring each segment is divided once, by the rank that
+   completes its sum, chunk by chunk before the allgather sends it on, so the division
+   costs no extra pass over the buffer and 1/size of the work. */
+coll_status_t coll_allreduce_divided(coll_transport_t *t, const void *sendbuf, void *recvbuf,
+                                     size_t count, coll_dtype_t dtype, int divisor);
 coll_status_t coll_recursive_doubling_allreduce(coll_transport_t *t, const void *sendbuf,
                                                 void *recvbuf, size_t count,
                                                 coll_dtype_t dtype, coll_op_t op);

@@ -86,7 +86,9 @@ extern const coll_transport_ops_t coll_mpi_ops;
    segment (r + base - s - 1) mod N from r - 1. Steps s < nreduce receive into a staging
    slot and reduce: work[seg] = src[seg] op received. Later steps receive straight into
    work[seg]. Step 0 sends own_first (the segment's data, wherever it lives); later steps
-   send from work. Everything is cut into chunks of coll_chunk_bytes() and pipelined. */
+   send from work. Everything is cut into chunks of coll_chunk_bytes() and pipelined.
+   divisor (0: none): the last reduce step divides its result by it (coll_divide)
+   before sending it on. */
 typedef struct {
   const char *src;         /* full-size contributions (reduce steps), may equal work */
   char *work;              /* full-size buffer the results are built in              */
@@ -97,7 +99,12 @@ typedef struct {
   int tag;
   coll_dtype_t dtype;
   coll_op_t op;
+  int divisor;
 } coll_ring_plan_t;
 coll_status_t coll_ring_run(coll_transport_t *t, const coll_ring_plan_t *plan);
+/* The ring allreduce with the plan's divisor (0: none; ring_allreduce.c). */
+coll_status_t coll_ring_allreduce_divided(coll_transport_t *t, const void *sendbuf,
+                                          void *recvbuf, size_t count, coll_dtype_t dtype,
+                                          coll_op_t op, int divisor);
 
 #endif /* COLL_INTERNAL_H */

@@ -129,6 +129,8 @@ coll_status_t coll_ring_run(coll_transport_t *t, const coll_ring_plan_t *p) {
       }
       const char *slot = (const char *)staging.ptr + (j % RING_DEPTH) * chunk_elems * es;
       coll_reduce3(p->work + o->off * es, p->src + o->off * es, slot, o->n, p->dtype, p->op);
+      /* The chunk's sum is complete (and still in cache): divide it here, once. */
+      if (o->step == p->nreduce - 1) coll_divide(p->work + o->off * es, o->n, p->dtype, p->divisor);
     }
     /* Pass it on: the chunk is final for this step, the neighbour needs it next. Start
        the send before posting the next receive so the wire never idles. */
@@ -182,9 +184,11 @@ coll_status_t coll_ring_run(coll_transport_t *t, const coll_ring_plan_t *p) {
    s+1 of chunk c runs while step s of chunk c+1 is still arriving. Every element is
    reduced on exactly one rank and copied to the others, so all ranks end bitwise equal.
    Out of place, the first reduction writes recvbuf = sendbuf + received and step 0 sends
-   straight from sendbuf: sendbuf is never copied. */
-coll_status_t coll_ring_allreduce(coll_transport_t *t, const void *sendbuf, void *recvbuf,
-                                  size_t count, coll_dtype_t dtype, coll_op_t op) {
+   straight from sendbuf: sendbuf is never copied. divisor (0: none): an average, each
+   segment divided by its owner at the end of the reduce-scatter. */
+coll_status_t coll_ring_allreduce_divided(coll_transport_t *t, const void *sendbuf,
+                                          void *recvbuf, size_t count, coll_dtype_t dtype,
+                                          coll_op_t op, int divisor) {
   coll_status_t st = coll_check_transport(t);
   if (st != COLL_OK) return st;
   if ((st = coll_check_dtype_op(t, dtype, op)) != COLL_OK) return st;
@@ -194,6 +198,7 @@ coll_status_t coll_ring_allreduce(coll_transport_t *t, const void *sendbuf, void
   const int N = t->size;
   if (N == 1 || count == 0) {
     if (count && sendbuf != recvbuf) memmove(recvbuf, sendbuf, count * es);
+    coll_divide(recvbuf, count, dtype, divisor);
     return COLL_OK;
   }
   size_t *offsets = malloc(2 * (size_t)N * sizeof *offsets);
@@ -217,8 +222,14 @@ coll_status_t coll_ring_allreduce(coll_transport_t *t, const void *sendbuf, void
       .tag = COLL_TAG_RING,
       .dtype = dtype,
       .op = op,
+      .divisor = divisor,
   };
   st = coll_ring_run(t, &plan);
   free(offsets);
   return st;
+}
+
+coll_status_t coll_ring_allreduce(coll_transport_t *t, const void *sendbuf, void *recvbuf,
+                                  size_t count, coll_dtype_t dtype, coll_op_t op) {
+  return coll_ring_allreduce_divided(t, sendbuf, recvbuf, count, dtype, op, 0);
 }

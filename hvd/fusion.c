@@ -54,15 +54,16 @@ hvd_status_t hvd_fusion_reserve(size_t bytes, char *msg, size_t len) {
 
 static coll_status_t allreduce(const void *send, void *recv, size_t count,
                                hvd_dtype_t dtype, hvd_op_t op) {
-  coll_status_t s;
   if (count == 0) return COLL_OK;
-  if (hvd_g.hierarchical)
-    s = coll_hierarchical_allreduce(hvd_g.local, hvd_g.cross, send, recv, count,
-                                    (coll_dtype_t)dtype, hvd_coll_op(op));
-  else
-    s = coll_allreduce(hvd_g.world, send, recv, count, (coll_dtype_t)dtype, hvd_coll_op(op));
-  if (s == COLL_OK && op == HVD_AVERAGE)
-    coll_divide(recv, count, (coll_dtype_t)dtype, hvd_g.size);
+  coll_dtype_t dt = (coll_dtype_t)dtype;
+  /* An average: the ring divides each segment once, on the rank that owns it. */
+  if (!hvd_g.hierarchical && op == HVD_AVERAGE)
+    return coll_allreduce_divided(hvd_g.world, send, recv, count, dt, hvd_g.size);
+  if (!hvd_g.hierarchical)
+    return coll_allreduce(hvd_g.world, send, recv, count, dt, hvd_coll_op(op));
+  coll_status_t s = coll_hierarchical_allreduce(hvd_g.local, hvd_g.cross, send, recv, count,
+                                                dt, hvd_coll_op(op));
+  if (s == COLL_OK && op == HVD_AVERAGE) coll_divide(recv, count, dt, hvd_g.size);
   return s;
 }
 

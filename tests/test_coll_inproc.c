@@ -1,7 +1,7 @@
 /* tests/test_coll_inproc.c: every collective on the in-process transport (threads), for
    world sizes 1..16 and the awkward lengths (0, 1, N-1, N, N+1, not divisible by N,
    multi-chunk with a tiny chunk size), all dtypes x ops with inputs whose exact result
-   is known, in place and out of place; plus the float16/bfloat16 conversions, divide,
+   is known, in place and out of place (and the average, coll_allreduce_divided); plus the float16/bfloat16 conversions, divide,
    argument errors and cancellation. Exits 1 on the first wrong value. */
 #include <math.h>
 #include <sched.h>
@@ -50,8 +50,11 @@ static double expected(size_t i, int N, coll_dtype_t d, coll_op_t op) {
 }
 
 /* ---- allreduce ---- */
-typedef enum { ALG_AUTO, ALG_RING, ALG_RD } alg_t;
-static const char *alg_name[] = {"auto", "ring", "recursive-doubling"};
+/* ALG_DIV / ALG_DIV_RING: coll_allreduce_divided (an average: SUM divided by the world
+   size), by its own choice of algorithm and forced onto the ring. */
+typedef enum { ALG_AUTO, ALG_RING, ALG_RD, ALG_DIV, ALG_DIV_RING } alg_t;
+static const char *alg_name[] = {"auto", "ring", "recursive-doubling", "divided",
+                                 "divided on the ring"};
 
 typedef struct {
   size_t count;
@@ -78,11 +81,17 @@ static coll_status_t allreduce_rank(coll_transport_t *t, void *arg) {
   coll_status_t st;
   if (j->alg == ALG_RING) st = coll_ring_allreduce(t, sb, rb, n, j->dtype, j->op);
   else if (j->alg == ALG_RD) st = coll_recursive_doubling_allreduce(t, sb, rb, n, j->dtype, j->op);
+  else if (j->alg >= ALG_DIV) st = coll_allreduce_divided(t, sb, rb, n, j->dtype, t->size);
   else st = coll_allreduce(t, sb, rb, n, j->dtype, j->op);
+  /* The exact result; an average is the SUM's divided by coll_divide, bit for bit. */
+  unsigned char *want = malloc(n * es + 1);
+  if (!want) st = COLL_ERR_NO_MEMORY;
   if (st == COLL_OK) {
+    for (size_t i = 0; i < n; i++) coll_element_set(want, i, j->dtype, expected(i, t->size, j->dtype, j->op));
+    if (j->alg >= ALG_DIV) coll_divide(want, n, j->dtype, t->size);
     int wrong = 0;
     for (size_t i = 0; i < n; i++)
-      if (coll_element_get(recv, i, j->dtype) != expected(i, t->size, j->dtype, j->op)) wrong++;
+      if (coll_element_get(recv, i, j->dtype) != coll_element_get(want, i, j->dtype)) wrong++;
     if (recv[n * es] != 0xAB) wrong++; /* wrote past the end */
     if (!j->inplace)
       for (size_t i = 0; i < n; i++) /* sendbuf untouched */
@@ -91,6 +100,7 @@ static coll_status_t allreduce_rank(coll_transport_t *t, void *arg) {
   } else {
     fprintf(stderr, "rank %d: %s\n", t->rank, t->error);
   }
+  free(want);
   free(send);
   free(recv);
   return st;
@@ -98,8 +108,12 @@ static coll_status_t allreduce_rank(coll_transport_t *t, void *arg) {
 
 static void check_allreduce(int N, size_t count, coll_dtype_t d, coll_op_t op, alg_t alg,
                             int inplace) {
+  if (alg >= ALG_DIV && op != COLL_SUM) return;   /* an average is a SUM */
   allreduce_job_t j = {count, d, op, alg, inplace, 0};
+  size_t small = coll_small_message_bytes();
+  if (alg == ALG_DIV_RING) coll_set_small_message_bytes(0);
   coll_status_t st = coll_inproc_run(N, allreduce_rank, &j);
+  coll_set_small_message_bytes(small);
   CHECK(st == COLL_OK && j.wrong == 0,
         "allreduce %s N=%d count=%zu %s op=%d %s: status %s, %d wrong", alg_name[alg], N, count,
         coll_dtype_name(d), (int)op, inplace ? "in place" : "out of place",
@@ -110,7 +124,7 @@ static void test_allreduce_sizes(void) {
   for (int N = 1; N <= 16; N++) {
     size_t lens[] = {0, 1, (size_t)N - 1, (size_t)N, (size_t)N + 1, 7 * (size_t)N + 3, 1000};
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
-      for (int alg = 0; alg < 3; alg++)
+      for (int alg = 0; alg <= ALG_DIV_RING; alg++)
         for (int inplace = 0; inplace < 2; inplace++) {
           /* 1000 elements with 64-byte chunks: many chunks per segment */
           coll_set_chunk_bytes(li == 6 ? 64 : 256u << 10);
@@ -126,7 +140,7 @@ static void test_allreduce_dtypes(void) {
   for (size_t si = 0; si < 5; si++)
     for (int d = COLL_FLOAT32; d <= COLL_INT64; d++)
       for (int op = COLL_SUM; op <= COLL_PRODUCT; op++)
-        for (int alg = ALG_RING; alg <= ALG_RD; alg++)
+        for (int alg = ALG_RING; alg <= ALG_DIV_RING; alg++)
           for (int inplace = 0; inplace < 2; inplace++)
             check_allreduce(sizes[si], 131, (coll_dtype_t)d, (coll_op_t)op, (alg_t)alg, inplace);
   coll_set_chunk_bytes(256u << 10);
