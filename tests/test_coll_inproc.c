@@ -440,6 +440,16 @@ static void test_conversions(void) {
   float fv[2] = {3, -1};
   coll_divide(fv, 2, COLL_FLOAT32, 2);
   CHECK(fv[0] == 1.5f && fv[1] == -0.5f, "float divide: %g %g", fv[0], fv[1]);
+  /* Past the vectorised blocks' length, by a divisor that is no power of two: each
+     element as the scalar division (volatile: not the same code path) rounds it. */
+  float fl[101];
+  for (int i = 0; i < 101; i++) fl[i] = (float)(i * 37 % 101) - 50.0f + 0.1f * (float)i;
+  coll_divide(fl, 101, COLL_FLOAT32, 3);
+  for (int i = 0; i < 101; i++) {
+    volatile float x = (float)(i * 37 % 101) - 50.0f + 0.1f * (float)i, three = 3.0f;
+    float want = x / three;
+    CHECK(fl[i] == want, "float divide by 3 at %d: %.9g, expected %.9g", i, fl[i], want);
+  }
   uint16_t hv = coll_float_to_half(3);
   coll_divide(&hv, 1, COLL_FLOAT16, 4);
   CHECK(coll_half_to_float(hv) == 0.75f, "half divide: %g", coll_half_to_float(hv));
