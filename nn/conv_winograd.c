@@ -57,6 +57,10 @@ void nn_wino_plan(nn_wino_t *p, int r, int n, int ci, int co, int h, int w, int 
      column 2b + r + 6 (two 4-float loads per pair of tile columns) */
   p->hp = 2 * p->th + r - 1;
   p->wp = 2 * p->tw4 + r - 1;
+  /* The 8-tile input transform (wino_input8) splits the plane into even and odd column
+     planes of wp / 2 columns each: 8 tiles from tile column b read up to b + 7 + r / 2. */
+  int split = 2 * (((p->tw + 7) & ~7) + 3);
+  if (split > p->wp) p->wp = split;
 }
 
 static size_t wino_tiles(const nn_wino_t *p) { return (size_t)p->g * p->th * p->tw; }
@@ -200,9 +204,99 @@ static inline void wino_at(int r, const nn_v4f *in, int is, nn_v4f *o0, nn_v4f *
   }
 }
 
+/* ---- The input transform 8 tiles at a time (AVX2 + FMA, chosen at run time) ---- */
+
+typedef float wino_v8 __attribute__((vector_size(32)));
+#define WINO_AVX2 __attribute__((target("avx2,fma")))
+
+WINO_AVX2 static inline wino_v8 wino_v8_load(const float *p) {
+  wino_v8 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+WINO_AVX2 static inline wino_v8 wino_v8_set1(float x) { return (wino_v8){x, x, x, x, x, x, x, x}; }
+
+/* wino_bt on 8 tiles. */
+WINO_AVX2 static inline void wino_bt8(int r, const wino_v8 *in, int is, wino_v8 *out, int os) {
+  if (r == 3) {
+    wino_v8 i0 = in[0], i1 = in[is], i2 = in[2 * is], i3 = in[3 * is];
+    out[0] = i0 - i2;
+    out[os] = i1 + i2;
+    out[2 * os] = i2 - i1;
+    out[3 * os] = i1 - i3;
+  } else {
+    wino_v8 i0 = in[0], i1 = in[is], i2 = in[2 * is], i3 = in[3 * is], i4 = in[4 * is],
+            i5 = in[5 * is];
+    const wino_v8 c2 = wino_v8_set1(2.0f), c4 = wino_v8_set1(4.0f), c5 = wino_v8_set1(5.0f);
+    wino_v8 a = i4 - c4 * i2, b = i3 - c4 * i1, c = i4 - i2, d = c2 * (i3 - i1);
+    out[0] = c4 * i0 - c5 * i2 + i4;
+    out[os] = a + b;
+    out[2 * os] = a - b;
+    out[3 * os] = c + d;
+    out[4 * os] = c - d;
+    out[5 * os] = c4 * i1 - c5 * i3 + i5;
+  }
+}
+
+/* wino_input for rows of more than 4 tiles: the 4-tile version spends most of its time
+   separating even and odd columns (two shuffles per tap and 4 tiles). Here each channel's
+   plane is copied once into an even and an odd column plane (eo[0], eo[1]; wq columns
+   each), where tap k of 8 consecutive tiles from tile column b is one contiguous load:
+   padded column 2 (b + l) + k lies in plane k % 2 at b + l + k / 2. Channels are the
+   outer loop, so a vector of fewer than 8 tiles may be stored whole: its extra lanes fall
+   on tiles written later (the next tile row, sample or channel; past the last channel,
+   the 16 floats of wino_sv's slack), and a masked store costs several times more. The
+   same arithmetic, in the same order, as wino_input: bit-identical results. */
+WINO_AVX2 static void wino_input8(const nn_wino_t *p, const float *x, float *plane, float *V,
+                                  int gn) {
+  const int r = p->r, n = r + 1;
+  const int th = p->th, tw = p->tw, hp = p->hp, wq = p->wp / 2, H = p->h, W = p->w;
+  const size_t T = (size_t)gn * th * tw, st = (size_t)th * tw, sv = wino_sv(p);
+  float *eo[2] = {plane, plane + (size_t)hp * wq};
+  memset(plane, 0, sizeof(float) * (size_t)2 * hp * wq);
+  /* Input column j is padded column j + pw: even j go to plane pw % 2, odd ones to the
+     other, each at (j + pw) / 2. */
+  float *even_dst = eo[p->pw & 1] + (p->pw >> 1), *odd_dst = eo[(p->pw & 1) ^ 1] + ((p->pw + 1) >> 1);
+  for (int c = 0; c < p->ci; c++) {
+    for (int q = 0; q < gn; q++) {
+      const float *xc = x + ((size_t)q * p->ci + c) * H * W;
+      for (int i = 0; i < H; i++) {
+        const float *src = xc + (size_t)i * W;
+        const size_t row = (size_t)(i + p->ph) * wq;
+        float *ev = even_dst + row, *od = odd_dst + row;
+        int j = 0;
+        for (; j + 1 < W; j += 2) {
+          ev[j >> 1] = src[j];
+          od[j >> 1] = src[j + 1];
+        }
+        if (j < W) ev[j >> 1] = src[j];
+      }
+      for (int a = 0; a < th; a++) {
+        for (int b = 0; b < tw; b += 8) {
+          wino_v8 d[6][6], t[6][6], v[6][6];
+          for (int i = 0; i < n; i++) {
+            const size_t row = (size_t)(2 * a + i) * wq + (size_t)b;
+            for (int k = 0; k < n; k++) d[i][k] = wino_v8_load(eo[k & 1] + row + (k >> 1));
+          }
+          for (int k = 0; k < n; k++) wino_bt8(r, &d[0][k], 6, &t[0][k], 6);
+          for (int i = 0; i < n; i++) wino_bt8(r, &t[i][0], 1, &v[i][0], 1);
+          float *dst = V + (size_t)c * T + (size_t)q * st + (size_t)a * tw + b;
+          for (int i = 0; i < n; i++)
+            for (int k = 0; k < n; k++)
+              __builtin_memcpy(dst + (size_t)(i * n + k) * sv, &v[i][k], sizeof v[i][k]);
+        }
+      }
+    }
+  }
+}
+
 /* V[e][ci][t] = (B^T d B)_e for the input tiles t of samples [0, gn) of x. The padding
    of the plane stays zero: every channel copies its rows into the same interior. */
 static void wino_input(const nn_wino_t *p, const float *x, float *plane, float *V, int gn) {
+  if (p->tw > 4 && nn_simd_level() >= 2) {
+    wino_input8(p, x, plane, V, gn);
+    return;
+  }
   const int r = p->r, n = r + 1;
   const int th = p->th, tw = p->tw, hp = p->hp, wp = p->wp, H = p->h, W = p->w;
   const size_t T = (size_t)gn * th * tw, st = (size_t)th * tw, sv = wino_sv(p);

@@ -1,10 +1,12 @@
 /* tests/test_nn_conv_winograd.c: conv2d's Winograd F(2x2, 3x3) and F(2x2, 5x5) paths (forward and input
    gradient) against its im2col + GEMM path on the same data: odd and even sizes, pads
    0..2, non-square planes, bias or not, 1 and 2 threads, sample groups that do not divide
-   the batch; and two runs of the same call must be bit-identical. Also conv2d's stride-2
+   the batch; and two runs of the same call must be bit-identical, as must the 4-tile
+   (portable) and 8-tile (AVX2) input transforms. Also conv2d's stride-2
    im2col rows against a direct sum. */
 #include "nn/nn.h"
 #include "nn/conv2d_internal.h"
+#include "nn/simd_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -64,26 +66,36 @@ static void check(int k, int n, int ci, int co, int h, int w, int ph, int pw, in
            w, co);
     failures++;
   }
-  result_t ref, got, again;
+  result_t ref, got, again, narrow;
   run(&s, 0, x, wt, b, dy, &ref);
   run(&s, 1, x, wt, b, dy, &got);
   run(&s, 1, x, wt, b, dy, &again);
+  /* The 4-tile transforms (no AVX2) compute the same sums in the same order as the 8-tile
+     ones: bit-identical. */
+  int limit = nn_simd_limit;
+  nn_simd_limit = 1;
+  run(&s, 1, x, wt, b, dy, &narrow);
+  nn_simd_limit = limit;
   double ey = rel_err(got.y, ref.y, ny), ex = rel_err(got.dx, ref.dx, nx);
   double ew = rel_err(got.dw, ref.dw, nw), eb = rel_err(got.db, ref.db, (size_t)co);
   int same = !memcmp(got.y, again.y, ny * sizeof(float)) &&
              !memcmp(got.dx, again.dx, nx * sizeof(float)) &&
              !memcmp(got.dw, again.dw, nw * sizeof(float));
+  int same_narrow = !memcmp(got.y, narrow.y, ny * sizeof(float)) &&
+                    !memcmp(got.dx, narrow.dx, nx * sizeof(float)) &&
+                    !memcmp(got.dw, narrow.dw, nw * sizeof(float));
   /* F(2x2, 5x5)'s transforms have larger coefficients (4, 5, 1/6, 2/3): its dW, a sum
      over every tile, is about 1e-5 off; F(2x2, 3x3) stays below 1e-6. */
   const double tol = k == 5 ? 5e-5 : 1e-5;
-  int ok = ey < tol && ex < tol && ew < tol && eb < tol && same;
-  printf("%s %dx%d n=%d %dx%dx%d -> %d pad %dx%d bias %d: rel err y %.1e dx %.1e dw %.1e db %.1e%s\n",
+  int ok = ey < tol && ex < tol && ew < tol && eb < tol && same && same_narrow;
+  printf("%s %dx%d n=%d %dx%dx%d -> %d pad %dx%d bias %d: rel err y %.1e dx %.1e dw %.1e db %.1e%s%s\n",
          ok ? "  ok" : "FAIL", k, k, n, ci, h, w, co, ph, pw, bias, ey, ex, ew, eb,
-         same ? "" : " (two runs differ)");
+         same ? "" : " (two runs differ)", same_narrow ? "" : " (4- and 8-tile transforms differ)");
   if (!ok) failures++;
   free_result(&ref);
   free_result(&got);
   free_result(&again);
+  free_result(&narrow);
   free(x);
   free(wt);
   free(b);
@@ -141,6 +153,8 @@ int main(void) {
     check(3, 2, 3, 2, 7, 7, 0, 0, 0);    /* no padding: 5x5 output */
     check(3, 2, 2, 4, 6, 9, 2, 2, 1);    /* pad 2: output larger than input */
     check(3, 3, 4, 3, 4, 11, 1, 0, 0);   /* different pads, 11 wide: partial vectors */
+    check(3, 2, 3, 2, 5, 21, 1, 1, 1);   /* 11 tiles a row: one 8-tile vector and a partial */
+    check(5, 2, 2, 3, 6, 37, 2, 2, 0);   /* 5x5, 19 tiles a row: two vectors and a partial */
     check(3, 5, 5, 6, 8, 8, 1, 1, 1);    /* resnet-like */
     check(3, 4, 3, 2, 1, 1, 1, 1, 0);    /* 1x1 plane */
     int tiles = nn_wino_group_tiles;
