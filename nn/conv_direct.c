@@ -105,28 +105,28 @@ static void direct_fill_phases(const nn_conv_direct_t *d, const float *x, float 
   }
 }
 
-/* The padded plane of one sample: the interior rows of x, the rest zero. Rows below
-   ph + h (and the left and right margins) are rewritten as zeros every time, so one plane
-   serves any sample and any earlier use of the scratch. */
+/* The padded plane of one sample: the interior rows of x, the rest zero. The whole plane
+   is zeroed with one memset (it lies in L1 or L2) and the rows are copied in line: one
+   call per row for the copy and two for the margins cost more than the copying (rows of
+   8 to 32 floats). The margins are rewritten every time, so one plane serves any sample
+   and any earlier use of the scratch. */
 static void direct_fill_plane(const nn_conv_direct_t *d, const float *x, float *xp) {
   if (d->stride == 2) {
     direct_fill_phases(d, x, xp);
     return;
   }
   const size_t plane = (size_t)d->hp * d->wp;
+  memset(xp, 0, sizeof(float) * plane * (size_t)d->ci);
   for (int c = 0; c < d->ci; c++) {
-    float *pc = xp + (size_t)c * plane;
     const float *xc = x + (size_t)c * d->h * d->w;
-    memset(pc, 0, sizeof(float) * (size_t)d->ph * d->wp);
+    float *pc = xp + (size_t)c * plane + (size_t)d->ph * d->wp + d->pw;
     for (int r = 0; r < d->h; r++) {
-      float *row = pc + (size_t)(r + d->ph) * d->wp;
-      memset(row, 0, sizeof(float) * (size_t)d->pw);
-      memcpy(row + d->pw, xc + (size_t)r * d->w, sizeof(float) * (size_t)d->w);
-      memset(row + d->pw + d->w, 0, sizeof(float) * (size_t)(d->wp - d->pw - d->w));
+      const float *src = xc + (size_t)r * d->w;
+      float *dst = pc + (size_t)r * d->wp;
+      int k = 0;
+      for (; k + 4 <= d->w; k += 4) nn_v4_store(dst + k, nn_v4_load(src + k));
+      for (; k < d->w; k++) dst[k] = src[k];
     }
-    int below = d->hp - d->ph - d->h;
-    if (below > 0)
-      memset(pc + (size_t)(d->ph + d->h) * d->wp, 0, sizeof(float) * (size_t)below * d->wp);
   }
 }
 
