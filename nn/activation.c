@@ -3,6 +3,7 @@
    a branch that mispredicts on random signs). Large arrays are split across threads in
    contiguous chunks; small ones run inline (waking workers costs more than the work). */
 #include "nn/nn.h"
+#include "nn/backward_store_internal.h"
 #include "nn/simd_internal.h"
 #include "nn/threads_internal.h"
 
@@ -15,7 +16,7 @@ typedef struct {
   int op, tasks;
 } elem_job_t;
 
-enum { OP_RELU, OP_RELU_BACKWARD, OP_ADD };
+enum { OP_RELU, OP_RELU_BACKWARD, OP_RELU_BACKWARD_STORE, OP_ADD };
 
 static void relu_range(const float *x, float *y, size_t i, size_t end) {
   const nn_v4f zero = nn_v4_set1(0.0f);
@@ -41,6 +42,17 @@ static void relu_backward_range(const float *y, const float *dy, float *dx, size
   for (; i < end; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+/* dx = dy where the forward output y > 0, else 0. */
+static void relu_backward_store_range(const float *y, const float *dy, float *dx, size_t i,
+                                      size_t end) {
+  const nn_v4f zero = nn_v4_set1(0.0f);
+  for (; i + 8 <= end; i += 8) {
+    nn_v4_store(dx + i, nn_v4_and(nn_v4_load(dy + i), nn_v4_load(y + i) > zero));
+    nn_v4_store(dx + i + 4, nn_v4_and(nn_v4_load(dy + i + 4), nn_v4_load(y + i + 4) > zero));
+  }
+  for (; i < end; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
 static void add_range(const float *a, const float *b, float *y, size_t i, size_t end) {
   for (; i + 8 <= end; i += 8) {
     nn_v4_store(y + i, nn_v4_load(a + i) + nn_v4_load(b + i));
@@ -53,6 +65,7 @@ static void elem_range(const elem_job_t *j, size_t i0, size_t i1) {
   switch (j->op) {
     case OP_RELU: relu_range(j->a, j->y, i0, i1); break;
     case OP_RELU_BACKWARD: relu_backward_range(j->a, j->b, j->y, i0, i1); break;
+    case OP_RELU_BACKWARD_STORE: relu_backward_store_range(j->a, j->b, j->y, i0, i1); break;
     case OP_ADD: add_range(j->a, j->b, j->y, i0, i1); break;
   }
 }
@@ -84,6 +97,26 @@ void nn_relu_forward(size_t count, const float *x, float *y) {
 void nn_relu_backward(size_t count, const float *y, const float *dy, float *dx) {
   elem_job_t j = {count, y, dy, dx, OP_RELU_BACKWARD, 1};
   elem_run(&j);
+}
+
+void nn_relu_backward_store(size_t count, const float *y, const float *dy, float *dx) {
+  elem_job_t j = {count, y, dy, dx, OP_RELU_BACKWARD_STORE, 1};
+  elem_run(&j);
+}
+
+void nn_add_backward_ex(size_t count, const float *dy, float *da, int a_add, float *db,
+                        int b_add) {
+  const nn_v4f none = nn_v4_set1(0.0f);
+  size_t j = 0;
+  for (; j + 4 <= count; j += 4) {
+    nn_v4f g = nn_v4_load(dy + j);
+    nn_v4_store(da + j, (a_add ? nn_v4_load(da + j) : none) + g);
+    nn_v4_store(db + j, (b_add ? nn_v4_load(db + j) : none) + g);
+  }
+  for (; j < count; j++) {
+    da[j] = (a_add ? da[j] : 0.0f) + dy[j];
+    db[j] = (b_add ? db[j] : 0.0f) + dy[j];
+  }
 }
 
 void nn_add_forward(size_t count, const float *a, const float *b, float *y) {

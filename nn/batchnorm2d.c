@@ -12,6 +12,7 @@
    float within a plane and in double across planes: M reaches 64*32*32 = 65536 and one
    float sum over all of it would drift. */
 #include "nn/nn.h"
+#include "nn/backward_store_internal.h"
 #include "nn/simd_internal.h"
 #include "nn/threads_internal.h"
 
@@ -21,6 +22,7 @@ typedef struct {
   const nn_batchnorm2d_shape_t *s;
   const float *x, *gamma, *beta, *mean_in, *var_in, *invstd_in, *dy;
   float *running_mean, *running_var, *y, *save_mean, *save_invstd, *dx, *dgamma, *dbeta;
+  int dx_add;   /* backward: dx += (else dx =) */
 } bn_job_t;
 
 static nn_status_t bn_check(const nn_batchnorm2d_shape_t *s, const char *what) {
@@ -92,16 +94,22 @@ static void plane_backward_sums(const float *x, const float *dy, size_t n, float
   *sdyx += s1;
 }
 
-/* dx += k dy + kx (x - mean) + k0. */
+/* dx += k dy + kx (x - mean) + k0, or (add 0) dx = the same without reading dx. */
 static void plane_backward_dx(const float *x, const float *dy, float *dx, size_t n, float mean,
-                              float k, float kx, float k0) {
+                              float k, float kx, float k0, int add) {
   const nn_v4f m = nn_v4_set1(mean), vk = nn_v4_set1(k), vkx = nn_v4_set1(kx),
                vk0 = nn_v4_set1(k0);
   size_t p = 0;
-  for (; p + 4 <= n; p += 4)
-    nn_v4_store(dx + p, nn_v4_load(dx + p) + vk * nn_v4_load(dy + p) +
-                            vkx * (nn_v4_load(x + p) - m) + vk0);
-  for (; p < n; p++) dx[p] += k * dy[p] + kx * (x[p] - mean) + k0;
+  if (add) {
+    for (; p + 4 <= n; p += 4)
+      nn_v4_store(dx + p, nn_v4_load(dx + p) + vk * nn_v4_load(dy + p) +
+                              vkx * (nn_v4_load(x + p) - m) + vk0);
+    for (; p < n; p++) dx[p] += k * dy[p] + kx * (x[p] - mean) + k0;
+  } else {
+    for (; p + 4 <= n; p += 4)
+      nn_v4_store(dx + p, vk * nn_v4_load(dy + p) + vkx * (nn_v4_load(x + p) - m) + vk0);
+    for (; p < n; p++) dx[p] = k * dy[p] + kx * (x[p] - mean) + k0;
+  }
 }
 
 static void bn_train_channel(void *vjob, int c, int worker) {
@@ -204,19 +212,28 @@ static void bn_backward_channel(void *vjob, int c, int worker) {
   const float k0 = (float)(-(double)k * sdy / m);
   for (int i = 0; i < s->n; i++)
     plane_backward_dx(j->x + i * cs + c * hw, j->dy + i * cs + c * hw, j->dx + i * cs + c * hw,
-                      hw, mean, k, kx, k0);
+                      hw, mean, k, kx, k0, j->dx_add);
 }
 
 nn_status_t nn_batchnorm2d_backward(const nn_batchnorm2d_shape_t *s, const float *x,
                                     const float *gamma, const float *save_mean,
                                     const float *save_invstd, const float *dy, float *dx,
                                     float *dgamma, float *dbeta) {
+  return nn_batchnorm2d_backward_ex(s, x, gamma, save_mean, save_invstd, dy, dx, 1, dgamma,
+                                    dbeta);
+}
+
+nn_status_t nn_batchnorm2d_backward_ex(const nn_batchnorm2d_shape_t *s, const float *x,
+                                       const float *gamma, const float *save_mean,
+                                       const float *save_invstd, const float *dy, float *dx,
+                                       int dx_add, float *dgamma, float *dbeta) {
   nn_status_t st = bn_check(s, "nn_batchnorm2d_backward");
   if (st != NN_OK) return st;
   if (!x || !save_mean || !save_invstd || !dy)
     return nn_set_error(NN_ERR_ARG, "nn_batchnorm2d_backward: x, saved statistics or dy NULL");
   bn_job_t job = {.s = s, .x = x, .gamma = gamma, .mean_in = save_mean,
-                  .invstd_in = save_invstd, .dy = dy, .dx = dx, .dgamma = dgamma, .dbeta = dbeta};
+                  .invstd_in = save_invstd, .dy = dy, .dx = dx, .dgamma = dgamma, .dbeta = dbeta,
+                  .dx_add = dx_add};
   bn_run(s->c, bn_backward_channel, &job, (size_t)s->n * s->c * s->h * s->w);
   return NN_OK;
 }

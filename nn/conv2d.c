@@ -20,6 +20,7 @@
    into dw/db at the end in chunk order, so results depend only on the thread count, not on timing.
    With one sample, or more threads than slots, OpenBLAS threads each GEMM instead. */
 #include "nn/nn.h"
+#include "nn/backward_store_internal.h"
 #include "nn/conv2d_internal.h"
 #include "nn/simd_internal.h"
 #include "nn/threads_internal.h"
@@ -384,6 +385,7 @@ typedef struct {
   const float *x, *w, *b, *dy;
   float *y, *dx, *dw, *db, *ws;
   int chunks;
+  int dx_add;   /* backward: add into dx (else store it) */
 } conv_job_t;
 
 static void conv_forward_chunk(void *vjob, int t, int worker) {
@@ -543,7 +545,7 @@ nn_status_t nn_conv2d_forward(const nn_conv2d_shape_t *s, const float *x, const 
     conv_direct_parallel(s, &f, x, w, b, 0, y, workspace);
     return NN_OK;
   }
-  conv_job_t job = {s, x, w, b, NULL, y, NULL, NULL, NULL, workspace, conv_chunks(s)};
+  conv_job_t job = {s, x, w, b, NULL, y, NULL, NULL, NULL, workspace, conv_chunks(s), 0};
   if (job.chunks > 1) {
     nn_blas_single_begin();
     nn_parallel_for(job.chunks, conv_forward_chunk, &job);
@@ -581,6 +583,9 @@ static void conv_backward_chunk(void *vjob, int t, int worker) {
   for (int i = i0; i < i1; i++) {
     const float *xi = j->x + (size_t)i * xs;
     const float *dyi = j->dy + (size_t)i * ys;
+    /* col2im adds: a stored dx starts from zero, cleared here while it is about to be
+       used (in cache) rather than in a pass of its own. */
+    if (j->dx && !j->dx_add && !direct) memset(j->dx + (size_t)i * xs, 0, sizeof(float) * xs);
     if (db) {
       for (int c = 0; c < Co; c++) {
         const float *r = dyi + (size_t)c * P;
@@ -595,7 +600,7 @@ static void conv_backward_chunk(void *vjob, int t, int worker) {
                     1.0f, dwt, Co);
       if (j->dx)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, Co, 1.0f, j->w, K, dyi, P,
-                    1.0f, j->dx + (size_t)i * xs, P);
+                    j->dx_add ? 1.0f : 0.0f, j->dx + (size_t)i * xs, P);
       continue;
     }
     for (int oh0 = 0; oh0 < s->h_out; oh0 += rb) {
@@ -618,13 +623,19 @@ static void conv_backward_chunk(void *vjob, int t, int worker) {
 nn_status_t nn_conv2d_backward(const nn_conv2d_shape_t *s, const float *x, const float *w,
                                const float *dy, float *dx, float *dw, float *db,
                                float *workspace) {
+  return nn_conv2d_backward_ex(s, x, w, dy, dx, 1, dw, db, workspace);
+}
+
+nn_status_t nn_conv2d_backward_ex(const nn_conv2d_shape_t *s, const float *x, const float *w,
+                                  const float *dy, float *dx, int dx_add, float *dw, float *db,
+                                  float *workspace) {
   nn_status_t st = conv_check(s, "nn_conv2d_backward");
   if (st != NN_OK) return st;
   if (!dy || (dw && !x) || (dx && !w))
     return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward: dy, x (for dw) or w (for dx) is NULL");
   const int wino = conv_is_wino(s), direct = conv_direct_dx(s), direct_dw = conv_direct_dw(s);
   conv_job_t job = {s, x, w, NULL, dy, NULL, wino || direct ? NULL : dx,
-                    wino || direct_dw ? NULL : dw, db, workspace, conv_chunks(s)};
+                    wino || direct_dw ? NULL : dw, db, workspace, conv_chunks(s), dx_add};
   if (!workspace && (job.chunks > 1 || dw || (!conv_is_direct(s) && dx)))
     return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward: workspace is NULL");
   if (job.chunks > 1) {
@@ -665,7 +676,7 @@ nn_status_t nn_conv2d_backward(const nn_conv2d_shape_t *s, const float *x, const
   if (wino && dx) {
     float *u = conv_wino_u(s, workspace);
     nn_wino_filter(&bw, w, 1, u);
-    conv_wino_parallel(s, &bw, dy, u, NULL, 1, dx, workspace);
+    conv_wino_parallel(s, &bw, dy, u, NULL, dx_add, dx, workspace);
   }
   if (direct_dw && dw) {
     nn_conv_direct_t f, bw;
@@ -684,7 +695,7 @@ nn_status_t nn_conv2d_backward(const nn_conv2d_shape_t *s, const float *x, const
     conv_direct_plans(s, &f, &bw);
     float *wt = conv_wino_u(s, workspace);
     nn_conv_direct_flip(w, s->c_out, s->c_in, s->kh, s->kw, wt);
-    conv_direct_parallel(s, &bw, dy, wt, NULL, 1, dx, workspace);
+    conv_direct_parallel(s, &bw, dy, wt, NULL, dx_add, dx, workspace);
   }
   return NN_OK;
 }

@@ -5,6 +5,7 @@
    their input, initialises the weights and hands the model to the CPU backend
    (nn/model_cpu.c), which allocates its activations. */
 #include "nn/model_internal.h"
+#include "nn/backward_store_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -347,6 +348,53 @@ static int relu_can_run_in_place(const nn_model_t *m, const nn_layer_t *l) {
   return src->consumers == 1 && !src->is_view && src->kind != NN_LAYER_FLATTEN;
 }
 
+int nn_backward_store = 1;
+
+/* The layer whose activations and gradient layer j's are (through views), or
+   NN_MODEL_INPUT. */
+static int grad_owner(const nn_model_t *m, int j) {
+  while (j != NN_MODEL_INPUT && m->layers[j].is_view) j = m->layers[j].in[0];
+  return j;
+}
+
+/* Whether layer l's backward writes a gradient for input k: views (an in-place relu
+   masks the shared gradient, a flatten passes it on) and flattens write none, nor does
+   a convolution or linear layer whose input gradient nobody wants. */
+static int writes_input_grad(const nn_model_t *m, const nn_layer_t *l, int k) {
+  if (l->is_view || l->kind == NN_LAYER_FLATTEN) return 0;
+  if (k == 1) return l->kind == NN_LAYER_ADD;
+  if ((l->kind == NN_LAYER_CONV2D || l->kind == NN_LAYER_LINEAR) &&
+      !nn_layer_input_grad_wanted(m, l->in[0]))
+    return 0;
+  return 1;
+}
+
+/* dx_first and dout_unwritten of every layer (nn_layer_t): the backward order, from
+   the last layer to the first, decides who writes each gradient first. 0 when out of
+   memory. */
+static int plan_grad_writes(nn_model_t *m) {
+  char *written = calloc((unsigned)m->num_layers + 1u, 1); /* [0]: the input, [j + 1]: j */
+  if (!written) return 0;
+  for (int i = m->num_layers - 1; i >= 0; i--) {
+    nn_layer_t *l = &m->layers[i];
+    for (int k = 0; k < 2; k++) {
+      l->dx_first[k] = 0;
+      if (!writes_input_grad(m, l, k)) continue;
+      char *w = &written[grad_owner(m, l->in[k]) + 1];
+      l->dx_first[k] = nn_backward_store && !*w;
+      *w = 1;
+    }
+  }
+  for (int j = 0; j < m->num_layers; j++) {
+    nn_layer_t *l = &m->layers[j];
+    l->dout_unwritten = !l->is_view && j != m->num_layers - 1 &&
+                        (!written[j + 1] || !nn_backward_store);
+  }
+  m->dinput_unwritten = !written[0] || !nn_backward_store;
+  free(written);
+  return 1;
+}
+
 nn_status_t nn_model_finish(nn_model_t *m) {
   if (m->status != NN_OK) {
     nn_status_t s = m->status;
@@ -382,6 +430,10 @@ nn_status_t nn_model_finish(nn_model_t *m) {
     /* A flatten of the input reads the input copy: not a view of a layer. */
     if (l->kind == NN_LAYER_FLATTEN && l->in[0] == NN_MODEL_INPUT) l->is_view = 0;
     if (l->kind == NN_LAYER_RELU && relu_can_run_in_place(m, l)) l->is_view = 1;
+  }
+  if (!plan_grad_writes(m)) {
+    nn_model_free(m);
+    return nn_set_error(NN_ERR_NO_MEMORY, "nn_model_create: out of memory");
   }
   nn_status_t s = nn_cpu_backend_attach(m);
   if (s != NN_OK) {

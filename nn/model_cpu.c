@@ -3,10 +3,14 @@
    through nn's CPU kernels.
 
    Memory is allocated once, for cfg.batch samples, when the model is built; forward
-   and backward never allocate. Relu runs in place over its input when the graph made it
+   and backward never allocate. A layer stores the input gradient that it writes first
+   in the backward pass (dx_first: nn/backward_store_internal.h says why) and adds into
+   the others; the kinds without a storing kernel clear that gradient just before they
+   add into it. Relu runs in place over its input when the graph made it
    a view (no layer's backward needs the overwritten values: conv, batch norm and linear
    need their inputs, not their outputs), and flatten is a view. */
 #include "nn/model_internal.h"
+#include "nn/backward_store_internal.h"
 #include "nn/simd_internal.h"
 
 #include <stdlib.h>
@@ -29,18 +33,14 @@ static void relu_mask_in_place(const float *y, float *d, size_t count) {
   for (; j < count; j++) d[j] = y[j] > 0.0f ? d[j] : 0.0f;
 }
 
-/* Backward of a residual add: da += dy and db += dy in one pass over dy. */
-static void add_into_both(const float *dy, float *da, float *db, size_t count) {
-  size_t j = 0;
-  for (; j + 4 <= count; j += 4) {
-    nn_v4f g = nn_v4_load(dy + j);
-    nn_v4_store(da + j, nn_v4_load(da + j) + g);
-    nn_v4_store(db + j, nn_v4_load(db + j) + g);
-  }
-  for (; j < count; j++) {
-    da[j] += dy[j];
-    db[j] += dy[j];
-  }
+/* Layer i's input gradient for a kernel that adds into it: cleared first when the layer
+   writes it first (its kinds have no storing kernel). NULL when not wanted. */
+static float *dx_to_add_into(nn_model_t *m, int i, int n) {
+  const nn_layer_t *l = &m->layers[i];
+  float *dx = nn_layer_dx(m, i);
+  if (dx && l->dx_first[0])
+    memset(dx, 0, sizeof(float) * (size_t)n * l->in_c * l->in_h * l->in_w);
+  return dx;
 }
 
 /* What every layer function starts from. */
@@ -64,8 +64,9 @@ static nn_status_t conv_forward(nn_model_t *m, int i, int n, int training) {
 static nn_status_t conv_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   nn_conv2d_shape_t s = nn_layer_conv_shape(l, n);
-  return nn_conv2d_backward(&s, x, P + l->w_off, l->dout, nn_layer_dx(m, i), G + l->w_off,
-                            l->has_bias ? G + l->b_off : NULL, m->workspace);
+  return nn_conv2d_backward_ex(&s, x, P + l->w_off, l->dout, nn_layer_dx(m, i),
+                               !l->dx_first[0], G + l->w_off, l->has_bias ? G + l->b_off : NULL,
+                               m->workspace);
 }
 
 static nn_status_t bn_forward(nn_model_t *m, int i, int n, int training) {
@@ -83,8 +84,9 @@ static nn_status_t bn_forward(nn_model_t *m, int i, int n, int training) {
 static nn_status_t bn_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   nn_batchnorm2d_shape_t s = nn_layer_bn_shape(l, n);
-  return nn_batchnorm2d_backward(&s, x, P + l->w_off, l->save_mean, l->save_invstd, l->dout,
-                                 nn_layer_dx(m, i), G + l->w_off, G + l->b_off);
+  return nn_batchnorm2d_backward_ex(&s, x, P + l->w_off, l->save_mean, l->save_invstd,
+                                    l->dout, nn_layer_dx(m, i), !l->dx_first[0], G + l->w_off,
+                                    G + l->b_off);
 }
 
 static nn_status_t relu_forward(nn_model_t *m, int i, int n, int training) {
@@ -98,6 +100,8 @@ static nn_status_t relu_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   if (l->is_view) /* dy and dx are the same floats: mask in place rather than add. */
     relu_mask_in_place(l->out, l->dout, count);
+  else if (l->dx_first[0])
+    nn_relu_backward_store(count, l->out, l->dout, nn_layer_dx(m, i));
   else
     nn_relu_backward(count, l->out, l->dout, nn_layer_dx(m, i));
   return NN_OK;
@@ -113,7 +117,7 @@ static nn_status_t maxpool_forward(nn_model_t *m, int i, int n, int training) {
 static nn_status_t maxpool_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   nn_pool2d_shape_t s = nn_layer_pool_shape(l, n);
-  return nn_maxpool2d_backward(&s, l->argmax, l->dout, nn_layer_dx(m, i));
+  return nn_maxpool2d_backward(&s, l->argmax, l->dout, dx_to_add_into(m, i, n));
 }
 
 static nn_status_t avgpool_forward(nn_model_t *m, int i, int n, int training) {
@@ -126,7 +130,7 @@ static nn_status_t avgpool_forward(nn_model_t *m, int i, int n, int training) {
 static nn_status_t avgpool_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   nn_pool2d_shape_t s = nn_layer_pool_shape(l, n);
-  return nn_avgpool2d_backward(&s, l->dout, nn_layer_dx(m, i));
+  return nn_avgpool2d_backward(&s, l->dout, dx_to_add_into(m, i, n));
 }
 
 static nn_status_t gap_forward(nn_model_t *m, int i, int n, int training) {
@@ -138,7 +142,7 @@ static nn_status_t gap_forward(nn_model_t *m, int i, int n, int training) {
 
 static nn_status_t gap_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
-  nn_global_avgpool_backward(n, l->c, l->in_h * l->in_w, l->dout, nn_layer_dx(m, i));
+  nn_global_avgpool_backward(n, l->c, l->in_h * l->in_w, l->dout, dx_to_add_into(m, i, n));
   return NN_OK;
 }
 
@@ -152,7 +156,7 @@ static nn_status_t linear_forward(nn_model_t *m, int i, int n, int training) {
 static nn_status_t linear_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   return nn_linear_backward(n, l->in_c * l->in_h * l->in_w, l->c, x, P + l->w_off, l->dout,
-                            nn_layer_dx(m, i), G + l->w_off,
+                            dx_to_add_into(m, i, n), G + l->w_off,
                             l->has_bias ? G + l->b_off : NULL);
 }
 
@@ -170,7 +174,7 @@ static nn_status_t dropout_forward(nn_model_t *m, int i, int n, int training) {
 
 static nn_status_t dropout_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
-  nn_dropout_backward(count, l->p, l->mask, l->dout, nn_layer_dx(m, i));
+  nn_dropout_backward(count, l->p, l->mask, l->dout, dx_to_add_into(m, i, n));
   return NN_OK;
 }
 
@@ -195,7 +199,8 @@ static nn_status_t add_forward(nn_model_t *m, int i, int n, int training) {
 
 static nn_status_t add_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
-  add_into_both(l->dout, nn_layer_dx(m, i), nn_layer_in_grad(m, l->in[1]), count);
+  nn_add_backward_ex(count, l->dout, nn_layer_dx(m, i), !l->dx_first[0],
+                     nn_layer_in_grad(m, l->in[1]), !l->dx_first[1]);
   return NN_OK;
 }
 
@@ -280,6 +285,7 @@ static void cpu_release(nn_model_t *m) {
 static const nn_backend_t cpu_backend = {
     .name = "CPU",
     .device = NN_DEVICE_CPU,
+    .writes_first_dx = 1,
     .layer = {NN_LAYER_KIND_LIST(NN_LAYER_OPS_ENTRY)},
     .zero = cpu_zero,
     .copy = cpu_copy,

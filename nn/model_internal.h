@@ -60,6 +60,17 @@ typedef struct {
      (nn_model_finish), alias their input's activations instead of owning memory. */
   int is_view;
   int consumers;          /* how many layers read this one's output                   */
+  /* Who writes which activation gradient first (nn_model_finish): the backward walks the
+     layers from the last to the first, so of the layers that write the gradient of one
+     output (its consumers, through views), the one of highest index writes it first.
+     dx_first[k]: this layer is that first writer for its input k (in[1]: add only). On a
+     backend with writes_first_dx that layer stores its input gradient (dx = ...) and
+     the later writers add into it, so the pass needs no zeroing and no first read of a
+     zero gradient; elsewhere every gradient is zeroed before the pass and every writer
+     adds. dout_unwritten: no layer writes this layer's own gradient (it owns one): still
+     zeroed before the pass. */
+  int dx_first[2];
+  int dout_unwritten;
 
   /* Activations for cfg.batch samples in the backend's memory and element type (host
      floats on the CPU; device memory in the model's precision on a GPU), set up by the
@@ -128,6 +139,7 @@ struct nn_model {
   void *dlogits;          /* set by nn_model_loss                                      */
   size_t act_size;        /* bytes per activation element on the backend               */
   int need_dinput;        /* a layer other than conv/linear/flatten reads the input    */
+  int dinput_unwritten;   /* dinput is zeroed before backward (see dout_unwritten)     */
   float *workspace;       /* CPU: conv im2col scratch shared by all convolutions       */
   size_t workspace_floats;
 
@@ -148,7 +160,8 @@ struct nn_model {
 typedef struct {
   /* Layer i over the first n samples: reads its input(s), writes l->out. */
   nn_status_t (*forward)(nn_model_t *m, int i, int n, int training);
-  /* ADDS into the gradient(s) of its input(s) and, on the CPU and on a float32 NCHW
+  /* ADDS into the gradient(s) of its input(s) (or stores them, where the backend has
+     writes_first_dx and the layer has dx_first) and, on the CPU and on a float32 NCHW
      CUDA model, into its parameter gradients (a converted CUDA model, half or NHWC,
      overwrites its own parameter range from the half gradients: each range belongs to
      one layer and is zeroed before backward, so the two agree; accumulating gradients
@@ -161,6 +174,9 @@ typedef struct {
 typedef struct nn_backend {
   const char *name;                         /* for messages: "CPU", "CUDA"           */
   nn_device_t device;
+  /* Its layers store the input gradients that they write first (nn_layer_t.dx_first)
+     instead of adding into them; 0: the walk zeroes every gradient first. */
+  int writes_first_dx;
   nn_layer_ops_t layer[NN_LAYER_KINDS];
   /* Backend memory: zero and copy bytes (may be asynchronous, in order). */
   nn_status_t (*zero)(void *p, size_t bytes);

@@ -77,7 +77,9 @@ static void call_backward_hook(nn_model_t *m, int i, int n) {
 }
 
 /* Backward kernels add into gradients: start every gradient the pass writes at zero
-   (the parameter gradients too, unless they accumulate), and the last layer's from the
+   (the parameter gradients too, unless they accumulate; on a backend whose layers store
+   the activation gradients they write first, only those nobody writes), and the last
+   layer's from the
    gradient of the loss. */
 static nn_status_t begin_backward(nn_model_t *m, int n, int accumulate) {
   const nn_backend_t *b = m->backend;
@@ -85,9 +87,11 @@ static nn_status_t begin_backward(nn_model_t *m, int n, int accumulate) {
   nn_status_t s = accumulate ? NN_OK : b->zero_grads(m);
   for (int i = 0; s == NN_OK && i < m->num_layers; i++) {
     const nn_layer_t *l = &m->layers[i];
-    if (l->own_dout) s = b->zero(l->dout, (size_t)n * nn_layer_sample_size(l) * es);
+    if (l->own_dout && (!b->writes_first_dx || l->dout_unwritten))
+      s = b->zero(l->dout, (size_t)n * nn_layer_sample_size(l) * es);
   }
-  if (s == NN_OK && m->dinput) s = b->zero(m->dinput, (size_t)n * nn_model_input_size(m) * es);
+  if (s == NN_OK && m->dinput && (!b->writes_first_dx || m->dinput_unwritten))
+    s = b->zero(m->dinput, (size_t)n * nn_model_input_size(m) * es);
   if (s == NN_OK)
     s = b->copy(m->layers[m->num_layers - 1].dout, m->dlogits,
                 (size_t)n * m->num_classes * es);

@@ -46,7 +46,7 @@ pooled=(
   test_train_accumulation.sh test_train_idx.sh test_train_torch_models.sh test_train_deps.sh
   test_cnn_bench_accuracy test_coll_bench_check test_nn_optim_rmsprop test_hvd_device_thread
   test_cuda_half_layers test_cuda_hvd_allreduce test_cuda_layers test_cuda_mixed_precision
-  test_cuda_model_step test_nn_conv_direct test_roofline_counts.sh
+  test_cuda_model_step test_nn_conv_direct test_roofline_counts.sh test_nn_backward_store
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build
