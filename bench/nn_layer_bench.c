@@ -3,6 +3,7 @@
    by side with bench/torch_layer_bench.py, the same shapes in PyTorch).
    Usage: nn_layer_bench [--threads N] [--batch N] [--reps N] [--filter SUBSTRING]
    [--min] [--warmup N] [--shapes FILE] [--winograd 0|1] [--wino-min C] [--wino-tiles N]
+   [--direct 0|1|2] [--direct-max C] [--direct-s2-max C]
    [--block-kb K] (--help)
    Prints the median milliseconds of forward and backward per layer (with --shapes also
    the fastest rep of each). Not a test.
@@ -95,6 +96,15 @@ static void parse_flags(int argc, char **argv, int *threads, int *batch, int *re
        .metavar = "C", .help = "Winograd only when c_in and c_out are both at least C"},
       {"wino-tiles", UTIL_FLAG_INT, &nn_wino_group_tiles, .min = 1, .max = 1 << 20,
        .help = "Winograd tiles per group of samples (the N of its GEMMs)"},
+      {"direct", UTIL_FLAG_INT, &nn_conv2d_direct, .min = 0, .max = 2,
+       .help = "1: the direct kernel (AVX-512) for small stride-1 convolutions and "
+               "stride-2 forwards; 2: also on AVX2; 0: off"},
+      {"direct-max", UTIL_FLAG_INT, &nn_conv2d_direct_max_channels, .min = 0, .max = 1 << 20,
+       .metavar = "C", .help = "stride-1 convolutions by the direct kernel up to C channels "
+                                 "(0: by CPU, 32 or 16)"},
+      {"direct-s2-max", UTIL_FLAG_INT, &nn_conv2d_direct_s2_max_channels, .min = 0,
+       .max = 1 << 20, .metavar = "C",
+       .help = "stride-2 forwards by the direct kernel up to C channels"},
       {"block-kb", UTIL_FLAG_INT, &block_kb, .min = 1, .max = 1 << 20, .metavar = "K",
        .help = "KiB of im2col columns per block"},
   };

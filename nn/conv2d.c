@@ -120,17 +120,28 @@ static int conv_is_wino(const nn_conv2d_shape_t *s) {
    measured) it also goes before Winograd: on
    resnet20's 32->32 16x16 layer (1 thread, batch 64, AVX-512) forward 5.9 -> 4.4 ms and
    backward 13.7 -> 10.8 ms against Winograd (nn_layer_bench, 3 A/B rounds; 2 x 31
-   alternating reps of thread CPU time, loaded machine: 4.4 -> 3.8 and 11.0 -> 10.2). */
+   alternating reps of thread CPU time, loaded machine: 4.4 -> 3.8 and 11.0 -> 10.2).
+   That was an Intel Xeon, whose AVX-512 units are full width. On AMD Zen 4, which runs
+   each 512-bit FMA as two 256-bit halves, Winograd won the 32->32 layer (forward 3.42 ->
+   2.68 ms, backward 7.81 -> 6.34, fastest of 30 reps, 4 alternating rounds) and the
+   direct kernel still won the 16->16 one (forward 3.5 -> 4.5, backward 7.9 -> 10.6
+   against Winograd): so the default (nn_conv2d_direct_max_channels 0) is 32 channels,
+   16 where AVX-512 is half width. */
 int nn_conv2d_direct = 1;
-int nn_conv2d_direct_max_channels = 32;
+int nn_conv2d_direct_max_channels = 0;
+
+static int conv_direct_max_channels(void) {
+  if (nn_conv2d_direct_max_channels > 0) return nn_conv2d_direct_max_channels;
+  return nn_cpu_avx512_half_width() ? 16 : 32;
+}
 
 /* The stride-1 shapes the direct kernel takes, before Winograd (see nn_conv2d_direct). */
 static int conv_direct_takes(const nn_conv2d_shape_t *s) {
   int vec = nn_conv_direct_vec();
   return nn_conv2d_direct && (vec == 16 || (vec == 8 && nn_conv2d_direct == 2)) &&
          s->stride_h == 1 && s->stride_w == 1 && !conv_is_direct(s) && s->pad_h < s->kh &&
-         s->pad_w < s->kw && s->c_in <= nn_conv2d_direct_max_channels &&
-         s->c_out <= nn_conv2d_direct_max_channels && s->w_out >= 8 && s->w_in >= 8;
+         s->pad_w < s->kw && s->c_in <= conv_direct_max_channels() &&
+         s->c_out <= conv_direct_max_channels() && s->w_out >= 8 && s->w_in >= 8;
 }
 static int conv_direct_ok(const nn_conv2d_shape_t *s) {
   return conv_direct_takes(s) && !conv_is_wino(s);

@@ -72,6 +72,7 @@ typedef struct {
    where the CPU has AVX-512 (2: also with AVX2 + FMA alone); 0: im2col + GEMM or
    Winograd. */
 extern int nn_conv2d_direct;
+/* 0 (default): 32, or 16 where AVX-512 is half width (nn/conv2d.c says why). */
 extern int nn_conv2d_direct_max_channels;
 /* Stride-2 forward by the direct kernel: at most this many channels each way. */
 extern int nn_conv2d_direct_s2_max_channels;

@@ -24,6 +24,7 @@
 #include "nn/conv2d_internal.h"
 #include "nn/simd_internal.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -35,6 +36,15 @@ int nn_simd_level(void) {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) level = 2;
   if (level == 2 && __builtin_cpu_supports("avx512f")) level = 3;
   return level < nn_simd_limit ? level : nn_simd_limit;
+}
+
+int nn_cpu_avx512_half_width(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+  const int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* AuthenticAMD */
+  if (!amd || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  const unsigned family = ((a >> 8) & 0xfu) + ((a >> 20) & 0xffu);
+  return family == 0x19; /* Zen 4 (Zen 3 shares the family but has no AVX-512) */
 }
 
 int nn_conv_direct_vec(void) {

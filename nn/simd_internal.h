@@ -43,5 +43,8 @@ static inline nn_v4i nn_v4i_select(nn_v4i mask, nn_v4i a, nn_v4i b) {
    reach the AVX2 and portable paths on an AVX-512 machine). */
 extern int nn_simd_limit;
 int nn_simd_level(void);
+/* 1 on a CPU that runs each 512-bit instruction as two 256-bit halves (AMD Zen 4), where
+   AVX-512 code gains width but not throughput over AVX2. */
+int nn_cpu_avx512_half_width(void);
 
 #endif

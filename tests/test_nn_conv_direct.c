@@ -8,7 +8,8 @@
    split evenly. Also: the path under test is taken (stride 1: its workspace holds the
    flipped weights; stride 2: nn_conv2d_direct_passes), y and dx are bit-identical for
    1 and 2 threads, every result is bit-identical from run to run for one thread count,
-   and the weight gradient (3x3 on AVX-512: the direct kernel, else im2col) matches. */
+   and the weight gradient (3x3 on AVX-512: the direct kernel, else im2col) matches; and
+   the default channel limit where the CPU has AVX-512 (16 on Zen 4, else 32). */
 #include "nn/nn.h"
 #include "nn/conv2d_internal.h"
 #include "nn/simd_internal.h"
@@ -165,9 +166,27 @@ static void check_all(int mode) {
   check_s(mode, 2, 3, 3, 2, 24, 31, 30, 64, 1, 1, 0);  /* 32 columns: 2 full vectors */
 }
 
+/* The default channel limit: 16 where AVX-512 is half width (Zen 4), else 32. */
+static void check_channel_policy(void) {
+  const int want = nn_cpu_avx512_half_width() ? 16 : 32;
+  nn_conv2d_shape_t at = {2, want, 16, 16, want, 3, 3, 1, 1, 1, 1, 0, 0};
+  nn_conv2d_shape_t above = {2, want + 1, 16, 16, want + 1, 3, 3, 1, 1, 1, 1, 0, 0};
+  nn_conv2d_shape(&at);
+  nn_conv2d_shape(&above);
+  if (!(nn_conv2d_direct_passes(&at) & 2) || (nn_conv2d_direct_passes(&above) & 2)) {
+    printf("FAIL: with the default limit the direct kernel should take %d channels and "
+           "not %d (passes %d, %d)\n", want, want + 1, nn_conv2d_direct_passes(&at),
+           nn_conv2d_direct_passes(&above));
+    failures++;
+  }
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);  /* FAIL lines survive a crash of a later case */
   int level = nn_simd_level();
+  if (level >= 3) check_channel_policy();
+  /* The kernel on every shape of up to 32 channels, whatever this CPU's default. */
+  nn_conv2d_direct_max_channels = 32;
   if (level >= 3) {
     check_all(1);
   } else {
