@@ -44,7 +44,8 @@ static int cpu_avx512_half_width(void) {
   const int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* AuthenticAMD */
   if (!amd || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
   const unsigned family = ((a >> 8) & 0xfu) + ((a >> 20) & 0xffu);
-  return family == 0x19; /* Zen 4 (Zen 3 shares the family but has no AVX-512) */
+  __builtin_cpu_init();
+  return family == 0x19 && __builtin_cpu_supports("avx512f"); /* Zen 4, not Zen 3 */
 }
 
 /* Asked once: cpuid traps to the hypervisor in a virtual machine (microseconds), and

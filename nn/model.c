@@ -375,6 +375,10 @@ static int writes_input_grad(const nn_model_t *m, const nn_layer_t *l, int k) {
 static int plan_grad_writes(nn_model_t *m) {
   char *written = calloc((unsigned)m->num_layers + 1u, 1); /* [0]: the input, [j + 1]: j */
   if (!written) return 0;
+  /* The pass starts by copying the loss gradient into the last layer's gradient: when
+     that layer is a view (a flatten at the end), its owner's gradient is written then,
+     and its other readers must add to it. */
+  written[grad_owner(m, m->num_layers - 1) + 1] = 1;
   for (int i = m->num_layers - 1; i >= 0; i--) {
     nn_layer_t *l = &m->layers[i];
     for (int k = 0; k < 2; k++) {

@@ -9,7 +9,8 @@
       in-place relu, one read by an add and a max pool, adds of two branches, im2col,
       1x1 and flatten + linear: its parameter gradients with storing equal those of the
       same model built with nn_backward_store 0 (every gradient zeroed, every layer
-      adding), value for value. */
+      adding), value for value; and so must a graph that ends in a flatten whose source
+      has another reader (the loss gradient is seeded there before the pass). */
 #include "nn/backward_store_internal.h"
 #include "nn/model_internal.h"
 #include "nn/nn.h"
@@ -205,6 +206,51 @@ static void check_graph(void) {
   nn_model_free(m[1]);
 }
 
+/* A graph that ends in a view (flatten) whose owner has another reader (a dead relu):
+   the loss gradient copied into the owner's gradient is that reader's to add to. */
+static void check_last_view(void) {
+  nn_model_t *m[2];
+  for (int store = 0; store < 2; store++) {
+    nn_backward_store = store;
+    nn_model_config_t cfg = {BATCH, 3, CLASSES, 2, 6, 6};
+    nn_model_t *g = nn_model_begin("last-view", &cfg, 2, 6, 6, CLASSES);
+    if (g) {
+      int c = nn_model_add_conv2d(g, "c", NN_MODEL_INPUT, CLASSES, 3, 1, 1, 1);
+      int p = nn_model_add_global_avgpool(g, "p", c);
+      nn_model_add_relu(g, "dead", p);   /* p has two readers: not in place */
+      nn_model_add_flatten(g, "f", p);
+    }
+    m[store] = g && nn_model_finish(g) == NN_OK ? g : NULL;
+    nn_backward_store = 1;
+  }
+  if (!m[0] || !m[1]) {
+    CHECK(0, "building the last-view graph: %s", nn_last_error());
+    nn_model_free(m[0]);
+    nn_model_free(m[1]);
+    return;
+  }
+  unsigned seed = 5;
+  float *x = rnd((size_t)BATCH * 2 * 6 * 6, &seed);
+  const int32_t labels[BATCH] = {0, 3, 2};
+  for (int k = 0; k < 2; k++) {
+    nn_status_t st = nn_model_forward(m[k], x, BATCH, 1);
+    if (st == NN_OK) st = nn_model_loss(m[k], labels, NULL, NULL);
+    if (st == NN_OK) st = nn_model_backward(m[k], NULL, NULL);
+    CHECK(st == NN_OK, "last-view step: %s", nn_last_error());
+  }
+  const float *g0 = nn_model_grads(m[0]), *g1 = nn_model_grads(m[1]);
+  size_t differ = 0, nonzero = 0;
+  for (size_t i = 0; i < m[0]->param_len; i++) {
+    differ += !(g0[i] == g1[i]);
+    nonzero += g0[i] != 0;
+  }
+  CHECK(differ == 0 && nonzero > 0, "last-view graph: %zu of %zu gradients differ (%zu not "
+        "zero when adding)", differ, m[0]->param_len, nonzero);
+  free(x);
+  nn_model_free(m[0]);
+  nn_model_free(m[1]);
+}
+
 int main(void) {
   for (int t = 1; t <= 2; t++) {
     nn_set_threads(t);
@@ -212,6 +258,7 @@ int main(void) {
   }
   nn_set_threads(1);
   check_graph();
+  check_last_view();
   printf("%s\n", failures ? "FAILED" : "all passed");
   return failures ? 1 : 0;
 }
