@@ -23,7 +23,8 @@ nn_status_t nn_batchnorm2d_backward_ex(const nn_batchnorm2d_shape_t *s, const fl
                                        const float *gamma, const float *save_mean,
                                        const float *save_invstd, const float *dy, float *dx,
                                        int dx_add, float *dgamma, float *dbeta);
-/* dx = dy where y > 0, else 0 (nn_relu_backward stores instead of adding). */
+/* dx = dy where y > 0, else 0 (nn_relu_backward stores instead of adding); dx may be dy
+   (an in-place relu masks its gradient). */
 void nn_relu_backward_store(size_t count, const float *y, const float *dy, float *dx);
 
 /* Backward of a residual add y = a + b, one pass over dy: da += dy, or (a_add 0) da = dy,

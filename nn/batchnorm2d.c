@@ -165,7 +165,7 @@ static void bn_train_block(void *vjob, int t, int worker) {
 static void bn_run(nn_task_fn fn, bn_job_t *job) {
   const nn_batchnorm2d_shape_t *s = job->s;
   const int small = (size_t)s->n * s->c * s->h * s->w < (1u << 15);
-  const int threads = small || nn_threads() < 1 ? 1 : nn_threads();
+  const int threads = small ? 1 : nn_threads();
   int block = (s->c + threads - 1) / threads;
   if (block > BN_BLOCK_MAX) block = BN_BLOCK_MAX;
   job->block = block;

@@ -11,7 +11,6 @@
    need their inputs, not their outputs), and flatten is a view. */
 #include "nn/model_internal.h"
 #include "nn/backward_store_internal.h"
-#include "nn/simd_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -19,18 +18,6 @@
 static void *xcalloc(size_t count, size_t size) {
   if (count == 0) count = 1;
   return calloc(count, size);
-}
-
-/* Backward of an in-place relu: y is its output, d the gradient shared with its input;
-   keep d where y > 0. Vector selects, not branches: a data-dependent branch mispredicts
-   on about half of the elements. (The forward runs nn_relu_forward with x == y, which is
-   elementwise and so safe in place.) */
-static void relu_mask_in_place(const float *y, float *d, size_t count) {
-  const nn_v4f zero = nn_v4_set1(0.0f);
-  size_t j = 0;
-  for (; j + 4 <= count; j += 4)
-    nn_v4_store(d + j, nn_v4_and(nn_v4_load(d + j), nn_v4_load(y + j) > zero));
-  for (; j < count; j++) d[j] = y[j] > 0.0f ? d[j] : 0.0f;
 }
 
 /* Layer i's input gradient for a kernel that adds into it: cleared first when the layer
@@ -98,8 +85,9 @@ static nn_status_t relu_forward(nn_model_t *m, int i, int n, int training) {
 
 static nn_status_t relu_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
-  if (l->is_view) /* dy and dx are the same floats: mask in place rather than add. */
-    relu_mask_in_place(l->out, l->dout, count);
+  /* In place (a view), dy and dx are the same floats: mask them, which is storing. */
+  if (l->is_view)
+    nn_relu_backward_store(count, l->out, l->dout, l->dout);
   else if (l->dx_first[0])
     nn_relu_backward_store(count, l->out, l->dout, nn_layer_dx(m, i));
   else
