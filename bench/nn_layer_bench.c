@@ -303,6 +303,7 @@ int main(int argc, char **argv) {
            reps, stat);
   else
     printf("# threads %d batch %d reps %d (%s ms)\n", threads, batch, reps, stat);
+  printf("# BLAS: %s\n", nn_blas_kernels());
   /* A --shapes run adds the fastest rep of each (the report's % of peak: the peak too is
      a best run) and a fourth decimal for the small layers. */
   if (shapes)

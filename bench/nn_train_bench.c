@@ -129,6 +129,7 @@ int main(int argc, char **argv) {
     printf("%-28s %10.3f   (final loss %.4f)\n", "step (wall)", 1e3 * el / steps,
            (double)loss);
   }
+  printf("BLAS: %s\n", nn_blas_kernels());
   printf("total images/sec: %.2f\n", (double)batch * steps / el);
   free(x);
   free(labels);

@@ -55,6 +55,10 @@ void nn_notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
    else the number of online cores. */
 void nn_set_threads(int n);
 int nn_threads(void);
+/* Which BLAS kernels run the matrix products and who chose them, for a benchmark's
+   report: e.g. "OpenBLAS Haswell kernels (OPENBLAS_CORETYPE=Haswell)" or "OpenBLAS
+   Cooperlake kernels (OpenBLAS's choice)". */
+const char *nn_blas_kernels(void);
 
 /* ---- tensors ---- */
 typedef enum { NN_DEVICE_CPU = 0, NN_DEVICE_CUDA = 1 } nn_device_t;

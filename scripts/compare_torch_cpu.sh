@@ -7,6 +7,9 @@
 # Environment: MODELS ("lenet resnet20"), THREADS ("1 2"), BATCH (64), REPS (5),
 #   STEPS_lenet (20), STEPS_resnet20 (8), PROFILE=1 (our per-layer times after each
 #   model/thread pair), PEERS (scripts/peers), PYTHON (/usr/bin/python3).
+# OpenBLAS's kernels follow OPENBLAS_CORETYPE where it is set (the header says which ran):
+# `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE scripts/compare_torch_cpu.sh` measures
+# both sides with OpenBLAS's own choice on a machine that sets them.
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
@@ -30,6 +33,9 @@ ips() { sed -n 's/^total images\/sec: *//p' | tail -n 1; }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, batch $BATCH, $REPS reps alternating ours/torch"
+# Both sides run under this environment's OPENBLAS_* (PyTorch too calls OpenBLAS for
+# some operations); which kernels our GEMMs ran is part of the result.
+echo "# our BLAS: $("$ours" --model lenet --batch 1 --steps 1 --threads 1 | sed -n 's/^BLAS: //p')"
 summary=()
 for model in $MODELS; do
   var=STEPS_$model; steps=${!var:-$([ "$model" = lenet ] && echo 20 || echo 8)}

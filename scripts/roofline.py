@@ -213,11 +213,16 @@ def run(cmd, env=None):
     return r.stdout
 
 
+BLAS_SEEN = []  # "# BLAS: ..." of our layer bench (which kernels ran our GEMMs)
+
+
 def parse_times(text):
     """{id: (median fwd ms, median bwd ms, fastest fwd ms, fastest bwd ms)} from a layer
     bench's --shapes output."""
     out = {}
     for line in text.splitlines():
+        if line.startswith("# BLAS: ") and not BLAS_SEEN:
+            BLAS_SEEN.append(line[len("# BLAS: "):].strip())
         f = line.split()
         if len(f) == 5 and not line.startswith("#") and f[0] != "layer":
             out[f[0]] = tuple(float(v) for v in f[1:])
@@ -568,7 +573,8 @@ def report(build):
         f"CPU: {cpu}, {os.cpu_count()} logical CPUs; load average (1/5/15 min) "
         f"{load0[0]:.2f}/{load0[1]:.2f}/{load0[2]:.2f} at the start, "
         f"{load1[0]:.2f}/{load1[1]:.2f}/{load1[2]:.2f} at the end. "
-        f"PyTorch {torch.__version__}; OPENBLAS_NUM_THREADS=1, torch.set_num_threads(1).",
+        f"PyTorch {torch.__version__}; OPENBLAS_NUM_THREADS=1, torch.set_num_threads(1). "
+        f"Our GEMMs: {BLAS_SEEN[0] if BLAS_SEEN else 'BLAS not reported'}.",
         f"Peak, measured by `{build}/fma_peak` (FMA microbenchmark, 1 thread, best run; "
         f"the higher of a run before and one after the layers): "
         f"**{peak:.1f} GFLOP/s** (AVX-512 {pb.get('fma_avx512', float('nan')):.1f}, "
