@@ -3,7 +3,7 @@
    by side with bench/torch_layer_bench.py, the same shapes in PyTorch).
    Usage: nn_layer_bench [--threads N] [--batch N] [--reps N] [--filter SUBSTRING]
    [--min] [--warmup N] [--shapes FILE] [--winograd 0|1] [--wino-min C] [--wino-tiles N]
-   [--direct 0|1|2] [--direct-max C] [--direct-s2-max C]
+   [--direct 0|1|2] [--direct-max C] [--direct-s2-max C] [--direct-dw-max C]
    [--block-kb K] (--help)
    Prints the median milliseconds of forward and backward per layer (with --shapes also
    the fastest rep of each). Not a test.
@@ -105,6 +105,10 @@ static void parse_flags(int argc, char **argv, int *threads, int *batch, int *re
       {"direct-s2-max", UTIL_FLAG_INT, &nn_conv2d_direct_s2_max_channels, .min = 0,
        .max = 1 << 20, .metavar = "C",
        .help = "stride-2 forwards by the direct kernel up to C channels"},
+      {"direct-dw-max", UTIL_FLAG_INT, &nn_conv2d_direct_dw_max_channels, .min = 0,
+       .max = 1 << 20, .metavar = "C",
+       .help = "3x3 weight gradients (stride 1 or 2) by the direct kernel up to C "
+               "channels (0: none)"},
       {"block-kb", UTIL_FLAG_INT, &block_kb, .min = 1, .max = 1 << 20, .metavar = "K",
        .help = "KiB of im2col columns per block"},
   };

@@ -170,13 +170,25 @@ static int conv_direct_fwd(const nn_conv2d_shape_t *s) {
 static int conv_direct_dx(const nn_conv2d_shape_t *s) {
   return conv_direct_ok(s) && s->c_in >= 8;
 }
-/* dW by the direct kernel: 3x3 on AVX-512 (resnet20's 16->16 layer: about 1.25x faster
-   than im2col + GEMM, whose dW GEMM has an output of only 144 x 16). */
+/* dW by the direct kernel (nn/conv_direct.c: vectors over output channels, broadcast
+   inputs): 3x3, stride 1 or 2, output channels a multiple of 16, on AVX-512, whatever
+   runs the forward, up to nn_conv2d_direct_dw_max_channels channels each way. Measured
+   against im2col + GEMM and Winograd's dW (1 thread, AMD Zen 5, nn_layer_bench
+   --direct-dw-max, fastest reps; backward ms, dx included): resnet20 at batch 64 with
+   OpenBLAS's Haswell kernels 16->16 6.1 -> 3.5, 32->32 5.3 -> 3.1, 64->64 (Winograd)
+   4.2 -> 3.6, 16->32 s2 4.8 -> 3.4, 32->64 s2 4.0 -> 2.8; with its AVX-512 kernels
+   5.5 -> 4.0, 4.2 -> 3.4, 3.0 -> 2.9, 3.8 -> 2.9, 2.9 -> 2.2. resnet50's 3x3 layers at
+   batch 16: 64 to 256 channels 1-13% faster with either; 512 channels 21% faster with the
+   Haswell kernels but 5% slower with the AVX-512 ones: so up to 256. */
+int nn_conv2d_direct_dw_max_channels = 256;
+
 static int conv_direct_dw(const nn_conv2d_shape_t *s) {
-  if (!conv_direct_ok(s)) return 0;
+  if (!nn_conv2d_direct || nn_conv_direct_vec() != 16 || s->stride_h != s->stride_w ||
+      s->c_in > nn_conv2d_direct_dw_max_channels || s->c_out > nn_conv2d_direct_dw_max_channels)
+    return 0;
   nn_conv_direct_t f;
   nn_conv_direct_plan(&f, s->c_in, s->c_out, s->h_in, s->w_in, s->kh, s->kw, s->pad_h,
-                      s->pad_w, 1);
+                      s->pad_w, s->stride_h);
   return nn_conv_direct_dweight_ok(&f);
 }
 /* Forward plan, and the plan of the input gradient (stride 1 only): the same kernel on
@@ -219,14 +231,16 @@ static size_t conv_slot_floats(const nn_conv2d_shape_t *s) {
     conv_direct_plans(s, &f, &b);
     if (nn_conv_direct_plane_floats(&f) > v) v = nn_conv_direct_plane_floats(&f);
     if (nn_conv_direct_plane_floats(&b) > v) v = nn_conv_direct_plane_floats(&b);
-    /* the weight gradient's plane and 16 partial sums per weight */
-    size_t dwf = nn_conv_direct_plane_floats(&f) + (size_t)s->c_out * s->c_in * 9 * 16;
-    if (s->kh == 3 && s->kw == 3 && dwf > v) v = dwf;
   }
   if (conv_direct_s2_fwd(s)) {
     nn_conv_direct_t f, b;
     conv_direct_plans(s, &f, &b);
     if (nn_conv_direct_plane_floats(&f) > v) v = nn_conv_direct_plane_floats(&f);
+  }
+  if (conv_direct_dw(s)) { /* its sums, dy transposed and its padded plane */
+    nn_conv_direct_t f, b;
+    conv_direct_plans(s, &f, &b);
+    if (nn_conv_direct_dweight_floats(&f) > v) v = nn_conv_direct_dweight_floats(&f);
   }
   return (v + 15) & ~(size_t)15;  /* keep every slot 64-byte aligned relative to the base */
 }
@@ -512,17 +526,16 @@ typedef struct {
   const nn_conv_direct_t *d;
   const float *x, *dy;
   float *ws;
-  size_t slot, acc_off;
+  size_t slot;
   int n, chunks;
 } direct_dw_job_t;
 
-/* Chunk t's 16-lane weight-gradient sums into its slot, after its padded plane. */
+/* Chunk t's weight-gradient sums into the start of its slot. */
 static void conv_direct_dw_chunk(void *vjob, int t, int worker) {
   (void)worker;
   const direct_dw_job_t *j = vjob;
   int i0 = (int)((long)j->n * t / j->chunks), i1 = (int)((long)j->n * (t + 1) / j->chunks);
-  float *slot = j->ws + (size_t)t * j->slot;
-  nn_conv_direct_dweight_run(j->d, j->x, j->dy, slot + j->acc_off, slot, i0, i1);
+  nn_conv_direct_dweight_run(j->d, j->x, j->dy, j->ws + (size_t)t * j->slot, i0, i1);
 }
 
 static nn_status_t conv_check(const nn_conv2d_shape_t *s, const char *what) {
@@ -671,7 +684,7 @@ nn_status_t nn_conv2d_backward_ex(const nn_conv2d_shape_t *s, const float *x, co
   /* The Winograd passes come after the sums above: they reuse the slots. */
   nn_wino_t f, bw;
   if (wino) conv_wino_plans(s, &f, &bw);
-  if (wino && dw) {
+  if (wino && dw && !direct_dw) {
     wino_dw_job_t dj = {&f, x, dy, workspace, conv_slot_floats(s), nn_wino_slot_floats(&f),
                         job.chunks};
     if (dj.chunks > 1) {
@@ -692,14 +705,13 @@ nn_status_t nn_conv2d_backward_ex(const nn_conv2d_shape_t *s, const float *x, co
   if (direct_dw && dw) {
     nn_conv_direct_t f, bw;
     conv_direct_plans(s, &f, &bw);
-    direct_dw_job_t dj = {&f,    x,    dy, workspace, conv_slot_floats(s),
-                          nn_conv_direct_plane_floats(&f), s->n, job.chunks};
+    direct_dw_job_t dj = {&f, x, dy, workspace, conv_slot_floats(s), s->n, job.chunks};
     if (dj.chunks > 1)
       nn_parallel_for(dj.chunks, conv_direct_dw_chunk, &dj);
     else
       conv_direct_dw_chunk(&dj, 0, 0);
     for (int t = 0; t < dj.chunks; t++)  /* chunk order: deterministic */
-      nn_conv_direct_dweight_finish(&f, workspace + (size_t)t * dj.slot + dj.acc_off, dw);
+      nn_conv_direct_dweight_finish(&f, workspace + (size_t)t * dj.slot, dw);
   }
   if (direct && dx) {
     nn_conv_direct_t f, bw;

@@ -76,6 +76,10 @@ extern int nn_conv2d_direct;
 extern int nn_conv2d_direct_max_channels;
 /* Stride-2 forward by the direct kernel: at most this many channels each way. */
 extern int nn_conv2d_direct_s2_max_channels;
+/* Weight gradients of 3x3 convolutions (stride 1 or 2, output channels a multiple of
+   16) by the direct kernel, whatever runs their forward: at most this many channels
+   each way (0: none). */
+extern int nn_conv2d_direct_dw_max_channels;
 /* Which passes of the convolution s the direct kernel runs now: 1 forward, 2 input
    gradient, 4 weight gradient (or-ed; 0 for a bad shape). For tests. */
 int nn_conv2d_direct_passes(const nn_conv2d_shape_t *s);
@@ -93,14 +97,16 @@ void nn_conv_direct_flip(const float *w, int co, int ci, int kh, int kw, float *
 void nn_conv_direct_run(const nn_conv_direct_t *d, const float *x, const float *w,
                         const float *bias, int accumulate, float *y, float *plane, int i0,
                         int i1);
-/* Weight gradient of stride-1 3x3 kernels on AVX-512 (nn_conv_direct_dweight_ok; d: the
-   forward plan): acc16 (nn_conv_direct_dweight_floats: 16 partial sums per weight) = the sums of
-   samples [i0, i1) of x and dy; nn_conv_direct_dweight_finish adds them into
-   dw[co][ci][3][3]. plane: scratch of nn_conv_direct_plane_floats. */
+/* Weight gradient of 3x3 kernels, stride 1 or 2, output channels a multiple of 16, on
+   AVX-512 (nn_conv_direct_dweight_ok; d: the forward plan): the start of scratch
+   (nn_conv_direct_dweight_floats, which also holds dy transposed and a padded plane) =
+   the sums of samples [i0, i1) of x and dy; nn_conv_direct_dweight_finish adds them
+   into dw[co][ci][3][3]. */
 int nn_conv_direct_dweight_ok(const nn_conv_direct_t *d);
 size_t nn_conv_direct_dweight_floats(const nn_conv_direct_t *d);
 void nn_conv_direct_dweight_run(const nn_conv_direct_t *d, const float *x, const float *dy,
-                                float *acc16, float *plane, int i0, int i1);
-void nn_conv_direct_dweight_finish(const nn_conv_direct_t *d, const float *acc16, float *dw);
+                                float *scratch, int i0, int i1);
+void nn_conv_direct_dweight_finish(const nn_conv_direct_t *d, const float *scratch,
+                                   float *dw);
 
 #endif
