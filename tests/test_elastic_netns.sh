@@ -6,8 +6,9 @@
 # The ranks notice (HVD_PEER_TIMEOUT_SECONDS=3: the runtime names the lost ranks),
 # hvdrun ends mpirun (which cannot reach ns2's daemon) after --abort-timeout, and
 # restarts on ns1 with train --resume auto (at most 10 steps lost): the run finishes
-# with exit 0 and a test accuracy within 0.5 points of an uninterrupted 4-rank run (2
-# ranks x 32 train on the very global batches 4 x 16 would: train/data.h).
+# with exit 0, and the epoch it resumed in has the loss and val_loss of an uninterrupted
+# 4-rank run within 1% (2 ranks x 32 train on the very global batches 4 x 16 would:
+# train/data.h; tests/elastic_compare.sh says why not the final accuracy, to a point).
 # Needs root and network namespaces; skips otherwise. Removes its hosts on every exit.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -25,6 +26,7 @@ export HVD_RSH_AGENT=${HVD_RSH_AGENT:-$PWD/scripts/netns-rsh}
 fails=0
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+. tests/elastic_compare.sh
 
 printf 'ns1:2\nns2:2\n' >"$tmp/hosts"
 printf '#!/bin/sh\ncat %s\n' "$tmp/hosts" >"$tmp/discover.sh"
@@ -62,11 +64,7 @@ else
   grep '^hvdrun: \|^train: resuming\|^train: step ' "$tmp/elastic.log"
   grep -q "^hvdrun: elastic: restarting with 2 rank(s) on ns1:2" "$tmp/elastic.log" \
     && ok "restarted on ns1 alone" || bad "no restart on ns1 alone"
-  killed=$(grep -c '^Epoch' "$tmp/elastic.log")
-  a=$(sed -n 's/^test accuracy: \([0-9.]*\)%$/\1/p' "$tmp/full.log")
-  b=$(sed -n 's/^test accuracy: \([0-9.]*\)%$/\1/p' "$tmp/elastic.log")
-  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d <= 0.5 && d >= -0.5) }' \
-    && ok "test accuracy $b% vs $a% uninterrupted ($killed epoch lines)" || bad "test accuracy $b% vs $a% uninterrupted"
+  elastic_compare "$tmp/full.log" "$tmp/elastic.log"
 fi
 [ $fails -eq 0 ] && echo "elastic run on simulated hosts passes" && exit 0
 echo "$fails case(s) failed"; exit 1

@@ -5,7 +5,8 @@
 #    ranks with mid-epoch checkpoints is killed (SIGKILL of rank 0) in epoch 2, hvdrun
 #    asks again and restarts on 1 rank, train --resume auto goes on from the last
 #    checkpoint with the global batch kept; the run finishes with exit 0, at most 5 steps
-#    lost, and a test accuracy within 0.5 points of an uninterrupted 2-rank run;
+#    lost, and the epoch it resumed in has the loss and val_loss of an uninterrupted
+#    2-rank run within 1% (tests/elastic_compare.sh);
 #  - a program that always fails: --reset-limit 1 gives 2 starts, then a non-zero exit
 #    naming the limit;
 #  - fewer slots than --min-np: no start, a non-zero exit naming both;
@@ -18,6 +19,7 @@ hvdrun=$build/hvdrun
 [ -x "$hvdrun" ] || { echo "FAIL: $hvdrun is not built (run make)"; exit 1; }
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+. "$(dirname "$0")/elastic_compare.sh"
 
 # The discovery script: counts its calls; the first answer is localhost:2, later ones
 # what $tmp/hosts holds.
@@ -60,10 +62,7 @@ else
   lost=$(echo "$at" | awk '{ print 40 - ($1 * 29 + $2) }')
   [ -n "$at" ] && [ "$lost" -ge 0 ] && [ "$lost" -le 5 ] && ok "$lost step(s) lost (resumed after epoch/step $at)" \
     || bad "steps lost: '$lost' (resumed at '$at')"
-  a=$(sed -n 's/^test accuracy: \([0-9.]*\)%$/\1/p' "$tmp/full.log")
-  b=$(sed -n 's/^test accuracy: \([0-9.]*\)%$/\1/p' "$tmp/elastic.log")
-  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d <= 0.5 && d >= -0.5) }' \
-    && ok "test accuracy $b% vs $a% uninterrupted" || bad "test accuracy $b% vs $a% uninterrupted"
+  elastic_compare "$tmp/full.log" "$tmp/elastic.log"
 fi
 
 # Always failing: 1 + 1 starts, then the limit.
