@@ -62,6 +62,13 @@ static void phantoms_free(struct hvd_request **phantoms, int n) {
     }
 }
 
+/* Lets go of the requests of reqs[0..n) (with hvd_g.mu held). A completed one may be
+   freed here (its waiter left it to us), so nothing reads reqs after this. */
+static void release_all(struct hvd_request **reqs, int n) {
+  for (int i = 0; i < n; i++)
+    if (reqs[i] && !reqs[i]->phantom) hvd_request_release(reqs[i]);
+}
+
 /* Runs the group reqs[0..n) (responses resp[0..n)) on backend ops. */
 static hvd_status_t run_group(const hvd_backend_ops_t *ops, struct hvd_request **reqs,
                               const hvd_response_t *resp, int n, char *msg, size_t len,
@@ -136,11 +143,22 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
     memcpy(key, resp[i].key, kl);
     key[kl] = '\0';
     reqs[i] = hvd_inflight_find(key);
+    if (reqs[i] && reqs[i]->held) {   /* a name twice in one list: a broken protocol */
+      release_all(reqs, i);
+      phantoms_free(phantoms, i);
+      pthread_mutex_unlock(&hvd_g.mu);
+      snprintf(msg, len, "rank %d received tensor \"%s\" twice in one response list "
+               "(internal error)", hvd_g.rank, key);
+      free(reqs);
+      return HVD_ERR_BACKEND;
+    }
+    if (reqs[i]) reqs[i]->held = 1;
     /* The coordinator answers a name without this rank's request only when this rank
        has joined; a failed one needs no stand-in (the others only complete it). */
     if (reqs[i] == NULL && hvd_g.joined && resp[i].status == HVD_OK)
       reqs[i] = phantoms[i] = phantom_new(&resp[i]);
     if (reqs[i] == NULL && !(hvd_g.joined && resp[i].status != HVD_OK)) {
+      release_all(reqs, i);
       phantoms_free(phantoms, i);
       pthread_mutex_unlock(&hvd_g.mu);
       snprintf(msg, len, "rank %d received a response for tensor \"%s\" that it has not "
@@ -185,6 +203,9 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
     fatal = run_group(ops, &reqs[i], &resp[i], j - i, msg, len, fatal_agreed);
     i = j;
   }
+  pthread_mutex_lock(&hvd_g.mu);
+  release_all(reqs, n);
+  pthread_mutex_unlock(&hvd_g.mu);
   phantoms_free(phantoms, n);
   free(reqs);
   return fatal;

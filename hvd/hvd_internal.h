@@ -93,6 +93,13 @@ struct hvd_request {
   atomic_int done;
   hvd_status_t status;
   char error[HVD_ERROR_MAX];
+  /* The executor (hvd_execute) holds the request from finding it to the end of its
+     list: another thread that fails it then (the watchdog's stall shutdown) records the
+     failure (fail_pending) and the executor completes it on letting go, so a waiter
+     never frees a request, nor reuses its buffers, while a collective still uses them.
+     A waiter that finishes a held request all the same (abandoned: the executor never
+     came back, see hvd_fail_held) leaves it to the executor to free. */
+  int held, fail_pending, abandoned;
   struct hvd_request *next_inflight;   /* chain of the in-flight hash table      */
   struct hvd_request *next_queue;      /* submitted, not yet taken by background  */
 };
@@ -219,8 +226,15 @@ extern atomic_int hvd_g_initialized;
 struct hvd_request *hvd_inflight_find(const char *key);
 void hvd_inflight_remove(struct hvd_request *r);
 void hvd_request_complete(struct hvd_request *r, hvd_status_t s, const char *msg);
-/* Fails every queued and in-flight request with s/msg and marks the runtime stopped. */
+/* Fails every queued and in-flight request with s/msg and marks the runtime stopped; a
+   request the executor holds gets its failure when the executor lets it go. */
 void hvd_fail_all(hvd_status_t s, const char *msg);
+/* Completes the held requests that hvd_fail_all left to the executor (a last resort
+   when it does not come back); returns how many were still held. */
+int hvd_fail_held(void);
+/* The executor lets go of a request it held: a recorded failure completes it, an
+   abandoned one is freed. */
+void hvd_request_release(struct hvd_request *r);
 
 /* negotiation.c: the wire format and the coordinator. */
 typedef struct { char *p; size_t len, cap; } hvd_buf_t;

@@ -30,18 +30,38 @@ void hvd_inflight_remove(struct hvd_request *r) {
   r->next_inflight = NULL;
 }
 
+static void request_free(struct hvd_request *r);
+
+/* A request with a recorded failure (fail_pending) completes with that failure, whatever
+   the executor says: its waiter was to learn it the moment hvd_fail_all ran. */
 void hvd_request_complete(struct hvd_request *r, hvd_status_t s, const char *msg) {
   hvd_inflight_remove(r);
   hvd_g.ninflight--;
-  r->status = s;
-  snprintf(r->error, sizeof(r->error), "%s", (s != HVD_OK && msg) ? msg : "");
+  if (!r->fail_pending) {
+    r->status = s;
+    snprintf(r->error, sizeof(r->error), "%s", (s != HVD_OK && msg) ? msg : "");
+  }
   atomic_store(&r->done, 1);
   pthread_cond_broadcast(&hvd_g.done_cv);
 }
 
 void hvd_fail_all(hvd_status_t s, const char *msg) {
-  for (int b = 0; b < HVD_INFLIGHT_BUCKETS; b++)
-    while (hvd_g.inflight[b]) hvd_request_complete(hvd_g.inflight[b], s, msg);
+  for (int b = 0; b < HVD_INFLIGHT_BUCKETS; b++) {
+    struct hvd_request **pp = &hvd_g.inflight[b];
+    while (*pp) {
+      struct hvd_request *r = *pp;
+      if (!r->held) {
+        hvd_request_complete(r, s, msg);   /* unlinks *pp */
+        continue;
+      }
+      if (!r->fail_pending) {
+        r->status = s;
+        snprintf(r->error, sizeof(r->error), "%s", msg ? msg : "");
+        r->fail_pending = 1;
+      }
+      pp = &r->next_inflight;
+    }
+  }
   hvd_g.queue_head = hvd_g.queue_tail = NULL;   /* every queued one was in flight too */
   atomic_store(&hvd_g.queued, 0);
   if (!hvd_g.stopped) {
@@ -50,6 +70,30 @@ void hvd_fail_all(hvd_status_t s, const char *msg) {
     hvd_g.stop_status = s == HVD_ERR_PEER_LOST ? s : HVD_ERR_SHUTDOWN;
     snprintf(hvd_g.stop_msg, sizeof(hvd_g.stop_msg), "%s", msg);
   }
+}
+
+int hvd_fail_held(void) {
+  int n = 0;
+  for (int b = 0; b < HVD_INFLIGHT_BUCKETS; b++)
+    while (hvd_g.inflight[b]) {
+      struct hvd_request *r = hvd_g.inflight[b];
+      n += r->held;
+      if (!r->fail_pending) {
+        r->status = HVD_ERR_SHUTDOWN;
+        snprintf(r->error, sizeof(r->error), "%s", hvd_g.stop_msg);
+        r->fail_pending = 1;
+      }
+      hvd_request_complete(r, r->status, r->error);
+    }
+  return n;
+}
+
+void hvd_request_release(struct hvd_request *r) {
+  r->held = 0;
+  if (r->abandoned)
+    request_free(r);
+  else if (r->fail_pending && !atomic_load(&r->done))
+    hvd_request_complete(r, r->status, r->error);
 }
 
 static hvd_status_t check_common(const char *name, hvd_dtype_t dtype, size_t count,
@@ -424,11 +468,17 @@ hvd_status_t hvd_join(int *last_rank) {
   return hvd_wait(req);
 }
 
-/* Frees a completed request and reports its status to this thread. */
+/* Frees a completed request (or, while the executor still holds it, leaves that to
+   the executor) and reports its status to this thread. Takes hvd_g.mu: the completer
+   wrote status and error before done under it, and held is guarded by it. */
 static hvd_status_t request_finish(struct hvd_request *r) {
+  pthread_mutex_lock(&hvd_g.mu);
   hvd_status_t s = r->status;
   if (s != HVD_OK) hvd_set_error_text(r->error);
-  request_free(r);
+  int keep = r->held;
+  if (keep) r->abandoned = 1;
+  pthread_mutex_unlock(&hvd_g.mu);
+  if (!keep) request_free(r);
   return s;
 }
 
@@ -446,10 +496,6 @@ hvd_status_t hvd_wait(hvd_request_t req) {
     while (!atomic_load(&req->done)) pthread_cond_wait(&hvd_g.done_cv, &hvd_g.mu);
     pthread_mutex_unlock(&hvd_g.mu);
   }
-  /* The completer wrote status/error before done, under the mutex; take it once so
-     those writes are visible. */
-  pthread_mutex_lock(&hvd_g.mu);
-  pthread_mutex_unlock(&hvd_g.mu);
   return request_finish(req);
 }
 

@@ -22,6 +22,7 @@
 #define WATCHDOG_EVERY_US 100e3
 #define BLOCKED_AFTER_US 1e6     /* the background thread is "inside a collective" */
 #define COORDINATOR_GRACE_S 2.0
+#define HELD_WAIT_US 2e6         /* for the executor to leave an aborted collective */
 
 /* The oldest in-flight request (age in s, name and kind into buf); 0 when none. */
 static int oldest_request(double now_us, double *age_s, char *buf, size_t len) {
@@ -54,6 +55,25 @@ static void stall_shutdown(const char *text) {
   coll_transport_abort(hvd_g.world);
   coll_transport_abort(hvd_g.local);
   coll_transport_abort(hvd_g.cross);
+  /* The requests the executor holds (inside the collective) were left to it: it leaves
+     the aborted collective and completes them with this failure, and only then may
+     their waiters free them and reuse their buffers. Should it not come back within
+     HELD_WAIT_US, they complete anyway, since a waiter must not hang (the executor then
+     frees them itself, if it ever returns; their buffers may still be written). */
+  const double until = util_now_us() + HELD_WAIT_US;
+  for (;;) {
+    pthread_mutex_lock(&hvd_g.mu);
+    int left = hvd_g.ninflight > 0, forced = 0;
+    if (left && util_now_us() >= until) forced = hvd_fail_held();
+    pthread_mutex_unlock(&hvd_g.mu);
+    if (forced)
+      hvd_log(HVD_LOG_ERROR, "rank %d: the background thread did not leave its collective "
+              "within %.0f s of the stall shutdown; %d request(s) completed without it",
+              hvd_g.rank, HELD_WAIT_US * 1e-6, forced);
+    if (!left || util_now_us() >= until) break;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 /* A turn that comes longer than the peer timeout after the last one: the process was
