@@ -47,6 +47,7 @@ pooled=(
   test_cnn_bench_accuracy test_coll_bench_check test_nn_optim_rmsprop test_hvd_device_thread
   test_cuda_half_layers test_cuda_hvd_allreduce test_cuda_layers test_cuda_mixed_precision
   test_cuda_model_step test_nn_conv_direct test_roofline_counts.sh test_nn_backward_store
+  test_hvd_held
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build
@@ -74,10 +75,18 @@ for src in tests/test_*.c; do
   [ -n "$filter" ] && ! [[ "$name" =~ $filter ]] && continue
   [ -x "$build/tests/$name" ] || fail_unrunnable "$name" "$src was not built ($build/tests/$name missing: run make)"
 done
+# A sanitizer's report anywhere in a test's log fails the test, whatever its exit status:
+# a rank of an mpirun job that a test expects to fail (a fault, a stall, a bad input)
+# ends non-zero either way, so its ASan, UBSan or TSan report would otherwise pass unseen.
+sanitizer_report='(ERROR|WARNING|SUMMARY): (Address|Leak|Thread|UndefinedBehavior)Sanitizer|: runtime error: '
 # report NAME RC SECS: the result line (and the log's tail for a failure)
 report() {
   local name=$1 rc=$2 secs=$3
-  if [ $rc -eq 0 ]; then
+  if grep -qE "$sanitizer_report" "$logdir/$name.log"; then
+    failed=$((failed + 1)); failures+=("$name")
+    echo "FAIL  $name: a sanitizer reported an error (exit $rc):"
+    grep -m 3 -E -A 12 "$sanitizer_report" "$logdir/$name.log" | sed 's/^/      /'
+  elif [ $rc -eq 0 ]; then
     passed=$((passed + 1)); printf 'PASS  %-40s (%ds)\n' "$name" "$secs"
   elif [ $rc -eq 77 ] && tail -n 1 "$logdir/$name.log" | grep -qiE "$skip_ok"; then
     skipped=$((skipped + 1)); printf 'SKIP  %-40s %s\n' "$name" "$(tail -n 1 "$logdir/$name.log")"
