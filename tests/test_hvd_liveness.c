@@ -213,24 +213,8 @@ static int run_fault(const char *mode, int np, const char *env, double limit_s,
   return ok;
 }
 
-int main(int argc, char **argv) {
-  if (hvd_test_is_rank()) return body(argc > 1 ? argv[1] : "");
-  set_self_path(argv[0]);
-  int ok = 1;
-  /* Both survivors name the stopped rank. */
-  ok &= run_fault("stop1", 3, NULL, 3 + 5, "lost 1 rank(s): rank 1 (host ", 2);
-  ok &= run_fault("stop0", 3, NULL, 3 + 5, "lost 1 rank(s): rank 0 (host ", 2);
-  ok &= run_fault("stop_idle", 3, NULL, 3 + 5, "lost 1 rank(s): rank 1 (host ", 2);
-  ok &= run_fault("stall_exit", 3, "HVD_STALL_SHUTDOWN_TIME_SECONDS=3", 3 + 10,
-                  "hvd_shutdown returned after", 2);
-  /* The stall inspector runs while the background thread is blocked in a collective
-     (the rank that notices: the others learn from its notice), rank 0 stopped too. */
-  ok &= run_fault("stall_stop1", 3, "HVD_PEER_TIMEOUT_SECONDS=0 HVD_STALL_SHUTDOWN_TIME_SECONDS=3",
-                  3 + 10, "HVD_ERR_TIMEOUT: stall shutdown on rank", 2);
-  ok &= run_fault("stall_stop0", 3, "HVD_PEER_TIMEOUT_SECONDS=0 HVD_STALL_SHUTDOWN_TIME_SECONDS=3",
-                  3 + 10, "HVD_ERR_TIMEOUT: stall shutdown on rank", 2);
-
-  /* A timeline cut short by a kill still loads (scripts/timeline_load.py). */
+/* The timeline cut short by a kill still loads (scripts/timeline_load.py). */
+static int run_timeline_kill(void) {
   char tl[] = "/tmp/hvd_timeline_killXXXXXX", env[256], cmd[512];
   int fd = mkstemp(tl);
   CHECK(fd >= 0, "mkstemp");
@@ -248,6 +232,7 @@ int main(int argc, char **argv) {
   int allreduces = 0;
   const char *a = strstr(out, "ALLREDUCE ");
   if (a) allreduces = atoi(a + strlen("ALLREDUCE "));
+  int ok = 1;
   if (rc != 0 || !strstr(out, "cut short") || allreduces < 25) {
     printf("FAIL timeline_kill: the killed run's timeline did not load as cut short with "
            "its 30 allreduces (exit %d, %d allreduces)\n", rc, allreduces);
@@ -255,6 +240,79 @@ int main(int argc, char **argv) {
   }
   unlink(tl);
   unlink(cmd);
+  return ok;
+}
+
+/* One case: a fault mode (run_fault's arguments) or the timeline case (mode NULL). */
+typedef struct {
+  const char *mode, *env, *want;
+  double limit_s;
+  int times;
+} fault_case_t;
+
+int main(int argc, char **argv) {
+  if (hvd_test_is_rank()) return body(argc > 1 ? argv[1] : "");
+  set_self_path(argv[0]);
+  /* Limits after the fault: a lost peer 3 s of silence + 5; a stall 3 s + 12 (up to 2 s
+     of the coordinator's grace, hvd_shutdown's 5 s for peers that may still answer, and
+     mpirun's teardown of a stopped rank: 8-12 s measured under TSan, all cases at once). */
+  const fault_case_t cases[] = {
+      /* Both survivors name the stopped rank. */
+      {"stop1", NULL, "lost 1 rank(s): rank 1 (host ", 3 + 5, 2},
+      {"stop0", NULL, "lost 1 rank(s): rank 0 (host ", 3 + 5, 2},
+      {"stop_idle", NULL, "lost 1 rank(s): rank 1 (host ", 3 + 5, 2},
+      {"stall_exit", "HVD_STALL_SHUTDOWN_TIME_SECONDS=3", "hvd_shutdown returned after",
+       3 + 12, 2},
+      /* The stall inspector runs while the background thread is blocked in a collective
+         (the rank that notices: the others learn from its notice), rank 0 stopped too. */
+      {"stall_stop1", "HVD_PEER_TIMEOUT_SECONDS=0 HVD_STALL_SHUTDOWN_TIME_SECONDS=3",
+       "HVD_ERR_TIMEOUT: stall shutdown on rank", 3 + 12, 2},
+      {"stall_stop0", "HVD_PEER_TIMEOUT_SECONDS=0 HVD_STALL_SHUTDOWN_TIME_SECONDS=3",
+       "HVD_ERR_TIMEOUT: stall shutdown on rank", 3 + 12, 2},
+      {NULL, NULL, NULL, 0, 0},
+  };
+  enum { NCASES = sizeof cases / sizeof cases[0] };
+  /* The cases are independent jobs (their own stamp files, their own mode names for the
+     left-behind check) that spend most of their time waiting for a timeout, so they run
+     at once, each a child process writing to its own log; the logs are printed in
+     order once all have ended. Run one after the other they took about a minute of the
+     CI's serial time in each of the three builds. */
+  char logs[NCASES][64];
+  pid_t pids[NCASES];
+  for (int i = 0; i < NCASES; i++) {
+    snprintf(logs[i], sizeof(logs[i]), "/tmp/hvd_liveness_logXXXXXX");
+    int fd = mkstemp(logs[i]);
+    CHECK(fd >= 0, "mkstemp");
+    fflush(stdout);
+    pids[i] = fork();
+    CHECK(pids[i] >= 0, "fork");
+    if (pids[i] == 0) {
+      CHECK(dup2(fd, STDOUT_FILENO) >= 0 && dup2(fd, STDERR_FILENO) >= 0, "dup2");
+      close(fd);
+      const fault_case_t *c = &cases[i];
+      int ok = c->mode ? run_fault(c->mode, 3, c->env, c->limit_s, c->want, c->times)
+                       : run_timeline_kill();
+      fflush(stdout);
+      _exit(ok && failures == 0 ? 0 : 1);
+    }
+    close(fd);
+  }
+  int ok = 1;
+  for (int i = 0; i < NCASES; i++) {
+    int st = 0;
+    CHECK(waitpid(pids[i], &st, 0) == pids[i], "waitpid");
+    FILE *f = fopen(logs[i], "r");
+    size_t got;
+    while (f && (got = fread(out, 1, sizeof(out), f)) > 0) fwrite(out, 1, got, stdout);
+    if (f) fclose(f);
+    unlink(logs[i]);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      printf("FAIL %s: its check failed (status %d)\n",
+             cases[i].mode ? cases[i].mode : "timeline_kill", st);
+      ok = 0;
+    }
+  }
+  ok = ok && failures == 0;
   printf(ok ? "PASS\n" : "FAIL\n");
   return ok ? 0 : 1;
 }
