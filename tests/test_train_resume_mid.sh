@@ -5,9 +5,8 @@
 # checkpoint and ends bit for bit as the uninterrupted run, its epoch lines (loss,
 # accuracy, val_loss, val_accuracy, lr) the same too. The cases of
 # test_train_resume.sh and alexnet (dropout), killed inside the last epoch of a shorter
-# run. Under a sanitizer
-# (HVD_TEST_SANITIZER, set by make SANITIZE=... test), which looks for memory errors, not
-# figures, alexnet has 16 samples (2 steps an epoch, the second one short): the same
+# run. Under a sanitizer (HVD_TEST_SANITIZER, set by make SANITIZE=... test), which
+# looks for memory errors, not figures, alexnet has 16 samples (2 steps an epoch, the second one short): the same
 # paths in 8 alexnet steps instead of 12. This is the only dropout case (see
 # test_train_resume.sh).
 set -u
