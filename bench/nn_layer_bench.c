@@ -109,6 +109,14 @@ static void parse_flags(int argc, char **argv, int *threads, int *batch, int *re
        .max = 1 << 20, .metavar = "C",
        .help = "3x3 weight gradients (stride 1 or 2) by the direct kernel up to C "
                "channels (0: none)"},
+      {"direct-avx2-dx-max", UTIL_FLAG_INT, &nn_conv2d_direct_avx2_dx_max_channels, .min = 0,
+       .max = 1 << 20, .metavar = "C",
+       .help = "AVX2 alone, --direct 1: input gradients of stride-1 convolutions by the "
+               "direct kernel up to C channels (0: none)"},
+      {"direct-avx2-dw-max-in", UTIL_FLAG_INT, &nn_conv2d_direct_avx2_dw_max_in, .min = 0,
+       .max = 1 << 20, .metavar = "C",
+       .help = "AVX2 alone: 3x3 weight gradients by the direct kernel up to C input "
+               "channels"},
       {"block-kb", UTIL_FLAG_INT, &block_kb, .min = 1, .max = 1 << 20, .metavar = "K",
        .help = "KiB of im2col columns per block"},
   };

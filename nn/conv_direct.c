@@ -371,8 +371,9 @@ static int dw_plane_rows(const nn_conv_direct_t *d) { return (d->ho - 1) * d->st
 static int dw_plane_cols(const nn_conv_direct_t *d) { return (d->wo - 1) * d->stride + 3; }
 
 int nn_conv_direct_dweight_ok(const nn_conv_direct_t *d) {
-  return d->vec == 16 && d->kh == 3 && d->kw == 3 && (d->stride == 1 || d->stride == 2) &&
-         d->co % 16 == 0 && d->ph < 3 && d->pw < 3;
+  return (d->vec == 16 || d->vec == 8) && d->kh == 3 && d->kw == 3 &&
+         (d->stride == 1 || d->stride == 2) && d->co % d->vec == 0 && d->ph < 3 &&
+         d->pw < 3;
 }
 
 size_t nn_conv_direct_dweight_floats(const nn_conv_direct_t *d) {
@@ -502,6 +503,116 @@ __attribute__((target("avx512f,fma"))) static void direct512_dw_sample(
   }
 }
 
+/* ---- Weight gradient, AVX2 + FMA: the same sums with vectors over 8 output channels ----
+   16 registers hold the accumulators, NB dy vectors and one broadcast, so a block takes
+   a part of the 9 taps: where the output channels come in 16s, rows 0-1 of one input
+   channel (12 accumulators) and row 2 of two (12), 8 loads per 12 FMAs either way; a
+   last block of 8 output channels takes all 9 taps of one input channel. */
+
+/* out[k][c] = in[c][k] for an 8 x 8 block (rows of in `is` floats apart, of out `os`). */
+__attribute__((target("avx2"))) static void dw_transpose8(const float *in, size_t is,
+                                                          float *out, size_t os) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(in + i * is);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; i++) {
+    _mm256_storeu_ps(out + i * os, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(out + (i + 4) * os, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+/* dyT[p][co] = dy[co][p] for one sample (co a multiple of 8). */
+__attribute__((target("avx2"))) static void dw_transpose_avx2(const float *dy, int co, int np,
+                                                               float *dyt) {
+  int p0 = 0;
+  for (; p0 + 8 <= np; p0 += 8)
+    for (int c = 0; c < co; c += 8)
+      dw_transpose8(dy + (size_t)c * np + p0, (size_t)np, dyt + (size_t)p0 * co + c,
+                    (size_t)co);
+  for (; p0 < np; p0++)
+    for (int c = 0; c < co; c++) dyt[(size_t)p0 * co + c] = dy[(size_t)c * np + p0];
+}
+
+/* One block: output channels [co0, co0 + 8 NB) x input channels [c0, c0 + NC) x the taps
+   of kernel rows [R0, R0 + NR), over one sample's pixels; adds its sums into
+   acc[c][9][co]. */
+#define DW256_BLOCK(NB, NC, R0, NR)                                                        \
+  __attribute__((target("avx2,fma"))) static void direct256_dw_##NB##_##NC##_##R0##_##NR( \
+      const nn_conv_direct_t *d, const float *xp, const float *dyt, float *acc, int co0,   \
+      int c0) {                                                                            \
+    __m256 a[NC][NR][3][NB];                                                               \
+    _Pragma("GCC unroll 2") for (int c = 0; c < (NC); c++)                                 \
+    _Pragma("GCC unroll 3") for (int i = 0; i < (NR); i++)                                 \
+    _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++)                                    \
+    _Pragma("GCC unroll 2") for (int b = 0; b < (NB); b++)                                 \
+      a[c][i][j][b] = _mm256_setzero_ps();                                                 \
+    const int wd = dw_plane_cols(d), st = d->stride;                                       \
+    const size_t cs = (size_t)dw_plane_rows(d) * wd;                                       \
+    const float *g = dyt + co0;                                                            \
+    for (int oh = 0; oh < d->ho; oh++) {                                                   \
+      const float *xr = xp + (size_t)c0 * cs + ((size_t)oh * st + (R0)) * wd;              \
+      for (int ow = 0; ow < d->wo; ow++, g += d->co) {                                     \
+        const float *xo = xr + (size_t)ow * st;                                            \
+        __m256 gv[NB];                                                                     \
+        _Pragma("GCC unroll 2") for (int b = 0; b < (NB); b++)                             \
+          gv[b] = _mm256_loadu_ps(g + 8 * b);                                              \
+        _Pragma("GCC unroll 2") for (int c = 0; c < (NC); c++)                             \
+        _Pragma("GCC unroll 3") for (int i = 0; i < (NR); i++)                             \
+        _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++) {                              \
+          __m256 xv = _mm256_broadcast_ss(xo + c * cs + (size_t)i * wd + j);               \
+          _Pragma("GCC unroll 2") for (int b = 0; b < (NB); b++)                           \
+            a[c][i][j][b] = _mm256_fmadd_ps(xv, gv[b], a[c][i][j][b]);                     \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+    _Pragma("GCC unroll 2") for (int c = 0; c < (NC); c++)                                 \
+    _Pragma("GCC unroll 3") for (int i = 0; i < (NR); i++)                                 \
+    _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++)                                    \
+    _Pragma("GCC unroll 2") for (int b = 0; b < (NB); b++) {                               \
+      float *o = acc + ((size_t)(c0 + c) * 9 + ((R0) + i) * 3 + j) * d->co + co0 + 8 * b;  \
+      _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), a[c][i][j][b]));               \
+    }                                                                                      \
+  }
+
+/* 16 output channels: rows 0-1 of one input channel, then row 2 of two (12 accumulators
+   each, enough in flight for the FMA latency), or of the last one alone; 8: all 9 taps
+   of one input channel. */
+DW256_BLOCK(2, 1, 0, 2)
+DW256_BLOCK(2, 2, 2, 1)
+DW256_BLOCK(2, 1, 2, 1)
+DW256_BLOCK(1, 1, 0, 3)
+
+__attribute__((target("avx2,fma"))) static void direct256_dw_sample(
+    const nn_conv_direct_t *d, const float *xp, const float *dyt, float *acc) {
+  for (int co0 = 0; co0 < d->co;) {
+    if (d->co - co0 >= 16) {
+      int c = 0;
+      for (; c + 2 <= d->ci; c += 2) {
+        direct256_dw_2_1_0_2(d, xp, dyt, acc, co0, c);
+        direct256_dw_2_1_0_2(d, xp, dyt, acc, co0, c + 1);
+        direct256_dw_2_2_2_1(d, xp, dyt, acc, co0, c);
+      }
+      for (; c < d->ci; c++) {
+        direct256_dw_2_1_0_2(d, xp, dyt, acc, co0, c);
+        direct256_dw_2_1_2_1(d, xp, dyt, acc, co0, c);
+      }
+      co0 += 16;
+      continue;
+    }
+    for (int c = 0; c < d->ci; c++) direct256_dw_1_1_0_3(d, xp, dyt, acc, co0, c);
+    co0 += 8;
+  }
+}
+
 void nn_conv_direct_dweight_run(const nn_conv_direct_t *d, const float *x, const float *dy,
                                 float *scratch, int i0, int i1) {
   const size_t xs = (size_t)d->ci * d->h * d->w, ys = (size_t)d->co * d->ho * d->wo;
@@ -511,8 +622,13 @@ void nn_conv_direct_dweight_run(const nn_conv_direct_t *d, const float *x, const
   memset(acc, 0, sizeof(float) * acc_n);
   for (int i = i0; i < i1; i++) {
     dw_fill_plane(d, x + (size_t)i * xs, xp);
-    dw_transpose(dy + (size_t)i * ys, d->co, d->ho * d->wo, dyt);
-    direct512_dw_sample(d, xp, dyt, acc);
+    if (d->vec == 16) {
+      dw_transpose(dy + (size_t)i * ys, d->co, d->ho * d->wo, dyt);
+      direct512_dw_sample(d, xp, dyt, acc);
+    } else {
+      dw_transpose_avx2(dy + (size_t)i * ys, d->co, d->ho * d->wo, dyt);
+      direct256_dw_sample(d, xp, dyt, acc);
+    }
   }
 }
 

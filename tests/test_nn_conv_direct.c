@@ -9,9 +9,10 @@
    flipped weights; stride 2: nn_conv2d_direct_passes), y and dx are bit-identical for
    1 and 2 threads where the direct kernel computes them, every result is bit-identical
    from run to run for one thread count, and the weight gradient (3x3, stride 1 or 2,
-   output channels in 16s, on AVX-512: the direct weight-gradient kernel, whatever runs
-   the forward; else im2col) matches, each of its channel blocks included; and the
-   default channel limit where the CPU has AVX-512 (16 on Zen 4, else 32). */
+   output channels in 16s on AVX-512, 8s on AVX2: the direct weight-gradient kernel,
+   whatever runs the forward; else im2col) matches, each of its channel blocks included;
+   the default channel limit where the CPU has AVX-512 (16 on Zen 4, else 32); and the
+   default policy with AVX2 alone (dx and dW by the kernel, the forward by im2col). */
 #include "nn/nn.h"
 #include "nn/conv2d_internal.h"
 #include "nn/simd_internal.h"
@@ -24,6 +25,8 @@
 #include "tests/conv_compare.h"
 
 static int failures, checked;
+/* 1 while check_avx2_default runs: the default policy on AVX2 alone (see check_s). */
+static int avx2_default;
 
 
 static void run(const nn_conv2d_shape_t *s, int direct, const float *x, const float *w,
@@ -96,16 +99,21 @@ static void check_s(int mode, int stride, int kh, int kw, int n, int ci, int co,
     printf("FAIL: %s: the direct path is not taken\n", name);
     failures++;
   }
-  /* Stride 2: the forward, and on AVX-512 the weight gradient of a 3x3 kernel with
-     output channels in 16s; dx stays on im2col. Stride 1: that weight gradient too. */
-  const int dw_direct = mode == 1 && kh == 3 && kw == 3 && co % 16 == 0 &&
+  /* Stride 2: the forward, and the weight gradient of a 3x3 kernel with output channels
+     in vectors (16s on AVX-512; 8s on AVX2, up to nn_conv2d_direct_avx2_dw_max_in input
+     channels); dx stays on im2col. Stride 1: that weight gradient too. avx2_default (the
+     default policy with AVX2 alone): stride-1 dx only, and no stride-2 forward. */
+  const int vec = nn_conv_direct_vec();
+  const int dw_direct = kh == 3 && kw == 3 && co % vec == 0 &&
                         ci <= nn_conv2d_direct_dw_max_channels &&
-                        co <= nn_conv2d_direct_dw_max_channels;
-  const int fwd_s2 = ci <= nn_conv2d_direct_s2_max_channels &&
+                        co <= nn_conv2d_direct_dw_max_channels &&
+                        (vec == 16 || ci <= nn_conv2d_direct_avx2_dw_max_in);
+  const int fwd_s2 = !avx2_default && ci <= nn_conv2d_direct_s2_max_channels &&
                      co <= nn_conv2d_direct_s2_max_channels && s.w_out >= 8;
   int passes = nn_conv2d_direct_passes(&s);
   if ((stride == 2 && passes != ((fwd_s2 ? 1 : 0) | (dw_direct ? 4 : 0))) ||
-      (stride == 1 && !!(passes & 4) != dw_direct)) {
+      (stride == 1 && !!(passes & 4) != dw_direct) ||
+      (stride == 1 && avx2_default && (passes & 3) != (dw_only ? 0 : 2))) {
     printf("FAIL: %s: direct passes %d, expected %s the forward, %s the weight gradient\n",
            name, passes, stride == 1 || fwd_s2 ? "with" : "without",
            dw_direct ? "with" : "without");
@@ -132,7 +140,8 @@ static void check_s(int mode, int stride, int kh, int kw, int n, int ci, int co,
      im2col + OpenBLAS, whose threaded GEMM need not match its one-thread sums bit for
      bit (0.3.21's Haswell kernels do not): there only runs with the same thread count
      must agree (below). */
-  const int dx_ours = stride == 1 && !dw_only, y_ours = stride == 1 ? !dw_only : fwd_s2;
+  const int dx_ours = stride == 1 && !dw_only;
+  const int y_ours = stride == 1 ? !dw_only && !avx2_default : fwd_s2;
   if ((y_ours && !same_bits(got.y, again.y, ny)) ||
       (dx_ours && !same_bits(got.dx, again.dx, nx)) ||
       !same_bits(got.db, again.db, (size_t)co)) {
@@ -198,6 +207,34 @@ static void check_all(int mode) {
   check_s(mode, 1, 3, 3, 2, 64, 64, 8, 8, 1, 1, 0, 1);    /* resnet20's 64->64 */
 }
 
+/* The default policy with AVX2 alone (nn_simd_limit = 2, nn_conv2d_direct 1): the
+   kernel computes the input gradient of stride-1 convolutions of up to 16 channels (their
+   forward stays on im2col) and weight gradients of up to 32 input channels, output
+   channels in 8s (a last block of 8 included), stride 1 or 2; resnet20's 32->32 and
+   64->64 stay on Winograd but for 32->32's weight gradient. */
+static void check_avx2_default(void) {
+  avx2_default = 1;
+  nn_conv2d_direct_max_channels = 0;
+  check(1, 3, 3, 3, 16, 16, 32, 32, 1, 1, 0);        /* resnet20's 16->16 */
+  check(1, 3, 3, 2, 9, 8, 11, 13, 1, 1, 1);          /* one block of 8, odd plane */
+  check_s(1, 1, 3, 3, 2, 5, 24, 9, 10, 1, 1, 1, 1);  /* 24 = 16 + 8 (dx: im2col, > 16) */
+  check_s(1, 2, 3, 3, 2, 3, 24, 17, 19, 1, 1, 0, 0); /* stride 2: dW only */
+  check_s(1, 2, 3, 3, 1, 32, 64, 16, 16, 1, 1, 0, 0);  /* resnet20's 32->64 */
+  struct { int c, hw, passes; } want[] = {{32, 16, 4}, {64, 8, 0}, {17, 16, 0}};
+  for (int i = 0; i < 3; i++) {
+    nn_conv2d_shape_t t = {2, want[i].c, want[i].hw, want[i].hw, want[i].c, 3, 3, 1, 1, 1,
+                           1, 0, 0};
+    nn_conv2d_shape(&t);
+    if (nn_conv2d_direct_passes(&t) != want[i].passes) {
+      printf("FAIL: AVX2 default policy: %d->%d %dx%d: passes %d, expected %d\n", want[i].c,
+             want[i].c, want[i].hw, want[i].hw, nn_conv2d_direct_passes(&t), want[i].passes);
+      failures++;
+    }
+  }
+  nn_conv2d_direct_max_channels = 32;
+  avx2_default = 0;
+}
+
 /* The default channel limit: 16 where AVX-512 is half width (Zen 4), else 32. */
 static void check_channel_policy(void) {
   const int want = nn_cpu_avx512_half_width() ? 16 : 32;
@@ -227,6 +264,7 @@ int main(void) {
   if (level >= 2) {
     nn_simd_limit = 2;
     check_all(2);
+    check_avx2_default();
     nn_simd_limit = 3;
   } else {
     printf("note: no AVX2 + FMA on this CPU: the direct kernel is never used\n");
