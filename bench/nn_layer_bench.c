@@ -97,8 +97,8 @@ static void parse_flags(int argc, char **argv, int *threads, int *batch, int *re
       {"wino-tiles", UTIL_FLAG_INT, &nn_wino_group_tiles, .min = 1, .max = 1 << 20,
        .help = "Winograd tiles per group of samples (the N of its GEMMs)"},
       {"direct", UTIL_FLAG_INT, &nn_conv2d_direct, .min = 0, .max = 2,
-       .help = "1: the direct kernel (AVX-512) for small stride-1 convolutions and "
-               "stride-2 forwards; 2: also on AVX2; 0: off"},
+       .help = "1: the direct kernel for small stride-1 convolutions (AVX-512 or "
+               "AVX2) and stride-2 forwards (AVX-512); 2: those also on AVX2; 0: off"},
       {"direct-max", UTIL_FLAG_INT, &nn_conv2d_direct_max_channels, .min = 0, .max = 1 << 20,
        .metavar = "C", .help = "stride-1 convolutions by the direct kernel up to C channels "
                                  "(0: by CPU, 32 or 16)"},
@@ -109,10 +109,6 @@ static void parse_flags(int argc, char **argv, int *threads, int *batch, int *re
        .max = 1 << 20, .metavar = "C",
        .help = "3x3 weight gradients (stride 1 or 2) by the direct kernel up to C "
                "channels (0: none)"},
-      {"direct-avx2-dx-max", UTIL_FLAG_INT, &nn_conv2d_direct_avx2_dx_max_channels, .min = 0,
-       .max = 1 << 20, .metavar = "C",
-       .help = "AVX2 alone, --direct 1: input gradients of stride-1 convolutions by the "
-               "direct kernel up to C channels (0: none)"},
       {"direct-avx2-dw-max-in", UTIL_FLAG_INT, &nn_conv2d_direct_avx2_dw_max_in, .min = 0,
        .max = 1 << 20, .metavar = "C",
        .help = "AVX2 alone: 3x3 weight gradients by the direct kernel up to C input "

@@ -111,60 +111,47 @@ static int conv_is_wino(const nn_conv2d_shape_t *s) {
 /* The direct kernel (nn/conv_direct.c): with 16 channels the GEMMs of im2col are too
    small for OpenBLAS to run near peak, and im2col writes 9x the input. Measured on
    resnet20's 16->16 32x32 layer (1 thread, batch 64, AVX-512): forward 1.4x and input
-   gradient 1.6x faster than im2col + GEMM. Its AVX2 form (8-float vectors) lost to
-   OpenBLAS's AVX-512 GEMM on the same machine, so by default it runs only where the CPU
-   has AVX-512; 2 also takes it with AVX2 alone (for tests and measurements on an
-   AVX2-only CPU); 0 never. Planes narrower than 8 columns would leave most lanes idle,
-   and fewer than 8 output channels leave the channel blocks mostly empty (the first
-   layer's input gradient, lenet's 1-channel input). For 3x3 kernels (the only ones
-   measured) it also goes before Winograd: on
-   resnet20's 32->32 16x16 layer (1 thread, batch 64, AVX-512) forward 5.9 -> 4.4 ms and
-   backward 13.7 -> 10.8 ms against Winograd (nn_layer_bench, 3 A/B rounds; 2 x 31
+   gradient 1.6x faster than im2col + GEMM. Its first AVX2 form (8-float vectors, 4
+   output channels a block) lost to OpenBLAS's AVX-512 GEMM on the same machine, and to
+   OpenBLAS's AVX2 GEMM on AMD Zen 3; its 3x3 stride-1 block of 6 channels now wins
+   where AVX2 is all there is (conv_direct_takes), so 1 takes stride-1 convolutions with
+   AVX-512 or AVX2 and stride-2 forwards with AVX-512; 2 also the stride-2 forwards with
+   AVX2 alone (for tests and measurements); 0 never. Planes narrower than 8 columns
+   would leave most lanes idle, and fewer than 8 output channels leave the channel
+   blocks mostly empty (the first layer's input gradient, lenet's 1-channel input). For
+   3x3 kernels (the only ones measured) it also goes before Winograd: on resnet20's
+   32->32 16x16 layer (1 thread, batch 64, AVX-512) forward 5.9 -> 4.4 ms and backward
+   13.7 -> 10.8 ms against Winograd (nn_layer_bench, 3 A/B rounds; 2 x 31
    alternating reps of thread CPU time, loaded machine: 4.4 -> 3.8 and 11.0 -> 10.2).
    That was an Intel Xeon, whose AVX-512 units are full width. On AMD Zen 4, which runs
    each 512-bit FMA as two 256-bit halves, Winograd won the 32->32 layer (forward 3.42 ->
    2.68 ms, backward 7.81 -> 6.34, fastest of 30 reps, 4 alternating rounds) and the
    direct kernel still won the 16->16 one (forward 3.5 -> 4.5, backward 7.9 -> 10.6
    against Winograd): so the default (nn_conv2d_direct_max_channels 0) is 32 channels,
-   16 where AVX-512 is half width. */
+   16 where AVX-512 is half width or absent. */
 int nn_conv2d_direct = 1;
 int nn_conv2d_direct_max_channels = 0;
 
 static int conv_direct_max_channels(void) {
   if (nn_conv2d_direct_max_channels > 0) return nn_conv2d_direct_max_channels;
-  return nn_cpu_avx512_half_width() ? 16 : 32;
+  return nn_cpu_avx512_half_width() || nn_conv_direct_vec() == 8 ? 16 : 32;
 }
 
-/* The stride-1 shapes the direct kernel takes, before Winograd (see nn_conv2d_direct). */
+/* The stride-1 shapes the direct kernel takes, before Winograd (see nn_conv2d_direct).
+   With AVX2 alone, by default up to 16 channels: its 3x3 stride-1 block of 6 output
+   channels x 2 vectors, measured on AMD Zen 3 (1 thread, batch 64, OpenBLAS's Zen
+   kernels, nn_layer_bench --min, 15 reps): resnet20's 16->16 forward 6.96 ms by im2col,
+   4.41 by the kernel, backward 11.7 -> 8.6 (dx); 3->16 forward 1.61 -> 1.47; 32->32 4.2
+   -> 4.0 forward against Winograd but backward 7.9 -> 8.0, so not taken. */
 static int conv_direct_takes(const nn_conv2d_shape_t *s) {
   int vec = nn_conv_direct_vec();
-  return nn_conv2d_direct && (vec == 16 || (vec == 8 && nn_conv2d_direct == 2)) &&
+  return nn_conv2d_direct && (vec == 16 || vec == 8) &&
          s->stride_h == 1 && s->stride_w == 1 && !conv_is_direct(s) && s->pad_h < s->kh &&
          s->pad_w < s->kw && s->c_in <= conv_direct_max_channels() &&
          s->c_out <= conv_direct_max_channels() && s->w_out >= 8 && s->w_in >= 8;
 }
-/* AVX2 alone, by default (nn_conv2d_direct 1): the direct kernel computes the input
-   gradient of stride-1 convolutions of up to nn_conv2d_direct_avx2_dx_max_channels
-   channels each way, while their forward stays on im2col + GEMM. Measured on AMD Zen 3
-   (1 thread, batch 64, OpenBLAS's Zen kernels, nn_layer_bench --min, 15 reps) on
-   resnet20's 16->16 32x32 layer: forward 6.6 ms by im2col, 7.5 by the kernel; backward
-   (with the direct weight gradient) 13.4 ms with dx by im2col, 11.3 by the kernel. */
-int nn_conv2d_direct_avx2_dx_max_channels = 16;
-
-static int conv_direct_avx2_dx(const nn_conv2d_shape_t *s) {
-  return nn_conv2d_direct == 1 && nn_conv_direct_vec() == 8 && s->stride_h == 1 &&
-         s->stride_w == 1 && !conv_is_direct(s) && s->pad_h < s->kh && s->pad_w < s->kw &&
-         s->c_in <= nn_conv2d_direct_avx2_dx_max_channels &&
-         s->c_out <= nn_conv2d_direct_avx2_dx_max_channels && s->w_out >= 8 &&
-         s->w_in >= 8 && !conv_is_wino(s);
-}
 static int conv_direct_ok(const nn_conv2d_shape_t *s) {
   return conv_direct_takes(s) && !conv_is_wino(s);
-}
-/* The direct kernel runs the forward (conv_direct_ok) or only the input gradient: its
-   padded planes and flipped weights are in the workspace. */
-static int conv_direct_any(const nn_conv2d_shape_t *s) {
-  return conv_direct_ok(s) || conv_direct_avx2_dx(s);
 }
 /* Stride-2 forward by the direct kernel on even and odd column planes (AVX-512 only,
    like the stride-1 default), up to nn_conv2d_direct_s2_max_channels channels each way;
@@ -188,7 +175,7 @@ static int conv_direct_fwd(const nn_conv2d_shape_t *s) {
   return (conv_direct_ok(s) && s->c_out >= 8) || conv_direct_s2_fwd(s);
 }
 static int conv_direct_dx(const nn_conv2d_shape_t *s) {
-  return conv_direct_any(s) && s->c_in >= 8;
+  return conv_direct_ok(s) && s->c_in >= 8;
 }
 /* dW by the direct kernel (nn/conv_direct.c: vectors over output channels, broadcast
    inputs): 3x3, stride 1 or 2, output channels a multiple of 16, on AVX-512, whatever
@@ -255,7 +242,7 @@ static size_t conv_slot_floats(const nn_conv2d_shape_t *s) {
       v = nn_wino_slot_floats(&f) + nn_wino_du_floats(&f);
     if (nn_wino_slot_floats(&b) > v) v = nn_wino_slot_floats(&b);
   }
-  if (conv_direct_any(s)) {
+  if (conv_direct_ok(s)) {
     nn_conv_direct_t f, b;
     conv_direct_plans(s, &f, &b);
     if (nn_conv_direct_plane_floats(&f) > v) v = nn_conv_direct_plane_floats(&f);
@@ -289,7 +276,7 @@ size_t nn_conv2d_workspace_floats(const nn_conv2d_shape_t *s) {
     conv_wino_plans(&t, &f, &b);
     u = nn_wino_u_floats(&f);
   }
-  if (conv_direct_any(&t)) u = (size_t)t.c_out * t.c_in * t.kh * t.kw;
+  if (conv_direct_ok(&t)) u = (size_t)t.c_out * t.c_in * t.kh * t.kw;
   return (size_t)conv_slots(&t) * conv_slot_floats(&t) + u;
 }
 

@@ -69,15 +69,13 @@ typedef struct {
 /* 1 (default): stride-1 convolutions other than the 1x1 GEMM with at most
    nn_conv2d_direct_max_channels channels each way (before Winograd), and the forward of
    stride-2 ones with at most nn_conv2d_direct_s2_max_channels, run by the direct kernel
-   where the CPU has AVX-512 (2: also with AVX2 + FMA alone; with AVX2 alone, 1 gives
-   the kernel only the input gradient of stride-1 convolutions of up to
-   nn_conv2d_direct_avx2_dx_max_channels channels); 0: im2col + GEMM or Winograd. */
+   where the CPU has AVX-512, the stride-1 ones also with AVX2 + FMA alone (2: the
+   stride-2 forwards too); 0: im2col + GEMM or Winograd. */
 extern int nn_conv2d_direct;
-/* 0 (default): 32, or 16 where AVX-512 is half width (nn/conv2d.c says why). */
+/* 0 (default): 32, or 16 where AVX-512 is half width or absent (nn/conv2d.c says why). */
 extern int nn_conv2d_direct_max_channels;
 /* Stride-2 forward by the direct kernel: at most this many channels each way. */
 extern int nn_conv2d_direct_s2_max_channels;
-extern int nn_conv2d_direct_avx2_dx_max_channels;
 /* Weight gradients of 3x3 convolutions (stride 1 or 2, output channels a multiple of
    the vector: 16 with AVX-512, 8 with AVX2) by the direct kernel, whatever runs their
    forward: at most this many channels each way (0: none), and with AVX2 at most

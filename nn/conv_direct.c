@@ -321,6 +321,91 @@ __attribute__((target("avx2,fma"))) static void direct256_block1x1(
   D256_BODY(1, 1);
 }
 
+/* 3x3, stride 1: the taps unrolled, and up to 6 output channels x 2 vectors (12
+   accumulators, enough in flight for the FMA latency; 15 of the 16 registers). */
+#define D256_K3_BODY(CB, NV)                                                               \
+  do {                                                                                     \
+    __m256 acc[CB][NV];                                                                    \
+    _Pragma("GCC unroll 8")                                                                \
+    for (int b = 0; b < (CB); b++)                                                         \
+      _Pragma("GCC unroll 2")                                                              \
+      for (int v = 0; v < (NV); v++) {                                                     \
+        float *yp = y + ((size_t)(co0 + b) * d->ho + oh) * d->wo + ow0 + v * 8;            \
+        __m256i m = v == (NV)-1 ? last : full;                                             \
+        __m256 init = _mm256_set1_ps(bias ? bias[co0 + b] : 0.0f);                         \
+        acc[b][v] = accumulate ? _mm256_maskload_ps(yp, m) : init;                         \
+      }                                                                                    \
+    for (int c = 0; c < d->ci; c++) {                                                      \
+      const float *xr = xp + (size_t)c * d->phase + (size_t)oh * d->wp + ow0;              \
+      const float *wc = w + ((size_t)co0 * d->ci + c) * 9;                                 \
+      _Pragma("GCC unroll 3")                                                              \
+      for (int i = 0; i < 3; i++)                                                          \
+        _Pragma("GCC unroll 3")                                                            \
+        for (int j = 0; j < 3; j++) {                                                      \
+          const float *xt = xr + (size_t)i * d->wp + j;                                    \
+          __m256 xv[NV];                                                                   \
+          _Pragma("GCC unroll 2")                                                          \
+          for (int v = 0; v < (NV); v++) xv[v] = _mm256_loadu_ps(xt + v * 8);              \
+          _Pragma("GCC unroll 8")                                                          \
+          for (int b = 0; b < (CB); b++) {                                                 \
+            __m256 wv = _mm256_broadcast_ss(wc + (size_t)b * d->ci * 9 + i * 3 + j);       \
+            _Pragma("GCC unroll 2")                                                        \
+            for (int v = 0; v < (NV); v++) acc[b][v] = _mm256_fmadd_ps(wv, xv[v], acc[b][v]);\
+          }                                                                                \
+        }                                                                                  \
+    }                                                                                      \
+    _Pragma("GCC unroll 8")                                                                \
+    for (int b = 0; b < (CB); b++)                                                         \
+      _Pragma("GCC unroll 2")                                                              \
+      for (int v = 0; v < (NV); v++) {                                                     \
+        float *yp = y + ((size_t)(co0 + b) * d->ho + oh) * d->wo + ow0 + v * 8;            \
+        __m256i m = v == (NV)-1 ? last : full;                                             \
+        _mm256_maskstore_ps(yp, m, acc[b][v]);                                             \
+      }                                                                                    \
+  } while (0)
+
+#define D256_K3_BLOCK(CB, NV)                                                              \
+  __attribute__((target("avx2,fma"))) static void direct256_k3_##CB##x##NV(                 \
+      const nn_conv_direct_t *d, const float *xp, const float *w, const float *bias,       \
+      int accumulate, float *y, int co0, int oh, int ow0, __m256i last) {                  \
+    const __m256i full = _mm256_set1_epi32(-1);                                            \
+    D256_K3_BODY(CB, NV);                                                                  \
+  }
+D256_K3_BLOCK(6, 2)
+D256_K3_BLOCK(6, 1)
+D256_K3_BLOCK(4, 2)
+D256_K3_BLOCK(4, 1)
+D256_K3_BLOCK(2, 2)
+D256_K3_BLOCK(2, 1)
+D256_K3_BLOCK(1, 2)
+D256_K3_BLOCK(1, 1)
+
+__attribute__((target("avx2,fma"))) static void direct256_k3_sample(
+    const nn_conv_direct_t *d, const float *xp, const float *w, const float *bias,
+    int accumulate, float *y, __m256i last_lanes) {
+  for (int co0 = 0; co0 < d->co;) {
+    const int left = d->co - co0;
+    const int cb = left >= 6 && left != 8 ? 6 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    for (int oh = 0; oh < d->ho; oh++) {
+      for (int v0 = 0; v0 < d->nvec;) {
+        const int nv = d->nvec - v0 >= 2 ? 2 : 1;
+        const __m256i m = v0 + nv == d->nvec ? last_lanes : _mm256_set1_epi32(-1);
+        const int ow0 = v0 * 8;
+#define D256_K3_CALL(CB)                                                                   \
+  (nv == 2 ? direct256_k3_##CB##x2(d, xp, w, bias, accumulate, y, co0, oh, ow0, m)         \
+           : direct256_k3_##CB##x1(d, xp, w, bias, accumulate, y, co0, oh, ow0, m))
+        if (cb == 6) D256_K3_CALL(6);
+        else if (cb == 4) D256_K3_CALL(4);
+        else if (cb == 2) D256_K3_CALL(2);
+        else D256_K3_CALL(1);
+#undef D256_K3_CALL
+        v0 += nv;
+      }
+    }
+    co0 += cb;
+  }
+}
+
 __attribute__((target("avx2,fma"))) static void direct256_sample(
     const nn_conv_direct_t *d, const float *xp, const float *w, const float *bias,
     int accumulate, float *y) {
@@ -329,6 +414,10 @@ __attribute__((target("avx2,fma"))) static void direct256_sample(
   for (int l = 0; l < 8; l++) lanes[l] = l < tail ? -1 : 0;
   const __m256i full = _mm256_set1_epi32(-1);
   const __m256i last = _mm256_loadu_si256((const __m256i *)lanes);
+  if (d->kh == 3 && d->kw == 3 && d->stride == 1) {
+    direct256_k3_sample(d, xp, w, bias, accumulate, y, last);
+    return;
+  }
   for (int co0 = 0; co0 < d->co;) {
     int cb = d->co - co0 >= 4 ? 4 : 1;
     for (int oh = 0; oh < d->ho; oh++) {
