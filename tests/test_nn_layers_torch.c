@@ -284,6 +284,70 @@ done:
   nn_st_free(&fx.f);
 }
 
+/* Max pooling against the rule it shares with PyTorch, computed here one candidate at a
+   time: the first maximum in scan order (rows, then columns) wins, a NaN wins. Inputs of
+   few distinct values (ties everywhere) with NaNs among them, on the 3x3/2 pool with
+   padding 1 (whose inner rows run four outputs at a time) and the 2x2/2 one, widths
+   around the vector path's bounds; y and argmax must match exactly. */
+static void test_maxpool_exact(void) {
+  static const int shapes[][5] = {/* k, stride, pad, h, w */
+                                  {3, 2, 1, 9, 9},   {3, 2, 1, 12, 17}, {3, 2, 1, 7, 24},
+                                  {3, 2, 1, 16, 40}, {3, 2, 1, 5, 15},  {3, 2, 1, 11, 31},
+                                  {2, 2, 0, 8, 19},  {3, 1, 1, 6, 18}};
+  unsigned seed = 12345u;
+  for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+    const int *sh = shapes[k];
+    nn_pool2d_shape_t s = {2, 3, sh[3], sh[4], sh[0], sh[0], sh[1], sh[1], sh[2], sh[2], 0, 0};
+    if (nn_pool2d_shape(&s) != NN_OK) {
+      printf("FAIL maxpool: bad test shape %zu: %s\n", k, nn_last_error());
+      failures++;
+      continue;
+    }
+    const size_t plane = (size_t)s.h_in * s.w_in, oplane = (size_t)s.h_out * s.w_out;
+    const size_t nx = (size_t)s.n * s.c * plane, ny = (size_t)s.n * s.c * oplane;
+    float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y);
+    int32_t *am = malloc(ny * sizeof *am);
+    for (size_t i = 0; i < nx; i++) {
+      seed = seed * 1103515245u + 12345u;
+      unsigned r = (seed >> 16) % 23;
+      x[i] = r == 0 ? NAN : (float)(r % 5) - 2.0f;
+    }
+    int bad = nn_maxpool2d_forward(&s, x, y, am) != NN_OK;
+    if (bad) {
+      printf("FAIL maxpool forward: %s\n", nn_last_error());
+      failures++;
+    }
+    for (size_t p = 0; p < (size_t)s.n * s.c && !bad; p++)
+      for (int oh = 0; oh < s.h_out && !bad; oh++)
+        for (int ow = 0; ow < s.w_out && !bad; ow++) {
+          float best = -INFINITY;
+          int bi = -1;
+          for (int i = 0; i < s.kh; i++)
+            for (int j = 0; j < s.kw; j++) {
+              int ih = oh * s.stride_h - s.pad_h + i, iw = ow * s.stride_w - s.pad_w + j;
+              if (ih < 0 || ih >= s.h_in || iw < 0 || iw >= s.w_in) continue;
+              float v = x[p * plane + (size_t)ih * s.w_in + iw];
+              if (bi < 0 || v > best || v != v) {
+                best = v;
+                bi = ih * s.w_in + iw;
+              }
+            }
+          const size_t o = p * oplane + (size_t)oh * s.w_out + ow;
+          if (am[o] != bi || memcmp(&y[o], &best, sizeof best) != 0) {
+            printf("FAIL maxpool k%d s%d p%d %dx%d: plane %zu out (%d,%d): y %g argmax %d, "
+                   "expected %g at %d\n", sh[0], sh[1], sh[2], sh[3], sh[4], p, oh, ow,
+                   (double)y[o], am[o], (double)best, bi);
+            failures++;
+            bad = 1;
+          }
+        }
+    checked++;
+    free(x);
+    free(y);
+    free(am);
+  }
+}
+
 static void run_all(void) {
   static const char *convs[] = {"conv2d_3x3_s1_p1_nobias", "conv2d_3x3_s2_p1_nobias",
                                 "conv2d_5x5_p2_bias", "conv2d_3x2_s2x1_p1x0_bias",
@@ -297,6 +361,7 @@ static void run_all(void) {
   test_pool("maxpool2d_3x3_s2_p1", 1);
   test_pool("avgpool2d_3x3_s2_p1", 0);
   test_pool("avgpool2d_2x3_s1x2", 0);
+  test_maxpool_exact();
   test_global_avgpool("global_avgpool");
   test_relu_add("relu_add");
   test_linear("linear_bias");
