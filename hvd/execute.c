@@ -46,7 +46,6 @@ static struct hvd_request *phantom_new(const hvd_response_t *r) {
   p->device = -1;
   p->sendbuf = buf;
   p->recvbuf = buf + bytes;
-  p->gather_count = &p->phantom_count;
   size_t kl = r->key_len < HVD_KEY_MAX - 1 ? r->key_len : HVD_KEY_MAX - 1;
   memcpy(p->key, r->key, kl);
   return p;
@@ -57,6 +56,7 @@ static struct hvd_request *phantom_new(const hvd_response_t *r) {
 static void phantoms_free(struct hvd_request **phantoms, int n) {
   for (int i = 0; i < n; i++)
     if (phantoms[i]) {
+      hvd_request_free_results(phantoms[i]);   /* a stand-in's result is dropped */
       free((void *)phantoms[i]->sendbuf);
       free(phantoms[i]);
     }
@@ -178,7 +178,8 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
     if (resp[i].kind == HVD_KIND_JOIN) {
       /* Every rank has joined: each rank's join returns, the runtime goes on as before. */
       hvd_g.joined = 0;
-      if (reqs[i]->last_rank) *reqs[i]->last_rank = resp[i].root;
+      reqs[i]->result_last_rank = resp[i].root;
+      reqs[i]->results |= HVD_RESULT_LAST_RANK;
       complete_group(&reqs[i], 1, HVD_OK, NULL);
       i++;
       continue;

@@ -198,12 +198,13 @@ static hvd_status_t run_alltoall(struct hvd_request *r, const hvd_response_t *re
     snprintf(msg, len, "alltoall of tensor \"%s\" failed on rank %d: %s", r->key,
              hvd_g.rank, hvd_g.world->error);
     free(out);
+    free(recv);
   } else {
-    memcpy(r->recv_splits, recv, (size_t)N * sizeof(*recv));
-    *r->gather_out = out;
-    *r->gather_count = total;
+    r->result = out;
+    r->result_count = total;
+    r->result_splits = recv;
+    r->results = HVD_RESULT_OUT | HVD_RESULT_COUNT | HVD_RESULT_SPLITS;
   }
-  free(recv);
   return s;
 }
 
@@ -234,8 +235,10 @@ static hvd_status_t run_reducescatter(struct hvd_request *r, const hvd_response_
   if (s != HVD_OK)
     snprintf(msg, len, "reducescatter of tensor \"%s\" failed on rank %d: %s", r->key,
              hvd_g.rank, hvd_g.world->error);
-  else
-    *r->gather_count = mine;
+  else {
+    r->result_count = mine;
+    r->results = HVD_RESULT_COUNT;
+  }
   return s;
 }
 
@@ -268,8 +271,9 @@ static hvd_status_t run_allgather(struct hvd_request *r, const hvd_response_t *r
              hvd_g.rank, hvd_g.world->error);
     free(out);
   } else {
-    *r->gather_out = out;
-    *r->gather_count = total;
+    r->result = out;
+    r->result_count = total;
+    r->results = HVD_RESULT_OUT | HVD_RESULT_COUNT;
   }
   return s;
 }

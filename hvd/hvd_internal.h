@@ -81,7 +81,6 @@ struct hvd_request {
   /* A stand-in on a rank that has joined: zeros of the response's size, in buffers it
      owns; never in flight, freed by the executor. */
   int phantom;
-  size_t phantom_count;
   /* grouped allreduce: nmembers tensors reduced as one (owned arrays); count is their
      total. 0: a plain request of sendbuf/recvbuf/count. */
   size_t nmembers;
@@ -100,9 +99,21 @@ struct hvd_request {
      A waiter that finishes a held request all the same (abandoned: the executor never
      came back, see hvd_fail_held) leaves it to the executor to free. */
   int held, fail_pending, abandoned;
+  /* What the executor produced for the caller's pointers (gather_out, gather_count,
+     recv_splits, last_rank), handed over by hvd_request_complete under hvd_g.mu to a
+     request that succeeds, and freed with the request otherwise: those pointers are
+     often the caller's locals, never written once its call may have returned. */
+  void *result;
+  size_t result_count;
+  size_t *result_splits;    /* hvd_g.size entries (malloc'ed) */
+  int result_last_rank;
+  unsigned results;         /* HVD_RESULT_* bits: which of them were produced */
   struct hvd_request *next_inflight;   /* chain of the in-flight hash table      */
   struct hvd_request *next_queue;      /* submitted, not yet taken by background  */
 };
+
+enum { HVD_RESULT_OUT = 1, HVD_RESULT_COUNT = 2, HVD_RESULT_SPLITS = 4,
+       HVD_RESULT_LAST_RANK = 8 };
 
 typedef enum { HVD_LOG_TRACE, HVD_LOG_DEBUG, HVD_LOG_INFO, HVD_LOG_WARNING,
                HVD_LOG_ERROR } hvd_log_level_t;
@@ -226,6 +237,8 @@ extern atomic_int hvd_g_initialized;
 struct hvd_request *hvd_inflight_find(const char *key);
 void hvd_inflight_remove(struct hvd_request *r);
 void hvd_request_complete(struct hvd_request *r, hvd_status_t s, const char *msg);
+/* Frees what a request produced but did not hand over (its results). */
+void hvd_request_free_results(struct hvd_request *r);
 /* Fails every queued and in-flight request with s/msg and marks the runtime stopped; a
    request the executor holds gets its failure when the executor lets it go. */
 void hvd_fail_all(hvd_status_t s, const char *msg);

@@ -32,15 +32,41 @@ void hvd_inflight_remove(struct hvd_request *r) {
 
 static void request_free(struct hvd_request *r);
 
-/* A request with a recorded failure (fail_pending) completes with that failure, whatever
-   the executor says: its waiter was to learn it the moment hvd_fail_all ran. */
+void hvd_request_free_results(struct hvd_request *r) {
+  free(r->result);
+  free(r->result_splits);
+  r->result = NULL;
+  r->result_splits = NULL;
+  r->results = 0;
+}
+
+/* Writes the results through the caller's pointers (the request succeeds). */
+static void request_hand_over(struct hvd_request *r) {
+  if (r->results & HVD_RESULT_OUT) {
+    *r->gather_out = r->result;
+    r->result = NULL;
+  }
+  if (r->results & HVD_RESULT_COUNT) *r->gather_count = r->result_count;
+  if (r->results & HVD_RESULT_SPLITS)
+    memcpy(r->recv_splits, r->result_splits, (size_t)hvd_g.size * sizeof(*r->recv_splits));
+  if ((r->results & HVD_RESULT_LAST_RANK) && r->last_rank) *r->last_rank = r->result_last_rank;
+  hvd_request_free_results(r);
+}
+
+/* Once only: a request that hvd_fail_held completed already stays as it is when its
+   executor comes back. A request with a recorded failure (fail_pending) completes with
+   that failure, whatever the executor says: its waiter was to learn it the moment
+   hvd_fail_all ran. */
 void hvd_request_complete(struct hvd_request *r, hvd_status_t s, const char *msg) {
+  if (atomic_load(&r->done)) return;
   hvd_inflight_remove(r);
   hvd_g.ninflight--;
   if (!r->fail_pending) {
     r->status = s;
     snprintf(r->error, sizeof(r->error), "%s", (s != HVD_OK && msg) ? msg : "");
   }
+  if (r->status == HVD_OK) request_hand_over(r);
+  else hvd_request_free_results(r);
   atomic_store(&r->done, 1);
   pthread_cond_broadcast(&hvd_g.done_cv);
 }
@@ -198,6 +224,7 @@ static struct hvd_request *request_new(hvd_kind_t kind) {
 }
 
 static void request_free(struct hvd_request *r) {
+  hvd_request_free_results(r);
   free(r->splits);
   free(r->member_send);
   free(r->member_recv);

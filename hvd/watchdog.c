@@ -62,6 +62,8 @@ static void stall_shutdown(const char *text) {
      frees them itself, if it ever returns; their buffers may still be written). */
   const double until = util_now_us() + HELD_WAIT_US;
   for (;;) {
+    /* still this thread's turns: the liveness checks must not read the wait as a freeze */
+    atomic_store(&hvd_g.watchdog_us, (long long)util_now_us());
     pthread_mutex_lock(&hvd_g.mu);
     int left = hvd_g.ninflight > 0, forced = 0;
     if (left && util_now_us() >= until) forced = hvd_fail_held();

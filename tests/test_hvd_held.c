@@ -5,6 +5,10 @@
    waiter that finishes a held request anyway (hvd_fail_held, the last resort) leaves it
    to the executor to free. Found by ASan in test_hvd_liveness (stall_stop0): the
    background thread read a request's name after its waiter had freed it.
+   A request completes once (the executor may come back after hvd_fail_held), and its
+   results (an allgather's buffer and count, alltoall's splits, join's last rank) reach
+   the caller's pointers only when it succeeds, at its completion: after a failure the
+   caller's call may have returned, and those pointers are often its locals.
    One process, no MPI: the test plays the executor and the watchdog itself on the
    runtime's own request table (the background thread is never started). Under ASan a
    request freed too early is a use-after-free, and one never freed a leak. */
@@ -116,6 +120,59 @@ int main(void) {
   hvd_request_complete(r, HVD_OK, NULL);
   pthread_mutex_unlock(&hvd_g.mu);
   CHECK(is_done(req, &s) && s == HVD_OK, "status %s, expected HVD_OK", hvd_status_string(s));
+
+  /* 5. Completed by hvd_fail_held, then the executor comes back and completes it (its
+     collective went through): once only, the failure stays, the count stays right. */
+  r = submit_held("late", &req);
+  stall_shutdown();
+  pthread_mutex_lock(&hvd_g.mu);
+  hvd_fail_held();
+  hvd_request_complete(r, HVD_OK, NULL);
+  pthread_mutex_unlock(&hvd_g.mu);
+  CHECK(hvd_g.ninflight == 0, "%d request(s) counted in flight after a second completion",
+        hvd_g.ninflight);
+  CHECK(is_done(req, &s) && s == HVD_ERR_TIMEOUT, "status %s, expected HVD_ERR_TIMEOUT",
+        hvd_status_string(s));
+  pthread_mutex_lock(&hvd_g.mu);
+  hvd_request_release(r);
+  pthread_mutex_unlock(&hvd_g.mu);
+  restart();
+
+  /* 6. Results (an allgather's buffer and count) reach the caller's pointers only when
+     the request succeeds, at its completion; a failed request's are freed (LeakSanitizer)
+     and the caller's pointers stay untouched. */
+  void *out = (void *)&out;
+  size_t count = 7;
+  r = submit_held("result_ok", &req);
+  r->gather_out = &out;
+  r->gather_count = &count;
+  r->result = malloc(16);
+  r->result_count = 4;
+  r->results = HVD_RESULT_OUT | HVD_RESULT_COUNT;
+  CHECK(out == (void *)&out && count == 7, "results handed over before completion");
+  pthread_mutex_lock(&hvd_g.mu);
+  hvd_request_complete(r, HVD_OK, NULL);
+  hvd_request_release(r);
+  pthread_mutex_unlock(&hvd_g.mu);
+  CHECK(is_done(req, &s) && s == HVD_OK, "status %s", hvd_status_string(s));
+  CHECK(out != (void *)&out && count == 4, "the results were not handed over");
+  free(out == (void *)&out ? NULL : out);
+  out = (void *)&out;
+  count = 7;
+  r = submit_held("result_failed", &req);
+  r->gather_out = &out;
+  r->gather_count = &count;
+  stall_shutdown();
+  r->result = malloc(16);   /* the collective went through after the failure */
+  r->result_count = 4;
+  r->results = HVD_RESULT_OUT | HVD_RESULT_COUNT;
+  pthread_mutex_lock(&hvd_g.mu);
+  hvd_request_complete(r, HVD_OK, NULL);
+  hvd_request_release(r);
+  pthread_mutex_unlock(&hvd_g.mu);
+  CHECK(is_done(req, &s) && s == HVD_ERR_TIMEOUT, "status %s", hvd_status_string(s));
+  CHECK(out == (void *)&out && count == 7, "a failed request wrote the caller's pointers");
+  restart();
 
   atomic_store(&hvd_g_initialized, 0);
   printf(failures ? "FAIL\n" : "PASS\n");
