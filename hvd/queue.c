@@ -56,7 +56,8 @@ static void request_hand_over(struct hvd_request *r) {
 /* Once only: a request that hvd_fail_held completed already stays as it is when its
    executor comes back. A request with a recorded failure (fail_pending) completes with
    that failure, whatever the executor says: its waiter was to learn it the moment
-   hvd_fail_all ran. */
+   hvd_fail_all ran. The results of a failed request are freed with it (request_free),
+   not here: a held one's executor may still be writing them. */
 void hvd_request_complete(struct hvd_request *r, hvd_status_t s, const char *msg) {
   if (atomic_load(&r->done)) return;
   hvd_inflight_remove(r);
@@ -66,7 +67,6 @@ void hvd_request_complete(struct hvd_request *r, hvd_status_t s, const char *msg
     snprintf(r->error, sizeof(r->error), "%s", (s != HVD_OK && msg) ? msg : "");
   }
   if (r->status == HVD_OK) request_hand_over(r);
-  else hvd_request_free_results(r);
   atomic_store(&r->done, 1);
   pthread_cond_broadcast(&hvd_g.done_cv);
 }
