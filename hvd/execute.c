@@ -69,6 +69,18 @@ static void release_all(struct hvd_request **reqs, int n) {
     if (reqs[i] && !reqs[i]->phantom) hvd_request_release(reqs[i]);
 }
 
+/* A response list this rank cannot run (a broken protocol; msg says why): lets go of
+   the n requests found so far and frees the lookup, with hvd_g.mu held, which it
+   releases. */
+static hvd_status_t broken_list(struct hvd_request **reqs, struct hvd_request **phantoms,
+                                int n) {
+  release_all(reqs, n);
+  phantoms_free(phantoms, n);
+  pthread_mutex_unlock(&hvd_g.mu);
+  free(reqs);
+  return HVD_ERR_BACKEND;
+}
+
 /* Runs the group reqs[0..n) (responses resp[0..n)) on backend ops. */
 static hvd_status_t run_group(const hvd_backend_ops_t *ops, struct hvd_request **reqs,
                               const hvd_response_t *resp, int n, char *msg, size_t len,
@@ -143,14 +155,11 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
     memcpy(key, resp[i].key, kl);
     key[kl] = '\0';
     reqs[i] = hvd_inflight_find(key);
-    if (reqs[i] && reqs[i]->held) {   /* a name twice in one list: a broken protocol */
-      release_all(reqs, i);
-      phantoms_free(phantoms, i);
-      pthread_mutex_unlock(&hvd_g.mu);
+    if (reqs[i] && reqs[i]->held) {   /* a name twice in one list */
       snprintf(msg, len, "rank %d received tensor \"%s\" twice in one response list "
                "(internal error)", hvd_g.rank, key);
-      free(reqs);
-      return HVD_ERR_BACKEND;
+      reqs[i] = NULL;
+      return broken_list(reqs, phantoms, i);
     }
     if (reqs[i]) reqs[i]->held = 1;
     /* The coordinator answers a name without this rank's request only when this rank
@@ -158,13 +167,9 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
     if (reqs[i] == NULL && hvd_g.joined && resp[i].status == HVD_OK)
       reqs[i] = phantoms[i] = phantom_new(&resp[i]);
     if (reqs[i] == NULL && !(hvd_g.joined && resp[i].status != HVD_OK)) {
-      release_all(reqs, i);
-      phantoms_free(phantoms, i);
-      pthread_mutex_unlock(&hvd_g.mu);
       snprintf(msg, len, "rank %d received a response for tensor \"%s\" that it has not "
                "submitted (internal error)", hvd_g.rank, key);
-      free(reqs);
-      return HVD_ERR_BACKEND;
+      return broken_list(reqs, phantoms, i);
     }
   }
   pthread_mutex_unlock(&hvd_g.mu);

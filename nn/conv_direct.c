@@ -520,18 +520,6 @@ __attribute__((target("avx512f"))) static void dw_transpose16(const float *in, s
   for (int i = 0; i < 16; i++) _mm512_storeu_ps(out + i * os, r[i]);
 }
 
-/* dyT[p][co] = dy[co][p] for one sample (co a multiple of 16). */
-__attribute__((target("avx512f"))) static void dw_transpose(const float *dy, int co, int np,
-                                                             float *dyt) {
-  int p0 = 0;
-  for (; p0 + 16 <= np; p0 += 16)
-    for (int c = 0; c < co; c += 16)
-      dw_transpose16(dy + (size_t)c * np + p0, (size_t)np, dyt + (size_t)p0 * co + c,
-                     (size_t)co);
-  for (; p0 < np; p0++)
-    for (int c = 0; c < co; c++) dyt[(size_t)p0 * co + c] = dy[(size_t)c * np + p0];
-}
-
 /* One block: output channels [co0, co0 + 16 NB) x input channels [c0, c0 + NC), all 9
    taps, over one sample's pixels; adds its sums into acc[c][9][co]. */
 #define DW512_BLOCK(NB, NC)                                                                \
@@ -619,14 +607,19 @@ __attribute__((target("avx2"))) static void dw_transpose8(const float *in, size_
   }
 }
 
-/* dyT[p][co] = dy[co][p] for one sample (co a multiple of 8). */
-__attribute__((target("avx2"))) static void dw_transpose_avx2(const float *dy, int co, int np,
-                                                               float *dyt) {
+/* dyT[p][co] = dy[co][p] for one sample, in v x v blocks (v = 16: AVX-512, 8: AVX2; co a
+   multiple of v), the last pixels one at a time. */
+static void dw_transpose(const float *dy, int co, int np, int v, float *dyt) {
   int p0 = 0;
-  for (; p0 + 8 <= np; p0 += 8)
-    for (int c = 0; c < co; c += 8)
-      dw_transpose8(dy + (size_t)c * np + p0, (size_t)np, dyt + (size_t)p0 * co + c,
-                    (size_t)co);
+  for (; p0 + v <= np; p0 += v)
+    for (int c = 0; c < co; c += v) {
+      const float *in = dy + (size_t)c * np + p0;
+      float *out = dyt + (size_t)p0 * co + c;
+      if (v == 16)
+        dw_transpose16(in, (size_t)np, out, (size_t)co);
+      else
+        dw_transpose8(in, (size_t)np, out, (size_t)co);
+    }
   for (; p0 < np; p0++)
     for (int c = 0; c < co; c++) dyt[(size_t)p0 * co + c] = dy[(size_t)c * np + p0];
 }
@@ -711,13 +704,11 @@ void nn_conv_direct_dweight_run(const nn_conv_direct_t *d, const float *x, const
   memset(acc, 0, sizeof(float) * acc_n);
   for (int i = i0; i < i1; i++) {
     dw_fill_plane(d, x + (size_t)i * xs, xp);
-    if (d->vec == 16) {
-      dw_transpose(dy + (size_t)i * ys, d->co, d->ho * d->wo, dyt);
+    dw_transpose(dy + (size_t)i * ys, d->co, d->ho * d->wo, d->vec, dyt);
+    if (d->vec == 16)
       direct512_dw_sample(d, xp, dyt, acc);
-    } else {
-      dw_transpose_avx2(dy + (size_t)i * ys, d->co, d->ho * d->wo, dyt);
+    else
       direct256_dw_sample(d, xp, dyt, acc);
-    }
   }
 }
 
