@@ -226,7 +226,7 @@ static long check_count_wrong(const void *buf, size_t count, coll_dtype_t dtype,
 
 /* ---- flags (nccl-tests' letters and long names) ---- */
 typedef struct {
-  size_t minb, maxb, chunk, small;
+  size_t minb, maxb, chunk, small, one_chunk;
   double factor;
   int iters, warmup, reps, check, ngpus, root;
   const char *dtype, *op, *backend;
@@ -236,7 +236,7 @@ typedef struct {
 static const char *dtype_names[COLL_INT64 + 2];
 static const char *backend_names[NBACKENDS + 1];
 
-enum { NFLAGS = 14 };
+enum { NFLAGS = 15 };
 static void flag_table(flags_t *fl, util_flag_t table[NFLAGS]) {
   for (int d = COLL_FLOAT32; d <= COLL_INT64; d++)
     dtype_names[d] = coll_dtype_name((coll_dtype_t)d);
@@ -277,6 +277,9 @@ static void flag_table(flags_t *fl, util_flag_t table[NFLAGS]) {
        .help = "repeat the timed loop, report the best"},
       {"chunk", UTIL_FLAG_SIZE, &fl->chunk, .min = 1, .max = INFINITY,
        .help = "ring pipeline chunk (coll_set_chunk_bytes)"},
+      {"one_chunk", UTIL_FLAG_SIZE, &fl->one_chunk,
+       .help = "on one host, ring collectives up to this size send each segment whole "
+               "(coll_set_one_chunk_bytes; 0: always pipeline)"},
       {"small", UTIL_FLAG_SIZE, &fl->small,
        .help = "below this, recursive doubling (coll_set_small_message_bytes)"},
       {"backend", UTIL_FLAG_CHOICE, &fl->backend, .choices = backend_names, .metavar = "B",
@@ -288,7 +291,7 @@ static void flag_table(flags_t *fl, util_flag_t table[NFLAGS]) {
 
 static flags_t default_flags(void) {
   return (flags_t){.minb = 8, .maxb = 128u << 20, .chunk = coll_chunk_bytes(),
-                   .small = coll_small_message_bytes(), .factor = 2, .iters = 20,
+                   .one_chunk = coll_one_chunk_bytes(), .small = coll_small_message_bytes(), .factor = 2, .iters = 20,
                    .warmup = 5, .reps = 1, .check = 1, .ngpus = 1, .dtype = "float",
                    .op = "sum", .backend = backends[0].name};
 }
@@ -427,6 +430,7 @@ int main(int argc, char **argv) {
     return parsed == UTIL_FLAGS_HELP ? 0 : 2;
   }
   coll_set_chunk_bytes(fl.chunk);
+  coll_set_one_chunk_bytes(fl.one_chunk);
   coll_set_small_message_bytes(fl.small);
   b.dtype = (coll_dtype_t)util_flags_choice(dtype_names, fl.dtype);
   b.op = (bench_op_t)util_flags_choice(OPS, fl.op);

@@ -92,6 +92,10 @@ struct coll_transport {
   int (*interrupt)(void *arg);
   void *interrupt_arg;
   int aborted;                /* set by coll_transport_abort (atomic access)          */
+  /* Every rank shares this host's memory (the MPI transport: its communicator lies in
+     one MPI_COMM_TYPE_SHARED group). A message is then copied by the receiving rank's
+     own core, so the ring's pipeline overlaps nothing (see coll_set_one_chunk_bytes). */
+  int one_host;
   char error[256];
 };
 
@@ -170,6 +174,10 @@ void coll_set_chunk_bytes(size_t bytes);           /* ring pipeline chunk       
 size_t coll_chunk_bytes(void);
 void coll_set_small_message_bytes(size_t bytes);   /* below: recursive doubling    */
 size_t coll_small_message_bytes(void);
+/* On one host (t->one_host), a ring collective over at most this many bytes sends each
+   segment as one message instead of pipelined chunks (0: always pipeline). */
+void coll_set_one_chunk_bytes(size_t bytes);
+size_t coll_one_chunk_bytes(void);
 
 #ifdef __cplusplus
 }

@@ -86,7 +86,7 @@ extern const coll_transport_ops_t coll_mpi_ops;
    segment (r + base - s - 1) mod N from r - 1. Steps s < nreduce receive into a staging
    slot and reduce: work[seg] = src[seg] op received. Later steps receive straight into
    work[seg]. Step 0 sends own_first (the segment's data, wherever it lives); later steps
-   send from work. Everything is cut into chunks of coll_chunk_bytes() and pipelined.
+   send from work. Everything is cut into chunks (coll_ring_chunk_elems) and pipelined.
    divisor (0: none): the last reduce step divides its result by it (coll_divide)
    before sending it on. */
 typedef struct {
@@ -102,6 +102,10 @@ typedef struct {
   int divisor;
 } coll_ring_plan_t;
 coll_status_t coll_ring_run(coll_transport_t *t, const coll_ring_plan_t *plan);
+/* The ring's chunk in elements of es bytes for segments of counts[0..t->size): the
+   pipeline chunk (coll_chunk_bytes), or on one host, for a buffer of at most
+   coll_one_chunk_bytes(), the largest segment (each segment one message). */
+size_t coll_ring_chunk_elems(const coll_transport_t *t, const size_t *counts, size_t es);
 /* The ring allreduce with the plan's divisor (0: none; ring_allreduce.c). */
 coll_status_t coll_ring_allreduce_divided(coll_transport_t *t, const void *sendbuf,
                                           void *recvbuf, size_t count, coll_dtype_t dtype,

@@ -31,12 +31,25 @@ static coll_status_t finish(coll_transport_t *t, ring_req_t *q) {
   return t->ops->wait(t, &q->req);
 }
 
+size_t coll_ring_chunk_elems(const coll_transport_t *t, const size_t *counts, size_t es) {
+  size_t chunk_elems = coll_chunk_bytes() / es;
+  if (chunk_elems == 0) chunk_elems = 1;
+  size_t total = 0, largest = 0;
+  for (int g = 0; g < t->size; g++) {
+    total += counts[g];
+    if (counts[g] > largest) largest = counts[g];
+  }
+  /* On one host a small buffer goes one message per segment (coll_set_one_chunk_bytes). */
+  if (t->one_host && total * es <= coll_one_chunk_bytes() && largest > chunk_elems)
+    chunk_elems = largest;
+  return chunk_elems;
+}
+
 coll_status_t coll_ring_run(coll_transport_t *t, const coll_ring_plan_t *p) {
   const int N = t->size, r = t->rank;
   const int right = mod(r + 1, N), left = mod(r - 1, N);
   const size_t es = coll_dtype_size(p->dtype);
-  size_t chunk_elems = coll_chunk_bytes() / es;
-  if (chunk_elems == 0) chunk_elems = 1;
+  const size_t chunk_elems = coll_ring_chunk_elems(t, p->counts, es);
 
   /* Chunking is a function of the segment alone, so the chunks a rank receives at step s
      are exactly the chunks it forwards at step s + 1 (the same segment). */
@@ -48,8 +61,11 @@ coll_status_t coll_ring_run(coll_transport_t *t, const coll_ring_plan_t *p) {
     chunk_base[g] = total_chunks;
     total_chunks += nchunks[g];
   }
-  size_t nrecv = 0;
-  for (int s = 0; s < p->nsteps; s++) nrecv += nchunks[mod(r + p->base - s - 1, N)];
+  size_t nrecv = 0, nreduce_ops = 0;
+  for (int s = 0; s < p->nsteps; s++) {
+    nrecv += nchunks[mod(r + p->base - s - 1, N)];
+    if (s < p->nreduce) nreduce_ops = nrecv;
+  }
   const int seg0 = mod(r + p->base, N);
   const size_t nsend0 = nchunks[seg0];
 
@@ -80,7 +96,10 @@ coll_status_t coll_ring_run(coll_transport_t *t, const coll_ring_plan_t *p) {
 
   coll_status_t st = COLL_OK;
   coll_temp_t staging = {NULL, 0};
-  if (p->nreduce > 0) st = coll_temp_get(t, COLL_SCRATCH_STAGING, RING_DEPTH * chunk_elems * es, &staging);
+  /* Reduce-step receives come first in ops, so they use slots 0 .. nreduce_ops - 1
+     (mod RING_DEPTH): no more slots than that are needed. */
+  const size_t slots = nreduce_ops < RING_DEPTH ? nreduce_ops : RING_DEPTH;
+  if (slots > 0) st = coll_temp_get(t, COLL_SCRATCH_STAGING, slots * chunk_elems * es, &staging);
 
   /* Step 0: this rank's own data, all chunks at once. */
   const int own_in_work = p->own_first == p->work + p->offsets[seg0] * es;
@@ -181,7 +200,8 @@ coll_status_t coll_ring_run(coll_transport_t *t, const coll_ring_plan_t *p) {
 
    Every rank sends and receives 2(N-1)/N of the buffer. Each segment is further cut into
    chunks of coll_chunk_bytes(); a chunk is forwarded as soon as it is reduced, so step
-   s+1 of chunk c runs while step s of chunk c+1 is still arriving. Every element is
+   s+1 of chunk c runs while step s of chunk c+1 is still arriving (on one host, a buffer
+   of at most coll_one_chunk_bytes() goes as one chunk per segment: coll_ring_chunk_elems). Every element is
    reduced on exactly one rank and copied to the others, so all ranks end bitwise equal.
    Out of place, the first reduction writes recvbuf = sendbuf + received and step 0 sends
    straight from sendbuf: sendbuf is never copied. divisor (0: none): an average, each

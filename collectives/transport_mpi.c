@@ -242,6 +242,14 @@ coll_status_t coll_transport_mpi_create(const void *mpi_comm, coll_transport_t *
   if (err == MPI_SUCCESS) err = MPI_Comm_size(impl->comm, &t->size);
   if (err == MPI_SUCCESS) err = MPI_Type_contiguous((int)MPI_BLOCK_BYTES, MPI_BYTE, &impl->block);
   if (err == MPI_SUCCESS) err = MPI_Type_commit(&impl->block);
+  if (err == MPI_SUCCESS) { /* one_host: do all ranks share this host's memory? */
+    MPI_Comm node = MPI_COMM_NULL;
+    int node_size = 0;
+    err = MPI_Comm_split_type(impl->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    if (err == MPI_SUCCESS) err = MPI_Comm_size(node, &node_size);
+    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+    t->one_host = node_size == t->size;
+  }
   if (err != MPI_SUCCESS) {
     mpi_destroy(t);
     return COLL_ERR_TRANSPORT;

@@ -125,6 +125,18 @@ static void check_argument_errors(coll_transport_t *local, coll_transport_t *cro
   CHECK(s == COLL_OK, "count 0 with NULL buffers: got %s", coll_status_string(s));
 }
 
+/* 1 when every rank of comm reports the same processor (host) name. */
+static int same_host(MPI_Comm comm) {
+  char name[MPI_MAX_PROCESSOR_NAME] = {0}, first[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  mpi_check(MPI_Get_processor_name(name, &len), "MPI_Get_processor_name");
+  memcpy(first, name, sizeof first);
+  mpi_check(MPI_Bcast(first, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, comm), "MPI_Bcast");
+  int mine = strcmp(name, first) == 0, all = 0;
+  mpi_check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+  return all;
+}
+
 int main(void)
 {
   int provided = 0;
@@ -177,6 +189,10 @@ int main(void)
            local->size);
 
   check_argument_errors(local, cross);
+  /* one_host against the host names (netns hosts each have their own). */
+  CHECK(world->one_host == same_host(MPI_COMM_WORLD), "world: one_host %d", world->one_host);
+  CHECK(local->one_host == same_host(local_comm), "local: one_host %d", local->one_host);
+  CHECK(cross->one_host == same_host(cross_comm), "cross: one_host %d", cross->one_host);
 
   /* Lengths: 0, 1, fewer than the local size, not divisible by it, and large enough
      with a small pipeline chunk to reach the multi-chunk paths of every level. */
@@ -184,6 +200,7 @@ int main(void)
   coll_dtype_t dtypes[] = {COLL_FLOAT32, COLL_FLOAT64, COLL_FLOAT16, COLL_INT32, COLL_INT64};
   coll_op_t ops[] = {COLL_SUM, COLL_MAX, COLL_MIN};
   coll_set_chunk_bytes(4096);
+  coll_set_one_chunk_bytes(0); /* pipelined on one host too (test_coll_mpi has both) */
   for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
       for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)

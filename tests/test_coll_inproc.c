@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "collectives/coll.h"
+#include "collectives/coll_internal.h"
 
 #define CHECK_MAX_FAILURES 20
 #include "tests/check.h"
@@ -460,7 +460,35 @@ static void test_conversions(void) {
   CHECK(coll_dtype_size((coll_dtype_t)99) == 0, "invalid dtype has a size");
 }
 
+/* The ring's chunk: pipelined chunks, except on one host for a buffer of at most
+   coll_one_chunk_bytes(), which goes one message per segment. */
+static void test_ring_chunk_policy(void) {
+  coll_transport_t t = {0};
+  t.size = 2;
+  const size_t chunk = coll_chunk_bytes() / 4, limit = coll_one_chunk_bytes();
+  size_t at_limit[2] = {limit / 8, limit / 8}, above[2] = {limit / 8 + 1, limit / 8};
+  size_t small[2] = {chunk / 2, chunk / 2};
+  t.one_host = 0;
+  CHECK(coll_ring_chunk_elems(&t, at_limit, 4) == chunk, "off one host: got %zu, want %zu",
+        coll_ring_chunk_elems(&t, at_limit, 4), chunk);
+  t.one_host = 1;
+  CHECK(coll_ring_chunk_elems(&t, at_limit, 4) == limit / 8,
+        "one host, %zu bytes: got %zu elements, want the segment's %zu", limit,
+        coll_ring_chunk_elems(&t, at_limit, 4), limit / 8);
+  CHECK(coll_ring_chunk_elems(&t, above, 4) == chunk,
+        "one host, %zu bytes (over the limit): got %zu, want the chunk %zu", limit + 4,
+        coll_ring_chunk_elems(&t, above, 4), chunk);
+  CHECK(coll_ring_chunk_elems(&t, small, 4) == chunk,
+        "one host, segments under a chunk: got %zu, want %zu", coll_ring_chunk_elems(&t, small, 4),
+        chunk);
+  coll_set_one_chunk_bytes(0);
+  CHECK(coll_ring_chunk_elems(&t, at_limit, 4) == chunk, "one chunk off: got %zu, want %zu",
+        coll_ring_chunk_elems(&t, at_limit, 4), chunk);
+  coll_set_one_chunk_bytes(limit);
+}
+
 int main(void) {
+  test_ring_chunk_policy();
   test_conversions();
   test_allreduce_sizes();
   test_allreduce_dtypes();

@@ -234,6 +234,18 @@ static void test_others(coll_transport_t *t) {
   guard_free(dummy);
 }
 
+/* 1 when every rank reports the same processor (host) name. */
+static int same_host(void) {
+  char name[MPI_MAX_PROCESSOR_NAME] = {0}, first[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 2);
+  memcpy(first, name, sizeof first);
+  MPI_Bcast(first, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, MPI_COMM_WORLD);
+  int mine = strcmp(name, first) == 0, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all;
+}
+
 int main(int argc, char **argv) {
   int provided;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return 2;
@@ -245,14 +257,24 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rank %d: coll_transport_mpi_create failed\n", rank);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
+  /* one_host against the host names: test_coll_mpi.sh starts every rank here. */
+  CHECK(t->one_host == same_host(), "one_host %d, but the ranks' host names say %d",
+        t->one_host, same_host());
   size_t lens[] = {0, 1, 3, 5, 1000, 100003, 1u << 20};
   coll_set_chunk_bytes(64u << 10); /* several chunks per segment at the larger lengths */
-  for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
-    for (int alg = 0; alg < 3; alg++)
-      for (int inplace = 0; inplace < 2; inplace++) test_allreduce(t, lens[li], alg, inplace, COLL_FLOAT32);
-  coll_dtype_t dts[] = {COLL_FLOAT64, COLL_INT32, COLL_BFLOAT16};
-  for (int d = 0; d < 3; d++) test_allreduce(t, 77777, 1, d % 2, dts[d]);
-  if (size <= 8) test_others(t);
+  /* Pass 0 pipelines every ring; pass 1 (the default) sends a segment whole on one host
+     up to coll_one_chunk_bytes(), which covers every length here (1 Mi floats = 4 MiB). */
+  const size_t one_chunk = coll_one_chunk_bytes();
+  for (int pass = 0; pass < 2; pass++) {
+    coll_set_one_chunk_bytes(pass ? one_chunk : 0);
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+      for (int alg = 0; alg < 3; alg++)
+        for (int inplace = 0; inplace < 2; inplace++)
+          test_allreduce(t, lens[li], alg, inplace, COLL_FLOAT32);
+    coll_dtype_t dts[] = {COLL_FLOAT64, COLL_INT32, COLL_BFLOAT16};
+    for (int d = 0; d < 3; d++) test_allreduce(t, 77777, 1, d % 2, dts[d]);
+    if (size <= 8) test_others(t);
+  }
   const char *big = getenv("HVD_TEST_BIG");
   if (big && atoi(big)) test_big_message(t);
   coll_transport_destroy(t);

@@ -55,12 +55,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_argv_make(&a, "allreduce_bench", data, size);
   /* The flags that set the collectives' global knobs: put back after each input. */
   size_t chunk = coll_chunk_bytes(), small = coll_small_message_bytes();
+  size_t one_chunk = coll_one_chunk_bytes();
   if (setjmp(fuzz_parsed_jump) == 0) {
     int rc = allreduce_bench_main(a.argc, a.argv);
     if (rc != 0 && rc != 2) abort();
   }
   coll_set_chunk_bytes(chunk);
   coll_set_small_message_bytes(small);
+  coll_set_one_chunk_bytes(one_chunk);
   fuzz_argv_free(&a);
   return 0;
 }
