@@ -57,7 +57,7 @@ coll_status_t coll_alltoall(coll_transport_t *t, const void *sendbuf, void *recv
   const char *src = sendbuf;
   if (sendbuf == recvbuf && N > 1) {
     if ((st = coll_temp_get(t, COLL_SCRATCH_WORK, bs * (size_t)N, &copy)) != COLL_OK) return st;
-    memcpy(copy.ptr, sendbuf, bs * (size_t)N);
+    coll_copy(copy.ptr, sendbuf, bs * (size_t)N);
     src = copy.ptr;
   }
   size_t *sc = NULL;

@@ -43,6 +43,8 @@ const char *coll_status_string(coll_status_t s);
 void coll_reduce(void *inout, const void *in, size_t count, coll_dtype_t dtype, coll_op_t op);
 /* buf[i] /= divisor (integers: C integer division). */
 void coll_divide(void *buf, size_t count, coll_dtype_t dtype, int divisor);
+/* memcpy (no overlap) at the same speed whatever the buffers' alignment: see copy.c. */
+void coll_copy(void *dst, const void *src, size_t bytes);
 /* float32 <-> float16 / bfloat16 conversions, round to nearest even. */
 uint16_t coll_float_to_half(float f);
 float coll_half_to_float(uint16_t h);

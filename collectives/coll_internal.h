@@ -36,6 +36,12 @@ coll_status_t coll_wait_check(coll_transport_t *t, int peer, const char *what, s
 coll_status_t coll_check_transport(coll_transport_t *t);
 coll_status_t coll_check_dtype_op(coll_transport_t *t, coll_dtype_t dtype, coll_op_t op);
 
+/* coll_copy's three forms, each for any length (tests reach them all through
+   coll_copy_form; the SSE2 and AVX2 loops are x86-64 only, memcpy elsewhere). */
+typedef enum { COLL_COPY_MEMCPY = 0, COLL_COPY_SSE2 = 1, COLL_COPY_AVX2 = 2 } coll_copy_form_t;
+void coll_copy_form(void *dst, const void *src, size_t bytes, coll_copy_form_t form);
+int coll_copy_avx2_supported(void);
+
 /* out[i] = a[i] op b[i]; out may equal a (the in-place case), b never aliases out. */
 void coll_reduce3(void *out, const void *a, const void *b, size_t count,
                   coll_dtype_t dtype, coll_op_t op);

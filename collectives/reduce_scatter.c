@@ -51,7 +51,7 @@ coll_status_t coll_reduce_scatter(coll_transport_t *t, const void *sendbuf, void
     };
     st = coll_ring_run(t, &plan);
     if (st == COLL_OK && counts[r])
-      memcpy(recvbuf, (char *)work.ptr + offsets[r] * es, counts[r] * es);
+      coll_copy(recvbuf, (char *)work.ptr + offsets[r] * es, counts[r] * es);
     coll_temp_release(&work);
   }
   free(offsets);

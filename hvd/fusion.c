@@ -90,8 +90,8 @@ static void fusion_copy(struct hvd_request **reqs, int n, char *fb, size_t es, i
     size_t parts = r->nmembers ? r->nmembers : 1;
     for (size_t m = 0; m < parts; m++) {
       size_t bytes = (r->nmembers ? r->member_count[m] : r->count) * es;
-      if (out) memcpy(r->nmembers ? r->member_recv[m] : r->recvbuf, fb + off, bytes);
-      else memcpy(fb + off, r->nmembers ? r->member_send[m] : r->sendbuf, bytes);
+      if (out) coll_copy(r->nmembers ? r->member_recv[m] : r->recvbuf, fb + off, bytes);
+      else coll_copy(fb + off, r->nmembers ? r->member_send[m] : r->sendbuf, bytes);
       off += bytes;
     }
   }
