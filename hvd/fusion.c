@@ -18,6 +18,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 coll_op_t hvd_coll_op(hvd_op_t op) {
   switch (op) {
@@ -39,14 +40,34 @@ hvd_status_t hvd_status_from_coll(coll_status_t s) {
   }
 }
 
+#define HUGE_PAGE_BYTES ((size_t)2 << 20)
+
+/* The fusion buffer lies in transparent huge pages where the kernel offers them (THP
+   in "always" or "madvise" mode). On one host the MPI library moves a large message with
+   one copy out of the sender's memory (process_vm_readv), and the kernel pins the
+   sender's pages for it a page at a time: with 4 KiB pages that pinning was a fifth of
+   the profile of a 2 MiB ring allreduce, and 2 MiB pages took the ring from 6.3 to 11.8
+   GB/s at 2 MiB (np=2, AMD EPYC Zen 3). Below one huge page, plain malloc. */
+void *hvd_fusion_alloc(size_t bytes) {
+  if (bytes < HUGE_PAGE_BYTES) return malloc(bytes);
+  size_t rounded = (bytes + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
+  void *p = NULL;
+  if (posix_memalign(&p, HUGE_PAGE_BYTES, rounded) != 0) return NULL;
+  /* Advice: where it fails (no THP in this kernel) small pages serve as well. */
+  (void)madvise(p, rounded, MADV_HUGEPAGE);
+  return p;
+}
+
 hvd_status_t hvd_fusion_reserve(size_t bytes, char *msg, size_t len) {
   if (bytes <= hvd_g.fusion_cap) return HVD_OK;
-  void *p = realloc(hvd_g.fusion_buf, bytes);
+  /* Nothing in the buffer outlives a response: the old contents need not move. */
+  void *p = hvd_fusion_alloc(bytes);
   if (!p) {
     snprintf(msg, len, "rank %d: cannot grow the fusion buffer to %zu bytes", hvd_g.rank,
              bytes);
     return HVD_ERR_NO_MEMORY;
   }
+  free(hvd_g.fusion_buf);
   hvd_g.fusion_buf = p;
   hvd_g.fusion_cap = bytes;
   return HVD_OK;

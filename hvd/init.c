@@ -387,7 +387,7 @@ hvd_status_t hvd_init(void) {
   if (s == HVD_OK && (s = hvd_launch_env_check(hvd_g.size, err, sizeof(err))) != HVD_OK)
     hvd_set_error(s, "hvd_init: %s", err);
   if (s == HVD_OK && hvd_g.cfg.fusion_threshold > 0) {
-    hvd_g.fusion_buf = malloc(hvd_g.cfg.fusion_threshold);
+    hvd_g.fusion_buf = hvd_fusion_alloc(hvd_g.cfg.fusion_threshold);
     if (!hvd_g.fusion_buf)
       s = hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_init: cannot allocate the %zu-byte fusion "
                         "buffer (lower HVD_FUSION_THRESHOLD)", hvd_g.cfg.fusion_threshold);
