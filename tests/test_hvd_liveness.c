@@ -46,6 +46,7 @@ static void stamp(void) { stamp_to(getenv("HVD_TEST_STAMP")); }
    for the test to stop it from outside, wherever it then is (most of the time inside a
    collective) (victim < 0: nobody). Returns the status that ended it, HVD_OK when all
    steps ran. */
+static int announce_loop; /* loop mode: say when the loop runs (the netns test waits) */
 static hvd_status_t allreduce_loop(int victim, int steps) {
   size_t n = 256 * 1024;
   float *b = calloc(n, sizeof(float));
@@ -61,6 +62,10 @@ static hvd_status_t allreduce_loop(int victim, int steps) {
       }
     }
     s = hvd_allreduce("grad", b, b, n, HVD_FLOAT32, HVD_SUM);
+    if (announce_loop && i == 0 && s == HVD_OK) {
+      printf("rank %d: the loop runs\n", R);
+      fflush(stdout);
+    }
   }
   free(b);
   return s;
@@ -125,6 +130,7 @@ static int body(const char *mode) {
                  HVD_ERR_TIMEOUT);
   } else if (strcmp(mode, "loop") == 0) {
     /* tests/test_netns_liveness.sh cuts a link under it */
+    announce_loop = 1;
     hvd_status_t s = allreduce_loop(-1, 1000000);
     printf("rank %d: %s: %s\n", R, hvd_status_string(s), hvd_last_error());
     fflush(stdout);

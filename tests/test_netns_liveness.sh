@@ -27,12 +27,15 @@ bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
 timeout -k 5 120 "$hvdrun" -np 4 -H ns1:2,ns2:2 --abort-timeout 2 \
   -x HVD_PEER_TIMEOUT_SECONDS=3 "$prog" loop >"$tmp/run.log" 2>&1 &
 job=$!
-# Cut once the loop runs: rank 0's first collectives are done after a second or so.
+# Cut once the loop runs on all four ranks (each says so after its first allreduce), and
+# a second more, so the cut falls inside a collective.
 for _ in $(seq 300); do
-  grep -q 'ranks on 2 hosts\|HVD_ERR' "$tmp/run.log" 2>/dev/null && break
+  [ "$(grep -c 'the loop runs' "$tmp/run.log" 2>/dev/null)" -ge 4 ] && break
+  grep -q 'HVD_ERR' "$tmp/run.log" 2>/dev/null && break
   sleep 0.1
 done
-sleep 2
+grep -c 'the loop runs' "$tmp/run.log" | grep -qx 4 || bad "the loop did not run on all 4 ranks before the cut"
+sleep 1
 ip link set hvd2 down
 cut=$(date +%s.%N)
 wait $job
