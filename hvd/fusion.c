@@ -16,6 +16,7 @@
    coordinator. */
 #include "hvd/hvd_internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -47,15 +48,35 @@ hvd_status_t hvd_status_from_coll(coll_status_t s) {
    one copy out of the sender's memory (process_vm_readv), and the kernel pins the
    sender's pages for it a page at a time: with 4 KiB pages that pinning was a fifth of
    the profile of a 2 MiB ring allreduce, and 2 MiB pages took the ring from 6.3 to 11.8
-   GB/s at 2 MiB (np=2, AMD EPYC Zen 3). Below one huge page, plain malloc. */
+   GB/s at 2 MiB (np=2, AMD EPYC Zen 3). Below one huge page, plain malloc. From one huge
+   page up the memory is mapped for the buffer alone (mmap, 2 MiB aligned), so the advice
+   never outlives it on memory malloc hands out later. */
+static size_t huge_rounded(size_t bytes) {
+  return (bytes + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
+}
+
 void *hvd_fusion_alloc(size_t bytes) {
   if (bytes < HUGE_PAGE_BYTES) return malloc(bytes);
-  size_t rounded = (bytes + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
-  void *p = NULL;
-  if (posix_memalign(&p, HUGE_PAGE_BYTES, rounded) != 0) return NULL;
+  if (bytes > SIZE_MAX - 2 * HUGE_PAGE_BYTES) return NULL;
+  const size_t rounded = huge_rounded(bytes), mapped = rounded + HUGE_PAGE_BYTES;
+  char *m = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return NULL;
+  /* Keep the 2 MiB-aligned part; give back what lies before and after it. */
+  char *p = (char *)(((uintptr_t)m + HUGE_PAGE_BYTES - 1) & ~(uintptr_t)(HUGE_PAGE_BYTES - 1));
+  size_t head = (size_t)(p - m), tail = mapped - head - rounded;
+  if ((head && munmap(m, head) != 0) || (tail && munmap(p + rounded, tail) != 0)) {
+    munmap(m, mapped); /* cannot trim (never seen): drop the whole mapping */
+    return NULL;
+  }
   /* Advice: where it fails (no THP in this kernel) small pages serve as well. */
   (void)madvise(p, rounded, MADV_HUGEPAGE);
   return p;
+}
+
+void hvd_fusion_free(void *p, size_t bytes) {
+  if (!p) return;
+  if (bytes < HUGE_PAGE_BYTES) free(p);
+  else munmap(p, huge_rounded(bytes)); /* fails only for a pointer not ours */
 }
 
 hvd_status_t hvd_fusion_reserve(size_t bytes, char *msg, size_t len) {
@@ -67,7 +88,7 @@ hvd_status_t hvd_fusion_reserve(size_t bytes, char *msg, size_t len) {
              bytes);
     return HVD_ERR_NO_MEMORY;
   }
-  free(hvd_g.fusion_buf);
+  hvd_fusion_free(hvd_g.fusion_buf, hvd_g.fusion_cap);
   hvd_g.fusion_buf = p;
   hvd_g.fusion_cap = bytes;
   return HVD_OK;

@@ -81,7 +81,7 @@ static void release(int mpi_too) {
   hvd_g.round_inflight = 0;
   free(hvd_g.hosts);
   hvd_g.hosts = NULL;
-  free(hvd_g.fusion_buf);
+  hvd_fusion_free(hvd_g.fusion_buf, hvd_g.fusion_cap);
   hvd_g.fusion_buf = NULL;
   hvd_g.fusion_cap = 0;
   hvd_timeline_close(hvd_g.timeline);

@@ -3,8 +3,8 @@
    single-copy transfers pin the sender's pages one by one, and huge pages make that
    cheap): the mapping that holds it carries the kernel's "hg" flag (MADV_HUGEPAGE) in
    /proc/self/smaps, checked where the kernel has transparent huge pages at all. Every
-   byte asked for is usable (under ASan a short allocation is an overflow). One process,
-   no MPI. */
+   byte asked for is usable, and hvd_fusion_free gives the mapping back (smaps no longer
+   lists it). One process, no MPI. */
 #include "hvd/hvd_internal.h"
 #include "tests/check.h"
 
@@ -53,7 +53,10 @@ int main(void) {
               hg == 0 ? "not advised for huge pages (no hg flag)" : "not found in smaps");
       }
     }
-    free(p);
+    hvd_fusion_free(p, n);
+    if (n >= huge)
+      CHECK(advised_huge(p) == -1, "%zu bytes at %p: still mapped after hvd_fusion_free", n,
+            (void *)p);
   }
   printf("test_hvd_fusion_memory: %d failed checks%s\n", failures,
          thp ? "" : " (no transparent huge pages here: the hg flag not checked)");
