@@ -291,9 +291,9 @@ static void flag_table(flags_t *fl, util_flag_t table[NFLAGS]) {
 
 static flags_t default_flags(void) {
   return (flags_t){.minb = 8, .maxb = 128u << 20, .chunk = coll_chunk_bytes(),
-                   .one_chunk = coll_one_chunk_bytes(), .small = coll_small_message_bytes(), .factor = 2, .iters = 20,
-                   .warmup = 5, .reps = 1, .check = 1, .ngpus = 1, .dtype = "float",
-                   .op = "sum", .backend = backends[0].name};
+                   .one_chunk = coll_one_chunk_bytes(), .small = coll_small_message_bytes(),
+                   .factor = 2, .iters = 20, .warmup = 5, .reps = 1, .check = 1, .ngpus = 1,
+                   .dtype = "float", .op = "sum", .backend = backends[0].name};
 }
 
 static util_flags_spec_t flag_spec(const util_flag_t *table) {

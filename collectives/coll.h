@@ -177,7 +177,8 @@ size_t coll_chunk_bytes(void);
 void coll_set_small_message_bytes(size_t bytes);   /* below: recursive doubling    */
 size_t coll_small_message_bytes(void);
 /* On one host (t->one_host), a ring collective over at most this many bytes sends each
-   segment as one message instead of pipelined chunks (0: always pipeline). */
+   segment as one message instead of pipelined chunks (0: always pipeline). Like the
+   chunk, it must be the same on every rank, or the ranks disagree about message lengths. */
 void coll_set_one_chunk_bytes(size_t bytes);
 size_t coll_one_chunk_bytes(void);
 

@@ -51,8 +51,9 @@ coll_status_t coll_ring_run(coll_transport_t *t, const coll_ring_plan_t *p) {
   const size_t es = coll_dtype_size(p->dtype);
   const size_t chunk_elems = coll_ring_chunk_elems(t, p->counts, es);
 
-  /* Chunking is a function of the segment alone, so the chunks a rank receives at step s
-     are exactly the chunks it forwards at step s + 1 (the same segment). */
+  /* Chunking is a function of the segment and of what every rank has alike (the counts,
+     one_host, the knobs), so the chunks a rank receives at step s are exactly the chunks
+     it forwards at step s + 1 (the same segment), and its neighbours cut them the same. */
   size_t *nchunks = malloc(2 * (size_t)N * sizeof *nchunks);
   if (!nchunks) return coll_fail(t, COLL_ERR_NO_MEMORY, "ring: out of memory");
   size_t *chunk_base = nchunks + N, total_chunks = 0;
@@ -201,8 +202,9 @@ coll_status_t coll_ring_run(coll_transport_t *t, const coll_ring_plan_t *p) {
    Every rank sends and receives 2(N-1)/N of the buffer. Each segment is further cut into
    chunks of coll_chunk_bytes(); a chunk is forwarded as soon as it is reduced, so step
    s+1 of chunk c runs while step s of chunk c+1 is still arriving (on one host, a buffer
-   of at most coll_one_chunk_bytes() goes as one chunk per segment: coll_ring_chunk_elems). Every element is
-   reduced on exactly one rank and copied to the others, so all ranks end bitwise equal.
+   of at most coll_one_chunk_bytes() goes as one chunk per segment: coll_ring_chunk_elems).
+   Every element is reduced on exactly one rank and copied to the others, so all ranks
+   end bitwise equal.
    Out of place, the first reduction writes recvbuf = sendbuf + received and step 0 sends
    straight from sendbuf: sendbuf is never copied. divisor (0: none): an average, each
    segment divided by its owner at the end of the reduce-scatter. */

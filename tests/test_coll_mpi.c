@@ -112,7 +112,8 @@ static void test_others(coll_transport_t *t) {
   /* allgatherv with zeros */
   size_t counts[8], total = 0, off = 0;
   for (int g = 0; g < size; g++) {
-    counts[g] = (size_t)(g % 2 ? 0 : 1000 + g);
+    /* Over one 64 KiB chunk (16384 elements): pipelined in pass 0, whole in pass 1. */
+    counts[g] = (size_t)(g % 2 ? 0 : 20000 + g);
     if (g < rank) off += counts[g];
     total += counts[g];
   }
@@ -258,8 +259,9 @@ int main(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   /* one_host against the host names: test_coll_mpi.sh starts every rank here. */
-  CHECK(t->one_host == same_host(), "one_host %d, but the ranks' host names say %d",
-        t->one_host, same_host());
+  const int one_host = same_host();
+  CHECK(t->one_host == one_host, "one_host %d, but the ranks' host names say %d", t->one_host,
+        one_host);
   size_t lens[] = {0, 1, 3, 5, 1000, 100003, 1u << 20};
   coll_set_chunk_bytes(64u << 10); /* several chunks per segment at the larger lengths */
   /* Pass 0 pipelines every ring; pass 1 (the default) sends a segment whole on one host
