@@ -1,5 +1,5 @@
 /* tests/test_coll_inproc.c: every collective on the in-process transport (threads), for
-   world sizes 1..16 and the awkward lengths (0, 1, N-1, N, N+1, not divisible by N,
+   world sizes 1..16 (under a sanitizer 1..8 and 16) and the awkward lengths (0, 1, N-1, N, N+1, not divisible by N,
    multi-chunk with a tiny chunk size), all dtypes x ops with inputs whose exact result
    is known, in place and out of place (and the average, coll_allreduce_divided); plus the float16/bfloat16 conversions, divide,
    argument errors and cancellation. Exits 1 on the first wrong value. */
@@ -120,8 +120,17 @@ static void check_allreduce(int N, size_t count, coll_dtype_t d, coll_op_t op, a
         coll_status_string(st), (int)j.wrong);
 }
 
+/* Under a sanitizer (HVD_TEST_SANITIZER) the world sizes 9-15 are left out: 1-8 and 16
+   reach the same paths with far fewer threads (under TSan the test took 23.8 s with
+   them, 13.2 s without). */
+static int skip_world(int N) {
+  const char *san = getenv("HVD_TEST_SANITIZER");
+  return san && *san && N > 8 && N < 16;
+}
+
 static void test_allreduce_sizes(void) {
   for (int N = 1; N <= 16; N++) {
+    if (skip_world(N)) continue;
     size_t lens[] = {0, 1, (size_t)N - 1, (size_t)N, (size_t)N + 1, 7 * (size_t)N + 3, 1000};
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
       for (int alg = 0; alg <= ALG_DIV_RING; alg++)
@@ -265,6 +274,7 @@ static coll_status_t barrier_rank(coll_transport_t *t, void *arg) {
 static void test_other_collectives(void) {
   coll_set_chunk_bytes(40);
   for (int N = 1; N <= 16; N++) {
+    if (skip_world(N)) continue;
     for (int inplace = 0; inplace < 2; inplace++) {
       simple_job_t j = {0, inplace};
       coll_status_t st = coll_inproc_run(N, allgatherv_rank, &j);
