@@ -1,4 +1,5 @@
-/* test_hvd_cache: the response cache (HVD_CACHE_CAPACITY) on 1-4 ranks.
+/* test_hvd_cache: the response cache (HVD_CACHE_CAPACITY) on 1-4 ranks (1-3 under a
+   sanitizer).
      dump:     every dtype x op (odd lengths, async so they fuse), broadcasts, a
                reducescatter and a grouped allreduce, five iterations; each rank dumps
                its results. Run with the cache off and on, the dumps must be identical
@@ -309,7 +310,11 @@ int main(int argc, char **argv) {
     char env[1024], dir[] = "/tmp/hvd_cache_test.XXXXXX";
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     int rc = 0;
-    for (int np = 1; np <= 4 && rc == 0; np++) {
+    /* Under a sanitizer (HVD_TEST_SANITIZER) 1-3 ranks: 4 on the CI's 2 cores were the
+       slowest third of the test, and reach no path 2 and 3 do not. */
+    const char *san = getenv("HVD_TEST_SANITIZER");
+    const int max_np = san && *san ? 3 : 4;
+    for (int np = 1; np <= max_np && rc == 0; np++) {
       snprintf(env, sizeof env, "HVD_CACHE_CAPACITY=0 HVD_FUSION_THRESHOLD=4096 "
                "HVD_CACHE_TEST_DUMP=%s/off", dir);
       rc |= hvd_test_mpirun(argv[0], np, "dump", env, 120, NULL, 0);
@@ -349,7 +354,7 @@ int main(int argc, char **argv) {
     }
     rmdir(dir);
     if (rc == 0) printf("response cache: identical results, mismatches, eviction, join, "
-                        "hits and threads on 1-4 ranks\n");
+                        "hits and threads on 1-%d ranks\n", max_np);
     return rc ? 1 : 0;
   }
   const char *mode = argc > 1 ? argv[1] : "";

@@ -6,8 +6,9 @@
 # accuracy, val_loss, val_accuracy, lr) the same too. The cases of
 # test_train_resume.sh and alexnet (dropout), killed inside the last epoch of a shorter
 # run. Under a sanitizer (HVD_TEST_SANITIZER, set by make SANITIZE=... test), which
-# looks for memory errors, not figures, alexnet has 16 samples (2 steps an epoch, the second one short): the same
-# paths in 8 alexnet steps instead of 12. This is the only dropout case (see
+# looks for memory errors, not figures, alexnet has 16 samples (2 steps an epoch, the
+# second one short): the same paths in 8 alexnet steps instead of 12; resnet20 runs
+# batches of 4 instead of 16. This is the only dropout case (see
 # test_train_resume.sh).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -18,9 +19,13 @@ every=4 at_step=6 check_case mlp_sgd_mid 37 2 3 --model mlp --dataset synthetic 
   --synthetic-samples 1024 --batch-size 32 --seed 7 --threads 1 --lr 0.02 --warmup-epochs 1 \
   --lr-schedule cosine --bucket-mb 0.5
 # resnet20 (each rank's own batch-norm statistics): 5 steps an epoch, every 2: the kill
-# at step 9 (9 steps done) finds the checkpoint of 8 steps, step 3 of epoch 2.
+# at step 9 (9 steps done) finds the checkpoint of 8 steps, step 3 of epoch 2. (Under a
+# sanitizer batches of 4: the same 5 steps an epoch at a quarter of the work.)
+resnet=(160 16)
+[ -n "${HVD_TEST_SANITIZER:-}" ] && resnet=(40 4)
 every=2 at_step=3 check_case resnet20_adam_mid 9 1 2 --model resnet20 --dataset synthetic \
-  --synthetic-samples 160 --batch-size 16 --seed 5 --threads 1 --optimizer adam --augment
+  --synthetic-samples "${resnet[0]}" --batch-size "${resnet[1]}" --seed 5 --threads 1 \
+  --optimizer adam --augment
 # alexnet: 3 steps an epoch, every 1: the kill at step 5 finds step 2 of epoch 2. (16
 # samples: 2 steps an epoch; the kill at step 3 finds step 1 of epoch 2.)
 alexnet=(24 5 2)
