@@ -65,7 +65,7 @@ void *hvd_fusion_alloc(size_t bytes) {
   char *p = (char *)(((uintptr_t)m + HUGE_PAGE_BYTES - 1) & ~(uintptr_t)(HUGE_PAGE_BYTES - 1));
   size_t head = (size_t)(p - m), tail = mapped - head - rounded;
   if ((head && munmap(m, head) != 0) || (tail && munmap(p + rounded, tail) != 0)) {
-    munmap(m, mapped); /* cannot trim (never seen): drop the whole mapping */
+    (void)munmap(m, mapped); /* cannot trim (never seen): drop the whole mapping */
     return NULL;
   }
   /* Advice: where it fails (no THP in this kernel) small pages serve as well. */
@@ -76,7 +76,7 @@ void *hvd_fusion_alloc(size_t bytes) {
 void hvd_fusion_free(void *p, size_t bytes) {
   if (!p) return;
   if (bytes < HUGE_PAGE_BYTES) free(p);
-  else munmap(p, huge_rounded(bytes)); /* fails only for a pointer not ours */
+  else (void)munmap(p, huge_rounded(bytes)); /* fails (EINVAL) only for a pointer not ours */
 }
 
 hvd_status_t hvd_fusion_reserve(size_t bytes, char *msg, size_t len) {
