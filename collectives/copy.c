@@ -2,7 +2,7 @@
    buffers lie against each other.
 
    Why not memcpy: glibc 2.36's memcpy copies large blocks with `rep movsb`, which on the
-   AMD EPYC (Zen 3) machines we measure on runs at 2.1-2.9 GB/s instead of 25-36 GB/s
+   AMD EPYC (Zen 3) machines we measure on runs at 2.1-2.9 GB/s instead of 24-36 GB/s
    whenever the destination sits 1-31 bytes past the source modulo 64 (copies of 128 KiB
    in cache, every offset pair tried). Tensor fusion copies a tensor into the fusion
    buffer and back out at whatever offsets the tensors have, so one of the two copies

@@ -20,6 +20,7 @@ static int world_rank, world_size;
 
 #define CHECK_RANK() world_rank
 #include "tests/check.h"
+#include "tests/mpi_same_host.h"
 
 static void mpi_check(int rc, const char *what)
 {
@@ -125,18 +126,6 @@ static void check_argument_errors(coll_transport_t *local, coll_transport_t *cro
   CHECK(s == COLL_OK, "count 0 with NULL buffers: got %s", coll_status_string(s));
 }
 
-/* 1 when every rank of comm reports the same processor (host) name. */
-static int same_host(MPI_Comm comm) {
-  char name[MPI_MAX_PROCESSOR_NAME] = {0}, first[MPI_MAX_PROCESSOR_NAME] = {0};
-  int len = 0;
-  mpi_check(MPI_Get_processor_name(name, &len), "MPI_Get_processor_name");
-  memcpy(first, name, sizeof first);
-  mpi_check(MPI_Bcast(first, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, comm), "MPI_Bcast");
-  int mine = strcmp(name, first) == 0, all = 0;
-  mpi_check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
-  return all;
-}
-
 int main(void)
 {
   int provided = 0;
@@ -190,9 +179,14 @@ int main(void)
 
   check_argument_errors(local, cross);
   /* one_host against the host names (netns hosts each have their own). */
-  CHECK(world->one_host == same_host(MPI_COMM_WORLD), "world: one_host %d", world->one_host);
-  CHECK(local->one_host == same_host(local_comm), "local: one_host %d", local->one_host);
-  CHECK(cross->one_host == same_host(cross_comm), "cross: one_host %d", cross->one_host);
+  const int world_one = mpi_same_host(MPI_COMM_WORLD), local_one = mpi_same_host(local_comm),
+            cross_one = mpi_same_host(cross_comm);
+  CHECK(world->one_host == world_one, "world: one_host %d, host names %d", world->one_host,
+        world_one);
+  CHECK(local->one_host == local_one, "local: one_host %d, host names %d", local->one_host,
+        local_one);
+  CHECK(cross->one_host == cross_one, "cross: one_host %d, host names %d", cross->one_host,
+        cross_one);
 
   /* Lengths: 0, 1, fewer than the local size, not divisible by it, and large enough
      with a small pipeline chunk to reach the multi-chunk paths of every level. */

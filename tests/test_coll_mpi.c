@@ -13,6 +13,7 @@
 #include "collectives/coll.h"
 #include "util/clock.h"
 #include "guard.h"
+#include "mpi_same_host.h"
 
 static int rank, size;
 
@@ -235,18 +236,6 @@ static void test_others(coll_transport_t *t) {
   guard_free(dummy);
 }
 
-/* 1 when every rank reports the same processor (host) name. */
-static int same_host(void) {
-  char name[MPI_MAX_PROCESSOR_NAME] = {0}, first[MPI_MAX_PROCESSOR_NAME] = {0};
-  int len = 0;
-  if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 2);
-  memcpy(first, name, sizeof first);
-  MPI_Bcast(first, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, MPI_COMM_WORLD);
-  int mine = strcmp(name, first) == 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all;
-}
-
 int main(int argc, char **argv) {
   int provided;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return 2;
@@ -259,7 +248,7 @@ int main(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   /* one_host against the host names: test_coll_mpi.sh starts every rank here. */
-  const int one_host = same_host();
+  const int one_host = mpi_same_host(MPI_COMM_WORLD);
   CHECK(t->one_host == one_host, "one_host %d, but the ranks' host names say %d", t->one_host,
         one_host);
   size_t lens[] = {0, 1, 3, 5, 1000, 100003, 1u << 20};
