@@ -15,11 +15,11 @@
    inside a collective is fatal and reported to the caller; peers learn it through the
    coordinator. */
 #include "hvd/hvd_internal.h"
+#include "util/huge_pages.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 coll_op_t hvd_coll_op(hvd_op_t op) {
   switch (op) {
@@ -41,54 +41,18 @@ hvd_status_t hvd_status_from_coll(coll_status_t s) {
   }
 }
 
-#define HUGE_PAGE_BYTES ((size_t)2 << 20)
-
-/* The fusion buffer lies in transparent huge pages where the kernel offers them (THP
-   in "always" or "madvise" mode). On one host the MPI library moves a large message with
-   one copy out of the sender's memory (process_vm_readv), and the kernel pins the
-   sender's pages for it a page at a time: with 4 KiB pages that pinning was a fifth of
-   the profile of a 2 MiB ring allreduce, and 2 MiB pages took the ring from 6.3 to 11.8
-   GB/s at 2 MiB (np=2, AMD EPYC Zen 3). Below one huge page, plain malloc. From one huge
-   page up the memory is mapped for the buffer alone (mmap, 2 MiB aligned), so the advice
-   never outlives it on memory malloc hands out later. */
-static size_t huge_rounded(size_t bytes) {
-  return (bytes + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
-}
-
-void *hvd_fusion_alloc(size_t bytes) {
-  if (bytes < HUGE_PAGE_BYTES) return malloc(bytes);
-  if (bytes > SIZE_MAX - 2 * HUGE_PAGE_BYTES) return NULL;
-  const size_t rounded = huge_rounded(bytes), mapped = rounded + HUGE_PAGE_BYTES;
-  char *m = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return NULL;
-  /* Keep the 2 MiB-aligned part; give back what lies before and after it. */
-  char *p = (char *)(((uintptr_t)m + HUGE_PAGE_BYTES - 1) & ~(uintptr_t)(HUGE_PAGE_BYTES - 1));
-  size_t head = (size_t)(p - m), tail = mapped - head - rounded;
-  if ((head && munmap(m, head) != 0) || (tail && munmap(p + rounded, tail) != 0)) {
-    (void)munmap(m, mapped); /* cannot trim (never seen): drop the whole mapping */
-    return NULL;
-  }
-  /* Advice: where it fails (no THP in this kernel) small pages serve as well. */
-  (void)madvise(p, rounded, MADV_HUGEPAGE);
-  return p;
-}
-
-void hvd_fusion_free(void *p, size_t bytes) {
-  if (!p) return;
-  if (bytes < HUGE_PAGE_BYTES) free(p);
-  else (void)munmap(p, huge_rounded(bytes)); /* fails (EINVAL) only for a pointer not ours */
-}
-
 hvd_status_t hvd_fusion_reserve(size_t bytes, char *msg, size_t len) {
   if (bytes <= hvd_g.fusion_cap) return HVD_OK;
   /* Nothing in the buffer outlives a response: the old contents need not move. */
-  void *p = hvd_fusion_alloc(bytes);
+  /* In huge pages (util/huge_pages.h): the MPI library's one-copy transfers pin the
+     sender's pages one by one. */
+  void *p = util_huge_alloc(bytes);
   if (!p) {
     snprintf(msg, len, "rank %d: cannot grow the fusion buffer to %zu bytes", hvd_g.rank,
              bytes);
     return HVD_ERR_NO_MEMORY;
   }
-  hvd_fusion_free(hvd_g.fusion_buf, hvd_g.fusion_cap);
+  util_huge_free(hvd_g.fusion_buf, hvd_g.fusion_cap);
   hvd_g.fusion_buf = p;
   hvd_g.fusion_cap = bytes;
   return HVD_OK;

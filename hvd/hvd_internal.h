@@ -338,10 +338,6 @@ coll_op_t hvd_coll_op(hvd_op_t op);
 hvd_status_t hvd_status_from_coll(coll_status_t s);
 hvd_status_t hvd_host_allreduce(void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
                                 char *msg, size_t len);
-/* Memory for a fusion buffer of bytes, in huge pages from 2 MiB up where offered;
-   hvd_fusion_free takes it back, given the same bytes. */
-void *hvd_fusion_alloc(size_t bytes);
-void hvd_fusion_free(void *p, size_t bytes);
 /* The fusion buffer holds at least bytes (it grows to what the plan needs). */
 hvd_status_t hvd_fusion_reserve(size_t bytes, char *msg, size_t len);
 /* Records an event of key on the timeline (rank 0, when it is on). */

@@ -11,6 +11,7 @@
    rank, so cross rank = index of this host and cross size = number of hosts (when
    every host runs the same number of ranks). */
 #include "hvd/hvd_internal.h"
+#include "util/huge_pages.h"
 
 #include <limits.h>
 #include <sched.h>
@@ -81,7 +82,7 @@ static void release(int mpi_too) {
   hvd_g.round_inflight = 0;
   free(hvd_g.hosts);
   hvd_g.hosts = NULL;
-  hvd_fusion_free(hvd_g.fusion_buf, hvd_g.fusion_cap);
+  util_huge_free(hvd_g.fusion_buf, hvd_g.fusion_cap);
   hvd_g.fusion_buf = NULL;
   hvd_g.fusion_cap = 0;
   hvd_timeline_close(hvd_g.timeline);
@@ -387,7 +388,7 @@ hvd_status_t hvd_init(void) {
   if (s == HVD_OK && (s = hvd_launch_env_check(hvd_g.size, err, sizeof(err))) != HVD_OK)
     hvd_set_error(s, "hvd_init: %s", err);
   if (s == HVD_OK && hvd_g.cfg.fusion_threshold > 0) {
-    hvd_g.fusion_buf = hvd_fusion_alloc(hvd_g.cfg.fusion_threshold);
+    hvd_g.fusion_buf = util_huge_alloc(hvd_g.cfg.fusion_threshold);
     if (!hvd_g.fusion_buf)
       s = hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_init: cannot allocate the %zu-byte fusion "
                         "buffer (lower HVD_FUSION_THRESHOLD)", hvd_g.cfg.fusion_threshold);

@@ -6,6 +6,7 @@
    (nn/model_cpu.c), which allocates its activations. */
 #include "nn/model_internal.h"
 #include "nn/backward_store_internal.h"
+#include "util/huge_pages.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -416,8 +417,13 @@ nn_status_t nn_model_finish(nn_model_t *m) {
                         "expected %d classes (builder bug)", nn_layer_sample_size(last),
                         m->num_classes);
   }
-  m->params = xcalloc(m->param_len, sizeof(float));
-  m->grads = xcalloc(m->param_len, sizeof(float));
+  /* The flat parameters and gradients in huge pages (util/huge_pages.h): the gradients
+     are what an allreduce moves between processes every step, the parameters what a
+     broadcast moves, and the optimizer streams through both. */
+  if (m->param_len <= SIZE_MAX / sizeof(float)) {
+    m->params = util_huge_alloc(m->param_len * sizeof(float));
+    m->grads = util_huge_alloc(m->param_len * sizeof(float));
+  }
   m->buffers = xcalloc(m->num_buffers, sizeof(float));
   m->counters = xcalloc((size_t)m->num_counters, sizeof(int64_t));
   if (!m->params || !m->grads || !m->buffers || !m->counters) {
@@ -454,8 +460,8 @@ void nn_model_free(nn_model_t *m) {
   nn_optim_free(m->optim);
   free(m->layers);
   free(m->slices);
-  free(m->params);
-  free(m->grads);
+  util_huge_free(m->params, m->param_len * sizeof(float));
+  util_huge_free(m->grads, m->param_len * sizeof(float));
   free(m->buffers);
   free(m->counters);
   free(m);
