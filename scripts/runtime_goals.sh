@@ -65,5 +65,10 @@ awk -F'\t' 'NR > 1 && $1 == "lenet" && ($2 == "ours2" || $2 == "none2") {print $
   "$out/scaling_raw.tsv" | sort -k1,1 -s | awk '{print "  " $0}'
 o=$(awk -F'\t' '$2 == "ours2" {print $4}' "$out/scaling_raw.tsv" | median)
 n=$(awk -F'\t' '$2 == "none2" {print $4}' "$out/scaling_raw.tsv" | median)
-awk -v o="$o" -v n="$n" 'BEGIN { printf "| lenet np=2 | ours %.1f img/s | ceiling %.1f img/s | ours/ceiling %.3f |\n", o, n, o / n }'
+# Paired: each round runs ours then the ceiling back to back, so the ratio within a round
+# sees the same phase of a shared machine; the median of those ratios is shown beside the
+# ratio of the medians (the goal's figure).
+p=$(awk -F'\t' '$2 == "ours2" {o[$3] = $4} $2 == "none2" {n[$3] = $4}
+      END {for (r in o) if (r in n && n[r] > 0) print o[r] / n[r]}' "$out/scaling_raw.tsv" | median)
+awk -v o="$o" -v n="$n" -v p="$p" 'BEGIN { printf "| lenet np=2 | ours %.1f img/s | ceiling %.1f img/s | ours/ceiling %.3f | median of the rounds'"'"' ratios %.3f |\n", o, n, o / n, p }'
 echo "goal: ours/ceiling >= 0.95"
