@@ -183,7 +183,8 @@ static void flag_table(options_t *o, util_flag_t table[NFLAGS]) {
        .def = "1 under a multi-rank launcher, else all cores",
        .help = "compute threads per rank"},
       {"bucket_mb", UTIL_FLAG_DOUBLE, &o->bucket_mb, .min = 1e-6, .max = INFINITY,
-       .help = "gradient bucket size in MiB (25: PyTorch DDP's)"},
+       .help = "gradient bucket size in MiB (25: PyTorch DDP's); buckets hold whole "
+               "parameters, so one may be larger"},
       {"first_bucket_mb", UTIL_FLAG_DOUBLE, &o->first_bucket_mb, .min = 1e-6, .max = INFINITY,
        .help = "size of the first bucket submitted"},
       {"overlap", UTIL_FLAG_BOOL, &o->overlap,
@@ -735,6 +736,12 @@ int main(int argc, char **argv) {
                                                  : HVD_COMPRESSION_NONE,
                                 HVD_AVERAGE);
     if (h != HVD_OK) fail_hvd("creating the gradient buckets", h);
+    /* Buckets end at parameter boundaries, as PyTorch DDP's. */
+    char err[512];
+    if (train_buckets_at_params(t.step.buckets, t.step.model, err, sizeof err) != 0) {
+      fprintf(stderr, "cnn_bench: rank %d: %s\n", rank, err);
+      return 1;
+    }
     hvd_grad_buckets_set_overlap(t.step.buckets, o.overlap);
   }
 

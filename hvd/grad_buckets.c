@@ -11,6 +11,14 @@
    The layout depends only on (count, sizes), so every rank names the same ranges
    "grad.bucket.K".
 
+   With the parameters' start offsets (hvd_grad_buckets_set_params) buckets end only at
+   parameter boundaries, as PyTorch DDP assigns them: from the end of the buffer a bucket
+   takes whole parameters until it holds at least its size. A model whose large layer
+   comes late in forward (lenet's, alexnet's, vgg's fully connected layers) then gets that
+   layer in a bucket of its own, reduced while backward still runs through the
+   convolutions, instead of sharing the last bucket with them, which only starts when
+   backward is over.
+
    FP16 compression (Horovod's Compression.fp16): a bucket is cast into a float16
    staging array when it is submitted, reduced as HVD_FLOAT16, and cast back in wait()
    (an average is a float16 sum divided by the rank count in float32 after the cast).
@@ -53,6 +61,7 @@ struct hvd_grad_buckets {
   uint16_t *half;        /* FP16 staging, count elements, same offsets as grads; in
                             device memory when grads is                           */
   int device;            /* the GPU holding grads, or -1 for host memory         */
+  size_t per, first;      /* bucket sizes in floats (bucket 0: first) */
   size_t num;
   bucket_t *buckets;
   size_t next;           /* buckets [0, next) are submitted in this step */
@@ -111,6 +120,53 @@ static void from_half(float *g, const uint16_t *h, size_t n, int div) {
   for (size_t i = 0; i < n; i++) g[i] = coll_half_to_float(h[i]) / d;
 }
 
+/* The next boundary below end: the highest start in starts[0..n) (ascending) that lies
+   below end, or 0. */
+static size_t start_below(const size_t *starts, size_t n, size_t end) {
+  size_t lo = 0, hi = n;   /* the first index whose start is >= end, by bisection */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (starts[mid] < end) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo > 0 ? starts[lo - 1] : 0;
+}
+
+/* Fills b->buckets from the end of the buffer down: fixed sizes (n == 0), or whole
+   parameters until a bucket holds at least its size (the parameters start at
+   starts[0..n), ascending, all below count). Sizes are counted twice: first the number of
+   buckets, then the ranges. 0 when out of memory (b keeps its old layout). */
+static int lay_out(hvd_grad_buckets_t *b, const size_t *starts, size_t n) {
+  size_t num = 0;
+  for (int fill = 0; fill < 2; fill++) {
+    size_t end = b->count, k = 0;
+    while (end > 0) {
+      size_t want = k == 0 ? b->first : b->per;
+      size_t off = want < end ? end - want : 0;   /* fixed: exactly want, or the rest */
+      if (n > 0) {
+        /* Whole parameters: down to the start of the one that holds offset end - want
+           (with the bucket then at least want), or to offset 0. */
+        off = want < end ? start_below(starts, n, end - want + 1) : 0;
+      }
+      if (fill) {
+        b->buckets[k].offset = off;
+        b->buckets[k].count = end - off;
+      }
+      end = off;
+      k++;
+    }
+    if (!fill) {
+      num = k;
+      bucket_t *nb = num ? calloc(num, sizeof(bucket_t)) : NULL;
+      if (num && nb == NULL) return 0;
+      free(b->buckets);
+      b->buckets = nb;
+      b->num = num;
+    }
+  }
+  return 1;
+}
+
 hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, size_t count,
                                      size_t bucket_bytes, size_t first_bucket_bytes,
                                      hvd_compression_t compression, hvd_op_t op) {
@@ -145,28 +201,12 @@ hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, siz
   b->device = -1;
   if (count > 0 && hvd_device_is_device_ptr(grads)) b->device = hvd_device_of_ptr(grads);
 
-  /* Count first, then fill: bucket 0 is [count - first, count), the rest go down. */
-  size_t num = 0;
-  if (count > 0) {
-    size_t rest = count > first ? count - first : 0;
-    num = 1 + rest / per + (rest % per ? 1 : 0);
-  }
-  b->num = num;
-  if (num > 0) {
-    b->buckets = calloc(num, sizeof(bucket_t));
-    if (b->buckets == NULL) {
-      free(b);
-      return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_grad_buckets_create: out of memory for "
-                           "%zu buckets", num);
-    }
-  }
-  size_t end = count;
-  for (size_t k = 0; k < num; k++) {
-    size_t len = k == 0 ? first : per;
-    if (len > end) len = end;
-    b->buckets[k].offset = end - len;
-    b->buckets[k].count = len;
-    end -= len;
+  b->per = per;
+  b->first = first;
+  if (!lay_out(b, NULL, 0)) {
+    free(b);
+    return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_grad_buckets_create: out of memory for "
+                         "the buckets of %zu floats", count);
   }
   if (compression == HVD_COMPRESSION_FP16 && count > 0 && b->device >= 0) {
     hvd_status_t s =
@@ -202,6 +242,28 @@ void hvd_grad_buckets_free(hvd_grad_buckets_t *b) {
 
 void hvd_grad_buckets_set_overlap(hvd_grad_buckets_t *b, int overlap) {
   if (b != NULL) b->overlap = overlap != 0;
+}
+
+hvd_status_t hvd_grad_buckets_set_params(hvd_grad_buckets_t *b, const size_t *starts,
+                                         size_t n) {
+  if (b == NULL)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_grad_buckets_set_params: b is NULL");
+  if (n > 0 && starts == NULL)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                         "hvd_grad_buckets_set_params: starts is NULL with n %zu", n);
+  if (b->next > 0)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_grad_buckets_set_params: %zu "
+                         "buckets of this step are submitted; call it between steps",
+                         b->next);
+  for (size_t i = 0; i < n; i++)
+    if (starts[i] >= b->count || (i > 0 && starts[i] <= starts[i - 1]))
+      return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
+                           "hvd_grad_buckets_set_params: start %zu is %zu: the starts must "
+                           "ascend strictly and lie below the %zu gradients", i, starts[i],
+                           b->count);
+  if (!lay_out(b, starts, n))
+    return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_grad_buckets_set_params: out of memory");
+  return HVD_OK;
 }
 
 size_t hvd_grad_buckets_num(const hvd_grad_buckets_t *b) { return b ? b->num : 0; }

@@ -165,6 +165,14 @@ void hvd_grad_buckets_free(hvd_grad_buckets_t *b);
 /* overlap 0: ready() only records, everything is submitted in wait() (for comparison).
    Default 1. */
 void hvd_grad_buckets_set_overlap(hvd_grad_buckets_t *b, int overlap);
+/* Buckets end only at parameter boundaries, as PyTorch DDP assigns them: starts[0..n)
+   are the offsets where the parameters begin (strictly ascending, below count; e.g.
+   nn_model_param_starts). From the end of the buffer, a bucket takes whole parameters
+   until it holds at least its size (first_bucket_bytes for bucket 0, then bucket_bytes),
+   so a large parameter makes a large bucket. n 0: the fixed layout above again. Call it
+   between steps; the same starts on every rank give the same buckets. */
+hvd_status_t hvd_grad_buckets_set_params(hvd_grad_buckets_t *b, const size_t *starts,
+                                         size_t n);
 
 /* Layout: number of buckets and the element range [*offset, *offset + *count) of
    bucket k (0 = submitted first, the end of the buffer). */

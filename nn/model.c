@@ -506,6 +506,24 @@ const nn_slice_t *nn_model_slice(const nn_model_t *m, int i) {
   return &m->slices[i];
 }
 
+static int compare_size(const void *a, const void *b) {
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+size_t nn_model_param_starts(const nn_model_t *m, size_t *starts) {
+  size_t n = 0;
+  for (int i = 0; i < m->num_slices; i++) {
+    if (m->slices[i].kind != NN_SLICE_PARAM) continue;
+    if (starts) starts[n] = m->slices[i].offset;
+    n++;
+  }
+  /* state_dict order is forward order, so this is sorted already; sorted anyway, the
+     callers (gradient buckets) need ascending starts. */
+  if (starts && n > 1) qsort(starts, n, sizeof *starts, compare_size);
+  return n;
+}
+
 int nn_model_num_layers(const nn_model_t *m) { return m->num_layers; }
 
 const char *nn_model_layer_name(const nn_model_t *m, int i) {

@@ -1,11 +1,13 @@
 /* test_grad_buckets: the bucket layout of hvd/grad_buckets.c covers every gradient
    exactly once, and a bucketed allreduce gives the right average with and without
-   overlap, with float32 (exact) and with fp16 compression (within float16 tolerance).
+   overlap, with float32 (exact) and with fp16 compression (within float16 tolerance),
+   with fixed buckets and with buckets at parameter boundaries.
    Runs alone (size 1); tests/test_grad_buckets_mpi.sh runs it under mpirun -np 2 and 3. */
 #include "hvd/hvd.h"
 #include "collectives/coll.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +55,110 @@ static void check_layout(size_t count, size_t bucket_bytes, size_t first_bytes) 
   free(seen);
   hvd_grad_buckets_free(b);
   if (count) free(grads);
+}
+
+/* Layout at parameter boundaries (hvd_grad_buckets_set_params) against the rules in
+   hvd.h: the buckets tile [0, count) from the end down, each begins at a parameter start
+   (or 0), holds at least its size unless it reaches offset 0, and holds no parameter
+   more than it needs: without its lowest parameter it would be below its size. */
+static void check_param_layout(size_t count, const size_t *starts, size_t n,
+                               size_t bucket_bytes, size_t first_bytes) {
+  float *grads = malloc((count ? count : 1) * sizeof(float));
+  hvd_grad_buckets_t *b = NULL;
+  hvd_status_t s = hvd_grad_buckets_create(&b, grads, count, bucket_bytes, first_bytes,
+                                           HVD_COMPRESSION_NONE, HVD_AVERAGE);
+  CHECK(s == HVD_OK, "create count=%zu: %s", count, hvd_status_string(s));
+  if (s == HVD_OK) s = hvd_grad_buckets_set_params(b, starts, n);
+  CHECK(s == HVD_OK, "set_params count=%zu n=%zu: %s %s", count, n, hvd_status_string(s),
+        hvd_last_error());
+  if (s != HVD_OK) {
+    hvd_grad_buckets_free(b);
+    free(grads);
+    return;
+  }
+  size_t per = bucket_bytes / 4, first = first_bytes / 4;
+  size_t end = count, num = hvd_grad_buckets_num(b);
+  for (size_t k = 0; k < num; k++) {
+    size_t off, len;
+    hvd_grad_buckets_range(b, k, &off, &len);
+    CHECK(len > 0 && off + len == end, "count=%zu bucket %zu is [%zu,+%zu), expected to end "
+          "at %zu", count, k, off, len, end);
+    size_t j = 0;   /* the first start above off */
+    while (j < n && starts[j] <= off) j++;
+    CHECK(off == 0 || (j > 0 && starts[j - 1] == off),
+          "count=%zu bucket %zu begins at %zu, inside a parameter", count, k, off);
+    size_t cap = k == 0 ? first : per;
+    if (off > 0) CHECK(len >= cap, "count=%zu bucket %zu holds %zu < %zu", count, k, len, cap);
+    if (j < n && starts[j] < end)
+      CHECK(end - starts[j] < cap, "count=%zu bucket %zu [%zu,%zu) would hold %zu >= %zu "
+            "without its lowest parameter", count, k, off, end, end - starts[j], cap);
+    end = off;
+  }
+  CHECK(end == 0, "count=%zu: the buckets stop at %zu, not 0", count, end);
+  hvd_grad_buckets_free(b);
+  free(grads);
+}
+
+static void test_param_layouts(void) {
+  /* The example: parameters at 0, 8, 10, 100 of 110 floats, first bucket 4 floats, then
+     40 -> [100,110) [10,100) [0,10): the large parameter [10,100) has a bucket of its
+     own, and the small first ones share the last. */
+  const size_t ex[] = {0, 8, 10, 100};
+  float g[110];
+  hvd_grad_buckets_t *b;
+  CHECK(hvd_grad_buckets_create(&b, g, 110, 160, 16, HVD_COMPRESSION_NONE, HVD_SUM) ==
+            HVD_OK, "create example");
+  CHECK(hvd_grad_buckets_set_params(b, ex, 4) == HVD_OK, "set_params example: %s",
+        hvd_last_error());
+  const size_t want[][2] = {{100, 10}, {10, 90}, {0, 10}};
+  CHECK(hvd_grad_buckets_num(b) == 3, "example: %zu buckets", hvd_grad_buckets_num(b));
+  for (size_t k = 0; k < 3 && k < hvd_grad_buckets_num(b); k++) {
+    size_t off, n;
+    hvd_grad_buckets_range(b, k, &off, &n);
+    CHECK(off == want[k][0] && n == want[k][1], "example bucket %zu = [%zu,+%zu), expected "
+          "[%zu,+%zu)", k, off, n, want[k][0], want[k][1]);
+  }
+  /* n 0: the fixed layout again (first 4, then 40: [106,110) [66,106) [26,66) [0,26)). */
+  CHECK(hvd_grad_buckets_set_params(b, NULL, 0) == HVD_OK, "set_params(NULL, 0)");
+  CHECK(hvd_grad_buckets_num(b) == 4, "fixed again: %zu buckets", hvd_grad_buckets_num(b));
+  size_t off0, n0;
+  hvd_grad_buckets_range(b, 0, &off0, &n0);
+  CHECK(off0 == 106 && n0 == 4, "fixed again: bucket 0 = [%zu,+%zu)", off0, n0);
+
+  /* Bad starts: each refused with the layout kept. */
+  const size_t unsorted[] = {0, 10, 8}, dup[] = {0, 8, 8}, beyond[] = {0, 110};
+  CHECK(hvd_grad_buckets_set_params(b, unsorted, 3) == HVD_ERR_INVALID_ARGUMENT,
+        "descending starts accepted");
+  CHECK(strstr(hvd_last_error(), "start 2 is 8") != NULL, "message: \"%s\"", hvd_last_error());
+  CHECK(hvd_grad_buckets_set_params(b, dup, 3) == HVD_ERR_INVALID_ARGUMENT,
+        "repeated start accepted");
+  CHECK(hvd_grad_buckets_set_params(b, beyond, 2) == HVD_ERR_INVALID_ARGUMENT,
+        "a start at count accepted");
+  CHECK(hvd_grad_buckets_set_params(b, NULL, 2) == HVD_ERR_INVALID_ARGUMENT,
+        "NULL starts accepted");
+  CHECK(hvd_grad_buckets_set_params(NULL, ex, 4) == HVD_ERR_INVALID_ARGUMENT,
+        "NULL b accepted");
+  CHECK(hvd_grad_buckets_num(b) == 4, "a refused call changed the layout");
+  hvd_grad_buckets_free(b);
+
+  /* Random models: parameter sizes 1..3000 (a few of 20000), bucket sizes from 1 float. */
+  uint64_t state = 12345;
+  for (int c = 0; c < 300; c++) {
+    size_t starts[64], n = 0, count = 0;
+    size_t nparams = 1 + (size_t)((state = state * 6364136223846793005ull + 1442695040888963407ull) >> 33) % 60;
+    for (size_t i = 0; i < nparams; i++) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      size_t len = 1 + (size_t)(state >> 33) % 3000;
+      if ((state >> 20) % 10 == 0) len = 20000;
+      starts[n++] = count;
+      count += len;
+    }
+    /* The first parameter need not start at 0 (a model's padding could come first). */
+    size_t from = n > 1 ? (size_t)c % 2 : 0;
+    size_t caps[][2] = {{4, 4}, {4000, 400}, {16000, 4000}, {100000, 40000}, {1u << 30, 4}};
+    for (size_t j = 0; j < sizeof caps / sizeof *caps; j++)
+      check_param_layout(count, starts + from, n - from, caps[j][0], caps[j][1]);
+  }
 }
 
 static void test_layouts(void) {
@@ -103,7 +209,8 @@ static float grad_value(int r, size_t i, int t) {
   return x;
 }
 
-static void test_allreduce(hvd_compression_t comp, int overlap) {
+/* params: buckets at the boundaries of parameters of 1237 floats (and one of 9000). */
+static void test_allreduce(hvd_compression_t comp, int overlap, int params) {
   const int size = hvd_size(), rank = hvd_rank();
   const size_t count = 50000;     /* 200 KB: with 16 KiB buckets, 13 buckets */
   float *g = malloc(count * sizeof(float));
@@ -114,6 +221,12 @@ static void test_allreduce(hvd_compression_t comp, int overlap) {
   if (s != HVD_OK) {
     free(g);
     return;
+  }
+  if (params) {
+    size_t starts[64], n = 0;
+    for (size_t at = 0; at < count; at += at == 20 * 1237 ? 9000 : 1237) starts[n++] = at;
+    s = hvd_grad_buckets_set_params(b, starts, n);
+    CHECK(s == HVD_OK, "set_params: %s", hvd_last_error());
   }
   hvd_grad_buckets_set_overlap(b, overlap);
   const size_t num = hvd_grad_buckets_num(b);
@@ -147,6 +260,12 @@ static void test_allreduce(hvd_compression_t comp, int overlap) {
       CHECK(hvd_grad_buckets_num_submitted(b) == want,
             "%s overlap=%d ready_from=%zu: %zu buckets submitted, expected %zu", what,
             overlap, ready, hvd_grad_buckets_num_submitted(b), want);
+    }
+    if (overlap && hvd_grad_buckets_num_submitted(b) > 0) {
+      /* Between ready() and wait(): the layout cannot change under buckets in flight. */
+      size_t one = 0;
+      CHECK(hvd_grad_buckets_set_params(b, &one, 1) == HVD_ERR_INVALID_ARGUMENT,
+            "set_params accepted while buckets are in flight");
     }
     s = hvd_grad_buckets_wait(b);
     CHECK(s == HVD_OK, "%s wait: %s %s", what, hvd_status_string(s), hvd_last_error());
@@ -193,8 +312,8 @@ static void test_allreduce(hvd_compression_t comp, int overlap) {
         if (g[i] != want) differs++;
       }
     }
-    CHECK(bad == 0, "%s overlap=%d step %d: %zu of %zu elements wrong", what, overlap, t,
-          bad, count);
+    CHECK(bad == 0, "%s overlap=%d params=%d step %d: %zu of %zu elements wrong", what,
+          overlap, params, t, bad, count);
     if (comp == HVD_COMPRESSION_FP16)
       CHECK(differs > 0, "fp16: every element equals float32; was it compressed?");
   }
@@ -219,6 +338,7 @@ static void test_allreduce(hvd_compression_t comp, int overlap) {
 
 int main(void) {
   test_layouts();
+  test_param_layouts();
   hvd_status_t s = hvd_init();
   if (s != HVD_OK) {
     fprintf(stderr, "hvd_init: %s %s\n", hvd_status_string(s), hvd_last_error());
@@ -226,7 +346,8 @@ int main(void) {
   }
   for (int comp = 0; comp < 2; comp++)
     for (int overlap = 1; overlap >= 0; overlap--)
-      test_allreduce((hvd_compression_t)comp, overlap);
+      for (int params = 0; params < 2; params++)
+        test_allreduce((hvd_compression_t)comp, overlap, params);
   int rank = hvd_rank(), size = hvd_size();
   hvd_shutdown();
   if (failures) {

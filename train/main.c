@@ -1230,7 +1230,8 @@ int main(int argc, char **argv) {
     hvd_cuda_set_stream(nn_cuda_stream());
   }
 
-  /* Gradient buckets: fixed ranges of the flat gradient buffer, the same on all ranks. */
+  /* Gradient buckets: ranges of the flat gradient buffer that end at parameter boundaries,
+     the same on all ranks. */
   size_t bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
   if (bucket_bytes < sizeof(float)) bucket_bytes = sizeof(float);
   size_t first_bytes = bucket_bytes < 1048576 ? bucket_bytes : 1048576;
@@ -1240,6 +1241,10 @@ int main(int argc, char **argv) {
                                     o.fp16_allreduce ? HVD_COMPRESSION_FP16 : HVD_COMPRESSION_NONE,
                                     o.predivide != 1.0f ? HVD_SUM : HVD_AVERAGE),
             "gradient buckets");
+  /* Buckets end at parameter boundaries, as PyTorch DDP's. */
+  char bucket_err[512];
+  if (train_buckets_at_params(buckets, model, bucket_err, sizeof bucket_err) != 0)
+    die("%s", bucket_err);
   hvd_grad_buckets_set_overlap(buckets, !o.no_overlap);
 
   nn_lr_schedule_t sched = {.base_lr = o.lr * run.lr_scale, .warmup_epochs = o.warmup_epochs,

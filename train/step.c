@@ -2,6 +2,8 @@
 #include "train/step.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "nn/nn_cuda.h"
 #include "util/clock.h"
@@ -121,5 +123,23 @@ int train_step_run(train_step_t *t, const float *x, const int32_t *y, int n, int
     if (s != NN_OK) return nn_failed(t, "synchronising the GPU", s);
   }
   t->phase_start[TRAIN_NUM_PHASES] = util_now_s();
+  return 0;
+}
+
+int train_buckets_at_params(hvd_grad_buckets_t *b, const nn_model_t *m, char *err,
+                            size_t errlen) {
+  size_t n = nn_model_param_starts(m, NULL);
+  size_t *starts = malloc((n ? n : 1) * sizeof *starts);
+  if (starts == NULL) {
+    snprintf(err, errlen, "out of memory for %zu parameter offsets", n);
+    return -1;
+  }
+  nn_model_param_starts(m, starts);
+  hvd_status_t s = hvd_grad_buckets_set_params(b, starts, n);
+  free(starts);
+  if (s != HVD_OK) {
+    snprintf(err, errlen, "bucket boundaries at the parameters: %s", hvd_last_error());
+    return -1;
+  }
   return 0;
 }

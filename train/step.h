@@ -91,4 +91,10 @@ typedef struct {
 int train_step_run(train_step_t *t, const float *x, const int32_t *y, int n, int total,
                    float lr, int flags);
 
+/* Makes b's buckets end at m's parameter boundaries (hvd_grad_buckets_set_params with
+   nn_model_param_starts), as PyTorch DDP lays its buckets out. 0, or -1 with err saying
+   why. */
+int train_buckets_at_params(hvd_grad_buckets_t *b, const nn_model_t *m, char *err,
+                            size_t errlen);
+
 #endif /* TRAIN_STEP_H */
