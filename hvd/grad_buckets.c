@@ -1,4 +1,4 @@
-/* hvd/grad_buckets.c: allreduce of a flat gradient buffer in fixed buckets, started
+/* hvd/grad_buckets.c: allreduce of a flat gradient buffer in buckets, started
    while backward still runs (PyTorch DDP's Reducer, Horovod's per-tensor hooks).
 
    Layout, for count = 10 floats, first bucket 3, bucket 4 (in floats):
@@ -8,8 +8,8 @@
 
    Bucket 0 is small so that communication starts early; the last bucket (the lowest
    offsets, the first layers of the model, finished last by backward) takes the rest.
-   The layout depends only on (count, sizes), so every rank names the same ranges
-   "grad.bucket.K".
+   The layout depends only on (count, sizes) and the parameter starts below, so every
+   rank names the same ranges "grad.bucket.K".
 
    With the parameters' start offsets (hvd_grad_buckets_set_params) buckets end only at
    parameter boundaries, as PyTorch DDP assigns them: from the end of the buffer a bucket

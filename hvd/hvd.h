@@ -138,12 +138,14 @@ size_t hvd_dtype_size(hvd_dtype_t dtype);
 void hvd_cuda_set_stream(void *stream);
 
 /* ---- gradient buckets (hvd/grad_buckets.c) ----
-   Allreduce of a flat float32 gradient buffer in fixed buckets, overlapped with backward
+   Allreduce of a flat float32 gradient buffer in buckets, overlapped with backward
    (PyTorch DDP / Horovod style). Buckets are ranges of the buffer laid out from its END
    (backward produces gradients in reverse order): bucket 0 = the last
-   first_bucket_bytes, then bucket_bytes each towards offset 0; identical on all ranks
-   for the same (count, sizes). Bucket K is allreduced under the name "grad.bucket.K", so
-   one set of buckets may be in flight at a time per process.
+   first_bucket_bytes, then bucket_bytes each towards offset 0 (or, after
+   hvd_grad_buckets_set_params, whole parameters until a bucket holds that much);
+   identical on all ranks for the same (count, sizes, parameter starts). Bucket K is
+   allreduced under the name "grad.bucket.K", so one set of buckets may be in flight at
+   a time per process.
    Per step: hvd_grad_buckets_ready() from nn's grad-ready callback (or not at all),
    then hvd_grad_buckets_wait() before the optimizer step. One object is used by one
    thread at a time (the one running backward). */

@@ -514,12 +514,14 @@ static int compare_size(const void *a, const void *b) {
 size_t nn_model_param_starts(const nn_model_t *m, size_t *starts) {
   size_t n = 0;
   for (int i = 0; i < m->num_slices; i++) {
-    if (m->slices[i].kind != NN_SLICE_PARAM) continue;
+    /* An empty parameter has no range of its own (its start is the next one's). */
+    if (m->slices[i].kind != NN_SLICE_PARAM || m->slices[i].numel == 0) continue;
     if (starts) starts[n] = m->slices[i].offset;
     n++;
   }
-  /* state_dict order is forward order, so this is sorted already; sorted anyway, the
-     callers (gradient buckets) need ascending starts. */
+  /* Slices are laid out in state_dict order, so these ascend already; sorted anyway, as
+     the gradient buckets need them strictly ascending (non-empty slices never overlap,
+     so no two starts are equal). */
   if (starts && n > 1) qsort(starts, n, sizeof *starts, compare_size);
   return n;
 }

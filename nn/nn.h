@@ -216,9 +216,10 @@ size_t nn_model_num_buffers(const nn_model_t *m);
 float *nn_model_buffers(nn_model_t *m);           /* running statistics */
 int nn_model_num_slices(const nn_model_t *m);
 const nn_slice_t *nn_model_slice(const nn_model_t *m, int i);  /* state_dict order */
-/* Where each parameter begins in params[] / grads[], ascending, into starts (room for
-   every slice: nn_model_num_slices); returns how many (starts NULL: only counts). For
-   gradient buckets that end at parameter boundaries (hvd_grad_buckets_set_params). */
+/* Where each non-empty parameter begins in params[] / grads[], strictly ascending, into
+   starts (room for every slice: nn_model_num_slices); returns how many (starts NULL:
+   only counts). For gradient buckets that end at parameter boundaries
+   (hvd_grad_buckets_set_params). */
 size_t nn_model_param_starts(const nn_model_t *m, size_t *starts);
 int64_t *nn_model_counters(nn_model_t *m);        /* num_batches_tracked values */
 

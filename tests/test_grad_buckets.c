@@ -5,6 +5,8 @@
    Runs alone (size 1); tests/test_grad_buckets_mpi.sh runs it under mpirun -np 2 and 3. */
 #include "hvd/hvd.h"
 #include "collectives/coll.h"
+#include "nn/nn.h"
+#include "train/step.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -145,7 +147,8 @@ static void test_param_layouts(void) {
   uint64_t state = 12345;
   for (int c = 0; c < 300; c++) {
     size_t starts[64], n = 0, count = 0;
-    size_t nparams = 1 + (size_t)((state = state * 6364136223846793005ull + 1442695040888963407ull) >> 33) % 60;
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    size_t nparams = 1 + (size_t)(state >> 33) % 60;
     for (size_t i = 0; i < nparams; i++) {
       state = state * 6364136223846793005ull + 1442695040888963407ull;
       size_t len = 1 + (size_t)(state >> 33) % 3000;
@@ -159,6 +162,36 @@ static void test_param_layouts(void) {
     for (size_t j = 0; j < sizeof caps / sizeof *caps; j++)
       check_param_layout(count, starts + from, n - from, caps[j][0], caps[j][1]);
   }
+}
+
+/* What train and cnn_bench do (train_buckets_at_params): lenet's gradients, 6.65 MB, at
+   the default sizes (1 MiB first, then 25 MiB) make two buckets that meet where the first
+   fully connected layer begins: its 6.4 MB with the layers after it, and the 0.2 MB of
+   the convolutions, final last in backward. */
+static void test_lenet_buckets(void) {
+  nn_model_t *m = NULL;
+  nn_model_config_t cfg = {.batch = 1, .seed = 1};
+  CHECK(nn_model_create(&m, "lenet", &cfg) == NN_OK, "lenet: %s", nn_last_error());
+  if (!m) return;
+  size_t fc1 = 0;
+  for (int i = 0; i < nn_model_num_slices(m); i++)
+    if (!strcmp(nn_model_slice(m, i)->name, "fc1.weight")) fc1 = nn_model_slice(m, i)->offset;
+  CHECK(fc1 > 0, "lenet has no fc1.weight");
+  hvd_grad_buckets_t *b = NULL;
+  CHECK(hvd_grad_buckets_create(&b, nn_model_grads(m), nn_model_param_len(m), 0, 0,
+                                HVD_COMPRESSION_NONE, HVD_AVERAGE) == HVD_OK, "create");
+  char err[256] = "";
+  CHECK(b && train_buckets_at_params(b, m, err, sizeof err) == 0, "train_buckets_at_params: %s",
+        err);
+  size_t off0 = 0, n0 = 0, off1 = 1, n1 = 0;
+  hvd_grad_buckets_range(b, 0, &off0, &n0);
+  hvd_grad_buckets_range(b, 1, &off1, &n1);
+  CHECK(hvd_grad_buckets_num(b) == 2 && off0 == fc1 && off0 + n0 == nn_model_param_len(m) &&
+            off1 == 0 && n1 == fc1,
+        "lenet: %zu buckets, [%zu,+%zu) [%zu,+%zu); expected [%zu,%zu) [0,%zu)",
+        hvd_grad_buckets_num(b), off0, n0, off1, n1, fc1, nn_model_param_len(m), fc1);
+  hvd_grad_buckets_free(b);
+  nn_model_free(m);
 }
 
 static void test_layouts(void) {
@@ -339,6 +372,7 @@ static void test_allreduce(hvd_compression_t comp, int overlap, int params) {
 int main(void) {
   test_layouts();
   test_param_layouts();
+  test_lenet_buckets();
   hvd_status_t s = hvd_init();
   if (s != HVD_OK) {
     fprintf(stderr, "hvd_init: %s %s\n", hvd_status_string(s), hvd_last_error());

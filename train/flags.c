@@ -125,8 +125,8 @@ static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
       {"crop-pad", UTIL_FLAG_INT, &o->crop_pad, .min = 0, .max = 16,
        .def = "2 for digits, 4 for cifar10", .help = "padding of the random crop with --augment"},
       {"bucket-mb", UTIL_FLAG_FLOAT, &o->bucket_mb, .min = 0.001, .max = 4096,
-       .help = "MiB of gradients per allreduce bucket (buckets hold whole parameters: "
-               "at least this much each, but the last)"},
+       .help = "MiB of gradients per allreduce bucket: each takes whole parameters until "
+               "it holds this much (the first, min(this, 1) MiB), so one may hold more"},
       {"fp16-allreduce", UTIL_FLAG_BOOL, &o->fp16_allreduce,
        .help = "allreduce gradients as float16"},
       {"no-overlap", UTIL_FLAG_BOOL, &o->no_overlap,

@@ -119,6 +119,17 @@ static int stopped_by_rank0(hvd_status_t s) {
 /* A runtime failure (a peer lost, a stall, a mismatch) can show on any rank, so every
    rank reports it, naming itself; except when rank 0 stopped everybody (above): then
    the other ranks exit non-zero without a line of their own. */
+/* MiB of float32 gradients in b's largest bucket. */
+static double largest_bucket_mib(const hvd_grad_buckets_t *b) {
+  size_t most = 0;
+  for (size_t k = 0; k < hvd_grad_buckets_num(b); k++) {
+    size_t count;
+    hvd_grad_buckets_range(b, k, NULL, &count);
+    if (count > most) most = count;
+  }
+  return (double)most * sizeof(float) / 1048576.0;
+}
+
 static void hvd_check(hvd_status_t s, const char *what) {
   if (s == HVD_OK) return;
   if (!stopped_by_rank0(s)) {
@@ -1525,9 +1536,10 @@ int main(int argc, char **argv) {
     hvd_grad_buckets_stats_t bs;
     hvd_grad_buckets_stats(buckets, &bs);
     if (bs.steps > 0 && size > 1)
-      printf("gradient allreduce: %zu bucket(s) of up to %.3g MiB, %.1f s in flight, %.1f s of it "
-             "waited for after backward (%.0f%% overlapped)\n",
-             hvd_grad_buckets_num(buckets), o.bucket_mb, bs.comm_s, bs.blocked_s,
+      printf("gradient allreduce: %zu bucket(s) at parameter boundaries, the largest %.3g "
+             "MiB, %.1f s in flight, %.1f s of it waited for after backward (%.0f%% "
+             "overlapped)\n", hvd_grad_buckets_num(buckets), largest_bucket_mib(buckets),
+             bs.comm_s, bs.blocked_s,
              bs.comm_s > 0 ? 100.0 * (1.0 - bs.blocked_s / bs.comm_s) : 0.0);
     if (o.export_path) printf("exported weights to %s\n", o.export_path);
     printf("test loss: %.4f\n", t.loss);
