@@ -2,7 +2,9 @@
    tf_cnn_benchmarks (same flags, same output), on synthetic data (or a real data set,
    --data_name), with gradients averaged through the hvd runtime (--variable_update
    horovod) or not at all (--variable_update none: independent replicas, the
-   no-communication ceiling); --forward_only times inference instead (forward in
+   no-communication ceiling; --variable_update barrier: the same, waiting for each other
+   with hvd_barrier after every step, which is what the skew between ranks alone costs a
+   synchronous scheme); --forward_only times inference instead (forward in
    evaluation mode, no backward, no allreduce, no update).
 
    Each step: forward, loss, backward; with horovod, gradient buckets are allreduced as
@@ -106,7 +108,7 @@ static options_t default_options(void) {
 }
 
 static const char *const DEVICES[] = {"cpu", "gpu", NULL};
-static const char *const UPDATES[] = {"horovod", "none", NULL};
+static const char *const UPDATES[] = {"horovod", "none", "barrier", NULL};
 static const char *const FORMATS[] = {"NCHW", "NHWC", NULL};
 static const char *const OPTIMIZERS[] = {"momentum", "sgd", "rmsprop", "adam", NULL};
 /* --data_name: tf_cnn_benchmarks spells names with '_', train with '-'; both are taken.
@@ -133,7 +135,9 @@ static void flag_table(options_t *o, util_flag_t table[NFLAGS]) {
        .help = "gpu needs a build with CUDA and a GPU: local rank i uses GPU i"},
       {"variable_update", UTIL_FLAG_CHOICE, &o->variable_update, .choices = UPDATES,
        .help = "horovod: average gradients over ranks; none: independent replicas, the "
-               "no-communication ceiling"},
+               "no-communication ceiling; barrier: independent replicas that wait for each "
+               "other after every step (what any synchronous scheme pays for the ranks' "
+               "skew)"},
       {"use_fp16", UTIL_FLAG_BOOL, &o->use_fp16,
        .help = "mixed precision with float16 (--device gpu only): float16 activations and "
                "tensor-core math, float32 weights and gradients, dynamic loss scaling"},
@@ -388,6 +392,7 @@ typedef struct {
   size_t image_floats;
   int batch;
   float lr;
+  int barrier;                   /* --variable_update barrier: hvd_barrier after each step */
   int64_t steps;                 /* steps taken (warm-up included) */
 } trainer_t;
 
@@ -410,6 +415,10 @@ static float train_step(trainer_t *t, step_trace_t *tr, int want_loss, int wait_
                      t->batch, t->batch * t->step.size, t->lr, flags) != 0) {
     if (t->step.hvd_status != HVD_OK) fail_hvd(t->step.failed, t->step.hvd_status);
     fail_nn(t->step.failed, t->step.nn_status);
+  }
+  if (t->barrier) {
+    hvd_status_t h = hvd_barrier();
+    if (h != HVD_OK) fail_hvd("barrier after the step", h);
   }
   t->steps++;
   if (tr) memcpy(tr->start, t->step.phase_start, sizeof tr->start);
@@ -615,6 +624,7 @@ int main(int argc, char **argv) {
   }
   trainer_t t = {0};
   t.step.size = size;
+  t.barrier = !strcmp(o.variable_update, "barrier");
   nn_status_t s = nn_model_create(&t.step.model, o.model, &cfg);
   if (s != NN_OK)
     fail_nn(real_data ? "creating the model for --data_name's images" : "creating the model", s);

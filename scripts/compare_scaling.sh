@@ -14,7 +14,8 @@
 #   as the PyTorch processes are not bound either), BUCKET_MB / FIRST_BUCKET_MB (cnn_bench's
 #   --bucket_mb / --first_bucket_mb; default: its own, 25 and 1 as PyTorch DDP), CONFIGS
 #   (a subset of the names below, e.g. CONFIGS="ours2 nooverlap2"; the table shows nan for
-#   the others).
+#   the others; barrier2, none np=2 with a barrier after every step, runs only when named
+#   here and appears only in scaling_raw.tsv).
 # Writes OUT_DIR/scaling_raw.tsv (every run), OUT_DIR/scaling_median.tsv (medians),
 # OUT_DIR/scaling_ranks_MODEL.dat (images/sec vs ranks, plain columns; the docs' picture and
 # tables come from scaling_raw.tsv by scripts/figures.py: scripts/figure_scaling.sh),
@@ -64,6 +65,7 @@ run_one() {
     ours1)      log=$(mpirun $mpirun_args -np 1 "$bench" "${common[@]}" 2>&1) ;;
     ours2)      log=$(mpirun $mpirun_args -np 2 "$bench" "${common[@]}" 2>&1) ;;
     none2)      log=$(mpirun $mpirun_args -np 2 "$bench" "${common[@]}" --variable_update none 2>&1) ;;
+    barrier2)   log=$(mpirun $mpirun_args -np 2 "$bench" "${common[@]}" --variable_update barrier 2>&1) ;;
     nooverlap2) log=$(mpirun $mpirun_args -np 2 "$bench" "${common[@]}" --no-overlap 2>&1) ;;
     fp16_2)     log=$(mpirun $mpirun_args -np 2 "$bench" "${common[@]}" --fp16-allreduce 2>&1) ;;
     torch1)     log=$(OMP_NUM_THREADS=1 $py "$peer" "$model" "$batch" "$steps" 1 1 2>&1) ;;

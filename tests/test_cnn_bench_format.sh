@@ -89,6 +89,20 @@ run hvd2 120 mpirun -np 2 "$bin" "${args[@]}"
 check_output "$tmp/hvd2.out" 2 horovod || exit 1
 run none2 120 mpirun -np 2 "$bin" "${args[@]}" --variable_update none
 check_output "$tmp/none2.out" 2 none || exit 1
+# barrier: the replicas of none, with an hvd_barrier after each of the 1 + 6 steps, besides
+# the two around the timed steps (the timeline counts them).
+run barrier2 120 env HVD_TIMELINE="$tmp/barrier.json" mpirun -np 2 "$bin" "${args[@]}" \
+  --variable_update barrier --num_warmup_batches 1
+check_output "$tmp/barrier2.out" 2 barrier || exit 1
+/usr/bin/python3 - "$tmp/barrier.json" <<'PY' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+events = d["traceEvents"] if isinstance(d, dict) else d
+n = sum(1 for e in events if e.get("name") == "BARRIER" and e.get("ph") == "X")
+if n != 9:
+    print("FAIL: --variable_update barrier: %d barriers in the timeline, expected 1 + 6 + 2" % n)
+    sys.exit(1)
+PY
 run fp16 120 mpirun -np 2 "$bin" "${args[@]}" --fp16-allreduce --no-overlap --bucket_mb 1
 check_output "$tmp/fp16.out" 2 horovod || exit 1
 run alone 120 "$bin" "${args[@]}" --threads 1
