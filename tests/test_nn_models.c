@@ -16,6 +16,36 @@
 
 #include "tests/check.h"
 
+/* nn_model_param_starts: the offsets of the non-empty parameter slices, strictly
+   ascending (as hvd_grad_buckets_set_params requires), all below param_len. */
+static void check_param_starts(const char *name, const nn_model_t *m) {
+  const int ns = nn_model_num_slices(m);
+  size_t *starts = malloc((size_t)(ns > 0 ? ns : 1) * sizeof *starts);
+  size_t want = 0;
+  for (int i = 0; i < ns; i++) {
+    const nn_slice_t *sl = nn_model_slice(m, i);
+    if (sl->kind == NN_SLICE_PARAM && sl->numel > 0) want++;
+  }
+  CHECK(nn_model_param_starts(m, NULL) == want, "%s: param_starts counts %zu, expected %zu",
+        name, nn_model_param_starts(m, NULL), want);
+  size_t n = nn_model_param_starts(m, starts);
+  CHECK(n == want, "%s: param_starts wrote %zu, expected %zu", name, n, want);
+  for (size_t k = 0; k < n; k++) {
+    CHECK(starts[k] < nn_model_param_len(m), "%s: start %zu is %zu, not below %zu", name, k,
+          starts[k], nn_model_param_len(m));
+    if (k > 0)
+      CHECK(starts[k] > starts[k - 1], "%s: starts %zu and %zu are %zu, %zu: not ascending",
+            name, k - 1, k, starts[k - 1], starts[k]);
+    int found = 0;
+    for (int i = 0; i < ns && !found; i++) {
+      const nn_slice_t *sl = nn_model_slice(m, i);
+      found = sl->kind == NN_SLICE_PARAM && sl->offset == starts[k];
+    }
+    CHECK(found, "%s: start %zu (%zu) is no parameter's offset", name, k, starts[k]);
+  }
+  free(starts);
+}
+
 /* Compares the model's slices with the keys file; returns the PyTorch parameter count. */
 static void check_layout(const char *name) {
   char path[256];
@@ -88,6 +118,7 @@ static void check_layout(const char *name) {
         "%s: slices do not cover params/buffers", name);
   printf("%-10s %11zu parameters (PyTorch %lld), %d tensors %s\n", name,
          nn_model_num_params(m), torch_params, i, bad ? "MISMATCH" : "match");
+  check_param_starts(name, m);
   nn_model_free(m);
 }
 
@@ -242,44 +273,9 @@ static void check_errors(void) {
   CHECK(n == 8, "%d model names", n);
 }
 
-/* nn_model_param_starts: the offsets of the non-empty parameter slices, strictly
-   ascending (as hvd_grad_buckets_set_params requires), all below param_len. */
-static void check_param_starts(const char *name) {
-  nn_model_config_t cfg = {.batch = 1, .seed = 1};
-  nn_model_t *m = NULL;
-  if (nn_model_create(&m, name, &cfg) != NN_OK) return;   /* check_layout reports it */
-  const int ns = nn_model_num_slices(m);
-  size_t *starts = malloc((size_t)(ns > 0 ? ns : 1) * sizeof *starts);
-  size_t want = 0;
-  for (int i = 0; i < ns; i++) {
-    const nn_slice_t *sl = nn_model_slice(m, i);
-    if (sl->kind == NN_SLICE_PARAM && sl->numel > 0) want++;
-  }
-  CHECK(nn_model_param_starts(m, NULL) == want, "%s: param_starts counts %zu, expected %zu",
-        name, nn_model_param_starts(m, NULL), want);
-  size_t n = nn_model_param_starts(m, starts);
-  CHECK(n == want, "%s: param_starts wrote %zu, expected %zu", name, n, want);
-  for (size_t k = 0; k < n; k++) {
-    CHECK(starts[k] < nn_model_param_len(m), "%s: start %zu is %zu, not below %zu", name, k,
-          starts[k], nn_model_param_len(m));
-    if (k > 0)
-      CHECK(starts[k] > starts[k - 1], "%s: starts %zu and %zu are %zu, %zu: not ascending",
-            name, k - 1, k, starts[k - 1], starts[k]);
-    int found = 0;
-    for (int i = 0; i < ns && !found; i++) {
-      const nn_slice_t *sl = nn_model_slice(m, i);
-      found = sl->kind == NN_SLICE_PARAM && sl->offset == starts[k];
-    }
-    CHECK(found, "%s: start %zu (%zu) is no parameter's offset", name, k, starts[k]);
-  }
-  free(starts);
-  nn_model_free(m);
-}
-
 int main(void) {
   const char *const *names = nn_model_names();
   for (int i = 0; names[i]; i++) check_layout(names[i]);
-  for (int i = 0; names[i]; i++) check_param_starts(names[i]);
   check_grad_ready("mlp", 3);
   check_grad_ready("lenet", 3);
   check_grad_ready("resnet20", 2);
