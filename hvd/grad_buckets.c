@@ -142,12 +142,12 @@ static int lay_out(hvd_grad_buckets_t *b, const size_t *starts, size_t n) {
     size_t end = b->count, k = 0;
     while (end > 0) {
       size_t want = k == 0 ? b->first : b->per;
-      size_t off = want < end ? end - want : 0;   /* fixed: exactly want, or the rest */
-      if (n > 0) {
-        /* Whole parameters: down to the start of the one that holds offset end - want
-           (with the bucket then at least want), or to offset 0. */
-        off = want < end ? start_below(starts, n, end - want + 1) : 0;
-      }
+      /* The rest, if want reaches offset 0; else exactly want (fixed), or down to the
+         start of the parameter that holds offset end - want (the bucket then holds at
+         least want). */
+      size_t off = want >= end ? 0
+                   : n == 0    ? end - want
+                               : start_below(starts, n, end - want + 1);
       if (fill) {
         b->buckets[k].offset = off;
         b->buckets[k].count = end - off;

@@ -116,9 +116,6 @@ static int stopped_by_rank0(hvd_status_t s) {
          strstr(hvd_last_error(), "hvd_shutdown was called on rank 0") != NULL;
 }
 
-/* A runtime failure (a peer lost, a stall, a mismatch) can show on any rank, so every
-   rank reports it, naming itself; except when rank 0 stopped everybody (above): then
-   the other ranks exit non-zero without a line of their own. */
 /* MiB of float32 gradients in b's largest bucket. */
 static double largest_bucket_mib(const hvd_grad_buckets_t *b) {
   size_t most = 0;
@@ -130,6 +127,9 @@ static double largest_bucket_mib(const hvd_grad_buckets_t *b) {
   return (double)most * sizeof(float) / 1048576.0;
 }
 
+/* A runtime failure (a peer lost, a stall, a mismatch) can show on any rank, so every
+   rank reports it, naming itself; except when rank 0 stopped everybody (above): then
+   the other ranks exit non-zero without a line of their own. */
 static void hvd_check(hvd_status_t s, const char *what) {
   if (s == HVD_OK) return;
   if (!stopped_by_rank0(s)) {
