@@ -109,6 +109,21 @@ hvd_status_t hvd_config_load(hvd_config_t *c, char *err, size_t errlen) {
     strcpy(c->thread_affinity, v);
   }
 
+  /* How far the background thread yields to the rank's other threads
+     (hvd/background.c, background_priority). */
+  c->background_nice = -1;
+  if ((v = env_get("BACKGROUND_NICE", used, sizeof(used))) && strcmp(v, "auto") != 0) {
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || n < 0 || n > 19) {
+      snprintf(err, errlen, "%s=\"%s\": expected auto or a nice value from 0 (the "
+               "priority of the rank's own threads) to 19 (the lowest)", used, v);
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+    c->background_nice = (int)n;
+  }
+
   c->log_level = HVD_LOG_WARNING;
   if ((v = env_get("LOG_LEVEL", used, sizeof(used)))) {
     const char *names[] = {"trace", "debug", "info", "warning", "error"};

@@ -1,9 +1,9 @@
 /* test_hvd_init: lifetime and local errors in a process started alone (no launcher:
    MPI singleton, size 1). Before init everything is HVD_ERR_NOT_INITIALIZED and the
-   topology is -1; a malformed HVD_/HOROVOD_ variable fails init with a message; init
-   gives size 1; a second init is a no-op; every dtype/op reduces to itself (AVERAGE
-   divides by 1); HVD_THREAD_AFFINITY pins the background thread; after shutdown calls
-   are HVD_ERR_NOT_INITIALIZED again. */
+   topology is -1; a malformed HVD_/HOROVOD_ variable (HVD_BACKGROUND_NICE among them)
+   fails init with a message; init gives size 1; a second init is a no-op; every
+   dtype/op reduces to itself (AVERAGE divides by 1); HVD_THREAD_AFFINITY pins the
+   background thread; after shutdown calls are HVD_ERR_NOT_INITIALIZED again. */
 #include "hvd_test.h"
 
 #include <dirent.h>
@@ -83,6 +83,15 @@ int main(void) {
   CHECK(strstr(hvd_last_error(), "HOROVOD_THREAD_AFFINITY=\"0,,1\"") != NULL, "message: %s",
         hvd_last_error());
   unsetenv("HOROVOD_THREAD_AFFINITY");
+  const char *bad_nice[] = {"20", "-1", "5x", "low", "99999999999999999999"};
+  for (int i = 0; i < 5; i++) {
+    char want[64];
+    snprintf(want, sizeof(want), "HVD_BACKGROUND_NICE=\"%s\"", bad_nice[i]);
+    setenv("HVD_BACKGROUND_NICE", bad_nice[i], 1);
+    CHECK_STATUS(hvd_init(), HVD_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(hvd_last_error(), want) != NULL, "message: %s", hvd_last_error());
+  }
+  unsetenv("HVD_BACKGROUND_NICE");
   CHECK(!hvd_initialized(), "a failed init left the runtime initialized");
 
   /* init alone, the background thread pinned to core 0 */
