@@ -51,6 +51,7 @@
 #include "hvd/hvd_internal.h"
 #include "hvd/response_cache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -1220,31 +1221,61 @@ static void loop(bg_t *bg) {
   }
 }
 
-/* How far this thread yields to the rank's other threads (HVD_BACKGROUND_NICE; on Linux
-   a nice value belongs to one thread). A rank without a GPU of its own computes on the
-   CPU, and its caller's thread is the step's critical path. When the ranks fill the
-   machine's cores, this thread at the same priority takes that thread's core at every
-   wake-up (cnn_bench lenet np=2 on 2 cores: about 700 preemptions a second of each
+/* Whether this machine has an NVIDIA GPU (a /dev/nvidiaN device node), whether or not
+   CUDA is in the process yet: a program may initialise CUDA after hvd_init (and the
+   shared library loads its CUDA backend only then), and a thread lowered now could not
+   be raised again without privilege. */
+static int machine_has_nvidia_gpu(void) {
+  DIR *d = opendir("/dev");
+  if (!d) return 0;
+  int found = 0;
+  struct dirent *e;
+  while (!found && (e = readdir(d)) != NULL)
+    found = strncmp(e->d_name, "nvidia", 6) == 0 && e->d_name[6] >= '0' &&
+            e->d_name[6] <= '9';
+  closedir(d);
+  return found;
+}
+
+/* How far this thread yields to the rank's other threads (HVD_BACKGROUND_NICE: that many
+   nice steps below the thread that called hvd_init, at most nice 19; on Linux a nice
+   value belongs to one thread). A rank on a machine without a GPU computes on the CPU,
+   and its caller's thread is the step's critical path. When the ranks fill the
+   machine's cores, this thread at the same priority takes that thread's core at once at
+   every wake-up (cnn_bench lenet np=2 on 2 cores: 700-980 preemptions a second of each
    rank's compute thread) and runs its ring steps on it in the middle of backward. At
-   nice 19 it runs where a core would otherwise idle: beside the computation when a core
-   is free, else as soon as the caller waits in hvd_wait and so lends it the core. Auto
-   (-1) leaves a rank that drives a GPU at 0: its caller mostly queues kernels, and the
-   exchange the GPU waits for must not queue behind other processes' threads (data
-   loaders). Raising a nice value needs no privilege; if the system refuses, the thread
-   keeps its priority and says so. */
+   nice 19 its wake-ups rarely preempt the computation and it gets a small share of a
+   busy core: it runs beside the computation where a core is free, else mostly once the
+   caller waits in hvd_wait and so lends it the core. Auto (-1) is 19 on a machine
+   without a GPU and 0 (the caller's priority) on a rank that drives a GPU or may come
+   to (a GPU machine): its caller mostly queues kernels, and the exchange the GPU waits
+   for must not queue behind other threads (data loaders). Raising a nice value needs no
+   privilege; if the system refuses, the thread keeps its priority and says so. Threads
+   this one starts later (NCCL's) inherit its nice value and name. */
 static void background_priority(void) {
   /* Its name in top -H, perf and /proc (at most 15 characters). */
   int e = pthread_setname_np(pthread_self(), "hvd_background");
   if (e != 0) hvd_log(HVD_LOG_DEBUG, "naming the background thread failed: %s", strerror(e));
-  int nice_value = hvd_g.cfg.background_nice;
-  if (nice_value < 0) nice_value = hvd_device_host_only() ? 19 : 0;
-  if (nice_value == 0) return;
-  if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice_value) != 0)
-    hvd_log(HVD_LOG_WARNING, "could not lower the background thread's priority to nice "
-            "%d (HVD_BACKGROUND_NICE): %s; it keeps the rank's priority", nice_value,
+  int steps = hvd_g.cfg.background_nice;
+  if (steps < 0) steps = hvd_device_host_only() && !machine_has_nvidia_gpu() ? 19 : 0;
+  if (steps == 0) return;
+  const id_t tid = (id_t)syscall(SYS_gettid);
+  errno = 0;
+  const int base = getpriority(PRIO_PROCESS, tid);   /* -1 is a valid nice value */
+  if (errno != 0) {
+    hvd_log(HVD_LOG_WARNING, "reading the background thread's priority failed: %s; it "
+            "keeps the rank's priority", strerror(errno));
+    return;
+  }
+  const int target = base + steps < 19 ? base + steps : 19;
+  if (target == base) return;
+  if (setpriority(PRIO_PROCESS, tid, target) != 0)
+    hvd_log(HVD_LOG_WARNING, "could not set the background thread's nice value from %d to "
+            "%d (HVD_BACKGROUND_NICE): %s; it keeps the rank's priority", base, target,
             strerror(errno));
   else
-    hvd_log(HVD_LOG_DEBUG, "background thread at nice %d (HVD_BACKGROUND_NICE)", nice_value);
+    hvd_log(HVD_LOG_DEBUG, "background thread at nice %d, the rank's threads at %d "
+            "(HVD_BACKGROUND_NICE)", target, base);
 }
 
 void *hvd_background_main(void *arg) {

@@ -117,8 +117,9 @@ hvd_status_t hvd_config_load(hvd_config_t *c, char *err, size_t errlen) {
     errno = 0;
     long n = strtol(v, &end, 10);
     if (errno != 0 || end == v || *end != '\0' || n < 0 || n > 19) {
-      snprintf(err, errlen, "%s=\"%s\": expected auto or a nice value from 0 (the "
-               "priority of the rank's own threads) to 19 (the lowest)", used, v);
+      snprintf(err, errlen, "%s=\"%s\": expected auto or 0-19, how many nice steps "
+               "below the rank's threads the background thread runs (0: the same "
+               "priority; at most nice 19)", used, v);
       return HVD_ERR_INVALID_ARGUMENT;
     }
     c->background_nice = (int)n;

@@ -131,8 +131,9 @@ typedef struct {
   double start_timeout_s;       /* hvd_init waits this long for every rank; <= 0: ever */
   char thread_affinity[256];    /* "c0,c1,...": core of local rank i's background
                                    thread; "" = inherit the rank's binding            */
-  int background_nice;          /* the background thread's nice value, 0-19; -1 =
-                                   auto: 19 on a rank without a GPU of its own, else 0 */
+  int background_nice;          /* nice steps of the background thread below the
+                                   rank's (at most nice 19); -1 = auto: 19 steps on a
+                                   machine without a GPU, else 0 (background.c) */
 } hvd_config_t;
 
 /* env.c: reads HVD_* (or HOROVOD_*) variables; a malformed value is an error. */
