@@ -1225,7 +1225,7 @@ static void loop(bg_t *bg) {
    CUDA is in the process yet: a program may initialise CUDA after hvd_init (and the
    shared library loads its CUDA backend only then), and a thread lowered now could not
    be raised again without privilege. */
-static int machine_has_nvidia_gpu(void) {
+int hvd_machine_has_nvidia_gpu(void) {
   DIR *d = opendir("/dev");
   if (!d) return 0;
   int found = 0;
@@ -1257,7 +1257,7 @@ static void background_priority(void) {
   int e = pthread_setname_np(pthread_self(), "hvd_background");
   if (e != 0) hvd_log(HVD_LOG_DEBUG, "naming the background thread failed: %s", strerror(e));
   int steps = hvd_g.cfg.background_nice;
-  if (steps < 0) steps = hvd_device_host_only() && !machine_has_nvidia_gpu() ? 19 : 0;
+  if (steps < 0) steps = hvd_device_host_only() && !hvd_machine_has_nvidia_gpu() ? 19 : 0;
   if (steps == 0) return;
   const id_t tid = (id_t)syscall(SYS_gettid);
   errno = 0;

@@ -409,6 +409,8 @@ int hvd_shard_plan(size_t count, int local_size, int local_rank, hvd_shard_plan_
    not wake the background thread. */
 void *hvd_background_main(void *arg);
 void hvd_background_help(struct hvd_request *req);
+/* Whether /dev holds an NVIDIA GPU's device node (the auto rule of HVD_BACKGROUND_NICE). */
+int hvd_machine_has_nvidia_gpu(void);
 extern _Thread_local int hvd_caller_will_help;
 
 /* Sets hvd_g.cancel from any thread. */

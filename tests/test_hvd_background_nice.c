@@ -66,19 +66,6 @@ static int scan_threads(int base, int *bg_nice, int *others) {
   return named;
 }
 
-/* Whether /dev holds an NVIDIA GPU's device node (the auto rule's other half). */
-static int machine_has_nvidia_gpu(void) {
-  DIR *d = opendir("/dev");
-  if (!d) return 0;
-  int found = 0;
-  struct dirent *e;
-  while (!found && (e = readdir(d)) != NULL)
-    found = strncmp(e->d_name, "nvidia", 6) == 0 && e->d_name[6] >= '0' &&
-            e->d_name[6] <= '9';
-  closedir(d);
-  return found;
-}
-
 static void rank_body(const char *mode) {
   char self[32];
   snprintf(self, sizeof(self), "%ld", (long)gettid());
@@ -87,8 +74,8 @@ static void rank_body(const char *mode) {
   CHECK_OK(hvd_init());
   const int steps = strcmp(mode, "seven") == 0 ? 7
                     : strcmp(mode, "zero") == 0 ? 0
-                    : hvd_device_host_only() && !machine_has_nvidia_gpu() ? 19
-                                                                         : 0;
+                    : hvd_device_host_only() && !hvd_machine_has_nvidia_gpu() ? 19
+                                                                             : 0;
   const int want = base + steps < 19 ? base + steps : 19;
   /* hvd_init returns before the thread has set itself up; a collective completes only
      after that (the loop's turns start once it has). */
