@@ -23,10 +23,11 @@ jobs=${HVD_TEST_JOBS:-2}
 (( BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501 )) || jobs=1
 # The tests that may run beside another, roughly longest first (the order in which they
 # start). Each uses only its own temporary files (mktemp) and its own mpirun jobs, binds
-# no port, sets up no namespace, and judges no time: its timeouts only catch a hang, with
-# room to spare. A test not named here runs alone; name a new one only if it keeps to
-# that (one that measures time, binds a port, uses a fixed path, network namespaces or
-# SLURM daemons stays out).
+# no fixed port (a server on port 0 is fine: the kernel picks a free one), sets up no
+# namespace, and judges no time: its timeouts only catch a hang, with room to spare. A
+# test not named here runs alone; name a new one only if it keeps to that (one that
+# measures time, binds a fixed port, uses a fixed path, network namespaces or SLURM
+# daemons stays out).
 pooled=(
   test_train_resume.sh test_train_resume_mid.sh test_coll_bench.sh test_train_ckpt_fields.sh
   test_hvd_cache test_train_init_weights.sh test_gpu_check_build.sh test_coll_inproc
@@ -34,6 +35,8 @@ pooled=(
   test_train_output_paths.sh test_train_export.sh test_cnn_bench_format.sh
   test_train_resume_ranks.sh test_grad_buckets_mpi.sh test_coll_hierarchical.sh test_device_flags.sh
   test_train_write_errors.sh test_train_resume_auto.sh test_train_early_stopping.sh
+  test_serve_concurrency.sh test_serve_accuracy.sh test_coll_mpi.sh test_hvdrun_args.sh
+  test_hvd_hierarchical_one_host.sh
   test_hvd_plan test_hvd_allreduce test_hvd_hierarchical test_hvd_fusion test_hvd_collectives
   test_hvd_alltoall_reducescatter test_hvd_join test_hvd_shard test_hvd_timeline test_hvd_init
   test_grad_buckets test_coll_hierarchical test_nn_models test_hvd_hello.sh
