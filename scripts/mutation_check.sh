@@ -10,7 +10,9 @@
 # mutation that does not apply or does not build fails the check as well (a list that
 # rots must not look green).
 #
-# Usage: scripts/mutation_check.sh [--list] [NAME...]   (no NAME: all of them)
+# Usage: scripts/mutation_check.sh [--list | --stale] [NAME...]   (no NAME: all of them)
+#   --stale: builds and runs nothing; says which expressions no longer change their
+#   file (a list that rots), and exits 0 only if none.
 # Environment: BUILD (the build directory to start from, default build; `make` first),
 #   JOBS (make -j, default 2). Prints a table; exits 0 only if every mutation was caught.
 # Not part of CI's time budget: the whole list takes about 4 minutes on 2 cores;
@@ -56,26 +58,32 @@ EOF
 # launcher) are appended here.
 MUTATIONS+=$'\n'$(cat <<'EOF'
 ring-segment-off-by-one|collectives/ring_allreduce.c|s/((size_t)g < count % (size_t)N ? 1 : 0)/((size_t)g <= count % (size_t)N ? 1 : 0)/|test_coll_mpi.sh test_hvd_allreduce
-average-divides-by-size-1|hvd/fusion.c|s/coll_divide(recv, count, (coll_dtype_t)dtype, hvd_g.size);/coll_divide(recv, count, (coll_dtype_t)dtype, hvd_g.size - 1);/|test_hvd_fusion
+average-divides-by-size-1|hvd/fusion.c|s/send, recv, count, dt, hvd_g.size);/send, recv, count, dt, hvd_g.size - 1);/|test_hvd_fusion
 timeline-allreduce-fused-only|hvd/fusion.c|s/      timeline(&resp\[i\], reqs\[i\]->key, "ALLREDUCE", t1, t2, bytes);/      if (n > 1) timeline(\&resp[i], reqs[i]->key, "ALLREDUCE", t1, t2, bytes);/|test_hvd_timeline
 check-build-gpu-always-present|launcher/check_build.c|s/have ? 'X' : ' '/have ? 'X' : 'X'/|test_hvdrun_check_build.sh
 cross-comm-wrong-color|hvd/init.c|s/MPI_Comm_split(hvd_g.ctrl, hvd_g.local_rank, hvd_g.rank, &hvd_g.cross_comm)/MPI_Comm_split(hvd_g.ctrl, hvd_g.rank, hvd_g.rank, \&hvd_g.cross_comm)/|test_netns_hvd.sh
 cnn-bench-gpu-silent-cpu|bench/cnn_bench.c|s/if (o->gpu && !nn_cuda_available()) {/if (o->gpu \&\& !nn_cuda_available() \&\& (o->gpu = 0)) {/|test_device_flags.sh
 mp-tolerance-loosened|tests/mixed_precision_tolerances.h|s#     {MP_M(0.2), MP_M(0.22), MP_M(5e-3)},     /\* gradients / loss scale \*/#     {MP_M(0.9), MP_M(0.22), MP_M(5e-3)},     /* gradients / loss scale */#|test_nn_precision_emulation
-step-uneven-unscaled|train/step.c|s#      t->scale = (float)((double)t->size \* n / total);#      t->scale = 1.0f;#|test_train_step
+step-uneven-unscaled|train/step.c|s#weight = (double)t->size \* n / total;#weight = 1.0;#|test_train_step
 step-empty-grads-kept|train/step.c|s#    s = nn_model_zero_grads(t->model);#    s = NN_OK;#|test_train_step
 flags-typo-budget-shrunk|util/flags.c|s#len <= 5 ? 1 : len <= 9 ? 2 : 3;#len <= 5 ? 0 : len <= 9 ? 1 : 2;#|test_util_flags test_train_errors.sh
 flags-no-equals-split|util/flags.c|s#const char \*eq = arg\[1\] == '-' ? strchr(arg, '=') : NULL;#const char *eq = NULL;#|test_util_flags test_hvdrun_args.sh
 flags-dash-underscore-differ|util/flags.c|s#static int fold(int c) { return c == '_' ? '-' : c; }#static int fold(int c) { return c; }#|test_util_flags test_device_flags.sh
 flags-range-max-unchecked|util/flags.c|s#(x >= f->min \&\& x <= f->max)#(x >= f->min)#|test_util_flags test_train_errors.sh
+plan-rank0-threshold-ignored|hvd/init.c|s#c->fusion_threshold = (size_t)v\[0\];#(void)v[0];#|test_hvd_plan
+plan-device-mismatch-unchecked|hvd/negotiation.c|s#if ((a->device < 0) != (b->device < 0)) {#if (0) {#|test_hvd_plan
+join-stand-in-not-zeros|hvd/execute.c|s#char \*buf = calloc(1, 2 \* bytes + 1);#char *buf = calloc(1, 2 * bytes + 1); if (buf) memset(buf, 1, bytes);#|test_hvd_join
+cache-signature-ignores-count|hvd/response_cache.c|s#a->on_device == b->on_device \&\& a->count == b->count;#a->on_device == b->on_device;#|test_hvd_cache
+hvd-long-name-accepted|hvd/queue.c|s#^    if (n > HVD_NAME_MAX)$#    if (0)#|test_hvd_plan test_hvd_errors
 EOF
 )
 
-list_only=0
+list_only=0; stale_only=0
 want=()
 for a in "$@"; do
   case $a in
     --list) list_only=1 ;;
+    --stale) stale_only=1 ;;
     -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) want+=("$a") ;;
   esac
@@ -95,6 +103,18 @@ done <<< "$MUTATIONS"
 if [ ${#want[@]} -gt 0 ] && [ ${#selected[@]} -ne ${#want[@]} ]; then
   echo "mutation_check: unknown mutation name among: ${want[*]} (--list shows them)" >&2
   exit 2
+fi
+if [ $stale_only -eq 1 ]; then   # no build: does each expression still change its file?
+  stale=0
+  for line in "${selected[@]}"; do
+    IFS='|' read -r n f e _ <<< "$line"
+    if [ ! -f "$f" ] || sed -e "$e" "$f" | cmp -s - "$f"; then
+      printf '%-31s %-30s STALE (the sed expression no longer matches %s)\n' "$n" "$f" "$f"
+      stale=$((stale + 1))
+    fi
+  done
+  echo "mutation check: ${#selected[@]} mutations: $stale stale"
+  [ $stale -eq 0 ]; exit
 fi
 if [ $list_only -eq 1 ]; then
   for line in "${selected[@]}"; do IFS='|' read -r n f _ t <<< "$line"; printf '%-31s %-30s %s\n' "$n" "$f" "$t"; done
