@@ -368,9 +368,11 @@ $(LIBUTIL): $(call obj,$(UTIL_SRC))
 # Under ASan (not fuzzing) the programs that start MPI also link
 # tests/sanitize/keep_modules.c, a dlclose that keeps modules loaded, so that
 # LeakSanitizer can name the OpenMPI components' frames at exit (that file says why).
-KEEP_MODULES := $(if $(filter address,$(SAN_LIST)),$(if $(filter 1,$(FUZZ)),,$(call obj,tests/sanitize/keep_modules.c)))
+KEEP_MODULES := $(if $(filter address,$(SAN_LIST)),$(if $(filter 1,$(FUZZ)),,\
+                  $(call obj,tests/sanitize/keep_modules.c)))
 
-$(BUILD)/tests/%: $(call obj,tests/%.c $(TEST_LIB_SRC)) $(KEEP_MODULES) $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LIBUTIL)
+$(BUILD)/tests/%: $(call obj,tests/%.c $(TEST_LIB_SRC)) $(KEEP_MODULES) $(LIBTRAIN) $(LIBNN) \
+                  $(LIBHVD) $(LIBUTIL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(filter %.o,$^) $(LIBTRAIN) $(LIBNN) $(LIBHVD) $(LIBUTIL) $(LDLIBS) -o $@
 

@@ -11,7 +11,7 @@
    test_hvd_allreduce (11 processes) 4.2-4.6 s became 3.7-3.9 s. With the components
    still mapped, such a frame is named by its module (mca_op_avx.so, ...) and matches
    the suppressions at once. Nothing in the tests depends on a module going away. */
-int dlclose(void *handle);
+#include <dlfcn.h>
 
 int dlclose(void *handle) {
   (void)handle;
