@@ -132,13 +132,25 @@ fi
 # Each test runs in the background (timeout, its own process group), so that an
 # interrupted run ends the tests it started; `running` maps its pid to its name.
 declare -A running=() started=()
-trap '[ ${#running[@]} -gt 0 ] && kill "${!running[@]}" 2>/dev/null' EXIT
+# Each test gets its own folder for OpenMPI's session directories. By default every MPI
+# process shares /tmp/ompi.HOST.UID, and a job that ends removes it once empty, while
+# another test's process may be making its own folder inside: that mkdir fails and the
+# process dies in MPI_Init ("orte_session_dir failed"). An MPI singleton started with
+# ess_singleton_isolated (above) is job family 0, so all of them share even the folder
+# below it (jf.0). Three loops of 300 concurrent singletons failed 5 times in 900.
+mpi_sessions=$(mktemp -d /tmp/hvd-tests.XXXXXX) || { echo "run.sh: cannot make a folder in /tmp" >&2; exit 2; }
+tests_started=0
+trap '[ ${#running[@]} -gt 0 ] && kill "${!running[@]}" 2>/dev/null; rm -rf "$mpi_sessions"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 start_test() { # PATH
   local name
   name=$(basename "$1")
-  (exec timeout -k 10 "$limit" "$1" >"$logdir/$name.log" 2>&1 </dev/null) &
+  # A short path (a number, not the name): OpenMPI puts unix sockets under it.
+  tests_started=$((tests_started + 1))
+  mkdir "$mpi_sessions/$tests_started" || { fail_unrunnable "$name" "cannot make $mpi_sessions/$tests_started"; return; }
+  (export OMPI_MCA_orte_tmpdir_base="$mpi_sessions/$tests_started"
+   exec timeout -k 10 "$limit" "$1" >"$logdir/$name.log" 2>&1 </dev/null) &
   running[$!]=$name; started[$!]=$(date +%s)
 }
 reap() { # waits for one running test to end and reports it
@@ -165,7 +177,7 @@ done
 while [ ${#running[@]} -gt 0 ]; do reap; done
 for t in "${serial[@]}"; do
   start_test "$t"
-  reap
+  [ ${#running[@]} -gt 0 ] && reap
 done
 echo
 [ ${#failures[@]} -gt 0 ] && echo "failed: ${failures[*]}"
