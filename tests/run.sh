@@ -137,7 +137,7 @@ declare -A running=() started=()
 # another test's process may be making its own folder inside: that mkdir fails and the
 # process dies in MPI_Init ("orte_session_dir failed"). An MPI singleton started with
 # ess_singleton_isolated (above) is job family 0, so all of them share even the folder
-# below it (jf.0). Three loops of 300 concurrent singletons failed 5 times in 900.
+# below it (jf.0). Three loops of 300 concurrent singletons: 6 failed in 1800 starts.
 mpi_sessions=$(mktemp -d /tmp/hvd-tests.XXXXXX) || { echo "run.sh: cannot make a folder in /tmp" >&2; exit 2; }
 tests_started=0
 trap '[ ${#running[@]} -gt 0 ] && kill "${!running[@]}" 2>/dev/null; rm -rf "$mpi_sessions"' EXIT
