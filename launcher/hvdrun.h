@@ -71,8 +71,14 @@ int hvdrun_hosts_parse_list(hvdrun_hosts_t *h, const char *list, char *err);
    '#' starts a comment. A malformed line, or one with a NUL byte, is an error naming
    the file and line. */
 int hvdrun_hosts_parse_file(hvdrun_hosts_t *h, const char *path, char *err);
+/* The same, with the file named in messages as what ("hostfile 'x'"). */
+int hvdrun_hosts_parse_file_as(hvdrun_hosts_t *h, const char *path, const char *what,
+                               char *err);
 /* The sum of the hosts' slots (at most n * HVDRUN_MAX_HOST_SLOTS: no overflow). */
 long long hvdrun_hosts_total_slots(const hvdrun_hosts_t *h);
+/* Keeps the first hosts whose slots add up to slots, the last of them with only the
+   slots needed: the hosts a job of that many ranks uses. Returns how many hosts are left. */
+int hvdrun_hosts_keep_slots(hvdrun_hosts_t *h, long long slots);
 /* "a:2,b:4": the list for the launcher's -H / -hosts, a new string. */
 char *hvdrun_hosts_format(const hvdrun_hosts_t *h);
 void hvdrun_hosts_free(hvdrun_hosts_t *h);
