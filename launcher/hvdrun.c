@@ -74,6 +74,11 @@ int main(int argc, char **argv)
     }
   }
 
+  /* Without it the group's orphans would be left to PID 1: not fatal, said once. */
+  if (!o.dry_run && hvdrun_adopt_orphans(err) != 0)
+    fprintf(stderr, "hvdrun: warning: %s: what the MPI launcher leaves behind is reaped by "
+            "PID 1, if at all\n", err);
+
   int rc = 0;
   char *launcher = NULL;
   hvdrun_argv_t cmd = {0};

@@ -7,8 +7,10 @@
 #ifndef HVDRUN_H
 #define HVDRUN_H
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #define HVDRUN_ERR_LEN 1024
 
@@ -158,6 +160,38 @@ typedef struct {
    failed rank; from then on the launcher has abort_timeout seconds before hvdrun ends
    the group. 0 with *job filled in, or -1 with err when it cannot be started. */
 int hvdrun_run_job(const hvdrun_argv_t *cmd, int abort_timeout, hvdrun_job_t *job, char *err);
+
+/* ---- hvdrun's children (launcher/children.c) ---- */
+/* Seconds a process group has between SIGTERM and SIGKILL. */
+#define HVDRUN_KILL_AFTER_S 5
+#define HVDRUN_CAUGHT_SIGNALS 3
+typedef struct {
+  struct sigaction old[HVDRUN_CAUGHT_SIGNALS];
+} hvdrun_signals_t;
+/* From catch to restore, SIGINT, SIGTERM and SIGHUP are recorded instead of ending
+   hvdrun: hvdrun_signal_take says which came last (0: none) and forgets it. */
+void hvdrun_signals_catch(hvdrun_signals_t *saved);
+void hvdrun_signals_restore(const hvdrun_signals_t *saved);
+int hvdrun_signal_take(void);
+/* In a child just forked (parent: hvdrun's pid from before the fork): a process group of
+   its own, SIGTERM when hvdrun dies, default signal actions. */
+void hvdrun_child_setup(pid_t parent);
+/* Whether child pid has ended; it is left to hvdrun_child_reap, so that its process
+   group id stays its own. */
+int hvdrun_child_exited(pid_t pid);
+/* Kills what is left in the child's process group, then reaps the child and the group's
+   orphans: the child's wait status. */
+int hvdrun_child_reap(pid_t pid);
+/* Makes hvdrun the parent of its descendants' orphans (PR_SET_CHILD_SUBREAPER). */
+int hvdrun_adopt_orphans(char *err);
+/* A guardian process: when hvdrun dies before it released the guardian, the guardian
+   ends process group pgid (SIGTERM, SIGKILL HVDRUN_KILL_AFTER_S later). */
+typedef struct {
+  pid_t pid;
+  int fd;
+} hvdrun_guard_t;
+int hvdrun_guard_start(pid_t pgid, hvdrun_guard_t *g, char *err);
+void hvdrun_guard_release(hvdrun_guard_t *g);
 
 /* ---- elastic runs (launcher/elastic.c) ---- */
 #define HVDRUN_DEFAULT_RESET_LIMIT 3
