@@ -23,7 +23,7 @@ cleanup() {
 trap cleanup EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-BOUND=60
+BOUND=30
 
 # A process is alive unless gone or a zombie (nothing may reap orphans under PID 1 here).
 alive() { ps -o stat= -p "$1" 2>/dev/null | grep -qv '^Z'; }
@@ -76,8 +76,10 @@ cat >"$tmp/discover.sh" <<EOS
 trap '' TERM INT HUP
 sleep 300 &
 echo \$! >"$tmp/dchild"
+sleep 300 &
+echo \$! >"$tmp/dsleep"
 echo \$\$ >"$tmp/dscript"
-sleep 300
+wait
 echo localhost:1
 EOS
 echo localhost:1 >"$tmp/hosts"
@@ -115,7 +117,7 @@ launch_case() {
 # discovery_case SIGNAL: SIGNAL to hvdrun while the discovery script runs.
 discovery_case() {
   local sig=$1
-  rm -f "$tmp/dscript" "$tmp/dchild" "$tmp/launcher"
+  rm -f "$tmp/dscript" "$tmp/dchild" "$tmp/dsleep" "$tmp/launcher"
   HVD_MPIRUN=$tmp/fake-mpirun "$hvdrun" --mpi openmpi --host-discovery-script "$tmp/discover.sh" \
     /bin/true >"$tmp/out" 2>&1 &
   local hp=$!
@@ -124,7 +126,7 @@ discovery_case() {
     fail "discovery $sig: the script did not start"; cat "$tmp/out"; return
   fi
   local sp cp; sp=$(cat "$tmp/dscript"); cp=$(cat "$tmp/dchild")
-  pids+=("$sp" "$cp")
+  pids+=("$sp" "$cp" "$(cat "$tmp/dsleep")")
   kill -"$sig" "$hp"
   wait_exit "$hp"
   local want=$((128 + $(kill -l "$sig")))
