@@ -90,7 +90,11 @@ int main(int argc, char **argv)
     hvdrun_mpi_t mpi = o.mpi;
     char version[256] = "";
     if (mpi == HVDRUN_MPI_UNKNOWN) mpi = hvdrun_detect_mpi(launcher, version, sizeof version);
-    if (o.output_dir && !o.dry_run && make_dirs(o.output_dir, err) != 0) {
+    if (mpi == HVDRUN_MPI_UNKNOWN) {
+      hvdrun_errf(err, "cannot tell which MPI '%s' belongs to (its --version: %s); pass "
+                  "--mpi openmpi or --mpi mpich", launcher, version);
+      rc = fail(2, err);
+    } else if (o.output_dir && !o.dry_run && make_dirs(o.output_dir, err) != 0) {
       rc = fail(1, err);
     } else if (o.discovery_script) {
       rc = hvdrun_run_elastic(&o, mpi, launcher, err);

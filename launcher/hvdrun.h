@@ -133,8 +133,9 @@ void hvdrun_print_help(void);
 /* ---- the MPI launcher ---- */
 /* Finds the launcher on PATH ($HVD_MPIRUN overrides): *path, a new string. */
 int hvdrun_find_launcher(hvdrun_mpi_t want, char **path, char *err);
-/* Runs "launcher --version" (fork/exec, no shell) and tells OpenMPI from MPICH;
-   version gets the first line of the output. */
+/* Runs "launcher --version" (fork/exec, no shell, at most 10 s, ended with hvdrun) and
+   tells OpenMPI from MPICH; version gets the first line of the output, or why there is
+   none. A signal to hvdrun meanwhile ends the launcher, then hvdrun. */
 hvdrun_mpi_t hvdrun_detect_mpi(const char *launcher, char *version, size_t len);
 /* Builds the whole command: launcher, its options, then the program and arguments. */
 int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char *launcher,

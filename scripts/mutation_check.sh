@@ -88,6 +88,8 @@ elastic-all-hosts-passed|launcher/elastic.c|s#^  hvdrun_hosts_keep_slots(&o->hos
 hosts-leading-dash-accepted|launcher/hosts.c|s#255 .. s\[0\] == '-') return 0;#255) return 0;#|test_hvdrun_errors.sh
 slurm-leading-dash-accepted|launcher/slurm.c|s# .. names.v\[i\]\[0\] == '-')#)#|test_slurm_nodelist.sh
 slurm-short-task-list-accepted|launcher/slurm.c|s#return \*n == max ? 0 : -2;#return *n <= max ? 0 : -2;#|test_slurm_nodelist.sh
+hvdrun-version-signal-ignored|launcher/command.c|s#    if ((sig = hvdrun_signal_take()) != 0) break;#    (void)0;#|test_hvdrun_signals.sh
+hvdrun-version-no-timeout|launcher/command.c|s#    if (left <= 0) {#    if (0) {#|test_hvdrun_signals.sh
 EOF
 )
 

@@ -7,7 +7,9 @@
 #    gone, reaped by hvdrun (not left to PID 1, not even as zombies);
 #  - SIGKILL to hvdrun: its guardian ends the launcher's group; nothing is left running;
 #  - SIGTERM, then SIGKILL, to hvdrun while the discovery script runs: the same for the
-#    script and what it started.
+#    script and what it started;
+#  - a launcher that never answers --version (no --mpi given): SIGTERM to hvdrun ends
+#    both; without a signal hvdrun gives up after 10 s, saying to pass --mpi.
 # Timeouts only catch hangs: each bound is many times the 5 s hvdrun allows a group.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -141,10 +143,43 @@ discovery_case() {
   else echo "ok   $sig to hvdrun during discovery: exit $status, the script and its child gone: $(grep '^hvdrun' "$tmp/out" | paste -sd' ')"; fi
 }
 
+# version_case: without --mpi, hvdrun asks the launcher for its --version; the fake one
+# never answers. SIGTERM to hvdrun then ends it and the launcher; with no signal, hvdrun
+# gives up after 10 s and says to pass --mpi.
+version_case() {
+  rm -f "$tmp"/launcher "$tmp"/child.*
+  HVD_MPIRUN=$tmp/fake-mpirun "$hvdrun" -np 1 /bin/true >"$tmp/out" 2>&1 &
+  local hp=$!
+  pids+=("$hp")
+  if ! wait_file "$tmp/launcher"; then fail "--version: the fake launcher did not start"; cat "$tmp/out"; return; fi
+  local lp; lp=$(cat "$tmp/launcher")
+  wait_file "$tmp/child.$lp"
+  local cp; cp=$(cat "$tmp/child.$lp")
+  pids+=("$lp" "$cp")
+  kill -TERM "$hp"
+  wait_exit "$hp"
+  if [ "$status" != 143 ]; then fail "--version, TERM: hvdrun: exit $status, expected 143:"; cat "$tmp/out"
+  elif exists "$lp" || exists "$cp"
+  then fail "--version, TERM: hvdrun exited, the launcher ($lp) or its child ($cp) is still there:"; ps -o pid,ppid,stat,cmd -p "$lp,$cp"
+  else echo "ok   TERM to hvdrun while the launcher does not answer --version: exit 143, launcher and child gone"; fi
+
+  rm -f "$tmp"/launcher "$tmp"/child.*
+  HVD_MPIRUN=$tmp/fake-mpirun timeout -k 5 $BOUND "$hvdrun" -np 1 /bin/true >"$tmp/out" 2>&1
+  status=$?
+  lp=$(cat "$tmp/launcher" 2>/dev/null); cp=$(cat "$tmp/child.$lp" 2>/dev/null)
+  pids+=($lp $cp)
+  if [ "$status" != 2 ] || ! grep -qxF "hvdrun: error: cannot tell which MPI '$tmp/fake-mpirun' belongs to (its --version: no answer in 10 s); pass --mpi openmpi or --mpi mpich" "$tmp/out"
+  then fail "--version never answered: exit $status, expected 2 and a message:"; cat "$tmp/out"
+  elif [ -z "$lp" ] || exists "$lp" || exists "$cp"
+  then fail "--version never answered: the launcher ('$lp') or its child ('$cp') is still there"
+  else echo "ok   --version never answered: $(cat "$tmp/out")"; fi
+}
+
 launch_case TERM
 launch_case KILL
 discovery_case TERM
 discovery_case KILL
+version_case
 
 echo "$failures failures"
 [ "$failures" -eq 0 ]
