@@ -3,10 +3,13 @@
    end (execvp, no shell), so arguments with spaces or quotes arrive as they were given. */
 #include "launcher/hvdrun.h"
 #include "launcher/topology.h"
+#include "util/clock.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,9 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* The most "launcher --version" may take: it prints a line and exits. */
+#define DETECT_TIMEOUT_S 10
 
 /* Looks name up as execvp would: a name with '/' as is, else each PATH entry.
    Returns 0 with the path in *path (a new string), or -1 with the reason in *why. */
@@ -87,18 +93,53 @@ int hvdrun_find_launcher(hvdrun_mpi_t want, char **path, char *err)
                      "mpich), or name it with HVD_MPIRUN=/path/to/mpirun");
 }
 
+/* Reads "launcher --version" (process group pid, output on fd) into out[cap], for at
+   most DETECT_TIMEOUT_S. Returns the signal hvdrun got meanwhile (0: none); *timed_out. */
+static int read_version(int fd, char *out, size_t cap, int *timed_out)
+{
+  size_t n = 0;
+  double until = util_now_s() + DETECT_TIMEOUT_S;
+  int sig = 0;
+  *timed_out = 0;
+  for (;;) {
+    if ((sig = hvdrun_signal_take()) != 0) break;
+    double left = until - util_now_s();
+    if (left <= 0) {
+      *timed_out = 1;
+      break;
+    }
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int ready = poll(&pf, 1, left < 0.1 ? 1 : 100);
+    if (ready <= 0) continue;   /* EINTR (a signal: taken above) or nothing yet */
+    ssize_t r = read(fd, out + n, cap - 1 - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += (size_t)r;
+    if (n == cap - 1) break;
+  }
+  out[n] = '\0';
+  return sig;
+}
+
 hvdrun_mpi_t hvdrun_detect_mpi(const char *launcher, char *version, size_t len)
 {
   snprintf(version, len, "unknown");
   int fds[2];
   if (pipe(fds) != 0) return HVDRUN_MPI_UNKNOWN;
+  /* A launcher that hangs, or ignores SIGTERM, must not keep hvdrun, or outlive it:
+     its own process group, a bound, and a guardian (launcher/children.c). */
+  hvdrun_signals_t saved;
+  hvdrun_signals_catch(&saved);
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
     close(fds[1]);
+    hvdrun_signals_restore(&saved);
     return HVDRUN_MPI_UNKNOWN;
   }
   if (pid == 0) {
+    hvdrun_child_setup(parent);
     dup2(fds[1], 1);
     dup2(fds[1], 2);
     close(fds[0]);
@@ -106,16 +147,24 @@ hvdrun_mpi_t hvdrun_detect_mpi(const char *launcher, char *version, size_t len)
     execl(launcher, launcher, "--version", (char *)NULL);
     _exit(127);
   }
+  setpgid(pid, pid);
   close(fds[1]);
-  char out[8192];
-  size_t n = 0;
-  ssize_t r;
-  while ((r = read(fds[0], out + n, sizeof out - 1 - n)) > 0 || (r < 0 && errno == EINTR))
-    if (r > 0) n += (size_t)r;
-  out[n] = '\0';
+  char out[8192], why[HVDRUN_ERR_LEN];
+  hvdrun_guard_t guard;
+  int guarded = hvdrun_guard_start(pid, &guard, why) == 0;
+  int timed_out = 0;
+  int sig = read_version(fds[0], out, sizeof out, &timed_out);
   close(fds[0]);
-  int status;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  hvdrun_child_reap(pid);
+  if (guarded) hvdrun_guard_release(&guard);
+  hvdrun_signals_restore(&saved);
+  /* Stopped by a signal while asking: nothing of ours runs any more, so the signal now
+     takes its ordinary course (hvdrun ends with it). */
+  if (sig) raise(sig);
+  if (timed_out) {
+    snprintf(version, len, "no answer in %d s", DETECT_TIMEOUT_S);
+    return HVDRUN_MPI_UNKNOWN;
+  }
 
   hvdrun_mpi_t kind = HVDRUN_MPI_UNKNOWN;
   if (strstr(out, "Open MPI") || strstr(out, "OpenRTE")) kind = HVDRUN_OPENMPI;

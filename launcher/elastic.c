@@ -7,6 +7,7 @@
    program resumes by itself (train --resume auto). Unlike horovodrun, ranks are not
    added or removed in a running job: a change of hosts costs one restart. */
 #include "launcher/hvdrun.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,66 +22,108 @@
 /* The most a discovery script may take before it counts as failed. */
 #define DISCOVERY_TIMEOUT_S 30
 
+/* Waits for the script (process group pid) to end: on a signal to hvdrun the group gets
+   it, and SIGKILL HVDRUN_KILL_AFTER_S later; past DISCOVERY_TIMEOUT_S, SIGKILL. What the
+   script leaves in its group is killed. Its wait status, *timed_out, *interrupted. */
+static int wait_script(pid_t pid, int *timed_out, int *interrupted)
+{
+  double start = util_now_s(), signalled_at = 0;
+  int killed = 0;
+  *timed_out = 0;
+  while (!hvdrun_child_exited(pid)) {
+    int sig = hvdrun_signal_take();
+    double t = util_now_s();
+    if (sig) {
+      kill(-pid, sig);
+      if (!*interrupted) signalled_at = t;
+      *interrupted = sig;
+    }
+    if (!killed && *interrupted && t - signalled_at > HVDRUN_KILL_AFTER_S) {
+      kill(-pid, SIGKILL);
+      killed = 1;
+    }
+    if (!killed && !*interrupted && t - start > DISCOVERY_TIMEOUT_S) {
+      kill(-pid, SIGKILL);
+      killed = 1;
+      *timed_out = 1;
+    }
+    usleep(50 * 1000);
+  }
+  return hvdrun_child_reap(pid);
+}
+
 /* Runs the script (through /bin/sh, as horovodrun does) with its output in a temporary
-   file, which is then read as a hostfile ("host:slots" lines). */
-static int discover(const char *script, hvdrun_hosts_t *hosts, char *err)
+   file, which is then read as a hostfile ("host:slots" lines). *interrupted: the signal
+   hvdrun got meanwhile (0: none); the script and its group are ended then. */
+static int discover(const char *script, hvdrun_hosts_t *hosts, int *interrupted, char *err)
 {
   char path[] = "/tmp/hvdrun-hosts.XXXXXX";
   int fd = mkstemp(path);
   if (fd < 0)
     return hvdrun_errf(err, "--host-discovery-script: cannot make a temporary file: %s",
                        strerror(errno));
+  hvdrun_signals_t saved;
+  hvdrun_signals_catch(&saved);
   fflush(NULL);
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
-    setpgid(0, 0);
+    hvdrun_child_setup(parent);
     dup2(fd, 1);
     close(fd);
     execl("/bin/sh", "sh", "-c", script, (char *)NULL);
     _exit(127);
   }
   close(fd);
-  int wstatus = 0, rc = 0;
+  int rc = 0;
+  hvdrun_guard_t guard = {.pid = -1, .fd = -1};
   if (pid < 0) {
     rc = hvdrun_errf(err, "--host-discovery-script: fork: %s", strerror(errno));
+  } else if (setpgid(pid, pid), hvdrun_guard_start(pid, &guard, err) != 0) {
+    kill(-pid, SIGKILL);
+    hvdrun_child_reap(pid);
+    rc = -1;
   } else {
-    int waited_ms = 0;
-    while (waitpid(pid, &wstatus, WNOHANG) == 0) {
-      if (waited_ms >= DISCOVERY_TIMEOUT_S * 1000) {
-        kill(-pid, SIGKILL);
-        waitpid(pid, &wstatus, 0);
-        rc = hvdrun_errf(err, "--host-discovery-script '%s' did not finish in %d s", script,
-                         DISCOVERY_TIMEOUT_S);
-        break;
-      }
-      usleep(50 * 1000);
-      waited_ms += 50;
-    }
-    if (rc == 0 && !(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0))
+    int timed_out = 0;
+    int wstatus = wait_script(pid, &timed_out, interrupted);
+    hvdrun_guard_release(&guard);
+    if (*interrupted)
+      rc = hvdrun_errf(err, "interrupted (signal %d) while --host-discovery-script '%s' ran: "
+                       "ended it and what it started; not starting", *interrupted, script);
+    else if (timed_out)
+      rc = hvdrun_errf(err, "--host-discovery-script '%s' did not finish in %d s", script,
+                       DISCOVERY_TIMEOUT_S);
+    else if (!(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0))
       rc = hvdrun_errf(err, "--host-discovery-script '%s' failed (%s %d)", script,
                        WIFEXITED(wstatus) ? "exit status" : "signal",
                        WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WTERMSIG(wstatus));
   }
+  hvdrun_signals_restore(&saved);
   if (rc == 0) {
     hvdrun_hosts_free(hosts);
+    char *what = hvdrun_xasprintf("the output of --host-discovery-script '%s'", script);
     char why[HVDRUN_ERR_LEN];
-    if (hvdrun_hosts_parse_file(hosts, path, why) != 0)
-      rc = hvdrun_errf(err, "--host-discovery-script '%s' printed no usable hosts (%s)", script,
-                       why);
+    if (hvdrun_hosts_parse_file_as(hosts, path, what, why) != 0)
+      rc = hvdrun_errf(err, "%s", why);
+    free(what);
   }
   unlink(path);
   return rc;
 }
 
-/* One start: the hosts the script lists now, and as many ranks as they allow. */
+/* One start: the hosts the script lists now, and as many ranks as they allow, on only
+   as many of those hosts as the ranks need (the launcher gets no host it does not use:
+   mpirun -H with thousands of hosts may never start). */
 static int start(hvdrun_options_t *o, hvdrun_mpi_t mpi, const char *launcher, int attempt,
                  hvdrun_job_t *job, char *err)
 {
-  if (discover(o->discovery_script, &o->hosts, err) != 0) return -1;
+  memset(job, 0, sizeof *job);
+  if (discover(o->discovery_script, &o->hosts, &job->interrupted, err) != 0) return -1;
   long long slots = hvdrun_hosts_total_slots(&o->hosts);
-  char *list = hvdrun_hosts_format(&o->hosts);
+  int listed = o->hosts.n;
   int min_np = o->min_np > 0 ? o->min_np : 1;
   if (slots < min_np) {
+    char *list = hvdrun_hosts_format(&o->hosts);
     hvdrun_errf(err, "elastic: the hosts listed now (%s) have %lld slot(s), fewer than "
                 "--min-np %d: not starting", list, slots, min_np);
     free(list);
@@ -88,9 +131,16 @@ static int start(hvdrun_options_t *o, hvdrun_mpi_t mpi, const char *launcher, in
   }
   long long np = slots;
   if (o->max_np > 0 && np > o->max_np) np = o->max_np;
+  if (np > HVDRUN_MAX_RANKS) np = HVDRUN_MAX_RANKS;
   o->np = (int)np;
-  printf("hvdrun: elastic: %s %d rank(s) on %s (from %s)\n",
-         attempt == 0 ? "starting" : "restarting with", o->np, list, o->discovery_script);
+  hvdrun_hosts_keep_slots(&o->hosts, np);
+  char *list = hvdrun_hosts_format(&o->hosts);
+  char *of = np < slots ? hvdrun_xasprintf(", which lists %lld slot(s) on %d host(s)", slots,
+                                           listed)
+                        : hvdrun_xstrdup("");
+  printf("hvdrun: elastic: %s %d rank(s) on %s (from %s%s)\n",
+         attempt == 0 ? "starting" : "restarting with", o->np, list, o->discovery_script, of);
+  free(of);
   free(list);
   hvdrun_argv_t cmd = {0};
   int rc = hvdrun_build_command(o, mpi, launcher, &cmd, err);
@@ -106,7 +156,8 @@ int hvdrun_run_elastic(hvdrun_options_t *o, hvdrun_mpi_t mpi, const char *launch
   int limit = o->reset_limit >= 0 ? o->reset_limit : HVDRUN_DEFAULT_RESET_LIMIT;
   for (int attempt = 0;; attempt++) {
     hvdrun_job_t job;
-    if (start(o, mpi, launcher, attempt, &job, err) != 0) return 1;
+    if (start(o, mpi, launcher, attempt, &job, err) != 0)
+      return job.interrupted ? 128 + job.interrupted : 1;
     if (job.status == 0) {
       if (attempt > 0) printf("hvdrun: elastic: the job finished after %d restart(s)\n", attempt);
       return 0;

@@ -207,6 +207,24 @@ long long hvdrun_hosts_total_slots(const hvdrun_hosts_t *h)
   return total;
 }
 
+int hvdrun_hosts_keep_slots(hvdrun_hosts_t *h, long long slots)
+{
+  long long kept = 0;
+  int n = 0;
+  while (n < h->n && kept < slots) {
+    if (h->v[n].slots > slots - kept) h->v[n].slots = (int)(slots - kept);
+    kept += h->v[n++].slots;
+  }
+  if (n == h->n) return n;
+  for (int i = n; i < h->n; i++) free(h->v[i].name);
+  h->n = n;
+  /* The index still names the hosts let go: rebuilt for the ones kept. */
+  for (size_t k = 0; k < h->index_cap; k++) h->index[k] = -1;
+  for (int i = 0; i < h->n; i++)
+    h->index[index_slot(h, h->v[i].name, strlen(h->v[i].name))] = i;
+  return n;
+}
+
 char *hvdrun_hosts_format(const hvdrun_hosts_t *h)
 {
   size_t len = 1;
@@ -245,10 +263,11 @@ static int parse_slots(const char *s, size_t len, int *out)
 }
 
 /* A host name: 1..255 letters, digits, '-', '.', '_' (':' separates the slot count, so
-   IPv6 addresses are not supported). */
+   IPv6 addresses are not supported), not beginning with '-': mpirun passes the name to
+   ssh, which would take "-oProxyCommand=..." or "-np" as an option. */
 static int valid_host_name(const char *s, size_t len)
 {
-  if (len == 0 || len > 255) return 0;
+  if (len == 0 || len > 255 || s[0] == '-') return 0;
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)s[i];
     if (!isalnum(c) && c != '-' && c != '.' && c != '_') return 0;
@@ -269,9 +288,9 @@ static int parse_host_token(const char *tok, size_t len, size_t *name_len, int *
   return 0;
 }
 
-#define HOST_SYNTAX                                                                    \
-  "slots a positive integer up to 1000000 and host names of at most 255 letters, "    \
-  "digits, '-', '.', '_'"
+#define HOST_NAME_SYNTAX                                                               \
+  "host names of at most 255 letters, digits, '-', '.', '_', not beginning with '-'"
+#define HOST_SYNTAX "slots a positive integer up to 1000000 and " HOST_NAME_SYNTAX
 
 /* How an error names a -H list: whole when short, else by its length. */
 static char *describe_list(const char *list)
@@ -373,11 +392,12 @@ static int read_line(FILE *f, char **buf, size_t *cap, size_t *len)
   return 1;
 }
 
-int hvdrun_hosts_parse_file(hvdrun_hosts_t *h, const char *path, char *err)
+int hvdrun_hosts_parse_file_as(hvdrun_hosts_t *h, const char *path, const char *what,
+                               char *err)
 {
   FILE *f = fopen(path, "r");
   if (f == NULL)
-    return hvdrun_errf(err, "cannot open hostfile '%s': %s", path, strerror(errno));
+    return hvdrun_errf(err, "cannot open %s: %s", what, strerror(errno));
   char *line = NULL;
   size_t cap = 0, len;
   long lineno = 0;
@@ -385,13 +405,13 @@ int hvdrun_hosts_parse_file(hvdrun_hosts_t *h, const char *path, char *err)
   while ((got = read_line(f, &line, &cap, &len)) != 0) {
     lineno++;
     if (got == -1) {
-      rc = hvdrun_errf(err, "hostfile '%s' line %ld: NUL byte at column %zu (a hostfile "
-                       "is text: one host a line)", path, lineno, len + 1);
+      rc = hvdrun_errf(err, "%s line %ld: NUL byte at column %zu (a hostfile "
+                       "is text: one host a line)", what, lineno, len + 1);
       break;
     }
     if (got == -2) {
-      rc = hvdrun_errf(err, "hostfile '%s' line %ld: longer than %d bytes (a hostfile "
-                       "is text: one host a line)", path, lineno, HVDRUN_MAX_LINE);
+      rc = hvdrun_errf(err, "%s line %ld: longer than %d bytes (a hostfile "
+                       "is text: one host a line)", what, lineno, HVDRUN_MAX_LINE);
       break;
     }
     char *hash = strchr(line, '#');
@@ -407,23 +427,31 @@ int hvdrun_hosts_parse_file(hvdrun_hosts_t *h, const char *path, char *err)
     long long total = 0;
     int bad = parse_hostfile_line(h, s, &name, &name_len, &total);
     if (bad == -1)
-      rc = hvdrun_errf(err, "hostfile '%s' line %ld: malformed entry '%s': expected 'host', "
+      rc = hvdrun_errf(err, "%s line %ld: malformed entry '%s': expected 'host', "
                        "'host slots=N' (OpenMPI) or 'host:N' (horovodrun), with N a "
-                       "positive integer up to 1000000 and host names of at most 255 "
-                       "letters, digits, '-', '.', '_'", path, lineno, entry);
+                       "positive integer up to 1000000 and " HOST_NAME_SYNTAX, what,
+                       lineno, entry);
     else if (bad == -2)
-      rc = hvdrun_errf(err, "hostfile '%s' line %ld: host '%.*s' would have %lld slots in "
-                       "all (a repeated host adds up); a host has at most %d", path,
+      rc = hvdrun_errf(err, "%s line %ld: host '%.*s' would have %lld slots in "
+                       "all (a repeated host adds up); a host has at most %d", what,
                        lineno, (int)name_len, name, total, HVDRUN_MAX_HOST_SLOTS);
     free(entry);
     if (rc != 0) break;
   }
   if (rc == 0 && ferror(f))
-    rc = hvdrun_errf(err, "error reading hostfile '%s': %s", path, strerror(errno));
+    rc = hvdrun_errf(err, "error reading %s: %s", what, strerror(errno));
   free(line);
   fclose(f);
   if (rc == 0 && h->n == hosts_before)
-    rc = hvdrun_errf(err, "hostfile '%s' lists no hosts", path);
+    rc = hvdrun_errf(err, "%s lists no hosts", what);
+  return rc;
+}
+
+int hvdrun_hosts_parse_file(hvdrun_hosts_t *h, const char *path, char *err)
+{
+  char *what = hvdrun_xasprintf("hostfile '%s'", path);
+  int rc = hvdrun_hosts_parse_file_as(h, path, what, err);
+  free(what);
   return rc;
 }
 

@@ -74,6 +74,11 @@ int main(int argc, char **argv)
     }
   }
 
+  /* Without it the group's orphans would be left to PID 1: not fatal, said once. */
+  if (!o.dry_run && hvdrun_adopt_orphans(err) != 0)
+    fprintf(stderr, "hvdrun: warning: %s: what the MPI launcher leaves behind is reaped by "
+            "PID 1, if at all\n", err);
+
   int rc = 0;
   char *launcher = NULL;
   hvdrun_argv_t cmd = {0};
@@ -85,7 +90,11 @@ int main(int argc, char **argv)
     hvdrun_mpi_t mpi = o.mpi;
     char version[256] = "";
     if (mpi == HVDRUN_MPI_UNKNOWN) mpi = hvdrun_detect_mpi(launcher, version, sizeof version);
-    if (o.output_dir && !o.dry_run && make_dirs(o.output_dir, err) != 0) {
+    if (mpi == HVDRUN_MPI_UNKNOWN) {
+      hvdrun_errf(err, "cannot tell which MPI '%s' belongs to (its --version: %s); pass "
+                  "--mpi openmpi or --mpi mpich", launcher, version);
+      rc = fail(2, err);
+    } else if (o.output_dir && !o.dry_run && make_dirs(o.output_dir, err) != 0) {
       rc = fail(1, err);
     } else if (o.discovery_script) {
       rc = hvdrun_run_elastic(&o, mpi, launcher, err);

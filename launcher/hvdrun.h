@@ -7,8 +7,10 @@
 #ifndef HVDRUN_H
 #define HVDRUN_H
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #define HVDRUN_ERR_LEN 1024
 
@@ -71,8 +73,14 @@ int hvdrun_hosts_parse_list(hvdrun_hosts_t *h, const char *list, char *err);
    '#' starts a comment. A malformed line, or one with a NUL byte, is an error naming
    the file and line. */
 int hvdrun_hosts_parse_file(hvdrun_hosts_t *h, const char *path, char *err);
+/* The same, with the file named in messages as what ("hostfile 'x'"). */
+int hvdrun_hosts_parse_file_as(hvdrun_hosts_t *h, const char *path, const char *what,
+                               char *err);
 /* The sum of the hosts' slots (at most n * HVDRUN_MAX_HOST_SLOTS: no overflow). */
 long long hvdrun_hosts_total_slots(const hvdrun_hosts_t *h);
+/* Keeps the first hosts whose slots add up to slots, the last of them with only the
+   slots needed: the hosts a job of that many ranks uses. Returns how many hosts are left. */
+int hvdrun_hosts_keep_slots(hvdrun_hosts_t *h, long long slots);
 /* "a:2,b:4": the list for the launcher's -H / -hosts, a new string. */
 char *hvdrun_hosts_format(const hvdrun_hosts_t *h);
 void hvdrun_hosts_free(hvdrun_hosts_t *h);
@@ -125,8 +133,9 @@ void hvdrun_print_help(void);
 /* ---- the MPI launcher ---- */
 /* Finds the launcher on PATH ($HVD_MPIRUN overrides): *path, a new string. */
 int hvdrun_find_launcher(hvdrun_mpi_t want, char **path, char *err);
-/* Runs "launcher --version" (fork/exec, no shell) and tells OpenMPI from MPICH;
-   version gets the first line of the output. */
+/* Runs "launcher --version" (fork/exec, no shell, at most 10 s, ended with hvdrun) and
+   tells OpenMPI from MPICH; version gets the first line of the output, or why there is
+   none. A signal to hvdrun meanwhile ends the launcher, then hvdrun. */
 hvdrun_mpi_t hvdrun_detect_mpi(const char *launcher, char *version, size_t len);
 /* Builds the whole command: launcher, its options, then the program and arguments. */
 int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char *launcher,
@@ -152,6 +161,38 @@ typedef struct {
    failed rank; from then on the launcher has abort_timeout seconds before hvdrun ends
    the group. 0 with *job filled in, or -1 with err when it cannot be started. */
 int hvdrun_run_job(const hvdrun_argv_t *cmd, int abort_timeout, hvdrun_job_t *job, char *err);
+
+/* ---- hvdrun's children (launcher/children.c) ---- */
+/* Seconds a process group has between SIGTERM and SIGKILL. */
+#define HVDRUN_KILL_AFTER_S 5
+#define HVDRUN_CAUGHT_SIGNALS 3
+typedef struct {
+  struct sigaction old[HVDRUN_CAUGHT_SIGNALS];
+} hvdrun_signals_t;
+/* From catch to restore, SIGINT, SIGTERM and SIGHUP are recorded instead of ending
+   hvdrun: hvdrun_signal_take says which came last (0: none) and forgets it. */
+void hvdrun_signals_catch(hvdrun_signals_t *saved);
+void hvdrun_signals_restore(const hvdrun_signals_t *saved);
+int hvdrun_signal_take(void);
+/* In a child just forked (parent: hvdrun's pid from before the fork): a process group of
+   its own, SIGTERM when hvdrun dies, default signal actions. */
+void hvdrun_child_setup(pid_t parent);
+/* Whether child pid has ended; it is left to hvdrun_child_reap, so that its process
+   group id stays its own. */
+int hvdrun_child_exited(pid_t pid);
+/* Kills what is left in the child's process group, then reaps the child and the group's
+   orphans: the child's wait status. */
+int hvdrun_child_reap(pid_t pid);
+/* Makes hvdrun the parent of its descendants' orphans (PR_SET_CHILD_SUBREAPER). */
+int hvdrun_adopt_orphans(char *err);
+/* A guardian process: when hvdrun dies before it released the guardian, the guardian
+   ends process group pgid (SIGTERM, SIGKILL HVDRUN_KILL_AFTER_S later). */
+typedef struct {
+  pid_t pid;
+  int fd;
+} hvdrun_guard_t;
+int hvdrun_guard_start(pid_t pgid, hvdrun_guard_t *g, char *err);
+void hvdrun_guard_release(hvdrun_guard_t *g);
 
 /* ---- elastic runs (launcher/elastic.c) ---- */
 #define HVDRUN_DEFAULT_RESET_LIMIT 3

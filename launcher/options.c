@@ -255,7 +255,7 @@ static void flag_table(hvdrun_options_t *o, extra_flags_t *x, util_flag_t table[
       {"min-np", UTIL_FLAG_INT, &o->min_np, .min = 1, .max = HVDRUN_MAX_RANKS, .def = "1",
        .help = "do not start with fewer ranks"},
       {"max-np", UTIL_FLAG_INT, &o->max_np, .min = 1, .max = HVDRUN_MAX_RANKS,
-       .def = "all slots", .help = "start at most this many ranks"},
+       .def = "all slots", .help = "start at most this many ranks, on only the first hosts they need"},
       {"reset-limit", UTIL_FLAG_INT, &o->reset_limit, .min = 0, .max = 1000000, .def = "3",
        .help = "restarts after failures before giving up"},
       {NULL, .help = "hvd tuning (horovodrun's flags; each sets a variable on every rank):"},

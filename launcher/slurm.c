@@ -117,8 +117,9 @@ static int expand_host_list(const char *list, names_t *out)
   }
 }
 
-/* "2(x2),1" -> counts[]: one per node, *n of them (at most max). 0, or -1 when malformed
-   or not exactly max counts. */
+/* "2(x2),1" -> counts[]: one per node, *n of them (at most max). 0; -1 when malformed or
+   more than max counts; -2 when fewer than max: a list that does not cover every node would leave counts
+   unset ("2" for 3 nodes is SLURM's "2(x3)" cut short). */
 static int expand_tasks_per_node(const char *s, int *counts, int max, int *n)
 {
   *n = 0;
@@ -142,7 +143,7 @@ static int expand_tasks_per_node(const char *s, int *counts, int max, int *n)
     if (*q != ',') return -1;
     p = q + 1;
   }
-  return *n == max ? 0 : -1;
+  return *n == max ? 0 : -2;
 }
 
 static const char *env_either(const char *a, const char *b, const char **which)
@@ -178,7 +179,13 @@ int hvdrun_slurm_hosts(hvdrun_hosts_t *h, char *err)
   int *counts = NULL, n = 0;
   if (rc == 0) {
     counts = hvdrun_xmalloc((size_t)names.n * sizeof *counts);
-    if (expand_tasks_per_node(tasks, counts, names.n, &n) != 0)
+    int got = expand_tasks_per_node(tasks, counts, names.n, &n);
+    if (got == -2)
+      rc = hvdrun_errf(err, "%s='%s' (SLURM allocation) gives task counts for %d of the %d "
+                       "hosts of %s='%s': expected one per host, such as '2(x%d)'; give the "
+                       "hosts with -H host:N", tasks_var, tasks, n, names.n, list_var, list,
+                       names.n);
+    else if (got != 0)
       rc = hvdrun_errf(err, "%s='%s' (SLURM allocation): expected one task count per host "
                        "of %s='%s' (%d hosts), such as '2(x%d)'; give the hosts with -H "
                        "host:N", tasks_var, tasks, list_var, list, names.n, names.n);
@@ -186,8 +193,9 @@ int hvdrun_slurm_hosts(hvdrun_hosts_t *h, char *err)
   for (int i = 0; rc == 0 && i < names.n; i++) {
     long long total;
     size_t len = strlen(names.v[i]);
-    /* Names SLURM accepts but hvdrun's -H does not (':' in them) are refused by -H too. */
-    if (len == 0 || len > 255 || strchr(names.v[i], ':'))
+    /* Names -H refuses are refused here too: ':' in them, or a leading '-', which ssh
+       would take as an option. */
+    if (len == 0 || len > 255 || strchr(names.v[i], ':') || names.v[i][0] == '-')
       rc = hvdrun_errf(err, "%s='%s': host '%s' cannot be passed to the MPI launcher; give "
                        "the hosts with -H", list_var, list, names.v[i]);
     else if (hvdrun_hosts_add(h, names.v[i], len, counts[i], &total) != 0)

@@ -1,13 +1,15 @@
 /* launcher/supervise.c: runs the MPI launcher as a child and sees it end, whatever
    happens to the hosts. The launcher gets a process group of its own (its local ranks
-   inherit it); its stdout and stderr pass through hvdrun, which watches them for the
-   launcher's own words that a rank has failed ("Primary job terminated normally, but 1
-   process returned a non-zero exit code", "mpirun noticed that process rank 0 ... exited
-   on signal 9", MPICH's "BAD TERMINATION"). From the first such line the launcher has
-   abort_timeout seconds to end the job: a launcher that cannot reach a lost host (a cut
-   link) waits for it without end, so then hvdrun ends the process group itself (SIGTERM,
-   then SIGKILL 2 s later) and says why. SIGINT, SIGTERM and SIGHUP sent to hvdrun are
-   passed on to the group. */
+   inherit it; launcher/children.c); its stdout and stderr pass through hvdrun, which
+   watches them for the launcher's own words that a rank has failed ("Primary job
+   terminated normally, but 1 process returned a non-zero exit code", "mpirun noticed that
+   process rank 0 ... exited on signal 9", MPICH's "BAD TERMINATION"). From the first such
+   line the launcher has abort_timeout seconds to end the job: a launcher that cannot reach
+   a lost host (a cut link) waits for it without end, so then hvdrun ends the process group
+   itself (SIGTERM, then SIGKILL 2 s later) and says why. SIGINT, SIGTERM and SIGHUP sent
+   to hvdrun are passed on to the group, which gets SIGKILL when it is still there
+   HVDRUN_KILL_AFTER_S later. What the launcher leaves in its group is killed when it
+   ends. */
 #include "launcher/hvdrun.h"
 #include "util/clock.h"
 
@@ -29,10 +31,6 @@ static const char *const FAILURE_MARKERS[] = {
     "lost communication with a remote daemon",  /* OpenMPI: a host is gone              */
     "BAD TERMINATION OF ONE OF YOUR APPLICATION", /* MPICH hydra                         */
     NULL};
-
-static volatile sig_atomic_t g_signal;
-
-static void on_signal(int sig) { g_signal = sig; }
 
 /* One output stream of the launcher: relayed to fd out, scanned line by line. */
 typedef struct {
@@ -111,10 +109,11 @@ static pid_t spawn(const hvdrun_argv_t *cmd, int *out, int *errp, char *err)
   if (pipe(pout) != 0 || pipe(perr) != 0 || pipe2(pexec, O_CLOEXEC) != 0)
     return hvdrun_errf(err, "cannot make a pipe for the MPI launcher: %s", strerror(errno));
   fflush(NULL);
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return hvdrun_errf(err, "cannot start the MPI launcher: fork: %s", strerror(errno));
   if (pid == 0) {
-    setpgid(0, 0);
+    hvdrun_child_setup(parent);
     dup2(pout[1], 1);
     dup2(perr[1], 2);
     close(pout[0]), close(pout[1]), close(perr[0]), close(perr[1]), close(pexec[0]);
@@ -130,7 +129,7 @@ static pid_t spawn(const hvdrun_argv_t *cmd, int *out, int *errp, char *err)
   while ((got = read(pexec[0], &e, sizeof e)) < 0 && errno == EINTR) {}
   close(pexec[0]);
   if (got == (ssize_t)sizeof e) {
-    waitpid(pid, NULL, 0);
+    hvdrun_child_reap(pid);
     close(pout[0]), close(perr[0]);
     return exec_failed(cmd, e, err);
   }
@@ -139,33 +138,53 @@ static pid_t spawn(const hvdrun_argv_t *cmd, int *out, int *errp, char *err)
   return pid;
 }
 
+/* The launcher has had HVDRUN_KILL_AFTER_S since the signal passed on to it. */
+static void kill_after_signal(pid_t pid, int sig)
+{
+  fprintf(stderr, "hvdrun: error: the MPI launcher has not ended %d s after signal %d "
+          "was passed on to it: killing its process group %d (SIGKILL)\n",
+          HVDRUN_KILL_AFTER_S, sig, (int)pid);
+  kill(-pid, SIGKILL);
+}
+
 int hvdrun_run_job(const hvdrun_argv_t *cmd, int abort_timeout, hvdrun_job_t *job, char *err)
 {
   memset(job, 0, sizeof *job);
   int fd_out = -1, fd_err = -1;
+  hvdrun_signals_t saved;
+  hvdrun_signals_catch(&saved);   /* before the fork: a signal then is passed on too */
   pid_t pid = spawn(cmd, &fd_out, &fd_err, err);
-  if (pid < 0) return -1;
-  struct sigaction sa = {.sa_handler = on_signal}, old[3];
-  const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
-  sigemptyset(&sa.sa_mask);
-  g_signal = 0;
-  for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]);
+  hvdrun_guard_t guard = {.pid = -1, .fd = -1};
+  if (pid < 0 || hvdrun_guard_start(pid, &guard, err) != 0) {
+    if (pid > 0) {
+      kill(-pid, SIGTERM);
+      hvdrun_child_reap(pid);
+      close(fd_out), close(fd_err);
+    }
+    hvdrun_signals_restore(&saved);
+    return -1;
+  }
 
   stream_t st[2] = {{.fd = fd_out, .out = 1}, {.fd = fd_err, .out = 2}};
-  int open_streams = 2, exited = 0, wstatus = 0, killed_at = 0;
-  double failed_at = 0, drain_until = 0;
+  int open_streams = 2, exited = 0, killed_at = 0, sig_killed = 0;
+  double failed_at = 0, drain_until = 0, signalled_at = 0;
   for (;;) {
-    if (g_signal) {
-      kill(-pid, g_signal);
-      job->interrupted = g_signal;
-      g_signal = 0;
+    int sig = hvdrun_signal_take();
+    if (sig) {
+      if (!exited) kill(-pid, sig);
+      if (!job->interrupted) signalled_at = util_now_s();
+      job->interrupted = sig;
     }
-    if (!exited && waitpid(pid, &wstatus, WNOHANG) == pid) {
+    if (!exited && hvdrun_child_exited(pid)) {
       exited = 1;
       drain_until = util_now_s() + 1.0;  /* a rank left behind may hold the pipes open */
     }
     if (exited && (open_streams == 0 || util_now_s() > drain_until)) break;
     double t = util_now_s();
+    if (!exited && job->interrupted && !sig_killed && t - signalled_at > HVDRUN_KILL_AFTER_S) {
+      kill_after_signal(pid, job->interrupted);
+      sig_killed = 1;
+    }
     if (!exited && job->rank_failed && t - failed_at > abort_timeout && !killed_at) {
       fprintf(stderr, "hvdrun: error: a rank failed %d s ago and the MPI launcher has not "
               "ended the job (a host it cannot reach?): ending it (process group %d)\n",
@@ -199,7 +218,9 @@ int hvdrun_run_job(const hvdrun_argv_t *cmd, int abort_timeout, hvdrun_job_t *jo
   }
   for (int i = 0; i < 2; i++)
     if (st[i].fd >= 0) close(st[i].fd);
-  for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
-  job->status = job->ended_by_us ? 1 : status_of(wstatus);
+  int wstatus = hvdrun_child_reap(pid);
+  hvdrun_guard_release(&guard);
+  hvdrun_signals_restore(&saved);
+  job->status = job->ended_by_us ? 1 : sig_killed ? 128 + job->interrupted : status_of(wstatus);
   return 0;
 }

@@ -79,6 +79,17 @@ reducescatter-average-undivided|hvd/fusion.c|s#if (cs == COLL_OK \&\& r->op == H
 reducescatter-remainder-at-end|hvd/fusion.c|s#+ ((size_t)j < r->count % (size_t)N);#+ ((size_t)j >= (size_t)N - r->count % (size_t)N);#|test_hvd_alltoall_reducescatter
 alltoall-counts-own-splits|hvd/fusion.c|s#for (int j = 0; j < N; j++) total += recv\[j\];#for (int j = 0; j < N; j++) total += r->splits[j];#|test_hvd_alltoall_reducescatter
 grouped-first-member-only|hvd/fusion.c|s#size_t parts = r->nmembers ? r->nmembers : 1;#size_t parts = 1;#|test_hvd_alltoall_reducescatter
+hvdrun-signal-no-sigkill|launcher/supervise.c|s#^  kill(-pid, SIGKILL);#  kill(-pid, SIGTERM);#|test_hvdrun_signals.sh
+hvdrun-guard-never-acts|launcher/children.c|s#  if (r == 1) _exit(0);#  _exit(0);#|test_hvdrun_signals.sh
+hvdrun-orphans-not-reaped|launcher/children.c|s#waitpid(-pid, &st, 0)#waitpid(pid, \&st, 0)#|test_hvdrun_signals.sh
+hvdrun-discovery-signals-uncaught|launcher/elastic.c|s#^  hvdrun_signals_catch(&saved);#  hvdrun_signals_catch(\&saved); hvdrun_signals_restore(\&saved);#|test_hvdrun_signals.sh
+elastic-max-np-off-by-one|launcher/elastic.c|s#np > o->max_np) np = o->max_np;#np > o->max_np + 1) np = o->max_np;#|test_hvdrun_elastic_hosts.sh
+elastic-all-hosts-passed|launcher/elastic.c|s#^  hvdrun_hosts_keep_slots(&o->hosts, np);##|test_hvdrun_elastic_hosts.sh
+hosts-leading-dash-accepted|launcher/hosts.c|s#255 .. s\[0\] == '-') return 0;#255) return 0;#|test_hvdrun_errors.sh
+slurm-leading-dash-accepted|launcher/slurm.c|s# .. names.v\[i\]\[0\] == '-')#)#|test_slurm_nodelist.sh
+slurm-short-task-list-accepted|launcher/slurm.c|s#return \*n == max ? 0 : -2;#return *n <= max ? 0 : -2;#|test_slurm_nodelist.sh
+hvdrun-version-signal-ignored|launcher/command.c|s#    if ((sig = hvdrun_signal_take()) != 0) break;#    (void)0;#|test_hvdrun_signals.sh
+hvdrun-version-no-timeout|launcher/command.c|s#    if (left <= 0) {#    if (0) {#|test_hvdrun_signals.sh
 EOF
 )
 

@@ -41,6 +41,7 @@ pooled=(
   test_hvd_alltoall_reducescatter test_hvd_join test_hvd_shard test_hvd_timeline test_hvd_init
   test_grad_buckets test_coll_hierarchical test_nn_models test_hvd_hello.sh
   test_hvdrun_hello.sh test_hvdrun_check_build.sh test_dependency_cycles.sh
+  test_hvdrun_signals.sh test_hvdrun_elastic_hosts.sh
   test_train_tensorboard.sh test_fuzz_regressions.sh test_hvdrun_errors.sh
   test_slurm_nodelist.sh test_nn_conv_winograd test_nn_gradcheck test_nn_layers_torch
   test_nn_model_home test_nn_model_safetensors test_nn_model_step test_nn_optim

@@ -60,6 +60,10 @@ expect_error 2 "--mca orte_x: MCA parameters are OpenMPI's" \
   "$hvdrun" --mpi mpich --dry-run --mca orte_x 1 -np 1 /bin/true
 expect_error 2 "-H 'a:2,b:x': malformed host 'b:x'" "$hvdrun" -H a:2,b:x /bin/true
 expect_error 2 "-H 'a:0': malformed host 'a:0'" "$hvdrun" -H a:0 /bin/true
+# A host name beginning with '-' would reach ssh as an option (issue 39, item 7).
+expect_error 2 "-H '-np:2': malformed host '-np:2': expected 'host' or 'host:slots' separated by commas, with slots a positive integer up to 1000000 and host names of at most 255 letters, digits, '-', '.', '_', not beginning with '-'" \
+  "$hvdrun" -H -np:2 /bin/true
+expect_error 2 "-H 'a:1,--mca:1': malformed host '--mca:1'" "$hvdrun" -H a:1,--mca:1 /bin/true
 
 # More ranks than slots, unless --oversubscribe.
 expect_error 2 "-np 5 is more than the 4 slots available (nodeA:2,nodeB:2)" \
@@ -89,6 +93,13 @@ bad_line "nodeB:2 slots=3" "nodeB:2 slots=3"
 bad_line "nodeB cpus=4" "nodeB cpus=4"
 bad_line "node/B" "node/B"
 bad_line "nodeB slots" "nodeB slots"
+bad_line "-np:2" "-np:2"
+bad_line "--mca slots=1" "--mca slots=1"
+# ... and so is a line of a discovery script's output, named by its number.
+printf '#!/bin/sh\nprintf "a:1\\nb:2\\n-np:2\\n"\n' > "$tmp/discover2.sh"
+chmod +x "$tmp/discover2.sh"
+expect_error 1 "the output of --host-discovery-script '$tmp/discover2.sh' line 3: malformed entry '-np:2'" \
+  env HVD_MPIRUN=/bin/true "$hvdrun" --mpi openmpi --host-discovery-script "$tmp/discover2.sh" /bin/true
 expect_error 2 "cannot open hostfile '$tmp/none': No such file or directory" \
   "$hvdrun" --hostfile "$tmp/none" /bin/true
 printf '# nothing\n\n' > "$tmp/empty"
