@@ -176,11 +176,30 @@ coll_status_t coll_alltoallv(coll_transport_t *t, const void *sendbuf,
                              const size_t *sendcounts, void *recvbuf,
                              const size_t *recvcounts, coll_dtype_t dtype);
 
+/* The split of a two-level (hierarchical) allreduce: how count elements are cut among
+   the local_size ranks of a host. One layout for the host path below and the device
+   path (hvd/device.c: NCCL's reduce-scatter and allgather take equal counts): every
+   local rank has a shard of per_rank = count / local_size elements at offset =
+   local_rank * per_rank; the remainder (count % local_size elements, from
+   remainder_offset = local_size * per_rank) belongs to the last local rank
+   (remainder_root), right after its shard. So each rank allreduces one contiguous range
+   across hosts, [offset, offset + cross_count), and the ranges cover the buffer in
+   local rank order. Returns 0 (p untouched) on invalid arguments, else 1. */
+typedef struct {
+  size_t per_rank, offset;
+  size_t remainder, remainder_offset;
+  int remainder_root;
+  size_t cross_count;
+} coll_hierarchical_split_t;
+int coll_hierarchical_split(size_t count, int local_size, int local_rank,
+                            coll_hierarchical_split_t *p);
+
 /* Hierarchical allreduce across hosts: local is the transport among the ranks of this
    host (local rank = local->rank), cross the transport among the ranks of every host
    that have the same local rank. Intra-host reduce-scatter, cross-host allreduce of the
-   segment each rank holds, intra-host allgather. Results equal the flat ring's exactly
-   for integer-valued inputs. Requires the same local size on every host. */
+   range each rank holds (coll_hierarchical_split), intra-host allgather. Results equal
+   the flat ring's exactly for integer-valued inputs. Requires the same local size on
+   every host. */
 coll_status_t coll_hierarchical_allreduce(coll_transport_t *local, coll_transport_t *cross,
                                           const void *sendbuf, void *recvbuf, size_t count,
                                           coll_dtype_t dtype, coll_op_t op);
