@@ -51,7 +51,6 @@ typedef enum {
 } hvd_kind_t;
 
 const char *hvd_kind_name(hvd_kind_t k);           /* "allreduce", ...               */
-const char *hvd_kind_event(hvd_kind_t k);          /* "ALLREDUCE", ... (timeline)    */
 const char *hvd_dtype_name(hvd_dtype_t d);         /* "float32", ...                 */
 const char *hvd_op_name(hvd_op_t op);              /* "sum", ...                     */
 
