@@ -19,7 +19,6 @@
 #include "util/plugin.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 
@@ -33,13 +32,8 @@ static char no_info[1450];        /* the same with "; running on CPU" (nn_cuda_i
 static pthread_mutex_t tf32_mu = PTHREAD_MUTEX_INITIALIZER;
 static int tf32_wanted = -1;
 
-static void set_reason(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void set_reason(const char *fmt, ...) {
-  char why[1200];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, sizeof why, fmt, ap);   /* a long path is cut: the message stays whole */
-  va_end(ap);
+/* Words why the backend is not loaded as nn_cuda_reason and nn_cuda_info say it. */
+static void set_reason(const char *why) {
   snprintf(no_reason, sizeof no_reason, "CUDA: nn's CUDA backend %s could not be loaded (%s)",
            NN_CUDA_PLUGIN_SONAME, why);
   snprintf(no_info, sizeof no_info, "%s; running on CPU", no_reason);
@@ -64,7 +58,7 @@ static void load(void) {
   char why[1200];
   const nn_cuda_plugin_t *t = util_plugin_load(&spec, why, sizeof why);
   if (t == NULL) {
-    set_reason("%s", why);
+    set_reason(why);
     return;
   }
   pthread_mutex_lock(&tf32_mu);
