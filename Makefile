@@ -8,8 +8,9 @@
 # Layout of outputs:
 #   build/libnn.a             nn/*.c
 #   build/libhvd.a            hvd/*.c + collectives/*.c
-#   build/libutil.a           util/*.c: the programs' flag parser (util/ has no dependency;
-#                             its headers, e.g. util/clock.h, are usable everywhere)
+#   build/libutil.a           util/*.c: the programs' flag parser and the backend loader
+#                             (util/ has no dependency; its headers, e.g. util/clock.h, are
+#                             usable everywhere)
 #   build/hvd.pc              pkg-config file for user programs (the static libraries)
 #   build/lib/                libhvd.so, libnn.so (and in a CUDA build their CUDA halves
 #                             libhvd_cuda.so, libnn_cuda.so): the shared libraries of
@@ -124,9 +125,11 @@ HWLOC_LDFLAGS := $(shell pkg-config --libs hwloc 2>/dev/null || echo -lhwloc)
 CFLAGS  += $(MPI_CFLAGS) $(BLAS_CFLAGS) $(ZLIB_CFLAGS)
 LDLIBS  := $(MPI_LDFLAGS) $(BLAS_LDFLAGS) $(ZLIB_LDFLAGS) -lm -lpthread
 
-# The loaders of the CUDA backends (nn/cuda_loader.c, hvd/device_loader.c) and the
-# backends' entry points (nn/cuda/plugin.c, hvd/device_plugin.c) belong to the shared
-# libraries alone (see "shared libraries" below): the static ones link CUDA directly.
+# The loaders of the CUDA backends (nn/cuda_loader.c, hvd/device_loader.c, both on
+# util/plugin.c) and the backends' entry points (nn/cuda/plugin.c, hvd/device_plugin.c)
+# belong to the shared libraries alone (see "shared libraries" below): the static ones
+# link CUDA directly.
+UTIL_PLUGIN_SRC := util/plugin.c
 NN_LOADER_SRC  := nn/cuda_loader.c
 NN_PLUGIN_SRC  := nn/cuda/plugin.c
 HVD_LOADER_SRC := hvd/device_loader.c
@@ -267,9 +270,11 @@ so_file    = $(SHLIB)/lib$(1).so.$(VERSION)
 LIBHVD_SO := $(call so_file,hvd)
 LIBNN_SO  := $(call so_file,nn)
 ifeq ($(USE_CUDA),1)
-  LIBHVD_SO_OBJS   := $(call obj,$(filter-out $(HVD_DEVICE_SRC),$(HVD_SRC)) $(HVD_LOADER_SRC))
+  LIBHVD_SO_OBJS   := $(call obj,$(filter-out $(HVD_DEVICE_SRC),$(HVD_SRC)) $(HVD_LOADER_SRC) \
+                        $(UTIL_PLUGIN_SRC))
   HVD_CUDA_SO_OBJS := $(call obj,$(HVD_DEVICE_SRC) $(HVD_PLUGIN_SRC)) $(call cuobj,$(HVD_CU_SRC))
-  LIBNN_SO_OBJS    := $(call obj,$(filter-out nn/cuda/%,$(NN_SRC)) $(NN_LOADER_SRC))
+  LIBNN_SO_OBJS    := $(call obj,$(filter-out nn/cuda/%,$(NN_SRC)) $(NN_LOADER_SRC) \
+                        $(UTIL_PLUGIN_SRC))
   NN_CUDA_SO_OBJS  := $(call obj,$(filter nn/cuda/%,$(NN_SRC)) $(NN_PLUGIN_SRC)) $(call cuobj,$(NN_CU_SRC))
   CUDA_BACKENDS    := $(call so_file,hvd_cuda) $(call so_file,nn_cuda)
   CUDA_SO_LDLIBS   ?= -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudnn -lcublas -lcublasLt \

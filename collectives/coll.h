@@ -74,8 +74,18 @@ typedef struct {
      coll_transport_abort or when the interrupt hook says so, and COLL_ERR_PEER_LOST
      when the transport can tell (the MPI transport: peer_timeout_s without progress). */
   coll_status_t (*wait)(coll_transport_t *t, coll_request_t *req);
+  /* Give up on a started request without waiting for it (the algorithms' error paths:
+     after a failure the peer may never complete it, and waiting would hang). A receive
+     no longer writes into its buffer; a send's buffer may still be read, so the caller
+     keeps it alive if it can. NULL: the request is waited for instead, which suits only
+     a transport whose requests always complete. */
+  void (*abandon)(coll_transport_t *t, coll_request_t *req);
+  /* Releases t and its impl; coll_transport_destroy has freed the scratch already. */
   void (*destroy)(coll_transport_t *t);
 } coll_transport_ops_t;
+
+/* Slots of a transport's scratch memory (see struct coll_transport). */
+#define COLL_SCRATCH_SLOTS 2
 
 struct coll_transport {
   int rank;
@@ -98,9 +108,15 @@ struct coll_transport {
      one MPI_COMM_TYPE_SHARED group). A message is then copied by the receiving rank's
      own core, so the ring's pipeline overlaps nothing (see coll_set_one_chunk_bytes). */
   int one_host;
+  /* Memory the algorithms reuse across calls (coll_temp_get), so the hot path does not
+     malloc (and page-fault) per call; every transport has it, zeroed at creation, and
+     coll_transport_destroy frees it. */
+  void *scratch[COLL_SCRATCH_SLOTS];
+  size_t scratch_bytes[COLL_SCRATCH_SLOTS];
   char error[256];
 };
 
+/* Frees the scratch memory, then the transport (ops->destroy). */
 void coll_transport_destroy(coll_transport_t *t);
 /* Makes every wait of t, now and later, give up with COLL_ERR_CANCELLED. Safe from any
    thread (a watchdog ending a collective the waiting thread is stuck in). */
@@ -160,11 +176,30 @@ coll_status_t coll_alltoallv(coll_transport_t *t, const void *sendbuf,
                              const size_t *sendcounts, void *recvbuf,
                              const size_t *recvcounts, coll_dtype_t dtype);
 
+/* The split of a two-level (hierarchical) allreduce: how count elements are cut among
+   the local_size ranks of a host. One layout for the host path below and the device
+   path (hvd/device.c: NCCL's reduce-scatter and allgather take equal counts): every
+   local rank has a shard of per_rank = count / local_size elements at offset =
+   local_rank * per_rank; the remainder (count % local_size elements, from
+   remainder_offset = local_size * per_rank) belongs to the last local rank
+   (remainder_root), right after its shard. So each rank allreduces one contiguous range
+   across hosts, [offset, offset + cross_count), and the ranges cover the buffer in
+   local rank order. Returns 0 (p untouched) on invalid arguments, else 1. */
+typedef struct {
+  size_t per_rank, offset;
+  size_t remainder, remainder_offset;
+  int remainder_root;
+  size_t cross_count;
+} coll_hierarchical_split_t;
+int coll_hierarchical_split(size_t count, int local_size, int local_rank,
+                            coll_hierarchical_split_t *p);
+
 /* Hierarchical allreduce across hosts: local is the transport among the ranks of this
    host (local rank = local->rank), cross the transport among the ranks of every host
    that have the same local rank. Intra-host reduce-scatter, cross-host allreduce of the
-   segment each rank holds, intra-host allgather. Results equal the flat ring's exactly
-   for integer-valued inputs. Requires the same local size on every host. */
+   range each rank holds (coll_hierarchical_split), intra-host allgather. Results equal
+   the flat ring's exactly for integer-valued inputs. Requires the same local size on
+   every host. */
 coll_status_t coll_hierarchical_allreduce(coll_transport_t *local, coll_transport_t *cross,
                                           const void *sendbuf, void *recvbuf, size_t count,
                                           coll_dtype_t dtype, coll_op_t op);

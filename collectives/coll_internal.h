@@ -46,19 +46,12 @@ int coll_copy_avx2_supported(void);
 void coll_reduce3(void *out, const void *a, const void *b, size_t count,
                   coll_dtype_t dtype, coll_op_t op);
 
-/* Every transport written here keeps this at the start of its impl: a scratch buffer
-   reused across calls, so the hot path does not malloc (and page-fault) per call.
-   coll_scratch returns NULL for transports that are not ours (caller then mallocs).
-   Two slots, so the ring's staging (COLL_SCRATCH_STAGING) and a caller's full-size work
-   buffer (COLL_SCRATCH_WORK) can be live at once. */
-enum { COLL_SCRATCH_STAGING = 0, COLL_SCRATCH_WORK = 1, COLL_SCRATCH_SLOTS = 2 };
-typedef struct {
-  void *scratch[COLL_SCRATCH_SLOTS];
-  size_t scratch_bytes[COLL_SCRATCH_SLOTS];
-} coll_scratch_t;
-int coll_transport_is_ours(const coll_transport_t *t);
+/* The slots of t->scratch: the ring's staging (COLL_SCRATCH_STAGING) and a caller's
+   full-size work buffer (COLL_SCRATCH_WORK) can be live at once. */
+enum { COLL_SCRATCH_STAGING = 0, COLL_SCRATCH_WORK = 1 };
+_Static_assert(COLL_SCRATCH_WORK < COLL_SCRATCH_SLOTS, "a scratch slot too many");
+/* t->scratch[slot], grown to at least bytes (64-byte aligned); NULL when out of memory. */
 void *coll_scratch(coll_transport_t *t, int slot, size_t bytes);
-void coll_scratch_free(coll_scratch_t *s);
 
 /* Temporary memory for one call: the transport's scratch when possible, else malloc.
    coll_temp_release frees only what coll_temp_get malloc'ed. */
@@ -69,22 +62,14 @@ typedef struct {
 coll_status_t coll_temp_get(coll_transport_t *t, int slot, size_t bytes, coll_temp_t *tmp);
 void coll_temp_release(coll_temp_t *tmp);
 
-/* Gives up on a started request without waiting for it (error paths: after a failure
-   the peer may never complete it, and waiting would hang). A receive will no longer
-   write into its buffer; a send's buffer may still be read by the transport, so the
-   caller keeps it alive if it can. For transports that are not ours this waits. */
+/* Gives up on a started request without waiting for it: t->ops->abandon, or a wait
+   for a transport without one (coll.h says when which). */
 void coll_abandon(coll_transport_t *t, coll_request_t *req);
 /* Receives rbytes from `from` into rbuf while sending sbytes of sbuf to `to`, with one
    tag, and waits for both; on a failure it abandons what was started (never waits for a
    receive whose partner's send failed) and returns the failure. */
 coll_status_t coll_sendrecv(coll_transport_t *t, int to, const void *sbuf, size_t sbytes,
                             int from, void *rbuf, size_t rbytes, int tag);
-void coll_inproc_abandon(coll_transport_t *t, coll_request_t *req);
-void coll_mpi_abandon(coll_transport_t *t, coll_request_t *req);
-
-/* The transport ops, so coll_transport_is_ours can recognise them. */
-extern const coll_transport_ops_t coll_inproc_ops;
-extern const coll_transport_ops_t coll_mpi_ops;
 
 /* The ring engine (ring_allreduce.c) behind allreduce, reduce-scatter and allgatherv.
    The buffer is cut into nseg = t->size segments (offsets/counts in elements). At step

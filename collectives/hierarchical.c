@@ -15,7 +15,22 @@
           a0, b0 hold sum(seg0)  a1, b1 hold sum(seg1)
      3. intra-host allgather: every rank gets seg0 and seg1 of the full sum.
 
-   The segments use the ring's split (count / L each, the first count % L one longer).
+   The segments are coll_hierarchical_split's, the layout the device path (hvd/device.c)
+   issues as NCCL calls too:
+
+   count = 11, L = 4: per_rank = 2, remainder = 3 (owned by local rank L-1 = 3)
+
+       element     0 1 | 2 3 | 4 5 | 6 7 | 8 9 10
+       shard of    l0  | l1  | l2  | l3  | l3 (remainder)
+       NCCL        reduce-scatter (2 each)  | reduce to l3, later broadcast from l3
+       host ring   reduce-scatter of the counts 2, 2, 2, 5
+       cross-host  l0: [0,2) l1: [2,4) l2: [4,6) l3: [6,11)   (one contiguous range each)
+
+   The remainder goes to the last local rank because its shard ends where the remainder
+   begins: one contiguous range per rank, no padding, and NCCL's equal-count
+   reduce-scatter covers the shards. Every rank of a cross group has the same local
+   rank, hence the same range length.
+
    For integer-valued inputs every partial sum is exact, so the result equals the flat
    ring's bit for bit; for general floats only the order of additions differs. */
 #include "collectives/coll.h"
@@ -38,6 +53,20 @@ static coll_status_t from_cross(coll_transport_t *local, coll_transport_t *cross
   if (s != COLL_OK)
     snprintf(local->error, sizeof local->error, "cross-host allreduce: %.220s", cross->error);
   return s;
+}
+
+int coll_hierarchical_split(size_t count, int local_size, int local_rank,
+                            coll_hierarchical_split_t *p)
+{
+  if (p == NULL || local_size <= 0 || local_rank < 0 || local_rank >= local_size) return 0;
+  size_t L = (size_t)local_size;
+  p->per_rank = count / L;
+  p->offset = (size_t)local_rank * p->per_rank;
+  p->remainder_offset = L * p->per_rank;
+  p->remainder = count - p->remainder_offset;
+  p->remainder_root = local_size - 1;
+  p->cross_count = p->per_rank + (local_rank == p->remainder_root ? p->remainder : 0);
+  return 1;
 }
 
 coll_status_t coll_hierarchical_allreduce(coll_transport_t *local, coll_transport_t *cross,
@@ -70,12 +99,13 @@ coll_status_t coll_hierarchical_allreduce(coll_transport_t *local, coll_transpor
              "coll_hierarchical_allreduce: out of memory for %d counts", L);
     return COLL_ERR_NO_MEMORY;
   }
-  size_t offset = 0;
+  coll_hierarchical_split_t split;
   for (int r = 0; r < L; r++) {
-    counts[r] = count / (size_t)L + ((size_t)r < count % (size_t)L ? 1 : 0);
-    if (r < l) offset += counts[r];
+    (void)coll_hierarchical_split(count, L, r, &split);   /* 0 <= r < L: valid */
+    counts[r] = split.cross_count;
   }
-  size_t mine = counts[l];
+  (void)coll_hierarchical_split(count, L, l, &split);
+  size_t offset = split.offset, mine = split.cross_count;
 
   /* Out of place, this rank's segment of recvbuf is free until the allgather fills the
      rest, so it can hold the segment in between. In place, the reduce-scatter still

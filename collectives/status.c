@@ -76,7 +76,13 @@ coll_status_t coll_check_dtype_op(coll_transport_t *t, coll_dtype_t dtype, coll_
 }
 
 void coll_transport_destroy(coll_transport_t *t) {
-  if (t && t->ops && t->ops->destroy) t->ops->destroy(t);
+  if (!t) return;
+  for (int i = 0; i < COLL_SCRATCH_SLOTS; i++) {
+    free(t->scratch[i]);
+    t->scratch[i] = NULL;
+    t->scratch_bytes[i] = 0;
+  }
+  if (t->ops && t->ops->destroy) t->ops->destroy(t);
 }
 
 void coll_transport_abort(coll_transport_t *t) {
@@ -108,31 +114,18 @@ coll_status_t coll_wait_check(coll_transport_t *t, int peer, const char *what, s
   return COLL_OK;
 }
 
-int coll_transport_is_ours(const coll_transport_t *t) {
-  return t && t->impl && (t->ops == &coll_inproc_ops || t->ops == &coll_mpi_ops);
-}
-
 void *coll_scratch(coll_transport_t *t, int slot, size_t bytes) {
-  if (!coll_transport_is_ours(t) || slot < 0 || slot >= COLL_SCRATCH_SLOTS) return NULL;
-  coll_scratch_t *s = (coll_scratch_t *)t->impl;
+  if (!t || slot < 0 || slot >= COLL_SCRATCH_SLOTS) return NULL;
   if (bytes == 0) bytes = 1;
-  if (s->scratch_bytes[slot] < bytes) {
+  if (t->scratch_bytes[slot] < bytes) {
     void *p = NULL;
     /* 64-byte aligned so the vector loops run on aligned staging memory. */
     if (posix_memalign(&p, 64, bytes) != 0) return NULL;
-    free(s->scratch[slot]);
-    s->scratch[slot] = p;
-    s->scratch_bytes[slot] = bytes;
+    free(t->scratch[slot]);
+    t->scratch[slot] = p;
+    t->scratch_bytes[slot] = bytes;
   }
-  return s->scratch[slot];
-}
-
-void coll_scratch_free(coll_scratch_t *s) {
-  for (int i = 0; i < COLL_SCRATCH_SLOTS; i++) {
-    free(s->scratch[i]);
-    s->scratch[i] = NULL;
-    s->scratch_bytes[i] = 0;
-  }
+  return t->scratch[slot];
 }
 
 coll_status_t coll_temp_get(coll_transport_t *t, int slot, size_t bytes, coll_temp_t *tmp) {
@@ -156,9 +149,8 @@ void coll_temp_release(coll_temp_t *tmp) {
 
 void coll_abandon(coll_transport_t *t, coll_request_t *req) {
   if (!t || !req) return;
-  if (t->ops == &coll_inproc_ops) coll_inproc_abandon(t, req);
-  else if (t->ops == &coll_mpi_ops) coll_mpi_abandon(t, req);
-  else t->ops->wait(t, req);
+  if (t->ops->abandon) t->ops->abandon(t, req);
+  else (void)t->ops->wait(t, req);   /* its own failure is not the one being reported */
 }
 
 coll_status_t coll_sendrecv(coll_transport_t *t, int to, const void *sbuf, size_t sbytes,

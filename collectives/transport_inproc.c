@@ -42,7 +42,6 @@ typedef struct {
 } inproc_world_t;
 
 typedef struct {
-  coll_scratch_t scratch; /* must come first: see coll_internal.h */
   inproc_world_t *world;
 } inproc_impl_t;
 
@@ -238,7 +237,7 @@ static coll_status_t inproc_wait(coll_transport_t *t, coll_request_t *req) {
   memcpy(req, &q, sizeof q);
   return s;
 }
-void coll_inproc_abandon(coll_transport_t *t, coll_request_t *req) {
+static void inproc_abandon(coll_transport_t *t, coll_request_t *req) {
   if (!req) return;
   inproc_req_t q;
   REQ_LOAD(q, req);
@@ -248,14 +247,17 @@ void coll_inproc_abandon(coll_transport_t *t, coll_request_t *req) {
 
 static void inproc_destroy(coll_transport_t *t) {
   if (!t) return;
-  inproc_impl_t *impl = t->impl;
-  if (impl) coll_scratch_free(&impl->scratch);
-  free(impl);
+  free(t->impl);
   free(t);
 }
 
-const coll_transport_ops_t coll_inproc_ops = {inproc_isend, inproc_irecv, inproc_wait,
-                                              inproc_destroy};
+static const coll_transport_ops_t inproc_ops = {
+    .isend = inproc_isend,
+    .irecv = inproc_irecv,
+    .wait = inproc_wait,
+    .abandon = inproc_abandon,
+    .destroy = inproc_destroy,
+};
 
 typedef struct {
   coll_transport_t *t;
@@ -309,7 +311,7 @@ coll_status_t coll_inproc_run(int size, coll_rank_fn fn, void *arg) {
     impl->world = &w;
     t->rank = r;
     t->size = size;
-    t->ops = &coll_inproc_ops;
+    t->ops = &inproc_ops;
     t->impl = impl;
     t->lost_peer = -1;
     coll_progress(t);
@@ -333,7 +335,7 @@ coll_status_t coll_inproc_run(int size, coll_rank_fn fn, void *arg) {
 out:
   if (th)
     for (int r = 0; r < size; r++)
-      if (th[r].t) inproc_destroy(th[r].t);
+      if (th[r].t) coll_transport_destroy(th[r].t);
   while (w.unexpected) {
     inproc_msg_t *m = w.unexpected;
     w.unexpected = m->next;

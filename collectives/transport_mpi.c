@@ -20,7 +20,6 @@
 #define MPI_BLOCK_BYTES ((size_t)1 << 20)
 
 typedef struct {
-  coll_scratch_t scratch; /* must come first: see coll_internal.h */
   MPI_Comm comm;
   MPI_Datatype block; /* MPI_BLOCK_BYTES contiguous bytes */
 } mpi_impl_t;
@@ -187,7 +186,7 @@ static coll_status_t mpi_wait(coll_transport_t *t, coll_request_t *req) {
   memcpy(req, &q, sizeof q);
   return s;
 }
-void coll_mpi_abandon(coll_transport_t *t, coll_request_t *req) {
+static void mpi_abandon(coll_transport_t *t, coll_request_t *req) {
   (void)t;
   if (!req) return;
   mpi_req_t q;
@@ -207,13 +206,18 @@ static void mpi_destroy(coll_transport_t *t) {
       if (impl->block != MPI_DATATYPE_NULL) MPI_Type_free(&impl->block);
       if (impl->comm != MPI_COMM_NULL) MPI_Comm_free(&impl->comm);
     }
-    coll_scratch_free(&impl->scratch);
     free(impl);
   }
   free(t);
 }
 
-const coll_transport_ops_t coll_mpi_ops = {mpi_isend, mpi_irecv, mpi_wait, mpi_destroy};
+static const coll_transport_ops_t mpi_ops = {
+    .isend = mpi_isend,
+    .irecv = mpi_irecv,
+    .wait = mpi_wait,
+    .abandon = mpi_abandon,
+    .destroy = mpi_destroy,
+};
 
 coll_status_t coll_transport_mpi_create(const void *mpi_comm, coll_transport_t **out) {
   if (!out) return COLL_ERR_ARG;
@@ -231,7 +235,7 @@ coll_status_t coll_transport_mpi_create(const void *mpi_comm, coll_transport_t *
   }
   impl->comm = MPI_COMM_NULL;
   impl->block = MPI_DATATYPE_NULL;
-  t->ops = &coll_mpi_ops;
+  t->ops = &mpi_ops;
   t->impl = impl;
   t->lost_peer = -1;
   t->last_progress_s = util_now_s();

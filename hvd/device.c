@@ -12,7 +12,8 @@
    With NCCL (HVD_WITH_NCCL):
    - flat (the default): one communicator over the world; AVERAGE is ncclAvg.
    - hierarchical (hvd_g.hierarchical: HVD_HIERARCHICAL_ALLREDUCE=1 and several hosts of
-     equal size), Horovod's NCCLHierarchicalAllreduce, with the layout of hvd/shard.c:
+     equal size), Horovod's NCCLHierarchicalAllreduce, with the layout of
+     coll_hierarchical_split (collectives/coll.h), the host path's too:
 
        1. NCCL reduce-scatter over this host's ranks (a second communicator, "local"):
           local rank l holds the host's sum of its shard [l*per, (l+1)*per); the last
@@ -479,8 +480,8 @@ static hvd_status_t hierarchical_allreduce(const void *src, void *dst, size_t co
                                            hvd_dtype_t dtype, hvd_op_t op,
                                            ncclDataType_t t, ncclRedOp_t o, char *msg,
                                            size_t len) {
-  hvd_shard_plan_t p;
-  if (!hvd_shard_plan(count, hvd_g.local_size, hvd_g.local_rank, &p)) {
+  coll_hierarchical_split_t p;
+  if (!coll_hierarchical_split(count, hvd_g.local_size, hvd_g.local_rank, &p)) {
     snprintf(msg, len, "rank %d: local rank %d of %d is not a valid shard layout",
              hvd_g.rank, hvd_g.local_rank, hvd_g.local_size);
     return HVD_ERR_BACKEND;
@@ -546,8 +547,8 @@ static hvd_status_t device_allreduce(struct hvd_request **reqs, int n, char *msg
      one's: shard + remainder), so that every rank grows it at the same response. */
   size_t staging_bytes = 0;
   if (hier) {
-    hvd_shard_plan_t p;
-    if (hvd_shard_plan(total, hvd_g.local_size, hvd_g.local_size - 1, &p))
+    coll_hierarchical_split_t p;
+    if (coll_hierarchical_split(total, hvd_g.local_size, hvd_g.local_size - 1, &p))
       staging_bytes = p.cross_count * es;
   }
 #else

@@ -18,17 +18,14 @@
    started on that thread (catch_up) before the thread makes its first call into it. */
 #ifdef HVD_WITH_CUDA
 #include "hvd/device_plugin.h"
+#include "util/plugin.h"
 
-#include <dlfcn.h>
-#include <limits.h>
 #include <link.h>
 #include <stddef.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
 static const hvd_device_plugin_t *_Atomic backend;   /* NULL: not (yet) loaded    */
@@ -80,75 +77,33 @@ static int cuda_in_process(void) {
   return s.found;
 }
 
-/* Where the backend is: next to this libhvd.so (make install puts it there), else
-   wherever the dynamic loader finds its soname (LD_LIBRARY_PATH, ld.so.cache); tried
-   gets the path next to it when it is not there ("" when this library's own path is
-   unknown), for the message. */
-static void backend_path(char *path, size_t len, char *tried, size_t tried_len) {
-  Dl_info self;
-  tried[0] = '\0';
-  if (dladdr(&load_mu, &self) != 0 && self.dli_fname != NULL) {
-    const char *slash = strrchr(self.dli_fname, '/');
-    if (slash != NULL) {
-      int n = snprintf(path, len, "%.*s/%s", (int)(slash - self.dli_fname), self.dli_fname,
-                       HVD_DEVICE_PLUGIN_SONAME);
-      if (n > 0 && (size_t)n < len && access(path, F_OK) == 0) return;
-      snprintf(tried, tried_len, "%s", path);
-    }
-  }
-  snprintf(path, len, "%s", HVD_DEVICE_PLUGIN_SONAME);
-}
-
 /* The operations this file's hvd_device_ops forwards (allreduce and broadcast, as
    device.c's table has them): a backend whose table differs is of another build. */
-static int same_operations(const hvd_backend_ops_t *o) {
+static int same_operations(const void *table) {
+  const hvd_backend_ops_t *o = ((const hvd_device_plugin_t *)table)->ops;
   return o != NULL && o->allreduce != NULL && o->broadcast != NULL && o->allgather == NULL &&
          o->barrier == NULL && o->alltoall == NULL && o->reducescatter == NULL;
 }
 
-/* Writes why the load failed into load_error (a long path is cut, the message stays). */
-static void set_load_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void set_load_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(load_error, sizeof load_error, fmt, ap);
-  va_end(ap);
+static const void *call_entry(void *sym) {
+  return ((hvd_device_plugin_fn)sym)();   /* POSIX: dlsym's object is the function */
 }
 
-/* Opens the backend and checks its table; NULL with load_error filled when it fails. */
+/* Opens the backend (next to this libhvd.so, make install puts it there, else wherever
+   the dynamic loader finds it) and checks its table; NULL with load_error filled. */
 static const hvd_device_plugin_t *open_backend(void) {
-  char path[PATH_MAX], tried[PATH_MAX];
-  backend_path(path, sizeof path, tried, sizeof tried);
-  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    const char *e = dlerror();
-    set_load_error("%s%s%s", e ? e : path, tried[0] ? "; nor is it at " : "", tried);
-    return NULL;
-  }
-  const hvd_device_plugin_t *t = NULL;
-  void *sym = dlsym(lib, HVD_DEVICE_PLUGIN_SYMBOL);
-  if (sym == NULL) {
-    const char *e = dlerror();
-    set_load_error("%s: %s", path, e ? e : "no " HVD_DEVICE_PLUGIN_SYMBOL);
-  } else {
-    hvd_device_plugin_fn entry = (hvd_device_plugin_fn)sym;   /* POSIX: the function */
-    t = entry();
-    if (t == NULL || t->abi != HVD_DEVICE_PLUGIN_ABI || t->size != sizeof(hvd_device_plugin_t) ||
-        !same_operations(t->ops)) {
-      set_load_error("%s is from another build of hvd (its table: version %d, %zu bytes; "
-                     "this libhvd's: %d, %zu; or other device operations): install libhvd "
-                     "and " HVD_DEVICE_PLUGIN_SONAME " from one build", path,
-                     t ? t->abi : -1, t ? t->size : 0, HVD_DEVICE_PLUGIN_ABI,
-                     sizeof(hvd_device_plugin_t));
-      t = NULL;
-    }
-  }
-  if (t == NULL && dlclose(lib) != 0) {
-    /* Unused from here on; one that cannot be unloaded stays mapped, harmlessly. */
-    strncat(load_error, " (and it could not be unloaded)",
-            sizeof load_error - strlen(load_error) - 1);
-  }
-  return t;
+  const util_plugin_spec_t spec = {
+      .anchor = &load_mu,
+      .soname = HVD_DEVICE_PLUGIN_SONAME,
+      .symbol = HVD_DEVICE_PLUGIN_SYMBOL,
+      .call_entry = call_entry,
+      .library = "hvd",
+      .abi = HVD_DEVICE_PLUGIN_ABI,
+      .size = sizeof(hvd_device_plugin_t),
+      .accept = same_operations,
+      .accept_what = "other device operations",
+  };
+  return util_plugin_load(&spec, load_error, sizeof load_error);
 }
 
 /* Loads the backend once (force: even without the driver in the process, for the test

@@ -63,12 +63,6 @@ const char *hvd_kind_name(hvd_kind_t k) {
   return (unsigned)k < HVD_KIND_COUNT ? names[k] : "invalid operation";
 }
 
-const char *hvd_kind_event(hvd_kind_t k) {
-  static const char *names[] = {"ALLREDUCE", "BROADCAST", "ALLGATHER", "BARRIER",
-                                "ALLTOALL", "REDUCESCATTER", "JOIN"};
-  return (unsigned)k < HVD_KIND_COUNT ? names[k] : "UNKNOWN";
-}
-
 const char *hvd_display_name(const char *key, char *buf, size_t len) {
   if (key[0] != HVD_AUTO_KEY_MARK) return key;
   /* "\x01allreduce.3" -> "unnamed allreduce #3" */

@@ -51,7 +51,6 @@ typedef enum {
 } hvd_kind_t;
 
 const char *hvd_kind_name(hvd_kind_t k);           /* "allreduce", ...               */
-const char *hvd_kind_event(hvd_kind_t k);          /* "ALLREDUCE", ... (timeline)    */
 const char *hvd_dtype_name(hvd_dtype_t d);         /* "float32", ...                 */
 const char *hvd_op_name(hvd_op_t op);              /* "sum", ...                     */
 
@@ -388,20 +387,6 @@ hvd_status_t hvd_device_to_half(int device, uint16_t *dst, const float *src, siz
 hvd_status_t hvd_device_from_half(int device, float *dst, const uint16_t *src, size_t n,
                                   float div);
 hvd_status_t hvd_device_sync_compute(int device);   /* waits for the compute stream */
-
-/* shard.c: the layout of a two-level (hierarchical) allreduce of count elements over
-   the local_size ranks of a host. Elements [offset, offset + per_rank) are this rank's
-   shard of the intra-host reduce-scatter; [remainder_offset, count) (count % local_size
-   elements) are reduced to and broadcast from local rank remainder_root = local_size - 1;
-   this rank allreduces [offset, offset + cross_count) across hosts (its shard, plus the
-   remainder on remainder_root: the two are adjacent). Returns 0 on invalid arguments. */
-typedef struct {
-  size_t per_rank, offset;
-  size_t remainder, remainder_offset;
-  int remainder_root;
-  size_t cross_count;
-} hvd_shard_plan_t;
-int hvd_shard_plan(size_t count, int local_size, int local_rank, hvd_shard_plan_t *p);
 
 /* background.c. hvd_background_help: hvd_wait's caller runs the background loop's
    turns itself while req is not done and they make progress (see background.c);

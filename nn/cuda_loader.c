@@ -16,15 +16,11 @@
 #ifdef NN_WITH_CUDA
 #include "nn/cuda_plugin.h"
 #include "nn/model_internal.h"
+#include "util/plugin.h"
 
-#include <dlfcn.h>
-#include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <string.h>
-#include <unistd.h>
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static const nn_cuda_plugin_t *_Atomic backend;   /* NULL: not (yet) loaded */
@@ -36,68 +32,33 @@ static char no_info[1450];        /* the same with "; running on CPU" (nn_cuda_i
 static pthread_mutex_t tf32_mu = PTHREAD_MUTEX_INITIALIZER;
 static int tf32_wanted = -1;
 
-/* Where the backend is: next to this libnn.so (make install puts it there), else
-   wherever the dynamic loader finds its soname (LD_LIBRARY_PATH, ld.so.cache); tried
-   gets the path next to it when it is not there ("" when this library's own path is
-   unknown), for the message. */
-static void backend_path(char *path, size_t len, char *tried, size_t tried_len) {
-  Dl_info self;
-  tried[0] = '\0';
-  if (dladdr(&load_once, &self) != 0 && self.dli_fname != NULL) {
-    const char *slash = strrchr(self.dli_fname, '/');
-    if (slash != NULL) {
-      int n = snprintf(path, len, "%.*s/%s", (int)(slash - self.dli_fname), self.dli_fname,
-                       NN_CUDA_PLUGIN_SONAME);
-      if (n > 0 && (size_t)n < len && access(path, F_OK) == 0) return;
-      snprintf(tried, tried_len, "%s", path);
-    }
-  }
-  snprintf(path, len, "%s", NN_CUDA_PLUGIN_SONAME);
-}
-
-static void set_reason(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void set_reason(const char *fmt, ...) {
-  char why[1200];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, sizeof why, fmt, ap);   /* a long path is cut: the message stays whole */
-  va_end(ap);
+/* Words why the backend is not loaded as nn_cuda_reason and nn_cuda_info say it. */
+static void set_reason(const char *why) {
   snprintf(no_reason, sizeof no_reason, "CUDA: nn's CUDA backend %s could not be loaded (%s)",
            NN_CUDA_PLUGIN_SONAME, why);
   snprintf(no_info, sizeof no_info, "%s; running on CPU", no_reason);
 }
 
+static const void *call_entry(void *sym) {
+  return ((nn_cuda_plugin_fn)sym)();   /* POSIX: dlsym's object is the function */
+}
+
+/* Loads the backend (next to this libnn.so, make install puts it there, else wherever
+   the dynamic loader finds it) and publishes it, or says why not in no_reason. */
 static void load(void) {
-  char path[PATH_MAX], tried[PATH_MAX];
-  backend_path(path, sizeof path, tried, sizeof tried);
-  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    const char *e = dlerror();
-    set_reason("%s%s%s", e ? e : path, tried[0] ? "; nor is it at " : "", tried);
-    return;
-  }
-  void *sym = dlsym(lib, NN_CUDA_PLUGIN_SYMBOL);
-  const nn_cuda_plugin_t *t = NULL;
-  if (sym == NULL) {
-    const char *e = dlerror();
-    set_reason("%s: %s", path, e ? e : "no " NN_CUDA_PLUGIN_SYMBOL);
-  } else {
-    nn_cuda_plugin_fn entry = (nn_cuda_plugin_fn)sym;   /* POSIX: dlsym's object is the function */
-    t = entry();
-    if (t == NULL || t->abi != NN_CUDA_PLUGIN_ABI || t->size != sizeof(nn_cuda_plugin_t)) {
-      char got[128];
-      snprintf(got, sizeof got, "its table: version %d, %zu bytes; this libnn's: %d, %zu",
-               t ? t->abi : -1, t ? t->size : 0, NN_CUDA_PLUGIN_ABI,
-               sizeof(nn_cuda_plugin_t));
-      set_reason("%s is from another build of nn (%s): install libnn and "
-                 NN_CUDA_PLUGIN_SONAME " from one build", path, got);
-      t = NULL;
-    }
-  }
+  const util_plugin_spec_t spec = {
+      .anchor = &load_once,
+      .soname = NN_CUDA_PLUGIN_SONAME,
+      .symbol = NN_CUDA_PLUGIN_SYMBOL,
+      .call_entry = call_entry,
+      .library = "nn",
+      .abi = NN_CUDA_PLUGIN_ABI,
+      .size = sizeof(nn_cuda_plugin_t),
+  };
+  char why[1200];
+  const nn_cuda_plugin_t *t = util_plugin_load(&spec, why, sizeof why);
   if (t == NULL) {
-    /* Unused from here on; a library that cannot be unloaded stays mapped, harmlessly. */
-    if (dlclose(lib) != 0) strncat(no_reason, " (and it could not be unloaded)",
-                                   sizeof no_reason - strlen(no_reason) - 1);
+    set_reason(why);
     return;
   }
   pthread_mutex_lock(&tf32_mu);

@@ -79,8 +79,6 @@ nn_status_t nn_relu_backward_cuda(size_t count, const float *y, const float *dy,
 nn_status_t nn_add_forward_cuda(size_t count, const float *a, const float *b, float *y);
 /* da += dy and db += dy. */
 nn_status_t nn_add_backward_cuda(size_t count, const float *dy, float *da, float *db);
-/* dx += dy (flatten of a non-view, and generic accumulation). */
-nn_status_t nn_accumulate_cuda(size_t count, const float *dy, float *dx);
 /* Max pooling: cuDNN keeps no argmax; backward needs x and y of the forward. */
 nn_status_t nn_maxpool2d_forward_cuda(const nn_pool2d_shape_t *s, const float *x, float *y);
 nn_status_t nn_maxpool2d_backward_cuda(const nn_pool2d_shape_t *s, const float *x,

@@ -78,6 +78,13 @@ hvd-long-name-accepted|hvd/queue.c|s#^    if (n > HVD_NAME_MAX)$#    if (0)#|tes
 reducescatter-average-undivided|hvd/fusion.c|s#if (cs == COLL_OK \&\& r->op == HVD_AVERAGE \&\& mine > 0)#if (0)#|test_hvd_alltoall_reducescatter
 reducescatter-remainder-at-end|hvd/fusion.c|s#+ ((size_t)j < r->count % (size_t)N);#+ ((size_t)j >= (size_t)N - r->count % (size_t)N);#|test_hvd_alltoall_reducescatter
 alltoall-counts-own-splits|hvd/fusion.c|s#for (int j = 0; j < N; j++) total += recv\[j\];#for (int j = 0; j < N; j++) total += r->splits[j];#|test_hvd_alltoall_reducescatter
+transport-abandon-waits|collectives/status.c|s#  if (t->ops->abandon) t->ops->abandon(t, req);#  if (0) t->ops->abandon(t, req);#|test_coll_transport_table
+transport-scratch-unused|collectives/status.c|s#slot >= COLL_SCRATCH_SLOTS) return NULL;#slot >= 0) return NULL;#|test_coll_transport_table
+hier-host-own-split|collectives/hierarchical.c|s#counts\[r\] = split.cross_count;#counts[r] = count / (size_t)L + ((size_t)r < count % (size_t)L);#;s#size_t offset = split.offset, mine = split.cross_count;#size_t offset = 0, mine = counts[l]; for (int r = 0; r < l; r++) offset += counts[r];#|test_coll_hierarchical.sh
+hier-split-remainder-first|collectives/hierarchical.c|s#p->remainder_root = local_size - 1;#p->remainder_root = 0;#|test_coll_hierarchical_split
+plugin-abi-unchecked|util/plugin.c|s#head.abi == spec->abi \&\& ##|test_util_plugin
+plugin-accept-ignored|util/plugin.c|s#spec->accept(t))#1)#|test_util_plugin
+grad-buckets-on-ready-noop|hvd/grad_buckets.c|s#  hvd_grad_buckets_ready((hvd_grad_buckets_t \*)b, ready_from);#  (void)b; (void)ready_from;#|test_grad_buckets
 grouped-first-member-only|hvd/fusion.c|s#size_t parts = r->nmembers ? r->nmembers : 1;#size_t parts = 1;#|test_hvd_alltoall_reducescatter
 hvdrun-signal-no-sigkill|launcher/supervise.c|s#^  kill(-pid, SIGKILL);#  kill(-pid, SIGTERM);#|test_hvdrun_signals.sh
 hvdrun-guard-never-acts|launcher/children.c|s#  if (r == 1) _exit(0);#  _exit(0);#|test_hvdrun_signals.sh

@@ -5,7 +5,8 @@
    (default 2: rank / 2); when the ranks really are on several hosts (network
    namespaces), the hosts come from MPI's shared-memory split. Each case compares the
    hierarchical result with coll_ring_allreduce on the world and with the exactly known
-   answer, bit for bit: the inputs are small integers, so every sum is exact.
+   answer, bit for bit: the inputs are small integers, so every sum is exact; and that
+   each rank's cross-host share is its range of coll_hierarchical_split.
    Started alone (size 1, as tests/run.sh does with every test binary) it checks the
    one-rank paths and the argument errors. */
 #include "collectives/coll.h"
@@ -109,6 +110,87 @@ static void run_case(coll_transport_t *world, coll_transport_t *local,
   free(again); free(send); free(hier); free(flat);
 }
 
+/* The cross transport behind a wrapper that counts the bytes this rank sends over it,
+   so that the test sees how much each rank allreduced across hosts. */
+typedef struct {
+  coll_transport_t *inner;
+  size_t sent;
+} counting_t;
+
+static coll_status_t counted(coll_transport_t *t, coll_status_t s)
+{
+  if (s != COLL_OK) snprintf(t->error, sizeof t->error, "%s", ((counting_t *)t->impl)->inner->error);
+  return s;
+}
+static coll_status_t count_isend(coll_transport_t *t, int peer, const void *buf, size_t bytes,
+                                 int tag, coll_request_t *req)
+{
+  counting_t *c = t->impl;
+  c->sent += bytes;
+  return counted(t, c->inner->ops->isend(c->inner, peer, buf, bytes, tag, req));
+}
+static coll_status_t count_irecv(coll_transport_t *t, int peer, void *buf, size_t bytes,
+                                 int tag, coll_request_t *req)
+{
+  coll_transport_t *in = ((counting_t *)t->impl)->inner;
+  return counted(t, in->ops->irecv(in, peer, buf, bytes, tag, req));
+}
+static coll_status_t count_wait(coll_transport_t *t, coll_request_t *req)
+{
+  coll_transport_t *in = ((counting_t *)t->impl)->inner;
+  return counted(t, in->ops->wait(in, req));
+}
+static void count_abandon(coll_transport_t *t, coll_request_t *req)
+{
+  coll_transport_t *in = ((counting_t *)t->impl)->inner;
+  in->ops->abandon(in, req);
+}
+static void count_destroy(coll_transport_t *t) { free(t); }
+static const coll_transport_ops_t counting_ops = {
+  .isend = count_isend, .irecv = count_irecv, .wait = count_wait,
+  .abandon = count_abandon, .destroy = count_destroy,
+};
+
+/* Each rank allreduces across hosts exactly its range of coll_hierarchical_split (the
+   layout the device path uses too): the bytes it sends over the cross transport equal
+   those of a plain allreduce of cross_count elements there. */
+static void check_split_layout(coll_transport_t *local, coll_transport_t *cross)
+{
+  if (local->size == 1 || cross->size == 1) return;   /* no split on these paths */
+  counting_t c = {cross, 0};
+  coll_transport_t *wrapped = calloc(1, sizeof *wrapped);
+  if (!wrapped) { fprintf(stderr, "out of memory\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
+  wrapped->rank = cross->rank;
+  wrapped->size = cross->size;
+  wrapped->one_host = cross->one_host;
+  wrapped->ops = &counting_ops;
+  wrapped->impl = &c;
+  wrapped->lost_peer = -1;
+  const size_t counts[] = {7, 11, 1000};
+  float buf[1000];
+  for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+    size_t count = counts[k];
+    fill(buf, count, COLL_FLOAT32, world_rank);
+    c.sent = 0;
+    coll_status_t s = coll_hierarchical_allreduce(local, wrapped, buf, buf, count,
+                                                  COLL_FLOAT32, COLL_SUM);
+    CHECK(s == COLL_OK, "count %zu over the counting cross transport: %s (%s)", count,
+          coll_status_string(s), local->error);
+    size_t got = c.sent;
+    coll_hierarchical_split_t split;
+    CHECK(coll_hierarchical_split(count, local->size, local->rank, &split), "split refused");
+    c.sent = 0;
+    if (split.cross_count > 0)
+      s = coll_allreduce(wrapped, buf, buf, split.cross_count, COLL_FLOAT32, COLL_SUM);
+    CHECK(s == COLL_OK, "reference cross allreduce: %s (%s)", coll_status_string(s),
+          wrapped->error);
+    CHECK(got == c.sent, "count %zu, local rank %d of %d: sent %zu bytes across hosts, an "
+          "allreduce of its split range (%zu elements at %zu) sends %zu", count, local->rank,
+          local->size, got, split.cross_count, split.offset, c.sent);
+  }
+  coll_transport_destroy(wrapped);
+}
+
 static void check_argument_errors(coll_transport_t *local, coll_transport_t *cross)
 {
   float x[4] = {0};
@@ -178,6 +260,7 @@ int main(void)
            local->size);
 
   check_argument_errors(local, cross);
+  check_split_layout(local, cross);
   /* one_host against the host names (netns hosts each have their own). */
   const int world_one = mpi_same_host(MPI_COMM_WORLD), local_one = mpi_same_host(local_comm),
             cross_one = mpi_same_host(cross_comm);

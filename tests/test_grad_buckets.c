@@ -1,7 +1,8 @@
 /* test_grad_buckets: the bucket layout of hvd/grad_buckets.c covers every gradient
    exactly once, and a bucketed allreduce gives the right average with and without
    overlap, with float32 (exact) and with fp16 compression (within float16 tolerance),
-   with fixed buckets and with buckets at parameter boundaries.
+   with fixed buckets and with buckets at parameter boundaries; one step of each goes
+   through hvd_grad_buckets_on_ready (nn's callback signature).
    Runs alone (size 1); tests/test_grad_buckets_mpi.sh runs it under mpirun -np 2 and 3. */
 #include "hvd/hvd.h"
 #include "collectives/coll.h"
@@ -279,7 +280,14 @@ static void test_allreduce(hvd_compression_t comp, int overlap, int params) {
         else if (off < ready && off > nextr) nextr = off;
       }
       ready = nextr;
-      s = hvd_grad_buckets_ready(b, ready);
+      if (t == 1) {
+        /* Step 1 goes through nn's callback signature, as nn_model_backward calls it. */
+        nn_grad_ready_fn on_ready = hvd_grad_buckets_on_ready;
+        on_ready(b, ready);
+        s = HVD_OK;
+      } else {
+        s = hvd_grad_buckets_ready(b, ready);
+      }
       CHECK(s == HVD_OK, "%s ready(%zu): %s %s", what, ready, hvd_status_string(s),
             hvd_last_error());
       size_t want = 0;

@@ -58,12 +58,6 @@ nn_status_t nn_add_backward_cuda(size_t count, const float *dy, float *da, float
   return NN_OK;
 }
 
-nn_status_t nn_accumulate_cuda(size_t count, const float *dy, float *dx) {
-  GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_accumulate(c->stream, NN_PRECISION_FP32, count, dy, dx));
-  return NN_OK;
-}
-
 nn_status_t nn_global_avgpool_forward_cuda(int n, int c_, int hw, const float *x, float *y) {
   if (n < 1 || c_ < 1 || hw < 1)
     return nn_set_error(NN_ERR_ARG, "nn_global_avgpool_forward_cuda: bad shape");

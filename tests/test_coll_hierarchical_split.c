@@ -1,11 +1,12 @@
-/* test_hvd_shard: the layout of the two-level allreduce of device memory
-   (hvd_shard_plan, hvd/shard.c), on the CPU. Besides the fields for known cases, it runs
-   the whole schedule device.c issues (reduce-scatter, reduce of the remainder to the last
+/* test_coll_hierarchical_split: the layout of the two-level allreduce
+   (coll_hierarchical_split, collectives/hierarchical.c), which the host path
+   (coll_hierarchical_allreduce) and the device path (hvd/device.c) share, on the CPU.
+   Besides the fields for known cases, it runs the whole schedule device.c issues (reduce-scatter, reduce of the remainder to the last
    local rank, cross-host allreduce of one contiguous range per rank, allgather, broadcast
    of the remainder) on plain arrays with NCCL's semantics, for 1..3 hosts, 1..9 local
    ranks, every count up to 3L+2 and a larger one, in place and out of place, SUM and
    AVERAGE (divided by the world size once), and checks every element of every rank. */
-#include "hvd/hvd_internal.h"
+#include "collectives/coll.h"
 #include "tests/check.h"
 
 #include <math.h>
@@ -14,8 +15,8 @@
 
 static void expect_plan(size_t count, int L, int l, size_t per, size_t off, size_t rem,
                         size_t rem_off, size_t cross) {
-  hvd_shard_plan_t p;
-  CHECK(hvd_shard_plan(count, L, l, &p), "plan(%zu, %d, %d) refused", count, L, l);
+  coll_hierarchical_split_t p;
+  CHECK(coll_hierarchical_split(count, L, l, &p), "plan(%zu, %d, %d) refused", count, L, l);
   CHECK(p.per_rank == per && p.offset == off && p.remainder == rem &&
             p.remainder_offset == rem_off && p.remainder_root == L - 1 &&
             p.cross_count == cross,
@@ -48,12 +49,12 @@ static void simulate(int H, int L, size_t count, int in_place, int average) {
   double *tmp = malloc((count + 1) * sizeof(double));
   for (int h = 0; h < H; h++) {
     double **s = send + h * L, **d = recv + h * L;
-    hvd_shard_plan_t p0;
-    hvd_shard_plan(count, L, 0, &p0);
+    coll_hierarchical_split_t p0;
+    coll_hierarchical_split(count, L, 0, &p0);
     /* reduce-scatter: every rank's [l*per, (l+1)*per) gets the host's sum */
     for (int l = 0; l < L; l++) {
-      hvd_shard_plan_t p;
-      hvd_shard_plan(count, L, l, &p);
+      coll_hierarchical_split_t p;
+      coll_hierarchical_split(count, L, l, &p);
       CHECK(p.offset == (size_t)l * p0.per_rank, "shard offset of local rank %d", l);
       for (size_t i = 0; i < p.per_rank; i++) {
         tmp[p.offset + i] = 0;
@@ -67,8 +68,8 @@ static void simulate(int H, int L, size_t count, int in_place, int average) {
       for (int k = 0; k < L; k++) tmp[i] += s[k][i];
     }
     for (int l = 0; l < L; l++) {
-      hvd_shard_plan_t p;
-      hvd_shard_plan(count, L, l, &p);
+      coll_hierarchical_split_t p;
+      coll_hierarchical_split(count, L, l, &p);
       memcpy(d[l] + p.offset, tmp + p.offset, p.per_rank * sizeof(double));
       if (l == p.remainder_root)
         memcpy(d[l] + p.remainder_offset, tmp + p.remainder_offset,
@@ -77,8 +78,8 @@ static void simulate(int H, int L, size_t count, int in_place, int average) {
   }
   /* cross-host allreduce among the ranks of local rank l, over [offset, offset+cross) */
   for (int l = 0; l < L; l++) {
-    hvd_shard_plan_t p;
-    hvd_shard_plan(count, L, l, &p);
+    coll_hierarchical_split_t p;
+    coll_hierarchical_split(count, L, l, &p);
     for (size_t i = 0; i < p.cross_count; i++) {
       double sum = 0;
       for (int h = 0; h < H; h++) sum += recv[h * L + l][p.offset + i];
@@ -90,8 +91,8 @@ static void simulate(int H, int L, size_t count, int in_place, int average) {
   for (int h = 0; h < H; h++) {
     double **d = recv + h * L;
     for (int l = 0; l < L; l++) {
-      hvd_shard_plan_t p;
-      hvd_shard_plan(count, L, l, &p);
+      coll_hierarchical_split_t p;
+      coll_hierarchical_split(count, L, l, &p);
       for (int k = 0; k < L; k++)
         if (k != l) memcpy(d[k] + p.offset, d[l] + p.offset, p.per_rank * sizeof(double));
       if (l == p.remainder_root)
@@ -121,7 +122,7 @@ static void simulate(int H, int L, size_t count, int in_place, int average) {
 }
 
 int main(void) {
-  /* the example of hvd/shard.c's comment */
+  /* the example of collectives/hierarchical.c's comment */
   expect_plan(11, 4, 0, 2, 0, 3, 8, 2);
   expect_plan(11, 4, 1, 2, 2, 3, 8, 2);
   expect_plan(11, 4, 3, 2, 6, 3, 8, 5);
@@ -133,18 +134,18 @@ int main(void) {
   expect_plan(12, 4, 2, 3, 6, 0, 12, 3);
   expect_plan(7, 1, 0, 7, 0, 0, 7, 7);
   /* invalid arguments */
-  hvd_shard_plan_t p;
-  CHECK(!hvd_shard_plan(5, 0, 0, &p), "local_size 0 accepted");
-  CHECK(!hvd_shard_plan(5, 2, 2, &p), "local_rank 2 of 2 accepted");
-  CHECK(!hvd_shard_plan(5, 2, -1, &p), "local_rank -1 accepted");
-  CHECK(!hvd_shard_plan(5, 2, 0, NULL), "NULL plan accepted");
+  coll_hierarchical_split_t p;
+  CHECK(!coll_hierarchical_split(5, 0, 0, &p), "local_size 0 accepted");
+  CHECK(!coll_hierarchical_split(5, 2, 2, &p), "local_rank 2 of 2 accepted");
+  CHECK(!coll_hierarchical_split(5, 2, -1, &p), "local_rank -1 accepted");
+  CHECK(!coll_hierarchical_split(5, 2, 0, NULL), "NULL plan accepted");
 
   /* cross ranges: disjoint, contiguous, covering [0, count) */
   for (int L = 1; L <= 9; L++)
     for (size_t count = 0; count <= 40; count++) {
       size_t next = 0;
       for (int l = 0; l < L; l++) {
-        hvd_shard_plan(count, L, l, &p);
+        coll_hierarchical_split(count, L, l, &p);
         if (p.cross_count == 0) continue;
         CHECK(p.offset == next, "L=%d count=%zu: local rank %d starts at %zu, want %zu", L,
               count, l, p.offset, next);
@@ -162,6 +163,6 @@ int main(void) {
       simulate(H, L, 100003, 1, 0);
     }
   if (failures) return 1;
-  printf("hvd_shard_plan: layouts and simulated schedules correct\n");
+  printf("coll_hierarchical_split: layouts and simulated schedules correct\n");
   return 0;
 }
