@@ -50,6 +50,7 @@
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
 #include "train/data.h"
+#include "train/replica.h"
 #include "train/step.h"
 #include "util/clock.h"
 #include "util/flags.h"
@@ -370,6 +371,66 @@ static void fail_hvd(const char *what, hvd_status_t s) {
   exit(1);
 }
 
+/* The replica's settings (train/replica.h): tf_cnn_benchmarks' optimizers (see the top),
+   none for inference; the broadcast and the buckets with --variable_update horovod. */
+static train_replica_opts_t replica_opts(const options_t *o, const nn_model_config_t *cfg) {
+  const int horovod = !strcmp(o->variable_update, "horovod");
+  train_replica_opts_t r = {.model = o->model, .cfg = *cfg, .optimizer = !o->forward_only,
+                            .broadcast = horovod, .gpu = o->gpu, .tf32 = o->allow_tf32,
+                            .buckets = horovod && !o->forward_only, .overlap = o->overlap};
+  nn_optim_config_t *oc = &r.optim;
+  oc->weight_decay = o->weight_decay;
+  if (!strcmp(o->optimizer, "sgd")) {
+    oc->kind = NN_OPTIM_SGD;
+  } else if (!strcmp(o->optimizer, "momentum")) {
+    oc->kind = NN_OPTIM_SGD;
+    oc->momentum = o->momentum;
+    oc->nesterov = o->momentum > 0;   /* nn's Nesterov needs momentum; 0 is plain SGD */
+  } else if (!strcmp(o->optimizer, "adam")) {
+    oc->kind = NN_OPTIM_ADAM;
+    oc->beta1 = o->adam_beta1;
+    oc->beta2 = o->adam_beta2;
+    oc->eps = o->adam_epsilon;
+  } else {
+    oc->kind = NN_OPTIM_RMSPROP;
+    oc->beta2 = o->rmsprop_decay;
+    oc->momentum = o->rmsprop_momentum;
+    oc->eps = o->rmsprop_epsilon;
+  }
+  /* zeros: nn's defaults (PyTorch GradScaler's) */
+  r.precision.precision = o->use_fp16   ? NN_PRECISION_FP16
+                          : o->use_bf16 ? NN_PRECISION_BF16 : NN_PRECISION_FP32;
+  r.precision.channels_last = strcmp(o->data_format, "NHWC") == 0;
+  r.bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
+  r.first_bucket_bytes = (size_t)(o->first_bucket_mb * 1048576.0);
+  r.compression = o->fp16_allreduce ? HVD_COMPRESSION_FP16 : HVD_COMPRESSION_NONE;
+  r.op = HVD_AVERAGE;
+  return r;
+}
+
+/* A failed set-up, said by the rank that saw it. */
+static void replica_failed(const train_replica_t *r, int real_data) {
+  switch (r->stage) {
+  case TRAIN_REPLICA_CREATE:
+    fail_nn(real_data ? "creating the model for --data_name's images" : "creating the model",
+            r->nn_status);
+    break;
+  case TRAIN_REPLICA_OPTIMIZER: fail_nn("creating the optimizer", r->nn_status); break;
+  case TRAIN_REPLICA_BROADCAST:
+    fail_hvd(!strcmp(r->failed, "init.params") ? "broadcast of the initial weights"
+             : !strcmp(r->failed, "init.buffers") ? "broadcast of the initial buffers"
+                                                  : "broadcast of the initial counters",
+             r->hvd_status);
+    break;
+  case TRAIN_REPLICA_PRECISION: fail_nn("setting the precision", r->nn_status); break;
+  case TRAIN_REPLICA_DEVICE: fail_nn("moving the model to the GPU", r->nn_status); break;
+  case TRAIN_REPLICA_BUCKETS: fail_hvd("creating the gradient buckets", r->hvd_status); break;
+  default:
+    fprintf(stderr, "cnn_bench: rank %d: %s\n", rank_g, r->err);
+    exit(1);
+  }
+}
+
 /* The phases of one step (train/step.h: forward+loss, backward, wait, update), seconds
    of util_now_s. */
 typedef struct { double start[TRAIN_NUM_PHASES + 1]; } step_trace_t;
@@ -381,6 +442,8 @@ typedef struct {
   size_t image_floats;           /* floats of one batch */
   float *images;                 /* nb batches, host memory */
   int32_t *labels;               /* nb batches, host memory */
+  float *dev_images;             /* --device gpu: the same in device memory */
+  int32_t *dev_labels;
 } batches_t;
 
 typedef struct {
@@ -554,16 +617,13 @@ static int write_trace(const char *path, const step_trace_t *tr, int steps,
   return 0;
 }
 
-int main(int argc, char **argv) {
-  options_t o = default_options();
-  parse_args(argc, argv, &o);
-  const int horovod = !strcmp(o.variable_update, "horovod");
-
+/* hvd_init, the threads, the GPU of this local rank; returns the rank. */
+static int start_runtime(const options_t *o) {
   hvd_status_t h = hvd_init();
   if (h != HVD_OK) fail_hvd("hvd_init", h);
-  const int rank = hvd_rank(), size = hvd_size();
+  const int rank = hvd_rank();
   rank_g = rank;
-  if (o.threads > 0) nn_set_threads(o.threads);
+  if (o->threads > 0) nn_set_threads(o->threads);
 #ifdef NN_WITH_CUDA
   /* A CUDA build on a machine without a usable GPU: say once that it runs on the CPU
      (stderr: stdout keeps tf_cnn_benchmarks' format). */
@@ -572,7 +632,7 @@ int main(int argc, char **argv) {
     fflush(stderr);
   }
 #endif
-  if (o.gpu) {
+  if (o->gpu) {
     /* Before any other CUDA work of this process: local rank i drives GPU i. */
     nn_status_t ds = nn_cuda_set_device(hvd_local_rank());
     if (ds != NN_OK) fail_nn("selecting the GPU", ds);
@@ -581,201 +641,108 @@ int main(int argc, char **argv) {
       fflush(stderr);
     }
   }
+  return rank;
+}
 
-  if (rank == 0) {
-    printf("Model:       %s\n", o.model);
-    /* tf_cnn_benchmarks' data set names, with '_' */
-    printf("Dataset:     %s\n",
-           !strcmp(o.data_name, "fashion-mnist") ? "fashion_mnist" : o.data_name);
-    printf("Mode:        %s\n", o.forward_only ? "forward only" : "training");
-    printf("Batch size:  %d global\n", o.batch_size * size);
-    printf("             %d per device\n", o.batch_size);
-    printf("Num batches: %d\n", o.num_batches);
-    printf("Devices:     [");
-    for (int r = 0; r < size; r++) printf("%s'%s:%d'", r ? ", " : "", o.gpu ? "gpu" : "cpu", r);
-    printf("]\n");
-    printf("Data format: %s\n", o.data_format);
-    printf("Optimizer:   %s\n", o.optimizer);
-    printf("Variables:   %s\n", o.variable_update);
-    /* Not in tf_cnn_benchmarks' block (its precision is a flag only): printed for
-       --device gpu, where it is a choice; the CPU computes in float32 only. */
-    if (o.gpu) printf("Precision:   %s\n", precision_label(&o));
-  }
+/* tf_cnn_benchmarks' block about the run (rank 0). */
+static void print_config(const options_t *o, int size) {
+  printf("Model:       %s\n", o->model);
+  /* tf_cnn_benchmarks' data set names, with '_' */
+  printf("Dataset:     %s\n",
+         !strcmp(o->data_name, "fashion-mnist") ? "fashion_mnist" : o->data_name);
+  printf("Mode:        %s\n", o->forward_only ? "forward only" : "training");
+  printf("Batch size:  %d global\n", o->batch_size * size);
+  printf("             %d per device\n", o->batch_size);
+  printf("Num batches: %d\n", o->num_batches);
+  printf("Devices:     [");
+  for (int r = 0; r < size; r++) printf("%s'%s:%d'", r ? ", " : "", o->gpu ? "gpu" : "cpu", r);
+  printf("]\n");
+  printf("Data format: %s\n", o->data_format);
+  printf("Optimizer:   %s\n", o->optimizer);
+  printf("Variables:   %s\n", o->variable_update);
+  /* Not in tf_cnn_benchmarks' block (its precision is a flag only): printed for
+     --device gpu, where it is a choice; the CPU computes in float32 only. */
+  if (o->gpu) printf("Precision:   %s\n", precision_label(o));
+}
 
-  /* A real data set gives the model its input shape and classes. */
-  const int real_data = strcmp(o.data_name, "synthetic") != 0;
-  train_dataset_t data = {0}, test_data = {0};
-  nn_model_config_t cfg = {0};
-  cfg.batch = o.batch_size;
-  cfg.seed = o.seed;
-  if (real_data) {
-    char derr[512];
-    if (train_load_dataset(train_data_name(o.data_name), o.data_dir, o.seed, 0, 0, 0, 0, 0,
-                           &data, &test_data, derr, sizeof derr) != 0) {
-      fprintf(stderr, "cnn_bench: rank %d: --data_name %s: %s%s\n", rank, o.data_name, derr,
-              o.data_dir ? "" : " (give its directory with --data_dir)");
-      exit(2);
-    }
-    train_dataset_free(&test_data);   /* tf_cnn_benchmarks trains on the training split */
-    cfg.in_channels = data.c;
-    cfg.in_height = data.h;
-    cfg.in_width = data.w;
-    cfg.num_classes = data.num_classes;
+/* A real data set's training split (tf_cnn_benchmarks trains on it), which gives the
+   model its input shape and classes in cfg. */
+static void load_real(const options_t *o, int rank, train_dataset_t *data, nn_model_config_t *cfg) {
+  train_dataset_t test_data = {0};
+  char derr[512];
+  if (train_load_dataset(train_data_name(o->data_name), o->data_dir, o->seed, 0, 0, 0, 0, 0,
+                         data, &test_data, derr, sizeof derr) != 0) {
+    fprintf(stderr, "cnn_bench: rank %d: --data_name %s: %s%s\n", rank, o->data_name, derr,
+            o->data_dir ? "" : " (give its directory with --data_dir)");
+    exit(2);
   }
-  trainer_t t = {0};
-  t.step.size = size;
-  t.barrier = !strcmp(o.variable_update, "barrier");
-  nn_status_t s = nn_model_create(&t.step.model, o.model, &cfg);
-  if (s != NN_OK)
-    fail_nn(real_data ? "creating the model for --data_name's images" : "creating the model", s);
-  const size_t nparams = nn_model_param_len(t.step.model);   /* floats in the buffers */
-  if (rank == 0) {
-    printf("Parameters:  %zu\n", nn_model_num_params(t.step.model));
-    printf("==========\n");
-    printf("Generating training model\n");
-    fflush(stdout);
-  }
+  train_dataset_free(&test_data);
+  cfg->in_channels = data->c;
+  cfg->in_height = data->h;
+  cfg->in_width = data->w;
+  cfg->num_classes = data->num_classes;
+}
 
-  /* Same starting point on every rank, as Horovod's broadcast_global_variables. */
-  double anchor[2] = {0, 0};
-  if (horovod) {
-    anchor[0] = util_now_s();
-    h = hvd_broadcast("init.params", nn_model_params(t.step.model), nparams, HVD_FLOAT32, 0);
-    if (h != HVD_OK) fail_hvd("broadcast of the initial weights", h);
-    anchor[1] = util_now_s();
-    if (nn_model_num_buffers(t.step.model) > 0) {
-      h = hvd_broadcast("init.buffers", nn_model_buffers(t.step.model),
-                        nn_model_num_buffers(t.step.model), HVD_FLOAT32, 0);
-      if (h != HVD_OK) fail_hvd("broadcast of the initial buffers", h);
-    }
-  }
-  /* The broadcast went through the host arrays; moving to the device copies them up
-     (parameters, buffers, counters), so every rank starts on the GPU from rank 0's
-     weights. */
-  if (o.gpu) {
-    /* The precision is part of how the model is laid out on the device: set it first. */
-    nn_precision_config_t pc = {0};   /* zeros: nn's defaults (PyTorch GradScaler's) */
-    pc.precision = o.use_fp16 ? NN_PRECISION_FP16
-                   : o.use_bf16 ? NN_PRECISION_BF16 : NN_PRECISION_FP32;
-    pc.channels_last = strcmp(o.data_format, "NHWC") == 0;
-    s = nn_model_set_precision(t.step.model, &pc);
-    if (s != NN_OK) fail_nn("setting the precision", s);
-    nn_cuda_set_tf32(o.allow_tf32);
-    s = nn_model_to_device(t.step.model, NN_DEVICE_CUDA);
-    if (s != NN_OK) fail_nn("moving the model to the GPU", s);
-  }
-
-  /* The batches: one synthetic batch, or the rank's batches of the real data set. */
+/* The batches: one synthetic batch, or the rank's batches of the real data set (freed
+   here); on the GPU copied up once, as tf_cnn_benchmarks' synthetic images live there,
+   so no host-to-device transfer is timed either. */
+static void make_batches(const options_t *o, trainer_t *t, train_dataset_t *data, int real_data,
+                         int rank, int size, batches_t *bt) {
   int c, hh, w;
-  nn_model_input_shape(t.step.model, &c, &hh, &w);
-  const int classes = nn_model_num_classes(t.step.model);
-  batches_t bt = {0};
+  nn_model_input_shape(t->step.model, &c, &hh, &w);
+  const int classes = nn_model_num_classes(t->step.model);
   if (real_data) {
-    if (c != data.c || hh != data.h || w != data.w || classes != data.num_classes) {
+    if (c != data->c || hh != data->h || w != data->w || classes != data->num_classes) {
       fprintf(stderr, "cnn_bench: --model %s takes %dx%dx%d images and %d classes, --data_name "
-                      "%s has %dx%dx%d and %d\n", o.model, c, hh, w, classes, o.data_name,
-              data.c, data.h, data.w, data.num_classes);
+                      "%s has %dx%dx%d and %d\n", o->model, c, hh, w, classes, o->data_name,
+              data->c, data->h, data->w, data->num_classes);
       exit(2);
     }
-    make_real(&bt, &data, o.data_name, o.batch_size, o.num_warmup_batches + o.num_batches,
-              o.seed, rank, size);
-    train_dataset_free(&data);
+    make_real(bt, data, o->data_name, o->batch_size, o->num_warmup_batches + o->num_batches,
+              o->seed, rank, size);
+    train_dataset_free(data);
   } else {
-    make_synthetic(&bt, o.batch_size, c, hh, w, classes, o.seed, rank);
+    make_synthetic(bt, o->batch_size, c, hh, w, classes, o->seed, rank);
   }
-  t.nb = bt.nb;
-  t.image_floats = bt.image_floats;
-  t.images = bt.images;
-  t.labels = bt.labels;
-  t.host_labels = bt.labels;
-  /* tf_cnn_benchmarks' synthetic images live on the GPU: copy the batches up once, so no
-     host-to-device transfer is timed either. */
-  float *dev_images = NULL;
-  int32_t *dev_labels = NULL;
-  if (o.gpu) {
-    const size_t image_bytes = (size_t)bt.nb * bt.image_floats * sizeof(float);
-    const size_t label_bytes = (size_t)bt.nb * (size_t)o.batch_size * sizeof(int32_t);
-    s = nn_cuda_malloc((void **)&dev_images, image_bytes);
-    if (s != NN_OK) fail_nn("allocating the batches on the GPU", s);
-    s = nn_cuda_malloc((void **)&dev_labels, label_bytes);
-    if (s != NN_OK) fail_nn("allocating the labels on the GPU", s);
-    s = nn_cuda_to_device(dev_images, bt.images, image_bytes);
-    if (s != NN_OK) fail_nn("copying the batches to the GPU", s);
-    s = nn_cuda_to_device(dev_labels, bt.labels, label_bytes);
-    if (s != NN_OK) fail_nn("copying the labels to the GPU", s);
-    t.images = dev_images;
-    t.labels = dev_labels;
-  }
-  t.batch = o.batch_size;
-  t.lr = o.learning_rate;
+  t->nb = bt->nb;
+  t->image_floats = bt->image_floats;
+  t->images = bt->images;
+  t->labels = bt->labels;
+  t->host_labels = bt->labels;
+  t->batch = o->batch_size;
+  t->lr = o->learning_rate;
+  if (!o->gpu) return;
+  const size_t image_bytes = (size_t)bt->nb * bt->image_floats * sizeof(float);
+  const size_t label_bytes = (size_t)bt->nb * (size_t)o->batch_size * sizeof(int32_t);
+  nn_status_t s = nn_cuda_malloc((void **)&bt->dev_images, image_bytes);
+  if (s != NN_OK) fail_nn("allocating the batches on the GPU", s);
+  s = nn_cuda_malloc((void **)&bt->dev_labels, label_bytes);
+  if (s != NN_OK) fail_nn("allocating the labels on the GPU", s);
+  s = nn_cuda_to_device(bt->dev_images, bt->images, image_bytes);
+  if (s != NN_OK) fail_nn("copying the batches to the GPU", s);
+  s = nn_cuda_to_device(bt->dev_labels, bt->labels, label_bytes);
+  if (s != NN_OK) fail_nn("copying the labels to the GPU", s);
+  t->images = bt->dev_images;
+  t->labels = bt->dev_labels;
+}
 
-  /* tf_cnn_benchmarks' optimizers (see the top), as the model's own, on its device; none
-     for inference. */
-  if (!o.forward_only) {
-    nn_optim_config_t oc = {0};
-    oc.weight_decay = o.weight_decay;
-    if (!strcmp(o.optimizer, "sgd")) {
-      oc.kind = NN_OPTIM_SGD;
-    } else if (!strcmp(o.optimizer, "momentum")) {
-      oc.kind = NN_OPTIM_SGD;
-      oc.momentum = o.momentum;
-      oc.nesterov = o.momentum > 0;   /* nn's Nesterov needs momentum; 0 is plain SGD */
-    } else if (!strcmp(o.optimizer, "adam")) {
-      oc.kind = NN_OPTIM_ADAM;
-      oc.beta1 = o.adam_beta1;
-      oc.beta2 = o.adam_beta2;
-      oc.eps = o.adam_epsilon;
-    } else {
-      oc.kind = NN_OPTIM_RMSPROP;
-      oc.beta2 = o.rmsprop_decay;
-      oc.momentum = o.rmsprop_momentum;
-      oc.eps = o.rmsprop_epsilon;
-    }
-    s = nn_model_optim_create(t.step.model, &oc);
-    if (s != NN_OK) fail_nn("creating the optimizer", s);
-  }
-  /* The allreduce of a bucket waits for the kernels queued on nn's stream so far
-     (backward's gradients of that bucket) instead of for the whole device. */
-  if (o.gpu) hvd_cuda_set_stream(nn_cuda_stream());
-
-  if (horovod && !o.forward_only) {
-    h = hvd_grad_buckets_create(&t.step.buckets, nn_model_grads_home(t.step.model), nparams,
-                                (size_t)(o.bucket_mb * 1048576.0),
-                                (size_t)(o.first_bucket_mb * 1048576.0),
-                                o.fp16_allreduce ? HVD_COMPRESSION_FP16
-                                                 : HVD_COMPRESSION_NONE,
-                                HVD_AVERAGE);
-    if (h != HVD_OK) fail_hvd("creating the gradient buckets", h);
-    /* Buckets end at parameter boundaries, as PyTorch DDP's. */
-    char err[512];
-    if (train_buckets_at_params(t.step.buckets, t.step.model, err, sizeof err) != 0) {
-      fprintf(stderr, "cnn_bench: rank %d: %s\n", rank, err);
-      return 1;
-    }
-    hvd_grad_buckets_set_overlap(t.step.buckets, o.overlap);
-  }
-
-  /* Each step timed alone (the CPU; the GPU with --trace_file, every step waiting for
-     it), or the GPU timed per display window (see the comment at the top). */
-  const int step_timed = !o.gpu || o.trace_file != NULL;
-  /* tf_cnn_benchmarks adds the batch's accuracy to the Step lines in forward-only mode
-     and with --print_training_accuracy. */
-  const int show_accuracy = o.forward_only || o.print_training_accuracy;
+/* The untimed steps, then the GPU idle and every rank at the start line. */
+static void warm_up(const options_t *o, trainer_t *t, int rank, int step_timed, int show_accuracy) {
   if (rank == 0) {
     printf("Running warm up\n");
     fflush(stdout);
   }
-  for (int i = 0; i < o.num_warmup_batches; i++) {
-    if (o.forward_only) forward_step(&t, NULL, step_timed);
-    else train_step(&t, NULL, 0, step_timed);
+  for (int i = 0; i < o->num_warmup_batches; i++) {
+    if (o->forward_only) forward_step(t, NULL, step_timed);
+    else train_step(t, NULL, 0, step_timed);
   }
   /* The clock starts with the GPU idle: no warm-up kernel is timed. */
-  if (o.gpu) {
-    s = nn_cuda_synchronize();
+  if (o->gpu) {
+    nn_status_t s = nn_cuda_synchronize();
     if (s != NN_OK) fail_nn("synchronising the GPU after warm-up", s);
   }
-  if (t.step.buckets) hvd_grad_buckets_reset_stats(t.step.buckets);
-  h = hvd_barrier();
+  if (t->step.buckets) hvd_grad_buckets_reset_stats(t->step.buckets);
+  hvd_status_t h = hvd_barrier();
   if (h != HVD_OK) fail_hvd("barrier after warm-up", h);
   if (rank == 0) {
     printf("Done warm up\n");
@@ -783,26 +750,25 @@ int main(int argc, char **argv) {
            show_accuracy ? "\ttop_1_accuracy\ttop_5_accuracy" : "");
     fflush(stdout);
   }
+}
 
-  double *times = malloc(sizeof(double) * (size_t)o.num_batches);
-  step_trace_t *trace = NULL;
-  if (rank == 0 && o.trace_file) trace = calloc((size_t)o.num_batches, sizeof(step_trace_t));
-  if (times == NULL || (rank == 0 && o.trace_file && trace == NULL)) {
-    fprintf(stderr, "cnn_bench: rank %d: out of memory for %d step times\n", rank,
-            o.num_batches);
-    return 1;
-  }
+/* The timed steps and rank 0's Step lines; times[i] gets step i's seconds, trace (rank 0,
+   --trace_file) its phases. Returns the wall time of all of them, every rank done. */
+static double timed_steps(const options_t *o, trainer_t *t, int rank, int step_timed,
+                          int show_accuracy, double *times, step_trace_t *trace) {
+  const int classes = nn_model_num_classes(t->step.model);
+  nn_status_t s;
   const double start = util_now_s();
   double window_start = start;   /* GPU: the display window's first step */
   int window_first = 0;
-  for (int i = 0; i < o.num_batches; i++) {
-    const int display = rank == 0 && (i == 0 || (i + 1) % o.display_every == 0);
+  for (int i = 0; i < o->num_batches; i++) {
+    const int display = rank == 0 && (i == 0 || (i + 1) % o->display_every == 0);
     double t0 = util_now_s();
-    const int64_t k = t.steps;   /* the batch this step takes */
+    const int64_t k = t->steps;   /* the batch this step takes */
     /* Forward-only prints a loss of 0, as tf_cnn_benchmarks (it computes none). */
     float loss = 0.0f;
-    if (o.forward_only) forward_step(&t, trace ? &trace[i] : NULL, step_timed);
-    else loss = train_step(&t, trace ? &trace[i] : NULL, display || step_timed, step_timed);
+    if (o->forward_only) forward_step(t, trace ? &trace[i] : NULL, step_timed);
+    else loss = train_step(t, trace ? &trace[i] : NULL, display || step_timed, step_timed);
     if (step_timed) {
       times[i] = util_now_s() - t0;
     } else if (display) {
@@ -815,16 +781,16 @@ int main(int argc, char **argv) {
     }
     if (display) {
       double mean, unc, jitter;
-      perf(times, i + 1, o.batch_size, &mean, &unc, &jitter);
+      perf(times, i + 1, o->batch_size, &mean, &unc, &jitter);
       printf("%d\timages/sec: %.1f +/- %.1f (jitter = %.1f)\t%.3f", i + 1, mean, unc,
              jitter, loss);
       if (show_accuracy) {
         /* The logits of this step's forward (backward and the update leave them; on the
            GPU this copies them back, after the step's time was taken). */
-        const float *logits = nn_model_logits(t.step.model);
+        const float *logits = nn_model_logits(t->step.model);
         if (logits == NULL) fail_nn("reading the logits", NN_ERR_UNSUPPORTED);
         double top1, top5;
-        top_k_accuracy(logits, batch_labels(t.host_labels, &t, k), o.batch_size, classes,
+        top_k_accuracy(logits, batch_labels(t->host_labels, t, k), o->batch_size, classes,
                        &top1, &top5);
         printf("\t%.3f\t%.3f", top1, top5);
       }
@@ -833,64 +799,113 @@ int main(int argc, char **argv) {
     }
   }
   /* The wall time holds every kernel the timed steps queued. */
-  if (o.gpu) {
+  if (o->gpu) {
     s = nn_cuda_synchronize();
     if (s != NN_OK) fail_nn("synchronising the GPU after the timed steps", s);
   }
-  h = hvd_barrier();
+  hvd_status_t h = hvd_barrier();
   if (h != HVD_OK) fail_hvd("barrier after the timed steps", h);
-  const double wall = util_now_s() - start;
+  return util_now_s() - start;
+}
 
+/* The closing lines: images/sec, how much communication was hidden (averaged over the
+   ranks), fp16's loss scale. */
+static void report(const options_t *o, const trainer_t *t, int rank, int size, double wall) {
   /* fp16: where dynamic loss scaling ended (waits for the GPU, so after the timing). */
   float loss_scale = 1.0f;
   int64_t skipped = 0;
-  if (o.gpu && o.use_fp16 && !o.forward_only) {
-    s = nn_model_loss_scale(t.step.model, &loss_scale, &skipped);
+  if (o->gpu && o->use_fp16 && !o->forward_only) {
+    nn_status_t s = nn_model_loss_scale(t->step.model, &loss_scale, &skipped);
     if (s != NN_OK) fail_nn("reading the loss scale", s);
   }
-
-  /* Communication accounting, averaged over ranks. */
   double comm[3] = {0, 0, 0};
-  if (t.step.buckets) {
+  if (t->step.buckets) {
     hvd_grad_buckets_stats_t st;
-    hvd_grad_buckets_stats(t.step.buckets, &st);
+    hvd_grad_buckets_stats(t->step.buckets, &st);
     comm[0] = st.blocked_s;
     comm[1] = st.comm_s;
     comm[2] = (double)st.steps;
-    h = hvd_allreduce("bench.comm_stats", comm, comm, 3, HVD_FLOAT64, HVD_AVERAGE);
+    hvd_status_t h = hvd_allreduce("bench.comm_stats", comm, comm, 3, HVD_FLOAT64, HVD_AVERAGE);
     if (h != HVD_OK) fail_hvd("allreduce of the communication statistics", h);
   }
+  if (rank != 0) return;
+  printf("----------------------------------------------------------------\n");
+  printf("total images/sec: %.2f\n", (double)size * o->num_batches * o->batch_size / wall);
+  printf("----------------------------------------------------------------\n");
+  if (t->step.buckets && comm[2] > 0) {
+    double blocked = comm[0] / comm[2] * 1e3, total = comm[1] / comm[2] * 1e3;
+    if (blocked > total) blocked = total;
+    double hidden = total > 0 ? 100.0 * (1.0 - blocked / total) : 0.0;
+    printf("communication hidden: %.1f%% (not overlapped %.1f ms of %.1f ms per step)\n",
+           hidden, blocked, total);
+  }
+  if (o->gpu && o->use_fp16 && !o->forward_only)
+    printf("loss scale: %g (%lld of %lld steps skipped for inf/NaN gradients)\n",
+           (double)loss_scale, (long long)skipped, (long long)t->steps);
+  fflush(stdout);
+}
 
+int main(int argc, char **argv) {
+  options_t o = default_options();
+  parse_args(argc, argv, &o);
+  const int rank = start_runtime(&o), size = hvd_size();
+  if (rank == 0) print_config(&o, size);
+  const int real_data = strcmp(o.data_name, "synthetic") != 0;
+  train_dataset_t data = {0};
+  nn_model_config_t cfg = {.batch = o.batch_size, .seed = o.seed};
+  if (real_data) load_real(&o, rank, &data, &cfg);
+
+  trainer_t t = {0};
+  t.step.size = size;
+  t.barrier = !strcmp(o.variable_update, "barrier");
+  /* The replica as train sets it up (train/replica.h): the model, tf_cnn_benchmarks'
+     optimizer (none for inference), rank 0's weights everywhere (horovod, as Horovod's
+     broadcast_global_variables), the precision and the GPU, the gradient buckets
+     (horovod, training). */
+  train_replica_opts_t ro = replica_opts(&o, &cfg);
+  train_replica_t rep = {0};
+  if (train_replica_create(&rep, &ro) != 0) replica_failed(&rep, real_data);
+  t.step.model = rep.model;
   if (rank == 0) {
-    printf("----------------------------------------------------------------\n");
-    printf("total images/sec: %.2f\n",
-           (double)size * o.num_batches * o.batch_size / wall);
-    printf("----------------------------------------------------------------\n");
-    if (t.step.buckets && comm[2] > 0) {
-      double blocked = comm[0] / comm[2] * 1e3, total = comm[1] / comm[2] * 1e3;
-      if (blocked > total) blocked = total;
-      double hidden = total > 0 ? 100.0 * (1.0 - blocked / total) : 0.0;
-      printf("communication hidden: %.1f%% (not overlapped %.1f ms of %.1f ms per step)\n",
-             hidden, blocked, total);
-    }
-    if (o.gpu && o.use_fp16 && !o.forward_only)
-      printf("loss scale: %g (%lld of %lld steps skipped for inf/NaN gradients)\n",
-             (double)loss_scale, (long long)skipped, (long long)t.steps);
+    printf("Parameters:  %zu\n", nn_model_num_params(t.step.model));
+    printf("==========\n");
+    printf("Generating training model\n");
     fflush(stdout);
   }
+  if (train_replica_start(&rep, &ro) != 0) replica_failed(&rep, real_data);
+  t.step.buckets = rep.buckets;
+  const double anchor[2] = {rep.broadcast_start, rep.broadcast_end};
+  batches_t bt = {0};
+  make_batches(&o, &t, &data, real_data, rank, size, &bt);
 
+  /* Each step timed alone (the CPU; the GPU with --trace_file, every step waiting for
+     it), or the GPU timed per display window (see the comment at the top). */
+  const int step_timed = !o.gpu || o.trace_file != NULL;
+  /* tf_cnn_benchmarks adds the batch's accuracy to the Step lines in forward-only mode
+     and with --print_training_accuracy. */
+  const int show_accuracy = o.forward_only || o.print_training_accuracy;
+  warm_up(&o, &t, rank, step_timed, show_accuracy);
+  double *times = malloc(sizeof(double) * (size_t)o.num_batches);
+  step_trace_t *trace = NULL;
+  if (rank == 0 && o.trace_file) trace = calloc((size_t)o.num_batches, sizeof(step_trace_t));
+  if (times == NULL || (rank == 0 && o.trace_file && trace == NULL)) {
+    fprintf(stderr, "cnn_bench: rank %d: out of memory for %d step times\n", rank,
+            o.num_batches);
+    return 1;
+  }
+  const double wall = timed_steps(&o, &t, rank, step_timed, show_accuracy, times, trace);
+  report(&o, &t, rank, size, wall);
   if (trace) {
     if (write_trace(o.trace_file, trace, o.num_batches, anchor) != 0) return 1;
     free(trace);
   }
-  hvd_grad_buckets_free(t.step.buckets);
-  nn_model_free(t.step.model);
-  nn_cuda_free(dev_images);
-  nn_cuda_free(dev_labels);
+  train_replica_free(&rep);
+  nn_cuda_free(bt.dev_images);
+  nn_cuda_free(bt.dev_labels);
   free(times);
   free(bt.images);
   free(bt.labels);
-  h = hvd_shutdown();
+  hvd_status_t h = hvd_shutdown();
   if (h != HVD_OK) fail_hvd("hvd_shutdown", h);
   return 0;
 }

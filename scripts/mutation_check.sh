@@ -47,7 +47,7 @@ softmax-grad-label-sign|nn/softmax_cross_entropy.c|s#      d\[labels\[i\]\] -= i
 linear-bias-grad-dropped|nn/linear.c|s#db\[o\] += dr\[o\];#db[o] = dr[o];#|test_nn_layers_torch test_nn_gradcheck test_nn_model_step
 idx-trailing-data-accepted|train/data.c|s#^  if (got > 0) {#  if (got > (1L << 30)) {#|test_train_data
 gzip-end-not-required|train/data.c|s#^    if (avail == 0) {#    if (avail == 0 \&\& 0) {#;/inflate made no progress/,/return -1;/s#return -1;#return 0;#|test_train_data
-ckpt-train-seconds-unchecked|train/main.c|s#  if (!(isfinite(st\[ST_TRAIN_SECONDS\]) \&\& st\[ST_TRAIN_SECONDS\] >= 0))#  if (0)#|test_train_ckpt_fields.sh
+ckpt-train-seconds-unchecked|train/resume.c|s#  if (!(isfinite(st\[ST_TRAIN_SECONDS\]) \&\& st\[ST_TRAIN_SECONDS\] >= 0))#  if (0)#|test_train_ckpt_fields.sh
 hvd-dtype-mismatch-unchecked|hvd/negotiation.c|s#    if (a->dtype != b->dtype) {#    if (0) {#|test_hvd_errors
 hvd-count-mismatch-unchecked|hvd/negotiation.c|s#        a->count != b->count) {#        0) {#|test_hvd_errors
 hvd-empty-name-accepted|hvd/queue.c|s#^    if (n == 0)$#    if (0)#|test_hvd_errors

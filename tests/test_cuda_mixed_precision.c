@@ -109,30 +109,83 @@ static void check(const char *what, const nn_model_t *ref, const float *got, int
   if (dev) free(g);
 }
 
-static void run_case(const mp_case_t *k, nn_precision_t p, int nhwc) {
+/* The float32 CPU reference of one case, computed once and compared with every
+   precision and layout (with the plain C SGEMM of the GPU check's build, the CPU step of
+   resnet50 is the slow part of this test). The model itself stays for its parameter
+   slices (MP_NORMS). */
+typedef struct {
+  nn_model_t *cpu;      /* after the step */
+  size_t np;
+  int classes;
+  float *x;             /* the input */
+  int32_t *labels;
+  float *logits;        /* training forward */
+  float loss;
+  float *grads;
+  float *params0;       /* the weights before the step (every model starts from them) */
+  float *buffers;       /* batch-norm statistics after the step (NULL: none) */
+  float *eval_logits;   /* evaluation forward after the step */
+} mp_ref_t;
+
+static float *copy_of(const float *src, size_t n) {
+  float *d = cc_host(n ? n : 1);
+  if (n) memcpy(d, src, n * sizeof(float));
+  return d;
+}
+
+static void reference(const mp_case_t *k, mp_ref_t *r) {
+  memset(r, 0, sizeof *r);
+  r->cpu = make(k->name, k->batch, k->hw, NN_PRECISION_FP32, 0, 0);
+  r->np = nn_model_param_len(r->cpu);
+  r->classes = nn_model_num_classes(r->cpu);
+  r->x = input_for(r->cpu, k->batch);
+  r->labels = make_labels(k->batch, r->classes);
+  size_t nl = (size_t)k->batch * r->classes;
+  int correct = 0;
+  r->params0 = copy_of(nn_model_params(r->cpu), r->np);
+  CC_OK(nn_model_forward(r->cpu, r->x, k->batch, 1));
+  r->logits = copy_of(nn_model_logits(r->cpu), nl);
+  CC_OK(nn_model_loss(r->cpu, r->labels, &r->loss, &correct));
+  CC_OK(nn_model_backward(r->cpu, NULL, NULL));
+  r->grads = copy_of(nn_model_grads(r->cpu), r->np);
+  nn_optim_config_t oc = {NN_OPTIM_SGD, MP_MOMENTUM, 0, MP_WEIGHT_DECAY, 0, 0, 0};
+  CC_OK(nn_model_optim_create(r->cpu, &oc));
+  CC_OK(nn_model_optim_step(r->cpu, MP_LR));
+  size_t nb = nn_model_num_buffers(r->cpu);
+  if (nb) r->buffers = copy_of(nn_model_buffers(r->cpu), nb);
+  CC_OK(nn_model_forward(r->cpu, r->x, k->batch, 0));
+  r->eval_logits = copy_of(nn_model_logits(r->cpu), nl);
+}
+
+static void reference_free(mp_ref_t *r) {
+  nn_model_free(r->cpu);
+  free(r->x);
+  free(r->labels);
+  free(r->logits);
+  free(r->grads);
+  free(r->params0);
+  free(r->buffers);
+  free(r->eval_logits);
+}
+
+static void run_case(const mp_case_t *k, const mp_ref_t *r, nn_precision_t p, int nhwc) {
   const int j = p == NN_PRECISION_FP16 ? 0 : p == NN_PRECISION_BF16 ? 1 : 2;
   const float init_scale = p == NN_PRECISION_FP16 ? CMP_SCALE : 1.0f;
-  nn_model_t *cpu = make(k->name, k->batch, k->hw, NN_PRECISION_FP32, 0, 0);
   nn_model_t *gpu = make_layout(k->name, k->batch, k->hw, p,
                                 p == NN_PRECISION_FP16 ? CMP_SCALE : 0, 0, nhwc);
   printf("== %s %s %s batch %d%s\n", k->name, nn_precision_name(p),
          nhwc ? "NHWC (channels last)" : "NCHW", k->batch,
          k->hw ? " (reduced input size)" : "");
-  size_t np = nn_model_param_len(cpu);
-  int classes = nn_model_num_classes(cpu);
-  float *x = input_for(cpu, k->batch);
-  int32_t *labels = make_labels(k->batch, classes);
-  float lc = 0, lg = 0, scale = 0;
-  int cc = 0, cg = 0;
+  const size_t np = r->np;
+  const nn_model_t *cpu = r->cpu;
+  float lg = 0, scale = 0;
+  int cg = 0;
   int64_t skipped = -1;
-  CC_OK(nn_model_forward(cpu, x, k->batch, 1));
-  CC_OK(nn_model_forward(gpu, x, k->batch, 1));
-  check("train logits", cpu, nn_model_device_logits(gpu), 1, nn_model_logits(cpu),
-        (size_t)k->batch * classes, k->logits[j]);
-  CC_OK(nn_model_loss(cpu, labels, &lc, &cc));
-  CC_OK(nn_model_loss(gpu, labels, &lg, &cg));
-  check("loss", cpu, &lg, 0, &lc, 1, k->loss[j]);
-  CC_OK(nn_model_backward(cpu, NULL, NULL));
+  CC_OK(nn_model_forward(gpu, r->x, k->batch, 1));
+  check("train logits", cpu, nn_model_device_logits(gpu), 1, r->logits,
+        (size_t)k->batch * r->classes, k->logits[j]);
+  CC_OK(nn_model_loss(gpu, r->labels, &lg, &cg));
+  check("loss", cpu, &lg, 0, &r->loss, 1, k->loss[j]);
   CC_OK(nn_model_backward(gpu, NULL, NULL));
   CC_OK(nn_model_loss_scale(gpu, &scale, &skipped));
   float *g = cc_host(np);
@@ -140,18 +193,15 @@ static void run_case(const mp_case_t *k, nn_precision_t p, int nhwc) {
   for (size_t i = 0; i < np; i++) g[i] /= scale;
   char what[96];
   snprintf(what, sizeof what, "all gradients / loss scale %g", (double)scale);
-  check(what, cpu, g, 0, nn_model_grads(cpu), np, k->grads[j]);
-  /* The step: SGD on each side, and the GPU's against SGD applied on the CPU to the
-     GPU's own (unscaled) gradients from the same starting weights, which must agree to
-     float rounding whatever the gradients' own error. */
+  check(what, cpu, g, 0, r->grads, np, k->grads[j]);
+  /* The step: the GPU's against SGD applied on the CPU to the GPU's own (unscaled)
+     gradients from the same starting weights, which must agree to float rounding
+     whatever the gradients' own error. */
   nn_optim_config_t oc = {NN_OPTIM_SGD, MP_MOMENTUM, 0, MP_WEIGHT_DECAY, 0, 0, 0};
   nn_optim_t *own;
-  float *expect_p = cc_host(np);
-  memcpy(expect_p, nn_model_params(cpu), np * sizeof(float));
-  CC_OK(nn_model_optim_create(cpu, &oc));
+  float *expect_p = copy_of(r->params0, np);
   CC_OK(nn_model_optim_create(gpu, &oc));
   CC_OK(nn_optim_create(&own, &oc, np));
-  CC_OK(nn_model_optim_step(cpu, MP_LR));
   CC_OK(nn_optim_step(own, expect_p, g, MP_LR));
   CC_OK(nn_model_optim_step(gpu, MP_LR));   /* unscales, checks, steps, adapts */
   CC_OK(nn_model_loss_scale(gpu, &scale, &skipped));
@@ -162,18 +212,14 @@ static void run_case(const mp_case_t *k, nn_precision_t p, int nhwc) {
   cc_compare("params = SGD on the GPU's gradients", nn_model_device_params(gpu), 1, expect_p,
              np, 1e-5);
   CC_OK(nn_model_sync_to_host(gpu));
-  if (nn_model_num_buffers(cpu))
-    check("batch-norm running statistics", cpu, nn_model_buffers(gpu), 0,
-          nn_model_buffers(cpu), nn_model_num_buffers(cpu), k->stats[j]);
-  CC_OK(nn_model_forward(cpu, x, k->batch, 0));
-  CC_OK(nn_model_forward(gpu, x, k->batch, 0));
-  check("eval logits after the step", cpu, nn_model_logits(gpu), 0, nn_model_logits(cpu),
-        (size_t)k->batch * classes, k->eval[j]);
+  if (r->buffers)
+    check("batch-norm running statistics", cpu, nn_model_buffers(gpu), 0, r->buffers,
+          nn_model_num_buffers(cpu), k->stats[j]);
+  CC_OK(nn_model_forward(gpu, r->x, k->batch, 0));
+  check("eval logits after the step", cpu, nn_model_logits(gpu), 0, r->eval_logits,
+        (size_t)k->batch * r->classes, k->eval[j]);
   nn_optim_free(own);
-  nn_model_free(cpu);
   nn_model_free(gpu);
-  free(x);
-  free(labels);
   free(g);
   free(expect_p);
 }
@@ -288,11 +334,14 @@ int main(int argc, char **argv) {
      permutes, conv weights are permuted) in fp16, bf16 and fp32. */
   for (int i = 0; i < MP_NUM_CASES; i++) {
     if (argc > 1 && !strstr(argv[1], mp_cases[i].name)) continue;
-    run_case(&mp_cases[i], NN_PRECISION_FP16, 0);
-    run_case(&mp_cases[i], NN_PRECISION_BF16, 0);
-    run_case(&mp_cases[i], NN_PRECISION_FP16, 1);
-    run_case(&mp_cases[i], NN_PRECISION_BF16, 1);
-    run_case(&mp_cases[i], NN_PRECISION_FP32, 1);
+    mp_ref_t ref;
+    reference(&mp_cases[i], &ref);   /* once a model: the slow part on the CPU */
+    run_case(&mp_cases[i], &ref, NN_PRECISION_FP16, 0);
+    run_case(&mp_cases[i], &ref, NN_PRECISION_BF16, 0);
+    run_case(&mp_cases[i], &ref, NN_PRECISION_FP16, 1);
+    run_case(&mp_cases[i], &ref, NN_PRECISION_BF16, 1);
+    run_case(&mp_cases[i], &ref, NN_PRECISION_FP32, 1);
+    reference_free(&ref);
   }
   if (argc <= 1 || strstr(argv[1], "scaling")) check_loss_scaling();
   if (cc_failures) {
