@@ -81,6 +81,8 @@ alltoall-counts-own-splits|hvd/fusion.c|s#for (int j = 0; j < N; j++) total += r
 monitor-min-delta-sign-acc|train/callbacks.c|s#m->higher_is_better ? value - m->min_delta > m->best#m->higher_is_better ? value + m->min_delta > m->best#|test_train_callbacks
 ckpt-have-best-without-epoch|train/main.c|s#  if (st\[ST_HAVE_BEST\] == 1 \&\& st\[ST_ES_BEST_EPOCH\] < 0)#  if (0)#|test_train_ckpt_fields.sh
 accum-windows-rounded-down|train/main.c|s#const int windows = (steps + accum - 1) / accum;#const int windows = steps / accum;#|test_train_accumulation.sh
+ckpt-newer-format-accepted|train/checkpoint.c|s#  if (n < 1 .. n > TRAIN_CKPT_FORMAT) {#  if (n < 1) {#|test_train_ckpt_format.sh
+ckpt-format-unread|train/main.c|s#  if (train_ckpt_format(\&c, path, \&format, err, errlen) != 0) goto fail;#  format = TRAIN_CKPT_FORMAT;#|test_train_ckpt_format.sh
 grouped-first-member-only|hvd/fusion.c|s#size_t parts = r->nmembers ? r->nmembers : 1;#size_t parts = 1;#|test_hvd_alltoall_reducescatter
 EOF
 )
