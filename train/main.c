@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "train/agree.h"
 #include "train/callbacks.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -973,6 +974,26 @@ static void save_mid_epoch(run_t *r, int rank, int steps_done, int steps, const 
 }
 
 
+/* Every rank's shared settings and data set sizes, compared with rank 0's right after
+   hvd_init: ranks started with other flags end at once with one line naming the flag
+   and both values, instead of stalling in their first mismatched allreduce. */
+static void check_ranks_agree(const train_opts_t *o, const train_agree_data_t *d, int size) {
+  char mine[TRAIN_AGREE_LEN];
+  train_agree_describe(o, d, mine);
+  void *all = NULL;
+  size_t got = 0;
+  hvd_check(hvd_allgather("setup.agree", mine, sizeof mine, HVD_UINT8, &all, &got),
+            "allgather of the settings");
+  if (got != (size_t)size * sizeof mine) {
+    free(all);
+    die("allgather of the settings: %zu bytes, expected %d x %zu", got, size, sizeof mine);
+  }
+  char err[1024];
+  int rc = train_agree_compare(all, size, err, sizeof err);
+  free(all);
+  if (rc != 0) die_usage("%s", err);
+}
+
 static int count_counters(nn_model_t *m) {
   int n = 0;
   for (int i = 0; i < nn_model_num_slices(m); i++)
@@ -1086,6 +1107,8 @@ int main(int argc, char **argv) {
   g_hvd_up = 1;
   int rank = hvd_rank(), size = hvd_size();
   g_rank = rank;
+  const train_agree_data_t sizes = {train.n, val_is_test ? 0 : val.n, test.n};
+  check_ranks_agree(&o, &sizes, size);
   if (train.n < size) die("%d training samples cannot feed %d ranks", train.n, size);
 #ifdef NN_WITH_CUDA
   /* A CUDA build on a machine without a usable GPU: say so once (the reason, and that
