@@ -85,6 +85,7 @@ ckpt-newer-format-accepted|train/checkpoint.c|s#  if (n < 1 .. n > TRAIN_CKPT_FO
 ckpt-format-unread|train/main.c|s#  if (train_ckpt_format(\&c, path, \&format, err, errlen) != 0) goto fail;#  format = TRAIN_CKPT_FORMAT;#|test_train_ckpt_format.sh
 train-ranks-agree-unchecked|train/main.c|s#  check_ranks_agree(\&o, \&sizes, size);#  (void)sizes;#|test_train_flags_agree.sh
 train-agree-values-uncompared|train/agree.c|s#      if (vl0 != vlr .. memcmp(v0, vr, vl0) != 0) {#      if (0) {#|test_train_agree
+pc-no-rpath|Makefile|s#^PC_RPATH = .*#PC_RPATH =#|test_install.sh
 grouped-first-member-only|hvd/fusion.c|s#size_t parts = r->nmembers ? r->nmembers : 1;#size_t parts = 1;#|test_hvd_alltoall_reducescatter
 EOF
 )
