@@ -330,10 +330,14 @@ INSTALL_DIR     = $(DESTDIR)$(PREFIX)
 INSTALL_BINS   := $(TRAIN) $(HVDRUN) $(BUILD)/cnn_bench $(BUILD)/allreduce_bench $(BUILD)/serve
 INSTALL_HEADERS := hvd/hvd.h nn/nn.h nn/nn_cuda.h
 STATIC_CUDA    := $(if $(filter 1,$(USE_CUDA)),$(CUDA_LDLIBS) -ldl -lrt -lstdc++)
+# Libs carries an rpath to PREFIX/lib unless that is /usr/lib, which the loader always
+# searches: a program linked with `pkg-config --libs hvd` against PREFIX=$$HOME/.local (or
+# /usr/local before ldconfig) then starts without LD_LIBRARY_PATH.
+PC_RPATH = $(if $(filter /usr /usr/,$(PREFIX)),,-Wl$(comma)-rpath$(comma)$${libdir} )
 # pc_file NAME DESCRIPTION PRIVATE-LIBS
 pc_file = printf '%s\n' 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$${exec_prefix}/lib' \
   'includedir=$${prefix}/include' '' 'Name: $(1)' 'Description: $(2)' 'Version: $(VERSION)' \
-  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -l$(1)' 'Libs.private: $(strip $(3))' \
+  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} $(PC_RPATH)-l$(1)' 'Libs.private: $(strip $(3))' \
   > $(INSTALL_DIR)/lib/pkgconfig/$(1).pc
 
 ifneq ($(filter install,$(MAKECMDGOALS)),)

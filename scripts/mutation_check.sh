@@ -85,6 +85,14 @@ hier-split-remainder-first|collectives/hierarchical.c|s#p->remainder_root = loca
 plugin-abi-unchecked|util/plugin.c|s#head.abi == spec->abi \&\& ##|test_util_plugin
 plugin-accept-ignored|util/plugin.c|s#spec->accept(t))#1)#|test_util_plugin
 grad-buckets-on-ready-noop|hvd/grad_buckets.c|s#  hvd_grad_buckets_ready((hvd_grad_buckets_t \*)b, ready_from);#  (void)b; (void)ready_from;#|test_grad_buckets
+monitor-min-delta-sign-acc|train/callbacks.c|s#m->higher_is_better ? value - m->min_delta > m->best#m->higher_is_better ? value + m->min_delta > m->best#|test_train_callbacks
+ckpt-have-best-without-epoch|train/resume.c|s#  if (st\[ST_HAVE_BEST\] == 1 \&\& st\[ST_ES_BEST_EPOCH\] < 0)#  if (0)#|test_train_ckpt_fields.sh
+accum-windows-rounded-down|train/main.c|s#t->windows = (t->steps + t->accum - 1) / t->accum;#t->windows = t->steps / t->accum;#|test_train_accumulation.sh
+ckpt-newer-format-accepted|train/checkpoint.c|s#  if (n < 1 .. n > TRAIN_CKPT_FORMAT) {#  if (n < 1) {#|test_train_ckpt_format.sh
+ckpt-format-unread|train/resume.c|s#  if (train_ckpt_format(\&c, path, \&format, err, errlen) != 0) goto fail;#  format = TRAIN_CKPT_FORMAT;#|test_train_ckpt_format.sh
+train-ranks-agree-unchecked|train/main.c|s#  check_ranks_agree(\&t->o, \&sizes, t->size);#  (void)sizes;#|test_train_flags_agree.sh
+train-agree-values-uncompared|train/agree.c|s#      if (vl0 != vlr .. memcmp(v0, vr, vl0) != 0) {#      if (0) {#|test_train_agree
+pc-no-rpath|Makefile|s#^PC_RPATH = .*#PC_RPATH =#|test_install.sh
 grouped-first-member-only|hvd/fusion.c|s#size_t parts = r->nmembers ? r->nmembers : 1;#size_t parts = 1;#|test_hvd_alltoall_reducescatter
 hvdrun-signal-no-sigkill|launcher/supervise.c|s#^  kill(-pid, SIGKILL);#  kill(-pid, SIGTERM);#|test_hvdrun_signals.sh
 hvdrun-guard-never-acts|launcher/children.c|s#  if (r == 1) _exit(0);#  _exit(0);#|test_hvdrun_signals.sh

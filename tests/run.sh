@@ -37,6 +37,7 @@ pooled=(
   test_train_write_errors.sh test_train_resume_auto.sh test_train_early_stopping.sh
   test_serve_concurrency.sh test_serve_accuracy.sh test_coll_mpi.sh test_hvdrun_args.sh
   test_hvd_hierarchical_one_host.sh
+  test_train_ckpt_format.sh test_train_flags_agree.sh test_train_agree
   test_hvd_plan test_hvd_allreduce test_hvd_hierarchical test_hvd_fusion test_hvd_collectives
   test_hvd_alltoall_reducescatter test_hvd_join test_coll_hierarchical_split test_coll_transport_table test_util_plugin test_hvd_timeline test_hvd_init
   test_grad_buckets test_coll_hierarchical test_nn_models test_hvd_hello.sh

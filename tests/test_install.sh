@@ -10,7 +10,12 @@
 #  3. a CPU program of nn and hvd: neither its NEEDED entries (readelf -d) nor the whole
 #     tree of libraries it loads (ldd), nor what it loads while it runs (LD_DEBUG=files),
 #     has a CUDA library (cudart, cuDNN, cuBLAS, NCCL, the driver);
-#  4. DESTDIR stages the files under DESTDIR and leaves the prefix in the .pc files.
+#  4. DESTDIR stages the files under DESTDIR and leaves the prefix in the .pc files; their
+#     Libs carry an rpath to PREFIX/lib, except for PREFIX=/usr;
+#  5. the README's install recipe (its "## Install" block), run line by line as written
+#     with HOME a temporary folder: make install PREFIX=$HOME/.local, then cc with
+#     pkg-config; the program it builds starts alone and under mpirun with nothing else
+#     (no LD_LIBRARY_PATH, no -rpath of the test's own).
 # In a CUDA build also: the backends libnn_cuda.so.0 and libhvd_cuda.so.0 are installed
 # beside the libraries, export their entry point alone and are loaded only on use: a
 # device query loads libnn_cuda (it says "no device" on a machine without a GPU), a
@@ -98,8 +103,7 @@ grep -q 'hvd_init' "$tmp/user/my_train.c" || fail "no C example found in README.
 (
   cd "$tmp/user" || exit 1
   # shellcheck disable=SC2046
-  cc -std=c11 -Wall -Wextra -Werror my_train.c $(pkg-config --cflags --libs hvd) \
-    -Wl,-rpath,"$libdir" -o my_train
+  cc -std=c11 -Wall -Wextra -Werror my_train.c $(pkg-config --cflags --libs hvd) -o my_train
 ) > "$tmp/user/cc.log" 2>&1 || { cat "$tmp/user/cc.log"; fail "the README example does not build with pkg-config --cflags --libs hvd"; }
 if [ -x "$tmp/user/my_train" ]; then
   echo "cc my_train.c $(pkg-config --cflags --libs hvd)"
@@ -192,11 +196,53 @@ if make -j2 BUILD="$build" "${conf[@]}" PREFIX=/opt/hvd-test DESTDIR="$stage" in
   grep -qx 'prefix=/opt/hvd-test' "$stage/opt/hvd-test/lib/pkgconfig/hvd.pc" ||
     fail "with DESTDIR, hvd.pc must keep prefix=/opt/hvd-test: $(head -n 1 "$stage/opt/hvd-test/lib/pkgconfig/hvd.pc")"
   [ -e /opt/hvd-test ] && fail "DESTDIR install wrote to /opt/hvd-test itself"
+  grep -qx 'Libs: -L${libdir} -Wl,-rpath,${libdir} -lhvd' "$stage/opt/hvd-test/lib/pkgconfig/hvd.pc" ||
+    fail "PREFIX=/opt/hvd-test: hvd.pc's Libs has no rpath to \${libdir}: $(grep '^Libs:' "$stage/opt/hvd-test/lib/pkgconfig/hvd.pc")"
 else
   tail -n 20 "$tmp/stage.log"; fail "make install DESTDIR=... failed"
 fi
+# /usr/lib is where the loader always looks: no rpath there.
+if make -j2 BUILD="$build" "${conf[@]}" PREFIX=/usr DESTDIR="$tmp/stage_usr" install > "$tmp/stage_usr.log" 2>&1; then
+  grep -qx 'Libs: -L${libdir} -lnn' "$tmp/stage_usr/usr/lib/pkgconfig/nn.pc" ||
+    fail "PREFIX=/usr: nn.pc's Libs should be plain: $(grep '^Libs:' "$tmp/stage_usr/usr/lib/pkgconfig/nn.pc")"
+else
+  tail -n 20 "$tmp/stage_usr.log"; fail "make install PREFIX=/usr DESTDIR=... failed"
+fi
 
-# ---- 5. the CUDA backends (CUDA builds) ----
+# ---- 5. the README's install recipe, exactly as written ----
+recipe=$(awk '/^## Install$/ { s = 1; next } s && /^## / { exit } s && /^    [^ ]/ { sub(/^    /, ""); print }' README.md)
+install_line=$(sed -n 1p <<<"$recipe") cc_line=$(sed -n 2p <<<"$recipe")
+echo "README's recipe:"; echo "$recipe"
+if [[ "$install_line" != "make install PREFIX=\$HOME/.local"* || "$cc_line" != "cc my_train.c "* ]]; then
+  fail "README.md's Install block no longer starts with 'make install PREFIX=\$HOME/.local' and 'cc my_train.c ...': update this test"
+else
+  mkdir -p "$tmp/home" "$tmp/readme"
+  cp "$tmp/user/my_train.c" "$tmp/readme/"
+  (
+    export HOME=$tmp/home
+    unset PKG_CONFIG_PATH
+    # The build's configuration (BUILD, CUDA=...) added to the README's make: the line is
+    # otherwise run as written.
+    make() { command make -j2 BUILD="$build" "${conf[@]}" "$@"; }
+    eval "$install_line" > "$tmp/readme/install.log" 2>&1 || { tail -n 20 "$tmp/readme/install.log"; exit 1; }
+    cd "$tmp/readme" && eval "$cc_line"
+  ) > "$tmp/readme/cc.log" 2>&1 || { cat "$tmp/readme/cc.log"; fail "the README's recipe failed"; }
+  if [ -x "$tmp/readme/my_train" ]; then
+    out=$(cd "$tmp/readme" && timeout -k 5 30 ./my_train 2>&1); rc=$?
+    [ $rc -eq 0 ] && grep -qx 'w\[0\] = 0 on 1 ranks' <<<"$out" ||
+      fail "the README recipe's program does not start alone: exit $rc: $out"
+    out=$(cd "$tmp/readme" && timeout -k 5 60 mpirun --oversubscribe --bind-to none -np 2 ./my_train 2>&1); rc=$?
+    [ $rc -eq 0 ] && grep -qx 'w\[0\] = -0.5 on 2 ranks' <<<"$out" ||
+      fail "the README recipe's program under mpirun -np 2: exit $rc: $out"
+    ldd "$tmp/readme/my_train" | grep -q "libhvd.so.0 => $tmp/home/.local/lib/libhvd.so.0" ||
+      fail "the README recipe's program does not load libhvd.so.0 from \$HOME/.local/lib: $(ldd "$tmp/readme/my_train" | grep hvd)"
+    [ $failures -eq 0 ] && echo "ok: the README's recipe builds a program that runs, alone and on 2 ranks"
+  else
+    fail "the README's recipe built no my_train"
+  fi
+fi
+
+# ---- 6. the CUDA backends (CUDA builds) ----
 if [ $cuda -eq 1 ] && [ -x "$tmp/user/cpu_step" ]; then
   for n in hvd_cuda nn_cuda; do
     exported=$(nm -D --defined-only "$prefix/lib/lib$n.so.0.1" | awk '{print $3}')

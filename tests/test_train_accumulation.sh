@@ -9,7 +9,9 @@
 #   --gradient-predivide-factor 3 gives the weights of no predivide (to 1e-5);
 #   --no-lr-scaling: the lr stays --lr (header "x 1", the epoch line, log.csv), where the
 #     default shows lr x ranks;
-#   a mid-epoch checkpoint with accumulation (taken at a window's end) resumes bit for bit.
+#   a mid-epoch checkpoint with accumulation (taken at a window's end) resumes bit for bit,
+#     also when an epoch ends on a short window (checkpoints counted in optimizer steps
+#     across epochs).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 . tests/train_resume_prelude.sh
@@ -82,4 +84,14 @@ fi
 every=1 at_step=4 check_case mlp_accumulation_mid 13 1 2 --model mlp --dataset synthetic \
   --synthetic-samples 512 --batch-size 32 --seed 5 --threads 1 --batches-per-allreduce 2 \
   --optimizer adam
+# 8 batches per epoch, not a multiple of --batches-per-allreduce 3: windows of 3, 3 and 2
+# batches, 3 optimizer steps an epoch (the short window at the epoch's end is one), so
+# epoch 2's optimizer steps are the 4th to 6th. With a checkpoint every 2 of them, epoch
+# 1's is after batch 6 and epoch 2's after its first window (batch 3, the 4th step); the
+# kill at batch 15 (epoch 2's last) finds that one. (Windows counted rounded down, 2 an
+# epoch, would put it after batch 6 of epoch 2.)
+every=2 at_step=3 check_case mlp_accumulation_partial 15 1 2 --model mlp --dataset synthetic \
+  --synthetic-samples 512 --batch-size 32 --seed 5 --threads 1 --batches-per-allreduce 3
+grep -q '8 steps per epoch (3 optimizer steps)' "$tmp/mlp_accumulation_partial/full.log" \
+  || { echo "FAIL header of --batches-per-allreduce 3:"; grep '^train:' "$tmp/mlp_accumulation_partial/full.log"; exit 1; }
 echo "accumulation, predivide and lr scaling pass"

@@ -43,6 +43,22 @@ int main(void) {
      (and 2) never reach 3 in a row, and 0.9 at epoch 6 is the best */
   CHECK(run("val_accuracy", 0.0, 3, acc, 7, &best) == -1 && best == 6, "acc best %d", best);
   CHECK(run("val_accuracy", 0.0, 2, acc, 7, &best) == 5 && best == 3, "acc p2 best %d", best);
+  /* --monitor val_accuracy --min-delta 0.01: a gain must exceed 0.01 (Keras: current -
+     min_delta > best). 0.505 and 0.509 are within it of 0.5, so patience 2 stops at epoch
+     2 with the best at epoch 0; with the sign flipped (current + min_delta > best) every
+     epoch would count as a gain and training would never stop. */
+  const double acc_md[] = {0.5, 0.505, 0.509, 0.52, 0.525, 0.515};
+  CHECK(run("val_accuracy", 0.01, 2, acc_md, 6, &best) == 2 && best == 0,
+        "acc min_delta 0.01 p2: best %d", best);
+  /* A gain of more than min_delta counts: 0.52 over 0.5 is the new best, 0.525 is not. */
+  train_monitor_t mon;
+  train_monitor_init(&mon, "val_accuracy", 0.01);
+  int gains[4];
+  const double acc_gain[] = {0.5, 0.52, 0.525, 0.531};
+  for (int i = 0; i < 4; i++) gains[i] = train_monitor_update(&mon, acc_gain[i], i);
+  CHECK(gains[0] && gains[1] && !gains[2] && gains[3] && mon.best_epoch == 3,
+        "acc monitor min_delta 0.01: gains %d %d %d %d, best epoch %d", gains[0], gains[1],
+        gains[2], gains[3], mon.best_epoch);
 
   char path[] = "/tmp/test_train_callbacks.XXXXXX";
   int fd = mkstemp(path);

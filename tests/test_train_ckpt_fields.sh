@@ -10,33 +10,38 @@ set -u
 . "$(dirname "$0")/train_prelude.sh"
 [ -x /usr/bin/python3 ] || { echo "FAIL /usr/bin/python3 is missing (it edits the checkpoints)"; exit 1; }
 
-# ckedit IN OUT SECTION TYPE INDEX VALUE: rewrites element INDEX (negative: from the end)
-# of SECTION, read as TYPE (d: float64, q: int64, f: float32), to VALUE, and recomputes
-# the file's crc32 (layout: train/checkpoint.h).
+# ckedit IN OUT SECTION TYPE INDEX VALUE [SECTION TYPE INDEX VALUE...]: rewrites element
+# INDEX (negative: from the end) of SECTION, read as TYPE (d: float64, q: int64, f:
+# float32), to VALUE, for each such four, and recomputes the file's crc32 (layout:
+# train/checkpoint.h).
 ckedit() {
   /usr/bin/python3 - "$@" <<'EOF'
 import struct, sys, zlib
-src, dst, section, typ, index, value = sys.argv[1:7]
+src, dst = sys.argv[1:3]
+edits = sys.argv[3:]
+assert edits and len(edits) % 4 == 0, 'edits come in fours: SECTION TYPE INDEX VALUE'
 b = bytearray(open(src, 'rb').read())
 assert b[:8] == b'HVDCKPT1' and struct.unpack_from('<Q', b, 8)[0] == len(b)
-pos = 16
-(ml,) = struct.unpack_from('<I', b, pos); pos += 4 + ml
-(count,) = struct.unpack_from('<I', b, pos); pos += 4
-for _ in range(count):
-    (nl,) = struct.unpack_from('<H', b, pos); pos += 2
-    name = b[pos:pos + nl].decode(); pos += nl
-    (nb,) = struct.unpack_from('<Q', b, pos); pos += 8
-    if name == section:
-        size = struct.calcsize('<' + typ)
-        i = int(index)
-        if i < 0: i += nb // size
-        assert 0 <= i < nb // size, 'index out of the section'
-        v = int(value) if typ == 'q' else float(value)
-        struct.pack_into('<' + typ, b, pos + i * size, v)
-        break
-    pos += nb
-else:
-    sys.exit('no section ' + section)
+for e in range(0, len(edits), 4):
+    section, typ, index, value = edits[e:e + 4]
+    pos = 16
+    (ml,) = struct.unpack_from('<I', b, pos); pos += 4 + ml
+    (count,) = struct.unpack_from('<I', b, pos); pos += 4
+    for _ in range(count):
+        (nl,) = struct.unpack_from('<H', b, pos); pos += 2
+        name = b[pos:pos + nl].decode(); pos += nl
+        (nb,) = struct.unpack_from('<Q', b, pos); pos += 8
+        if name == section:
+            size = struct.calcsize('<' + typ)
+            i = int(index)
+            if i < 0: i += nb // size
+            assert 0 <= i < nb // size, 'index out of the section'
+            v = int(value) if typ == 'q' else float(value)
+            struct.pack_into('<' + typ, b, pos + i * size, v)
+            break
+        pos += nb
+    else:
+        sys.exit('no section ' + section)
 struct.pack_into('<I', b, len(b) - 4, zlib.crc32(bytes(b[:-4])) & 0xffffffff)
 open(dst, 'wb').write(b)
 EOF
@@ -59,13 +64,15 @@ if ! timeout -k 5 30 "$train" "${common[@]}" --epochs 3 --restore-best-weights \
 fi
 
 # case WHAT FIELD SECTION TYPE INDEX VALUE [BASE]: resume from the edited copy with
-# --epochs 3, writing into the real checkpoint directory (which must not change).
+# --epochs 3, writing into the real checkpoint directory (which must not change). With
+# also="SECTION TYPE INDEX VALUE..." in the environment of the call: those edits too.
 case_() {
   local what=$1 field=$2 section=$3 typ=$4 index=$5 value=$6 base=${7:-ck}
-  local bad=$tmp/edited.ckpt extra=()
+  local bad=$tmp/edited.ckpt extra=() more=()
   [ "$base" = ck ] && extra=(--restore-best-weights)
   [ "$base" = ck_adam ] && extra=(--optimizer adam)
-  ckedit "$tmp/$base/last.ckpt" "$bad" "$section" "$typ" "$index" "$value" \
+  read -r -a more <<<"${also:-}"
+  ckedit "$tmp/$base/last.ckpt" "$bad" "$section" "$typ" "$index" "$value" "${more[@]}" \
     || { echo "FAIL $what: cannot edit the checkpoint"; fails=$((fails + 1)); return; }
   # --save-best-only: should the run go ahead anyway, it rewrites two files, not hundreds.
   # The one line names the file and the field.
@@ -92,6 +99,9 @@ case_ "best_val_acc_epoch NaN" best_val_acc_epoch state d 7 nan
 case_ "train_seconds inf" train_seconds state d 8 inf
 case_ "train_images NaN" train_images state d 9 nan
 case_ "have_best 0.5" have_best state d 10 0.5
+# Best weights kept (have_best 1) while es_best and es_best_epoch say no best yet (inf,
+# -1): consistent with each other, so only have_best's own check refuses it.
+also="state d 1 inf state d 2 -1" case_ "have_best 1 with es_best_epoch -1" have_best state d 10 1
 case_ "dropout_step -1" dropout_step state d 11 -1
 case_ "dropout_step 1e300" dropout_step state d 11 1e300
 case_ "optim.step negative" optim.step optim.step q 0 -7

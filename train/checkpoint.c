@@ -222,6 +222,32 @@ const char *train_ckpt_meta(const train_ckpt_t *c, const char *key, char *buf, s
   return NULL;
 }
 
+int train_ckpt_format(const train_ckpt_t *c, const char *path, int *version, char *err,
+                      size_t errlen) {
+  char v[128];
+  const size_t pl = strlen(TRAIN_CKPT_FORMAT_PREFIX);
+  const char *f = train_ckpt_meta(c, "format", v, sizeof v);
+  if (!f) {
+    snprintf(err, errlen, "%s: no format field in the checkpoint's metadata (this train reads "
+             "%s1 to %s%d): not a checkpoint train wrote", path, TRAIN_CKPT_FORMAT_PREFIX,
+             TRAIN_CKPT_FORMAT_PREFIX, TRAIN_CKPT_FORMAT);
+    return -1;
+  }
+  /* The prefix, then a version in digits alone ("-2x", "-+2", "- 2" are not versions). */
+  long n = -1;
+  if (strncmp(f, TRAIN_CKPT_FORMAT_PREFIX, pl) == 0 && f[pl] >= '0' && f[pl] <= '9' &&
+      strspn(f + pl, "0123456789") == strlen(f + pl) && strlen(f + pl) <= 9)
+    n = strtol(f + pl, NULL, 10);
+  if (n < 1 || n > TRAIN_CKPT_FORMAT) {
+    snprintf(err, errlen, "%s: checkpoint format %s, this train reads %s1 to %s%d%s", path, f,
+             TRAIN_CKPT_FORMAT_PREFIX, TRAIN_CKPT_FORMAT_PREFIX, TRAIN_CKPT_FORMAT,
+             n > TRAIN_CKPT_FORMAT ? " (a newer train wrote it: resume with that one)" : "");
+    return -1;
+  }
+  *version = (int)n;
+  return 0;
+}
+
 void train_ckpt_free(train_ckpt_t *c) {
   free(c->meta);
   free(c->sections);

@@ -35,6 +35,16 @@ int train_ckpt_read(const char *path, train_ckpt_t *out, char *err, size_t errle
 const train_ckpt_section_t *train_ckpt_find(const train_ckpt_t *c, const char *name);
 /* Value of key in the metadata copied into buf; NULL when absent. */
 const char *train_ckpt_meta(const train_ckpt_t *c, const char *key, char *buf, size_t len);
+
+/* The metadata's "format" field: TRAIN_CKPT_FORMAT_PREFIX followed by a version. train
+   writes TRAIN_CKPT_FORMAT and reads every version from 1 (before mid-epoch checkpoints)
+   up to it. */
+#define TRAIN_CKPT_FORMAT_PREFIX "hvd-train-checkpoint-"
+#define TRAIN_CKPT_FORMAT 2
+/* The version of c's format field in *version: 0, or -1 with err naming the file, the
+   field's value (or its absence) and the versions this program reads. */
+int train_ckpt_format(const train_ckpt_t *c, const char *path, int *version, char *err,
+                      size_t errlen);
 void train_ckpt_free(train_ckpt_t *c);
 
 /* ---- a checkpoint directory ---- */

@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "train/agree.h"
 #include "train/callbacks.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -391,7 +392,27 @@ static void load_init_weights(trainer_t *t) {
     die_usage("--init-weights: %s", nn_last_error());
 }
 
-/* hvd_init, and the GPU of this local rank. */
+/* Every rank's shared settings and data set sizes, compared with rank 0's right after
+   hvd_init: ranks started with other flags end at once with one line naming the flag
+   and both values, instead of stalling in their first mismatched allreduce. */
+static void check_ranks_agree(const train_opts_t *o, const train_agree_data_t *d, int size) {
+  char mine[TRAIN_AGREE_LEN];
+  train_agree_describe(o, d, mine);
+  void *all = NULL;
+  size_t got = 0;
+  hvd_check(hvd_allgather("setup.agree", mine, sizeof mine, HVD_UINT8, &all, &got),
+            "allgather of the settings");
+  if (got != (size_t)size * sizeof mine) {
+    free(all);
+    die("allgather of the settings: %zu bytes, expected %d x %zu", got, size, sizeof mine);
+  }
+  char err[1024];
+  int rc = train_agree_compare(all, size, err, sizeof err);
+  free(all);
+  if (rc != 0) die_usage("%s", err);
+}
+
+/* hvd_init, the ranks' agreement on their flags, and the GPU of this local rank. */
 static void start_runtime(trainer_t *t) {
   /* The gradients already go in fixed buckets (--bucket-mb). Fusing ready buckets once
      more would make each element's summation order in the ring depend on timing (which
@@ -405,6 +426,8 @@ static void start_runtime(trainer_t *t) {
   g_hvd_up = 1;
   t->rank = g_rank = hvd_rank();
   t->size = hvd_size();
+  const train_agree_data_t sizes = {t->train.n, t->val_is_test ? 0 : t->val.n, t->test.n};
+  check_ranks_agree(&t->o, &sizes, t->size);
   if (t->train.n < t->size) die("%d training samples cannot feed %d ranks", t->train.n, t->size);
 #ifdef NN_WITH_CUDA
   /* A CUDA build on a machine without a usable GPU: say so once (the reason, and that

@@ -27,11 +27,12 @@ static void checkpoint_meta(const train_run_t *r, char *buf, size_t len) {
   char settings[4096];
   train_flags_describe(r->o, r->ranks, settings, sizeof settings);
   snprintf(buf, len,
-           "format=hvd-train-checkpoint-2\n%sglobal_batch=%d\nlr_scale=%.17g\nepochs_done=%d\n"
+           "format=%s%d\n%sglobal_batch=%d\nlr_scale=%.17g\nepochs_done=%d\n"
            "steps_done=%d\nmodel_params=%zu\nmodel_buffers=%zu\n"
            "rng=stateless splitmix64 of (seed, epoch, sample)\n",
-           settings, r->o->batch * r->ranks, r->lr_scale, (int)r->st[ST_EPOCHS_DONE],
-           (int)r->st[ST_STEPS_DONE], nn_model_num_params(r->model),
+           TRAIN_CKPT_FORMAT_PREFIX, TRAIN_CKPT_FORMAT, settings, r->o->batch * r->ranks,
+           r->lr_scale, (int)r->st[ST_EPOCHS_DONE], (int)r->st[ST_STEPS_DONE],
+           nn_model_num_params(r->model),
            nn_model_num_buffers(r->model));
 }
 
@@ -265,6 +266,8 @@ static int check_checkpoint(const train_run_t *r, const train_ckpt_t *c, const c
 int train_run_load(train_run_t *r, const char *path, int warn, char *err, size_t errlen) {
   train_ckpt_t c;
   if (train_ckpt_read(path, &c, err, errlen) != 0) return -1;
+  int format;
+  if (train_ckpt_format(&c, path, &format, err, errlen) != 0) goto fail;
   char v[256];
   const char *model = train_ckpt_meta(&c, "model", v, sizeof v);
   if (!model) {
@@ -294,18 +297,20 @@ int train_run_load(train_run_t *r, const char *path, int warn, char *err, size_t
   int ncounters = 0;
   for (int i = 0; i < nn_model_num_slices(r->model); i++)
     if (nn_model_slice(r->model, i)->kind == NN_SLICE_COUNTER) ncounters++;
+  /* Format 1 holds the state fields before the mid-epoch ones. */
+  size_t state_bytes = (format == 1 ? ST_COUNT_V1 : ST_COUNT) * sizeof(double);
   struct {
     const char *name;
     size_t bytes;
   } want[] = {{"params", np * sizeof(float)},          {"buffers", nb * sizeof(float)},
               {"counters", ncounters * sizeof(int64_t)}, {"optim.state", optn * sizeof(float)},
-              {"optim.step", sizeof(int64_t)},           {"state", sizeof r->st}};
+              {"optim.step", sizeof(int64_t)},           {"state", state_bytes}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     const train_ckpt_section_t *s = train_ckpt_find(&c, want[i].name);
-    int old_state = s && strcmp(s->name, "state") == 0 && s->nbytes == ST_COUNT_V1 * sizeof(double);
-    if (!s || (s->nbytes != want[i].bytes && !old_state)) {
-      snprintf(err, errlen, "%s: section %s has %zu bytes, model %s needs %zu", path,
-               want[i].name, s ? s->nbytes : 0, r->o->model, want[i].bytes);
+    if (!s || s->nbytes != want[i].bytes) {
+      snprintf(err, errlen, "%s: section %s has %zu bytes, model %s needs %zu (checkpoint "
+               "format %d)", path, want[i].name, s ? s->nbytes : 0, r->o->model,
+               want[i].bytes, format);
       goto fail;
     }
   }
