@@ -81,6 +81,8 @@ alltoall-counts-own-splits|hvd/fusion.c|s#      total += recv\[j\];#      total 
 cache-evicts-most-recent|hvd/response_cache.c|s#    s = c->lru;#    s = c->mru;#|test_hvd_response_cache
 alltoall-splits-sum-wraps|hvd/queue.c|s#    if (own\[j\] > count) {#    if (0) {#;s#    if (total > count) {#    if (0) {#|test_hvd_alltoall_reducescatter
 alltoall-split-unbounded|hvd/queue.c|s#    if (own\[j\] > count) {#    if (0) {#|test_hvd_alltoall_reducescatter
+liveness-gap-clocks-kept|hvd/liveness.c|s#    for (int r = 0; r < hvd_g.size; r++) L.heard_us\[r\] = now_us;#    ;#|test_hvd_liveness_gap
+watchdog-grace-inverted|hvd/watchdog.c|s#age >= shut + (blocked ? 0 : COORDINATOR_GRACE_S)#age >= shut + (blocked ? COORDINATOR_GRACE_S : 0)#|test_hvd_stall
 grouped-first-member-only|hvd/fusion.c|s#size_t parts = r->nmembers ? r->nmembers : 1;#size_t parts = 1;#|test_hvd_alltoall_reducescatter
 EOF
 )
