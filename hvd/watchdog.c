@@ -80,7 +80,8 @@ static void stall_shutdown(const char *text) {
   }
 }
 
-/* Bytes the host transports have completed (sends and receives), summed. */
+/* Bytes the host (MPI) transports have completed, sends and receives, summed; a device
+   collective's bytes (NCCL) are not counted. */
 static unsigned long long transport_bytes(void) {
   coll_transport_t *ts[3] = {hvd_g.world, hvd_g.local, hvd_g.cross};
   unsigned long long b = 0;
@@ -103,13 +104,13 @@ void hvd_stall_warning_text(char *buf, size_t len, double away_s, unsigned long 
     bytes_text(b, sizeof(b), moved);
     snprintf(buf, len, "long collective: rank %d (host %s): the background thread has been "
              "inside one collective for %.1f s and is still moving data: %s sent and "
-             "received in the last %.1f s (a large transfer, not a stall); the oldest "
-             "request of this rank is %s (%.1f s)", hvd_g.rank, hvd_host_of(hvd_g.rank),
-             away_s, b, interval_s, what, age_s);
+             "received over MPI in the last %.1f s (a large transfer, not a stall); the "
+             "oldest request of this rank is %s (%.1f s)", hvd_g.rank,
+             hvd_host_of(hvd_g.rank), away_s, b, interval_s, what, age_s);
   } else {
     snprintf(buf, len, "stall: rank %d (host %s): the background thread has been inside "
              "one collective for %.1f s, waiting for its peers: no bytes sent or received "
-             "in the last %.1f s; the oldest request of this rank is %s (%.1f s)",
+             "over MPI in the last %.1f s; the oldest request of this rank is %s (%.1f s)",
              hvd_g.rank, hvd_host_of(hvd_g.rank), away_s, interval_s, what, age_s);
   }
 }
@@ -146,9 +147,9 @@ static void *watchdog_main(void *arg) {
     pthread_mutex_unlock(&hvd_g.watchdog_mu);
 
     double now = util_now_us(), age = 0;
-    double away_s = (now - (double)atomic_load(&hvd_g.bg_alive_us)) * 1e-6;
-    int blocked = away_s * 1e6 >= BLOCKED_AFTER_US;
     long long alive_us = atomic_load(&hvd_g.bg_alive_us);
+    double away_s = (now - (double)alive_us) * 1e-6;
+    int blocked = away_s * 1e6 >= BLOCKED_AFTER_US;
     if (alive_us != seen_alive_us) {
       seen_alive_us = alive_us;
       base_bytes = transport_bytes();

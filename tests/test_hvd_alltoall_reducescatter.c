@@ -145,7 +145,8 @@ static void bad_splits(void) {
     int min_ranks;
     const char *want;
   } cases[] = {
-      {{9, SIZE_MAX, 0, 0}, 2, "splits[0] is 9 elements, more than the whole buffer (count 8)"},
+      {{9, SIZE_MAX, 0, 0}, 2,
+       "splits[0] is 9 elements, more than the whole buffer (count 8)"},
       {{1, SIZE_MAX, 8, 0}, 3, "splits[1] is 18446744073709551615 elements, more than the "
                                "whole buffer"},
       {{5, 5, 0, 0}, 2, "splits[0..1] already add up to 10 elements, more than count 8"},

@@ -112,14 +112,14 @@ static int warning_text(void) {
   hvd_stall_warning_text(t, sizeof(t), 61.0, 3ull << 29, 10.0, "allreduce \"big\"", 62.0);
   printf("%s\n", t);
   if (!strstr(t, "long collective: rank 3") || !strstr(t, "still moving data: 1.5 GiB sent "
-      "and received in the last 10.0 s") || strstr(t, "waiting for its peers")) {
+      "and received over MPI in the last 10.0 s") || strstr(t, "waiting for its peers")) {
     printf("FAIL: the warning while 1.5 GiB moved reads: %s\n", t);
     ok = 0;
   }
   hvd_stall_warning_text(t, sizeof(t), 61.0, 0, 10.0, "allreduce \"big\"", 62.0);
   printf("%s\n", t);
   if (!strstr(t, "stall: rank 3") || !strstr(t, "waiting for its peers: no bytes sent or "
-      "received in the last 10.0 s") || !strstr(t, "allreduce \"big\" (62.0 s)")) {
+      "received over MPI in the last 10.0 s") || !strstr(t, "allreduce \"big\" (62.0 s)")) {
     printf("FAIL: the warning while nothing moved reads: %s\n", t);
     ok = 0;
   }
