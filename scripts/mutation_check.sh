@@ -82,6 +82,7 @@ cache-evicts-most-recent|hvd/response_cache.c|s#    s = c->lru;#    s = c->mru;#
 alltoall-splits-sum-wraps|hvd/queue.c|s#    if (own\[j\] > count) {#    if (0) {#;s#    if (total > count) {#    if (0) {#|test_hvd_alltoall_reducescatter
 alltoall-split-unbounded|hvd/queue.c|s#    if (own\[j\] > count) {#    if (0) {#|test_hvd_alltoall_reducescatter
 liveness-gap-clocks-kept|hvd/liveness.c|s#    for (int r = 0; r < hvd_g.size; r++) L.heard_us\[r\] = now_us;#    ;#|test_hvd_liveness_gap
+liveness-gap-fixed-half-second|hvd/liveness.c|s#double gap_us = timeout_us / 2 < GAP_US ? timeout_us / 2 : GAP_US;#double gap_us = GAP_US;#|test_hvd_liveness_gap
 watchdog-grace-inverted|hvd/watchdog.c|s#age >= shut + (blocked ? 0 : COORDINATOR_GRACE_S)#age >= shut + (blocked ? COORDINATOR_GRACE_S : 0)#|test_hvd_stall
 stall-warning-ignores-bytes|hvd/watchdog.c|s#  if (moved > 0) {#  if (0) {#|test_hvd_stall
 transport-bytes-not-counted|collectives/transport_mpi.c|s#        __atomic_add_fetch(\&t->bytes_done, (unsigned long long)q->part\[i\], __ATOMIC_RELAXED);#        ;#|test_hvd_stall
