@@ -97,6 +97,9 @@ struct coll_transport {
      COLL_ERR_PEER_LOST, naming the peer it waited for in lost_peer. */
   double peer_timeout_s;
   double last_progress_s;     /* util_now_s() of the last start or completion        */
+  /* Bytes of the sends and receives completed so far (atomic access: the hvd watchdog
+     reads it from its own thread, to tell a long transfer from a stall). */
+  unsigned long long bytes_done;
   int lost_peer;              /* after COLL_ERR_PEER_LOST: the peer, else -1          */
   /* Optional: called by a wait that has made no progress for a while (100 ms, then
      every 20 ms), on the waiting thread; non-zero ends the wait with COLL_ERR_CANCELLED.

@@ -139,6 +139,7 @@ static coll_status_t mpi_wait_aligned(coll_transport_t *t, void *req) {
                            t->rank, q->part[i], q->peer, n);
         }
         coll_progress(t);
+        __atomic_add_fetch(&t->bytes_done, (unsigned long long)q->part[i], __ATOMIC_RELAXED);
         break;
       }
       /* Spinning is what MPI_Wait does too; yield now and then so an oversubscribed

@@ -157,16 +157,23 @@ hvd_status_t hvd_host_allreduce(void *buf, size_t count, hvd_dtype_t dtype, hvd_
 
 /* Agree before moving data: a rank without memory for a result must not leave the
    others inside the collective. Returns HVD_OK when every rank has its memory (*cs: the
-   agreement's own status), else the status of this rank, with *agreed set. */
-static hvd_status_t agree_allocation(int ok, const struct hvd_request *r, size_t bytes,
-                                     coll_status_t *cs, char *msg, size_t len, int *agreed) {
+   agreement's own status), else the status of this rank, with *agreed set. bytes_text:
+   what this rank needed ("N bytes"), for its message. */
+static hvd_status_t agree_allocation(int ok, const struct hvd_request *r,
+                                     const char *bytes_text, coll_status_t *cs, char *msg,
+                                     size_t len, int *agreed) {
   int32_t failed = ok ? -1 : hvd_g.rank;   /* the highest failing rank, or -1 */
   *cs = COLL_OK;
   if (hvd_g.size > 1)
     *cs = coll_allreduce(hvd_g.world, &failed, &failed, 1, COLL_INT32, COLL_MAX);
   if (*cs != COLL_OK || failed < 0) return HVD_OK;
-  snprintf(msg, len, "rank %d could not allocate %zu bytes for the result of %s \"%s\"",
-           (int)failed, bytes, hvd_kind_name(r->kind), r->key);
+  /* Only the failing rank knows its size: the others would name their own. */
+  if (failed == hvd_g.rank)
+    snprintf(msg, len, "rank %d could not allocate %s for the result of %s \"%s\"",
+             (int)failed, bytes_text, hvd_kind_name(r->kind), r->key);
+  else
+    snprintf(msg, len, "rank %d could not allocate the memory for the result of %s \"%s\" "
+             "(its own message names the size)", (int)failed, hvd_kind_name(r->kind), r->key);
   *agreed = 1;
   return failed == hvd_g.rank ? HVD_ERR_NO_MEMORY : HVD_ERR_SHUTDOWN;
 }
@@ -187,9 +194,18 @@ static hvd_status_t run_alltoall(struct hvd_request *r, const hvd_response_t *re
   coll_status_t cs = coll_alltoall(hvd_g.world, r->splits, recv, 1, COLL_INT64);
   void *out = NULL;
   if (cs == COLL_OK) {
-    for (int j = 0; j < N; j++) total += recv[j];
-    out = malloc(total * es > 0 ? total * es : 1);
-    hvd_status_t fs = agree_allocation(out != NULL, r, total * es, &cs, msg, len, agreed);
+    /* Every sender checked its splits against its count, but what all of them send
+       to one rank may still exceed a size_t: that is a result this rank cannot hold. */
+    int fits = 1;
+    for (int j = 0; j < N; j++) {
+      fits = fits && recv[j] <= SIZE_MAX / es - total;
+      total += recv[j];
+    }
+    char need[96];
+    if (fits) snprintf(need, sizeof(need), "%zu bytes", total * es);
+    else snprintf(need, sizeof(need), "more than %zu bytes", SIZE_MAX);
+    out = fits ? malloc(total * es > 0 ? total * es : 1) : NULL;
+    hvd_status_t fs = agree_allocation(out != NULL, r, need, &cs, msg, len, agreed);
     if (fs != HVD_OK) {
       free(out);
       free(recv);
@@ -258,8 +274,10 @@ static hvd_status_t run_allgather(struct hvd_request *r, const hvd_response_t *r
     for (int i = 0; i < hvd_g.size; i++) counts[i] = (size_t)hvd_response_count(resp, i);
     out = malloc(total * es > 0 ? total * es : 1);
   }
+  char need[64];
+  snprintf(need, sizeof(need), "%zu bytes", total * es);
   coll_status_t cs;
-  hvd_status_t fs = agree_allocation(out != NULL, r, total * es, &cs, msg, len, agreed);
+  hvd_status_t fs = agree_allocation(out != NULL, r, need, &cs, msg, len, agreed);
   if (fs != HVD_OK) {
     free(out);
     free(counts);

@@ -77,7 +77,8 @@ hvd_status_t hvd_barrier(void);
 /* alltoall: rank r sends splits[j] elements (of sendbuf, in order) to each rank j; the
    result, allocated with malloc, is what every rank sent to r concatenated in rank order;
    recv_splits (size() entries, caller-provided) receives how many came from each rank.
-   splits == NULL means count divides evenly by size(). */
+   splits == NULL means count divides evenly by size(). Splits that do not add up to
+   count (or one larger than count) fail at the call with HVD_ERR_INVALID_ARGUMENT. */
 hvd_status_t hvd_alltoall(const char *name, const void *sendbuf, size_t count,
                           const size_t *splits, hvd_dtype_t dtype, void **recvbuf,
                           size_t *recvcount, size_t *recv_splits);

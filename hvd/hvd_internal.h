@@ -438,6 +438,11 @@ size_t hvd_round_peer_words(void);
 /* watchdog.c: the stall inspector that runs while the background thread is blocked. */
 hvd_status_t hvd_watchdog_start(void);
 void hvd_watchdog_stop(void);
+/* The warning of a background thread inside one collective for away_s, naming this
+   rank's oldest request (what, age_s): "long collective" when the transports moved
+   `moved` bytes in the last interval_s, else a stall ("waiting for its peers"). */
+void hvd_stall_warning_text(char *buf, size_t len, double away_s, unsigned long long moved,
+                            double interval_s, const char *what, double age_s);
 
 /* hvd/launch_env.c: HVD_ERR_BACKEND with msg when SLURM started this process as one task
    of many but MPI says the job has mpi_size 1 rank (srun without PMIx, a program typed in

@@ -28,7 +28,8 @@
 #define HEARTBEAT_TAG 3
 #define CENSUS_WINDOW_S 2.0
 #define CENSUS_MARGIN_S 0.1    /* close a census heard of this much before its sender */
-#define GAP_US 500e3           /* away this long: restart the peers' clocks        */
+#define GAP_US 500e3           /* away this long: restart the peers' clocks (or
+                                  half the peer timeout, when shorter)              */
 #define TICK_EVERY_US 10e3     /* heartbeats and notices are looked at this often  */
 
 enum { NOTICE_CENSUS = 1, NOTICE_STOP = 2 };
@@ -93,7 +94,10 @@ int hvd_liveness_tick(double now_us, char *reason, size_t len) {
   double timeout_us = hvd_g.cfg.peer_timeout_s * 1e6;
   if (timeout_us <= 0 || !L.heard_us || hvd_g.size < 2) return 0;
   if (now_us - L.last_tick_us < TICK_EVERY_US) return 0;
-  if (now_us - L.last_tick_us > GAP_US)
+  /* Half the timeout when that is shorter: a peer timeout below 2 * GAP_US would
+     otherwise expire during an absence too short to count as one. */
+  double gap_us = timeout_us / 2 < GAP_US ? timeout_us / 2 : GAP_US;
+  if (now_us - L.last_tick_us > gap_us)
     for (int r = 0; r < hvd_g.size; r++) L.heard_us[r] = now_us;
   L.last_tick_us = now_us;
 

@@ -347,10 +347,27 @@ hvd_status_t hvd_alltoall_async(const char *name, const void *sendbuf, size_t co
   const int N = hvd_g.size;
   size_t *own = malloc((size_t)N * sizeof(*own));
   if (own == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_alltoall: out of memory");
+  /* Each split, and the sum so far, is checked against count before the next one is
+     added, so the sum cannot wrap (count is below SIZE_MAX / 2, check_common): splits
+     such as {9, SIZE_MAX} with count 8 would otherwise add up to 8 and have a peer
+     allocate SIZE_MAX elements. */
   size_t total = 0;
   for (int j = 0; j < N; j++) {
     own[j] = splits ? splits[j] : count / (size_t)N;
+    if (own[j] > count) {
+      size_t bad = own[j];
+      free(own);
+      return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_alltoall: splits[%d] is %zu "
+                           "elements, more than the whole buffer (count %zu)", j, bad,
+                           count);
+    }
     total += own[j];
+    if (total > count) {
+      free(own);
+      return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_alltoall: splits[0..%d] already "
+                           "add up to %zu elements, more than count %zu (the splits must "
+                           "add up to count)", j, total, count);
+    }
   }
   if (!splits && count % (size_t)N != 0) {
     free(own);

@@ -6,7 +6,9 @@
    thread waits inside a collective, nor on a worker. This thread wakes every
    WATCHDOG_EVERY_US and looks at this rank's own requests:
    - HVD_STALL_CHECK_TIME_SECONDS: while the background thread has been inside one
-     collective for that long, a warning naming the oldest request of this rank;
+     collective for that long, a warning naming the oldest request of this rank and the
+     bytes the transports moved since the last warning (a 2 GiB allreduce that takes
+     minutes is not a stall: it says so);
    - HVD_STALL_SHUTDOWN_TIME_SECONDS: a request in flight that long (plus
      COORDINATOR_GRACE_S while the background thread still runs, so that the
      coordinator's report, which names the missing ranks, comes first) ends the runtime:
@@ -78,6 +80,41 @@ static void stall_shutdown(const char *text) {
   }
 }
 
+/* Bytes the host (MPI) transports have completed, sends and receives, summed; a device
+   collective's bytes (NCCL) are not counted. */
+static unsigned long long transport_bytes(void) {
+  coll_transport_t *ts[3] = {hvd_g.world, hvd_g.local, hvd_g.cross};
+  unsigned long long b = 0;
+  for (int i = 0; i < 3; i++)
+    if (ts[i]) b += __atomic_load_n(&ts[i]->bytes_done, __ATOMIC_RELAXED);
+  return b;
+}
+
+static void bytes_text(char *buf, size_t len, unsigned long long b) {
+  if (b >= 1ull << 30) snprintf(buf, len, "%.1f GiB", (double)b / (1ull << 30));
+  else if (b >= 1ull << 20) snprintf(buf, len, "%.1f MiB", (double)b / (1ull << 20));
+  else if (b >= 1ull << 10) snprintf(buf, len, "%.1f KiB", (double)b / (1ull << 10));
+  else snprintf(buf, len, "%llu bytes", b);
+}
+
+void hvd_stall_warning_text(char *buf, size_t len, double away_s, unsigned long long moved,
+                            double interval_s, const char *what, double age_s) {
+  if (moved > 0) {
+    char b[32];
+    bytes_text(b, sizeof(b), moved);
+    snprintf(buf, len, "long collective: rank %d (host %s): the background thread has been "
+             "inside one collective for %.1f s and is still moving data: %s sent and "
+             "received over MPI in the last %.1f s (a large transfer, not a stall); the "
+             "oldest request of this rank is %s (%.1f s)", hvd_g.rank,
+             hvd_host_of(hvd_g.rank), away_s, b, interval_s, what, age_s);
+  } else {
+    snprintf(buf, len, "stall: rank %d (host %s): the background thread has been inside "
+             "one collective for %.1f s, waiting for its peers: no bytes sent or received "
+             "over MPI in the last %.1f s; the oldest request of this rank is %s (%.1f s)",
+             hvd_g.rank, hvd_host_of(hvd_g.rank), away_s, interval_s, what, age_s);
+  }
+}
+
 /* A turn that comes longer than the peer timeout after the last one: the process was
    stopped (SIGSTOP, a debugger) or starved that long, and its peers have given it up. */
 static void note_turn(void) {
@@ -92,6 +129,11 @@ static void note_turn(void) {
 static void *watchdog_main(void *arg) {
   (void)arg;
   double last_warn_us = 0;
+  /* The transports' byte count when the last interval began: when this thread last saw
+     the background thread take a turn (outside a collective), or the last warning. */
+  unsigned long long base_bytes = transport_bytes();
+  double base_us = util_now_us();
+  long long seen_alive_us = -1;
   pthread_mutex_lock(&hvd_g.watchdog_mu);
   while (!hvd_g.watchdog_stop) {
     note_turn();
@@ -105,8 +147,14 @@ static void *watchdog_main(void *arg) {
     pthread_mutex_unlock(&hvd_g.watchdog_mu);
 
     double now = util_now_us(), age = 0;
-    double away_s = (now - (double)atomic_load(&hvd_g.bg_alive_us)) * 1e-6;
+    long long alive_us = atomic_load(&hvd_g.bg_alive_us);
+    double away_s = (now - (double)alive_us) * 1e-6;
     int blocked = away_s * 1e6 >= BLOCKED_AFTER_US;
+    if (alive_us != seen_alive_us) {
+      seen_alive_us = alive_us;
+      base_bytes = transport_bytes();
+      base_us = now;
+    }
     char what[HVD_KEY_MAX + 64], text[HVD_ERROR_MAX];
     if (oldest_request(now, &age, what, sizeof(what))) {
       double check = hvd_g.cfg.stall_check_s, shut = hvd_g.cfg.stall_shutdown_s;
@@ -120,10 +168,12 @@ static void *watchdog_main(void *arg) {
       } else if (check > 0 && blocked && away_s >= check &&
                  now - last_warn_us >= check * 1e6) {
         last_warn_us = now;
-        hvd_log(HVD_LOG_WARNING, "stall: rank %d (host %s): the background thread has been "
-                "inside one collective for %.1f s, waiting for its peers; the oldest request "
-                "of this rank is %s (%.1f s)", hvd_g.rank, hvd_host_of(hvd_g.rank), away_s,
-                what, age);
+        unsigned long long bytes = transport_bytes();
+        hvd_stall_warning_text(text, sizeof(text), away_s, bytes - base_bytes,
+                               (now - base_us) * 1e-6, what, age);
+        hvd_log(HVD_LOG_WARNING, "%s", text);
+        base_bytes = bytes;
+        base_us = now;
       }
     }
     pthread_mutex_lock(&hvd_g.watchdog_mu);

@@ -2,7 +2,8 @@
    even splits), hvd_reducescatter and hvd_grouped_allreduce (blocking and async) on 1-4
    ranks, every dtype and every op allreduce takes, odd lengths, exact results.
    A grouped allreduce whose ranks split the same total differently is a mismatch on
-   every rank, and the runtime goes on. */
+   every rank, and the runtime goes on; so does an alltoall whose splits do not fit its
+   buffer (refused at the call, their size_t sum wrapping to count included). */
 #include "hvd/hvd_internal.h"
 #include "hvd_test.h"
 #include "collectives/coll.h"
@@ -132,6 +133,39 @@ static void alltoall(void) {
     }
 }
 
+/* Splits that do not fit the buffer are refused at the call on every rank, naming the
+   split, and the runtime goes on (the alltoalls that follow). {9, SIZE_MAX} adds up to
+   8 in size_t arithmetic, as does {1, SIZE_MAX, 8}, whose splits but the second fit:
+   accepted, a peer would be sent SIZE_MAX elements. */
+static void bad_splits(void) {
+  const size_t count = 8;
+  char in[8] = {0};
+  const struct {
+    size_t splits[4];
+    int min_ranks;
+    const char *want;
+  } cases[] = {
+      {{9, SIZE_MAX, 0, 0}, 2,
+       "splits[0] is 9 elements, more than the whole buffer (count 8)"},
+      {{1, SIZE_MAX, 8, 0}, 3, "splits[1] is 18446744073709551615 elements, more than the "
+                               "whole buffer"},
+      {{5, 5, 0, 0}, 2, "splits[0..1] already add up to 10 elements, more than count 8"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    if (N < cases[c].min_ranks) continue;
+    void *out = (void *)1;
+    size_t total = 77, recv_splits[4] = {99, 99, 99, 99};
+    hvd_status_t s = hvd_alltoall("a2a.bad", in, count, cases[c].splits, HVD_INT8, &out,
+                                  &total, recv_splits);
+    CHECK(s == HVD_ERR_INVALID_ARGUMENT && strstr(hvd_last_error(), cases[c].want),
+          "rank %d of %d, alltoall splits case %zu: %s (%s), expected "
+          "HVD_ERR_INVALID_ARGUMENT with \"%s\"", R, N, c, hvd_status_string(s),
+          hvd_last_error(), cases[c].want);
+    CHECK(out == NULL && total == 0, "rank %d: a refused alltoall left recvbuf %p, "
+          "recvcount %zu", R, out, total);
+  }
+}
+
 static void grouped(void) {
   enum { M = 3 };
   const size_t lens[M] = {1, 17, 1001};
@@ -196,6 +230,7 @@ int main(int argc, char **argv) {
   R = hvd_rank();
   N = hvd_size();
   reducescatter();
+  bad_splits();
   alltoall();
   grouped();
   CHECK_OK(hvd_shutdown());

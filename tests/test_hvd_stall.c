@@ -1,0 +1,154 @@
+/* test_hvd_stall: which stall report wins, and who prints it.
+
+   grace: rank 1 submits "x", which rank 0 never submits; HVD_STALL_SHUTDOWN_TIME_SECONDS=1.
+     Two inspectors could end it: the coordinator's (rank 0's background thread, which
+     names the ranks that did not submit) and rank 1's watchdog (which only knows that
+     its own request waits). The watchdog gives the coordinator COORDINATOR_GRACE_S (2 s)
+     while its background thread still runs (hvd/watchdog.c), so the coordinator's
+     report must win. To tell a correct grace from none (or an inverted one) without a
+     race, the coordinator learns of "x" 1 s late: rank 0 is stopped (SIGSTOP, by
+     itself) when rank 1 submits, and rank 1 continues it 1 s later. The coordinator
+     then ends "x" 1 + 1 s after its submission, rank 1's watchdog would at 1 + 2 s (at
+     1 s without the grace): 1 s of margin either way.
+     Expected: rank 1's call fails with HVD_ERR_TIMEOUT and the coordinator's text
+     ("stall shutdown: tensor "x" ... for ranks 0 that never submitted it"), rank 0's
+     later call fails with the same text, rank 0 logs the stall warning naming rank 0 as
+     missing, and no rank prints the watchdog's "stall shutdown on rank".
+   bytes: (issue 39 item 12) an 8 MiB allreduce on 2 ranks: the world transport's count
+     of bytes sent and received (what the watchdog's warning reports) grows by at least
+     the 8 MiB this rank must receive.
+   Before the jobs, without MPI: the watchdog's warning for a background thread inside
+   one collective says "long collective" with the bytes moved when the transports moved
+   some in the last interval, and "waiting for its peers" only when they moved none.
+   Started alone, it runs the modes under mpirun and checks the output. */
+#include "hvd/hvd_internal.h"
+#include "hvd_test.h"
+#include "collectives/coll.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+
+#define LATE_S 1.0   /* how long the coordinator is kept from seeing "x" */
+
+static int R;
+
+/* 1 when process pid is stopped (state T in /proc/pid/stat). */
+static int is_stopped(long pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')');   /* the name may hold spaces and parentheses */
+  return p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+}
+
+static void grace(void) {
+  int64_t pid = (int64_t)getpid(), *pids = NULL;
+  size_t n = 0;
+  CHECK_OK(hvd_allgather("pids", &pid, 1, HVD_INT64, (void **)&pids, &n));
+  CHECK(n == 2, "allgather of pids gave %zu", n);
+  int32_t v = 1;
+  if (R == 0) {
+    raise(SIGSTOP);   /* rank 1 continues it */
+    sleep(5);         /* past the stall shutdown, without submitting "x" */
+    CHECK_STATUS(hvd_allreduce("after", &v, &v, 1, HVD_INT32, HVD_SUM), HVD_ERR_SHUTDOWN);
+  } else {
+    double until = util_now_s() + 20;
+    while (!is_stopped((long)pids[0]) && util_now_s() < until) usleep(10000);
+    CHECK(is_stopped((long)pids[0]), "rank 0 (pid %ld) did not stop", (long)pids[0]);
+    hvd_request_t req;
+    CHECK_OK(hvd_allreduce_async("x", &v, &v, 1, HVD_INT32, HVD_SUM, &req));
+    usleep((useconds_t)(LATE_S * 1e6));
+    CHECK(kill((pid_t)pids[0], SIGCONT) == 0, "SIGCONT to rank 0: %s", strerror(errno));
+    CHECK_STATUS(hvd_wait(req), HVD_ERR_TIMEOUT);
+  }
+  printf("rank %d: %s\n", R, hvd_last_error());
+  fflush(stdout);
+  free(pids);
+}
+
+static void bytes(void) {
+  size_t n = 2 * 1024 * 1024;   /* floats: 8 MiB */
+  float *b = calloc(n, sizeof(float));
+  CHECK(b != NULL, "calloc");
+  unsigned long long before = __atomic_load_n(&hvd_g.world->bytes_done, __ATOMIC_RELAXED);
+  CHECK_OK(hvd_allreduce("big", b, b, n, HVD_FLOAT32, HVD_SUM));
+  unsigned long long moved =
+      __atomic_load_n(&hvd_g.world->bytes_done, __ATOMIC_RELAXED) - before;
+  CHECK(moved >= n * sizeof(float), "rank %d: an allreduce of %zu bytes counted %llu bytes "
+        "sent and received", R, n * sizeof(float), moved);
+  printf("rank %d: %llu bytes sent and received\n", R, moved);
+  free(b);
+}
+
+static int body(const char *mode) {
+  CHECK_OK(hvd_init());
+  R = hvd_rank();
+  if (strcmp(mode, "grace") == 0) grace();
+  else if (strcmp(mode, "bytes") == 0) bytes();
+  else CHECK(0, "unknown mode %s", mode);
+  hvd_shutdown();
+  return 0;
+}
+
+static char out[1 << 16];
+
+static int expect(const char *what, int want) {
+  int seen = strstr(out, what) != NULL;
+  if (seen != want)
+    printf("FAIL: the output %s \"%s\"\n", want ? "lacks" : "has", what);
+  return seen == want;
+}
+
+/* The watchdog's warning text, both ways. */
+static int warning_text(void) {
+  char t[HVD_ERROR_MAX];
+  int ok = 1;
+  hvd_g.rank = 3;   /* this process never starts the runtime: as if it were rank 3 */
+  hvd_stall_warning_text(t, sizeof(t), 61.0, 3ull << 29, 10.0, "allreduce \"big\"", 62.0);
+  printf("%s\n", t);
+  if (!strstr(t, "long collective: rank 3") || !strstr(t, "still moving data: 1.5 GiB sent "
+      "and received over MPI in the last 10.0 s") || strstr(t, "waiting for its peers")) {
+    printf("FAIL: the warning while 1.5 GiB moved reads: %s\n", t);
+    ok = 0;
+  }
+  hvd_stall_warning_text(t, sizeof(t), 61.0, 0, 10.0, "allreduce \"big\"", 62.0);
+  printf("%s\n", t);
+  if (!strstr(t, "stall: rank 3") || !strstr(t, "waiting for its peers: no bytes sent or "
+      "received over MPI in the last 10.0 s") || !strstr(t, "allreduce \"big\" (62.0 s)")) {
+    printf("FAIL: the warning while nothing moved reads: %s\n", t);
+    ok = 0;
+  }
+  return ok;
+}
+
+int main(int argc, char **argv) {
+  if (hvd_test_is_rank()) return body(argc > 1 ? argv[1] : "");
+  if (!warning_text()) {
+    printf("FAIL\n");
+    return 1;
+  }
+  if (hvd_test_mpirun(argv[0], 2, "bytes", NULL, 60, NULL, 0) != 0) {
+    printf("FAIL: bytes\n");
+    return 1;
+  }
+  int rc = hvd_test_mpirun(argv[0], 2, "grace",
+                           "HVD_STALL_SHUTDOWN_TIME_SECONDS=1 HVD_PEER_TIMEOUT_SECONDS=10", 60,
+                           out, sizeof(out));
+  int ok = rc == 0;
+  if (rc != 0) printf("FAIL: the job exited %d\n", rc);
+  ok &= expect("rank 1: the hvd runtime was shut down: stall shutdown: tensor \"x\" "
+                "waited", 1);
+  ok &= expect("for ranks 0 that never submitted it", 1);
+  ok &= expect("rank 0: the hvd runtime was shut down: stall shutdown: tensor \"x\" "
+                "waited", 1);
+  ok &= expect("[hvd rank 0] WARNING: stall: 1 tensor(s)", 1);
+  ok &= expect("allreduce \"x\": waiting", 1);
+  ok &= expect("stall shutdown on rank", 0);
+  printf(ok ? "PASS\n" : "FAIL\n");
+  return ok ? 0 : 1;
+}
