@@ -357,9 +357,9 @@ static enum MHD_Result get_metrics(serve_http_t *s, struct MHD_Connection *c, re
   unlock(s);
   snprintf(text + at, cap - at,
            "serve_forward_passes_total %llu\nserve_forward_samples_total %llu\n"
-           "serve_batched_jobs_total %llu\n",
+           "serve_batched_jobs_total %llu\nserve_model_versions_loaded %d\n",
            (unsigned long long)st.forwards, (unsigned long long)st.samples,
-           (unsigned long long)st.jobs);
+           (unsigned long long)st.jobs, serve_models_loaded(s->models));
   return reply(s, c, r, 200, text, "text/plain; version=0.0.4");
 }
 
