@@ -111,7 +111,7 @@ case("65 instances (limit 64)", 400, post(json.dumps({"instances": [[0.5] * 784]
 case("huge array (over 1M body)", 413, post('{"instances": [[' + ",".join(["0"] * 600000) + "]]}"))
 case("huge array (under 1M body)", 400, post('{"instances": [[' + ",".join(["0"] * 400000) + "]]}"))
 case("nesting 100000 deep", 400, post("[" * 100000 + "]" * 100000))
-case("declared 100 MB body", 413, raw(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n" % P.encode()))
+case("declared 100 MB body, Expect", 413, raw(b"POST %s HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 100000000\r\n\r\n" % P.encode()))
 chunk = b"a" * 65536
 case("chunked body over 1M", 413, raw(b"POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" % P.encode()
                                       + (b"10000\r\n" + chunk + b"\r\n") * 20 + b"0\r\n\r\n"))
