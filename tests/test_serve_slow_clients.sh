@@ -41,6 +41,7 @@ def connect(src):
     s.settimeout(5)
     s.bind((src, 0))
     s.connect(("127.0.0.1", port))
+    s.settimeout(None)  # blocking: a recv with MSG_DONTWAIT then returns at once
     return s
 
 def closed(s):
@@ -105,7 +106,7 @@ def trickle(name, src, head, byte):
     t0 = time.time()
     while time.time() - t0 < 20:
         if closed(s):
-            print("ok   %s: closed by the server" % name)
+            print("ok   %s: closed by the server after %.1f s" % (name, time.time() - t0))
             s.close()
             return
         try:
