@@ -113,6 +113,17 @@ slurm-leading-dash-accepted|launcher/slurm.c|s# .. names.v\[i\]\[0\] == '-')#)#|
 slurm-short-task-list-accepted|launcher/slurm.c|s#return \*n == max ? 0 : -2;#return *n <= max ? 0 : -2;#|test_slurm_nodelist.sh
 hvdrun-version-signal-ignored|launcher/command.c|s#    if ((sig = hvdrun_signal_take()) != 0) break;#    (void)0;#|test_hvdrun_signals.sh
 hvdrun-version-no-timeout|launcher/command.c|s#    if (left <= 0) {#    if (0) {#|test_hvdrun_signals.sh
+serve-no-per-client-limit|serve/http.c|s#MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_client,#MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,#|test_serve_slow_clients.sh
+serve-no-request-timeout|serve/http.c|s#now - k->since <= s->cfg.request_timeout_s) continue;#now - k->since <= 1e9) continue;#|test_serve_slow_clients.sh
+serve-refused-body-cut-short|serve/http.c|s#^    r->dropped += size;#    r->dropped += size; if (r->dropped > 4 * s->cfg.max_body) return MHD_NO;#|test_serve_body_framing.sh
+serve-413-before-body-read|serve/http.c|s#^    return refuse_upload(s, r, 413, "request body of %.24s bytes#    return reply_error(s, c, r, 413, "request body of %.24s bytes#|test_serve_body_framing.sh
+serve-two-content-length-ok|serve/http.c|s#if (f.content_length > 1)#if (f.content_length > 2)#|test_serve_body_framing.sh
+serve-bad-length-sent-twice|serve/http.c|s#if (bad \&\& reading \&\& answer_bad_length(s, reading, (unsigned)bad) == 0) return;#if (bad < 0) return;#|test_serve_body_framing.sh
+serve-exact-limit-chunk-refused|serve/http.c|s#if (size > s->cfg.max_body - r->len)#if (size >= s->cfg.max_body - r->len)#|test_serve_body_framing.sh
+serve-exact-limit-cl-refused|serve/http.c|s#if (cl \&\& strtoull(cl, NULL, 10) > s->cfg.max_body) {#if (cl \&\& strtoull(cl, NULL, 10) >= s->cfg.max_body) {#|test_serve_body_framing.sh
+serve-batch-short-of-max|serve/batcher.c|s#while (last->next \&\& sum + last->next->n <= bt->cfg.max_batch) {#while (last->next \&\& sum + last->next->n < bt->cfg.max_batch) {#|test_serve_batch_full.sh
+serve-old-version-kept-loaded|serve/versions.c|s#int idle = old \&\& --old->refs == 0;#int idle = 0;#|test_serve_versions.sh
+serve-deleted-version-kept|serve/versions.c|s#if (num == current) return 0;#if (num <= current) return 0;#|test_serve_versions.sh
 EOF
 )
 

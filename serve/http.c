@@ -4,6 +4,7 @@
 
 #include "util/clock.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <pthread.h>
@@ -12,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,17 +22,30 @@
 static const int counted_codes[] = {200, 400, 404, 413, 500, 503};
 #define NCODES (sizeof counted_codes / sizeof counted_codes[0])
 
+/* An open connection, watched for --request-timeout (see watchdog_main). */
+typedef struct conn {
+  struct conn *prev, *next;
+  MHD_socket fd;
+  double since;               /* when the request being read began; 0: none           */
+  int cut;                    /* shut down by the watchdog                            */
+} conn_t;
+
 struct serve_http {
   serve_http_config_t cfg;
   serve_models_t *models;
   struct MHD_Daemon *daemon;
   int port;
-  pthread_mutex_t mu;         /* the counters below                                   */
+  pthread_mutex_t mu;         /* the counters and the connection list below           */
   int in_flight;              /* requests read, not yet completed                     */
   int draining;
   size_t body_bytes;          /* bytes of request bodies held now                     */
   uint64_t by_code[NCODES + 1];
   uint64_t instances;
+  uint64_t timeouts;          /* connections closed by --request-timeout              */
+  conn_t *conns;
+  int watchdog_stop;
+  int watchdog_started;
+  pthread_t watchdog;
 };
 
 typedef struct {
@@ -38,6 +54,7 @@ typedef struct {
   size_t len, cap;
   size_t reserved;            /* bytes of s->body_bytes taken for this body          */
   int responded;              /* a response was queued                                */
+  int close;                  /* the response closes the connection                   */
   int refused;                /* the status the body was refused with (0: none)       */
   char refusal[160];
   size_t dropped;             /* bytes of a refused body read since                   */
@@ -89,7 +106,8 @@ static enum MHD_Result reply(serve_http_t *s, struct MHD_Connection *c, request_
   lock(s);
   int draining = s->draining;
   unlock(s);
-  if (ok && draining) ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") == MHD_YES;
+  if (ok && (draining || r->close))
+    ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") == MHD_YES;
   enum MHD_Result rc = ok ? MHD_queue_response(c, (unsigned)status, resp) : MHD_NO;
   MHD_destroy_response(resp);
   if (rc == MHD_YES) {
@@ -352,14 +370,16 @@ static enum MHD_Result get_metrics(serve_http_t *s, struct MHD_Connection *c, re
                            (unsigned long long)s->by_code[i]);
   }
   at += (size_t)snprintf(text + at, cap - at,
-                         "serve_instances_total %llu\nserve_requests_in_flight %d\n",
-                         (unsigned long long)s->instances, s->in_flight);
+                         "serve_instances_total %llu\nserve_requests_in_flight %d\n"
+                         "serve_request_timeouts_total %llu\n",
+                         (unsigned long long)s->instances, s->in_flight,
+                         (unsigned long long)s->timeouts);
   unlock(s);
   snprintf(text + at, cap - at,
            "serve_forward_passes_total %llu\nserve_forward_samples_total %llu\n"
-           "serve_batched_jobs_total %llu\n",
+           "serve_batched_jobs_total %llu\nserve_model_versions_loaded %d\n",
            (unsigned long long)st.forwards, (unsigned long long)st.samples,
-           (unsigned long long)st.jobs);
+           (unsigned long long)st.jobs, serve_models_loaded(s->models));
   return reply(s, c, r, 200, text, "text/plain; version=0.0.4");
 }
 
@@ -394,13 +414,19 @@ static int reserve(serve_http_t *s, request_t *r, size_t bytes) {
   return ok ? 0 : -1;
 }
 
-/* Refuses the body being uploaded: libmicrohttpd queues no response before the upload
-   ends, so the rest is read and dropped (up to 4 more max_body, then the connection is
-   closed) and the answer comes at the end. */
+/* Refuses the body being uploaded. Most clients (urllib, requests) send the whole body
+   before they read: closing the connection under them would reset it and lose the
+   answer. So the rest is read and dropped (within --request-timeout, see
+   watchdog_main) and the answer comes at its end. */
 static enum MHD_Result refuse_upload(serve_http_t *s, request_t *r, int status, const char *fmt,
-                                     size_t arg) {
+                                     ...) __attribute__((format(printf, 4, 5)));
+static enum MHD_Result refuse_upload(serve_http_t *s, request_t *r, int status, const char *fmt,
+                                     ...) {
   r->refused = status;
-  snprintf(r->refusal, sizeof r->refusal, fmt, arg);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->refusal, sizeof r->refusal, fmt, ap);
+  va_end(ap);
   free(r->body);
   r->body = NULL;
   r->len = r->cap = 0;
@@ -414,7 +440,7 @@ static enum MHD_Result refuse_upload(serve_http_t *s, request_t *r, int status, 
 static enum MHD_Result take_upload(serve_http_t *s, request_t *r, const char *data, size_t size) {
   if (r->refused) {
     r->dropped += size;
-    return r->dropped > 4 * s->cfg.max_body ? MHD_NO : MHD_YES;
+    return MHD_YES;
   }
   if (size > s->cfg.max_body - r->len)
     return refuse_upload(s, r, 413, "request body over %zu bytes (--max-body-bytes)",
@@ -436,34 +462,143 @@ static enum MHD_Result take_upload(serve_http_t *s, request_t *r, const char *da
   return MHD_YES;
 }
 
+typedef struct {
+  int content_length, transfer_encoding;
+  const char *te;
+} framing_t;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value) {
+  (void)kind;
+  framing_t *f = cls;
+  if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) f->content_length++;
+  if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+    f->transfer_encoding++;
+    f->te = value ? value : "";
+  }
+  return MHD_YES;
+}
+
+/* Where the body ends must be beyond doubt: libmicrohttpd takes the first of two
+   Content-Length headers, a proxy in front may take the other and pass the rest on as
+   a second request (request smuggling). NULL when it is, else why not (in why). */
+static const char *ambiguous_length(struct MHD_Connection *c, char *why, size_t len) {
+  framing_t f = {0};
+  MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+  if (f.content_length > 1)
+    snprintf(why, len, "%d Content-Length headers: a request has at most one", f.content_length);
+  else if (f.transfer_encoding > 1)
+    snprintf(why, len, "%d Transfer-Encoding headers: a request has at most one",
+             f.transfer_encoding);
+  else if (f.transfer_encoding && f.content_length)
+    snprintf(why, len, "both Transfer-Encoding and Content-Length: a request has one or the other");
+  else if (f.transfer_encoding && strcasecmp(f.te, "chunked") != 0)
+    snprintf(why, len, "Transfer-Encoding \"%.40s\": serve reads only \"chunked\"", f.te);
+  else
+    return NULL;
+  return why;
+}
+
+/* The connection whose request this thread is reading (one thread per connection). */
+static _Thread_local struct MHD_Connection *reading;
+static _Thread_local int answered_length; /* answer_bad_length answered it            */
+
+/* libmicrohttpd 0.9.75 answers a malformed or too large Content-Length itself (its own
+   400 or 413 page, without calling on_request), but then sends its status line and
+   headers twice. Its log line about it is the one hook there is: from on_mhd_error,
+   in the connection's thread, before anything is sent, our answer is written on the
+   socket here and the socket shut for writing, so that libmicrohttpd's own fails and
+   it closes the connection. 0, or -1 (then its answer goes as it is). */
+static int answer_bad_length(serve_http_t *s, struct MHD_Connection *c, unsigned status) {
+  const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  char msg[200];
+  if (status == 413)
+    snprintf(msg, sizeof msg, "request body of %.24s bytes is over %zu bytes (--max-body-bytes)",
+             cl ? cl : "?", s->cfg.max_body);
+  else
+    snprintf(msg, sizeof msg, "Content-Length \"%.40s\" is not a number of bytes", cl ? cl : "");
+  json_t *doc = json_pack("{s:s}", "error", msg);
+  char *body = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+  json_decref(doc);
+  char out[512];
+  int n = body ? snprintf(out, sizeof out, "HTTP/1.1 %u %s\r\nConnection: close\r\nContent-Type: "
+                          "application/json\r\nContent-Length: %zu\r\n\r\n%s", status,
+                          status == 413 ? "Content Too Large" : "Bad Request", strlen(body), body)
+               : -1;
+  free(body);
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  ssize_t sent = -1;
+  if (ci && n > 0 && (size_t)n < sizeof out)
+    do sent = send(ci->connect_fd, out, (size_t)n, MSG_NOSIGNAL);
+    while (sent < 0 && errno == EINTR);
+  if (sent != n || shutdown(ci->connect_fd, SHUT_WR) != 0) {
+    logf_(s, "warning: the %u answer (%s) could not be written: %s", status, msg,
+          sent < 0 || sent == n ? strerror(errno) : "short write");
+    return -1;
+  }
+  lock(s);
+  size_t i = 0;
+  while (i < NCODES && counted_codes[i] != (int)status) i++;
+  s->by_code[i]++;
+  unlock(s);
+  logf_(s, "info: a request answered %u: %s; connection closed", status, msg);
+  answered_length = 1;
+  return 0;
+}
+
+/* Starts (on) or stops the --request-timeout clock of c's connection. */
+static void request_clock(serve_http_t *s, struct MHD_Connection *c, int on) {
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  conn_t *k = ci ? ci->socket_context : NULL;
+  if (!k) return;
+  lock(s);
+  k->since = on ? util_now_s() : 0;
+  unlock(s);
+}
+
+/* The headers are in: checks the framing and the declared length. */
+static enum MHD_Result first_call(serve_http_t *s, struct MHD_Connection *c, const char *url,
+                                  const char *method, void **con_cls) {
+  request_t *r = calloc(1, sizeof *r);
+  if (!r) return MHD_NO;
+  r->t0 = util_now_s();
+  snprintf(r->method, sizeof r->method, "%s", method);
+  snprintf(r->url, sizeof r->url, "%s", url);
+  *con_cls = r;
+  lock(s);
+  s->in_flight++;
+  unlock(s);
+  char why[160];
+  if (ambiguous_length(c, why, sizeof why)) {
+    r->close = 1;
+    return reply_error(s, c, r, 400, "%s (a proxy and serve could disagree where the body ends)",
+                       why);
+  }
+  const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
+    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    if (expect && strcasecmp(expect, "100-continue") == 0) /* the body waits for our word */
+      return reply_error(s, c, r, 413, "request body of %.24s bytes is over %zu bytes "
+                         "(--max-body-bytes)", cl, s->cfg.max_body);
+    return refuse_upload(s, r, 413, "request body of %.24s bytes is over %zu bytes "
+                         "(--max-body-bytes)", cl, s->cfg.max_body);
+  }
+  return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *data,
                                   size_t *size, void **con_cls) {
   (void)version;
   serve_http_t *s = cls;
   request_t *r = *con_cls;
-  if (!r) {
-    r = calloc(1, sizeof *r);
-    if (!r) return MHD_NO;
-    r->t0 = util_now_s();
-    snprintf(r->method, sizeof r->method, "%s", method);
-    snprintf(r->url, sizeof r->url, "%s", url);
-    *con_cls = r;
-    lock(s);
-    s->in_flight++;
-    unlock(s);
-    /* A declared length over the limit is refused before its body is read. */
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
-      return reply_error(s, c, r, 413, "request body of %.24s bytes is over %zu bytes "
-                         "(--max-body-bytes)", cl, s->cfg.max_body);
-    return MHD_YES;
-  }
+  if (!r) return first_call(s, c, url, method, con_cls);
   if (*size > 0) {
     enum MHD_Result rc = take_upload(s, r, data, *size);
     *size = 0;
     return rc;
   }
+  request_clock(s, c, 0); /* the whole request is in */
   if (r->responded) return MHD_YES;
   if (r->refused) return reply_error(s, c, r, r->refused, "%s", r->refusal);
   return route(s, c, r, url, method);
@@ -472,9 +607,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   serve_http_t *s = cls;
+  request_clock(s, c, 1); /* the connection waits for its next request */
   request_t *r = *con_cls;
   if (!r) return;
-  (void)c;
   static const char *const why[] = {"", "an error", "a timeout", "the server stopping",
                                     "a read error", "the client closing"};
   const char *reason = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "an unknown cause";
@@ -498,11 +633,102 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   *con_cls = NULL;
 }
 
+/* ---- connections and --request-timeout ---- */
+
+/* A connection opens (its clock starts: its first request is due) or closes. The
+   socket is closed only after CLOSED is heard, so a descriptor in s->conns is always
+   its connection's. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  serve_http_t *s = cls;
+  conn_t *k = *socket_context;
+  if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    if (!k) return;
+    lock(s);
+    if (k->prev) k->prev->next = k->next;
+    else s->conns = k->next;
+    if (k->next) k->next->prev = k->prev;
+    unlock(s);
+    free(k);
+    *socket_context = NULL;
+    return;
+  }
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  k = ci ? calloc(1, sizeof *k) : NULL;
+  if (!k) {
+    logf_(s, "warning: %s: a connection goes without --request-timeout",
+          ci ? "out of memory" : "libmicrohttpd gave no socket");
+    return;
+  }
+  k->fd = ci->connect_fd;
+  k->since = util_now_s();
+  lock(s);
+  k->next = s->conns;
+  if (k->next) k->next->prev = k;
+  s->conns = k;
+  unlock(s);
+  *socket_context = k;
+}
+
+/* A request's first line is in: its headers and body are due within --request-timeout. */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
+  (void)uri;
+  reading = c;
+  request_clock(cls, c, 1);
+  return NULL;
+}
+
+/* A client that sends a byte every few seconds is never idle for --idle-timeout: a few
+   hundred of them would hold every connection for ever (slowloris). Every 100 ms, the
+   connections whose request has been arriving for over --request-timeout are shut
+   down; libmicrohttpd's thread then sees the socket end and closes the connection. */
+static void *watchdog_main(void *arg) {
+  serve_http_t *s = arg;
+  for (;;) {
+    int cut = 0, failed = 0, err = 0;
+    lock(s);
+    if (s->watchdog_stop) {
+      unlock(s);
+      return NULL;
+    }
+    double now = util_now_s();
+    for (conn_t *k = s->conns; k; k = k->next) {
+      if (k->cut || k->since == 0 || now - k->since <= s->cfg.request_timeout_s) continue;
+      k->cut = 1;
+      if (shutdown(k->fd, SHUT_RDWR) == 0 || errno == ENOTCONN) {
+        cut++;
+      } else {
+        failed++;
+        err = errno;
+      }
+    }
+    s->timeouts += (uint64_t)cut;
+    unlock(s);
+    if (cut)
+      logf_(s, "info: closed %d connection(s) whose request did not arrive within %d s "
+            "(--request-timeout)", cut, s->cfg.request_timeout_s);
+    if (failed)
+      logf_(s, "warning: shutting down %d connection(s) past --request-timeout failed: %s",
+            failed, strerror(err));
+    struct timespec pause = {.tv_nsec = 100000000L};
+    nanosleep(&pause, NULL);
+  }
+}
+
 static void on_mhd_error(void *cls, const char *fmt, va_list ap) {
   serve_http_t *s = cls;
   char msg[512];
   vsnprintf(msg, sizeof msg, fmt, ap);
   msg[strcspn(msg, "\n")] = '\0';
+  static const char too_large[] = "Too large value of 'Content-Length' header";
+  static const char malformed[] = "Failed to parse `Content-Length' header";
+  int bad = strncmp(msg, too_large, sizeof too_large - 1) == 0 ? 413
+            : strncmp(msg, malformed, sizeof malformed - 1) == 0 ? 400 : 0;
+  if (bad && reading && answer_bad_length(s, reading, (unsigned)bad) == 0) return;
+  /* libmicrohttpd's word on the answer it then fails to send: said already */
+  if (answered_length && (strncmp(msg, "Error processing request", 24) == 0 ||
+                          strncmp(msg, "Failed to send the response headers", 35) == 0))
+    return;
   logf_(s, "warning: libmicrohttpd: %s", msg);
 }
 
@@ -528,8 +754,11 @@ int serve_http_start(serve_http_t **out, const serve_http_config_t *cfg, serve_m
       flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
       MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, s,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_client,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+      MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+      MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
       MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
       MHD_OPTION_END);
   if (!s->daemon) {
@@ -538,6 +767,13 @@ int serve_http_start(serve_http_t **out, const serve_http_config_t *cfg, serve_m
     free(s);
     return -1;
   }
+  rc = pthread_create(&s->watchdog, NULL, watchdog_main, s);
+  if (rc != 0) {
+    snprintf(err, errlen, "starting the --request-timeout thread: %s", strerror(rc));
+    serve_http_stop(s);
+    return -1;
+  }
+  s->watchdog_started = 1;
   const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
   s->port = di ? di->port : cfg->port;
   *out = s;
@@ -573,7 +809,13 @@ int serve_http_drain(serve_http_t *s, double timeout_s) {
 
 void serve_http_stop(serve_http_t *s) {
   if (!s) return;
-  MHD_stop_daemon(s->daemon);
+  if (s->watchdog_started) {
+    lock(s);
+    s->watchdog_stop = 1;
+    unlock(s);
+    check_pthread(pthread_join(s->watchdog, NULL), "pthread_join");
+  }
+  MHD_stop_daemon(s->daemon); /* hears every connection closed: s->conns empties */
   pthread_mutex_destroy(&s->mu);
   free(s);
 }

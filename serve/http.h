@@ -8,11 +8,18 @@
                                                    {"result": [[[label, score], ...], ...]}
    Each request is normalised as the version it runs on asks (serve_version_info_t).
      GET  /monitoring/prometheus/metrics           counters (text)
-   Errors are {"error": "..."}: 400 bad JSON, shape or dtype; 404 unknown model, version
-   or path (TF Serving's NOT_FOUND); 413 a body over max_body; 503 over the memory
-   budget of bodies held at once; 500 the model failed.
-   One thread per connection (a request blocks while its batch runs); every request is
-   logged through cfg.log when it completes. Nothing is printed here. */
+   Errors are {"error": "..."}: 400 bad JSON, shape or dtype, or an ambiguous body length
+   (two Content-Length headers, Content-Length beside Transfer-Encoding, a malformed
+   one: the connection is closed after the answer); 404 unknown model, version or path
+   (TF Serving's NOT_FOUND); 413 a body over max_body (the body is read and dropped so
+   that the client, still sending, sees the answer; with "Expect: 100-continue" it is
+   refused before it is sent); 503 over the memory budget of bodies held at once; 500 the
+   model failed.
+   One thread per connection (a request blocks while its batch runs); at most
+   max_connections_per_client from one address, and a request must arrive within
+   request_timeout_s (else its connection is closed unanswered), so slow clients cannot
+   hold every connection. Every request is logged through cfg.log when it
+   completes. Nothing is printed here. */
 #ifndef SERVE_HTTP_H
 #define SERVE_HTTP_H
 
@@ -29,7 +36,11 @@ typedef struct {
   size_t max_body;           /* bytes of one request body (else 413)                   */
   size_t max_inflight_bytes; /* bytes of bodies held at once, all requests (else 503)  */
   int max_connections;
+  int max_connections_per_client; /* open connections from one IP address            */
   int idle_timeout_s;        /* a connection silent this long is closed                */
+  int request_timeout_s;     /* a request's first line must arrive within this of the
+                                connection's opening or previous response, its headers
+                                and body within this of that line                      */
   serve_input_spec_t input;  /* shape, normalisation, max_instances                    */
   serve_log_fn log;          /* one line per request and libmicrohttpd's errors; NULL  */
   void *log_ctx;

@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
   const char *arch = "lenet", *model_name = NULL, *weights = NULL, *base_path = NULL;
   const char *device = "cpu", *normalize = NULL, *level = "info";
   int port = 8501, batching = 1, max_batch = 32, max_instances = 1024, max_conn = 256;
-  int idle_timeout = 30, threads = 0, poll_s = 1;
+  int idle_timeout = 30, request_timeout = 30, max_per_client = 128, threads = 0, poll_s = 1;
   long timeout_us = 1000;
   size_t max_body = 4u << 20, max_inflight = 256u << 20;
   double drain_s = 30;
@@ -79,8 +79,15 @@ int main(int argc, char **argv) {
        .help = "samples in one request (400 above)"},
       {"max-connections", UTIL_FLAG_INT, &max_conn, .min = 1, .max = 65536,
        .help = "open connections (one thread each)"},
+      {"max-connections-per-client", UTIL_FLAG_INT, &max_per_client, .min = 1, .max = 65536,
+       .help = "open connections from one IP address (more are closed at once; behind a "
+               "proxy, every client has the proxy's address)"},
       {"idle-timeout", UTIL_FLAG_INT, &idle_timeout, .min = 1, .max = 86400,
        .help = "seconds a silent connection is kept"},
+      {"request-timeout", UTIL_FLAG_INT, &request_timeout, .min = 1, .max = 86400,
+       .help = "seconds for a whole request to arrive: its first line from the connection's "
+               "opening or previous response, its headers and body from that line; a slower "
+               "one's connection is closed unanswered"},
       {"drain-timeout", UTIL_FLAG_DOUBLE, &drain_s, .min = 0, .max = 86400,
        .help = "at SIGTERM, seconds to wait for the requests already read"},
       {"log-level", UTIL_FLAG_CHOICE, &level, .choices = levels,
@@ -140,7 +147,9 @@ int main(int argc, char **argv) {
 
   serve_http_config_t hc = {.port = port, .model_name = model_name, .max_body = max_body,
                             .max_inflight_bytes = max_inflight, .max_connections = max_conn,
-                            .idle_timeout_s = idle_timeout, .log = print_line};
+                            .max_connections_per_client = max_per_client,
+                            .idle_timeout_s = idle_timeout, .request_timeout_s = request_timeout,
+                            .log = print_line};
   int classes;
   serve_models_shape(models, &hc.input.c, &hc.input.h, &hc.input.w, &classes);
   hc.input.max_instances = max_instances; /* the normalisation: each version's own */

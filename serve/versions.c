@@ -22,6 +22,7 @@ struct serve_models {
   serve_version_t *served;      /* the newest version (a list of one: "latest" policy) */
   long failed_number;           /* the newest folder that failed to load, said once    */
   serve_batcher_stats_t unloaded; /* stats of versions already unloaded                */
+  int loaded;                   /* versions in memory (served or still answering)      */
 };
 
 static void lock(serve_models_t *m) {
@@ -275,6 +276,9 @@ static int load_version(serve_models_t *m, long number, const char *path, serve_
   v->info = info;
   v->number = number;
   v->refs = 1;
+  lock(m);
+  m->loaded++;
+  unlock(m);
   *out = v;
   return 0;
 }
@@ -287,6 +291,7 @@ static void unload(serve_models_t *m, serve_version_t *v) {
   m->unloaded.forwards += st.forwards;
   m->unloaded.samples += st.samples;
   m->unloaded.jobs += st.jobs;
+  m->loaded--;
   unlock(m);
   free_labels(v->info.labels);
   free(v);
@@ -312,6 +317,18 @@ static long newest_folder(const char *base, char *path, size_t len) {
   return best;
 }
 
+/* Serves v (NULL: nothing) instead of the version served; 1 when that one was idle and
+   is unloaded now, else it is unloaded by its last request. */
+static int swap_served(serve_models_t *m, serve_version_t *v) {
+  lock(m);
+  serve_version_t *old = m->served;
+  m->served = v;
+  int idle = old && --old->refs == 0;
+  unlock(m);
+  if (idle) unload(m, old);
+  return idle;
+}
+
 int serve_models_poll(serve_models_t *m, char *msg, size_t msglen) {
   if (!m->cfg.base_path) return 0;
   char path[PATH_MAX + 64];
@@ -325,24 +342,30 @@ int serve_models_poll(serve_models_t *m, char *msg, size_t msglen) {
   lock(m);
   long current = m->served ? m->served->number : 0;
   unlock(m);
-  if (num <= current) return 0;
+  if (num == current) return 0;
+  /* num < current: the served version's folder is gone. It is not served any longer,
+     whether or not the newest remaining one loads. */
   serve_version_t *v = NULL;
-  char err[512];
-  if (load_version(m, num, path, &v, err, sizeof err) != 0) {
-    if (m->failed_number == num) return 0;
+  char err[512], gone[160] = "";
+  if (num < current)
+    snprintf(gone, sizeof gone, "version %ld's folder is gone: it is no longer served; ",
+             current);
+  if (num > 0 && load_version(m, num, path, &v, err, sizeof err) != 0) {
+    if (num < current) swap_served(m, NULL);
+    if (m->failed_number == num && num > current) return 0;
     m->failed_number = num;
-    snprintf(msg, msglen, "version %ld not loaded (retried at every poll): %s", num, err);
+    snprintf(msg, msglen, "%sversion %ld not loaded (retried at every poll): %s", gone, num, err);
     return -1;
   }
-  lock(m);
-  serve_version_t *old = m->served;
-  m->served = v;
-  int idle = old && --old->refs == 0;
-  unlock(m);
-  if (idle) unload(m, old);
-  snprintf(msg, msglen, "version %ld loaded from %s and served%s", num, path,
-           old ? (idle ? "; the previous one unloaded" : "; the previous one unloads when idle")
-               : "");
+  int idle = swap_served(m, v);
+  if (!v) {
+    snprintf(msg, msglen, "%sno version folder is left in %s: every request gets 404 until "
+             "one appears", gone, m->cfg.base_path);
+    return -1;
+  }
+  snprintf(msg, msglen, "%sversion %ld loaded from %s and served%s", gone, num, path,
+           current ? (idle ? "; the previous one unloaded" : "; the previous one unloads when idle")
+                   : "");
   return 1;
 }
 
@@ -433,6 +456,13 @@ void serve_models_stats(serve_models_t *m, serve_batcher_stats_t *st) {
   st->jobs = m->unloaded.jobs + cur.jobs;
   unlock(m);
   if (v) serve_models_release(m, v);
+}
+
+int serve_models_loaded(serve_models_t *m) {
+  lock(m);
+  int n = m->loaded;
+  unlock(m);
+  return n;
 }
 
 void serve_models_close(serve_models_t *m) {

@@ -54,10 +54,12 @@ typedef struct serve_models serve_models_t;
    defaults); a later version recording others is not loaded. */
 int serve_models_open(serve_models_t **out, const serve_models_config_t *cfg, char *err,
                       size_t errlen);
-/* Checks base_path for a version newer than the one served and loads it. Returns 1 with
-   a line in msg when one was loaded (the older one is unloaded once idle), 0 when there
-   is nothing new (or no base path), -1 with msg when the newest folder does not load
-   (said once per folder; it is retried at every poll). */
+/* Checks base_path for a version newer than the one served and loads it; when the
+   served version's folder is gone, falls back to the newest remaining one (none left:
+   nothing is served, every request gets 404), as TF Serving does. Returns 1 with a line
+   in msg when the served version changed (the older one is unloaded once idle), 0 when
+   there is nothing new (or no base path), -1 with msg when the newest folder does not
+   load (said once per folder; it is retried at every poll) or none is left. */
 int serve_models_poll(serve_models_t *m, char *msg, size_t msglen);
 /* The version to run a request on: number 0 means the newest. NULL when that version is
    not served. Pair with serve_models_release. */
@@ -69,6 +71,9 @@ int serve_models_list(serve_models_t *m, long *numbers, int max);
 void serve_models_shape(const serve_models_t *m, int *c, int *h, int *w, int *classes);
 /* Forward passes and samples over every version loaded so far. */
 void serve_models_stats(serve_models_t *m, serve_batcher_stats_t *st);
+/* Versions in memory now: the one served and those still answering their last requests
+   (each holds a model and a batcher thread). */
+int serve_models_loaded(serve_models_t *m);
 /* Unloads every version; requests must be over. NULL: nothing. */
 void serve_models_close(serve_models_t *m);
 

@@ -35,7 +35,8 @@ pooled=(
   test_train_output_paths.sh test_train_export.sh test_cnn_bench_format.sh
   test_train_resume_ranks.sh test_grad_buckets_mpi.sh test_coll_hierarchical.sh test_device_flags.sh
   test_train_write_errors.sh test_train_resume_auto.sh test_train_early_stopping.sh
-  test_serve_concurrency.sh test_serve_accuracy.sh test_coll_mpi.sh test_hvdrun_args.sh
+  test_serve_concurrency.sh test_serve_accuracy.sh test_serve_body_framing.sh test_coll_mpi.sh
+  test_hvdrun_args.sh
   test_hvd_hierarchical_one_host.sh
   test_train_ckpt_format.sh test_train_flags_agree.sh test_train_agree
   test_hvd_plan test_hvd_allreduce test_hvd_hierarchical test_hvd_fusion test_hvd_collectives

@@ -38,7 +38,7 @@ acc=$(sed -n 's/^test accuracy: \([0-9.]*\)%$/\1/p' "$tmp/train.out")
 "$build/serve" --model lenet --weights "$tmp/lenet.safetensors" \
   --port 0 --threads 1 >"$tmp/serve.out" 2>"$tmp/serve.err" &
 pid=$!
-for _ in $(seq 100); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
 port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
 [ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
 

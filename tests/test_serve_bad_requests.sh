@@ -22,7 +22,7 @@ timeout -k 5 120 "$build/train" --model lenet --max-train 500 --max-test 100 --e
 "$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --port 0 --threads 1 \
   --max-body-bytes 1M --max-instances 64 --idle-timeout 2 >"$tmp/serve.out" 2>"$tmp/serve.err" &
 pid=$!
-for _ in $(seq 100); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
 port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
 [ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
 
@@ -111,7 +111,7 @@ case("65 instances (limit 64)", 400, post(json.dumps({"instances": [[0.5] * 784]
 case("huge array (over 1M body)", 413, post('{"instances": [[' + ",".join(["0"] * 600000) + "]]}"))
 case("huge array (under 1M body)", 400, post('{"instances": [[' + ",".join(["0"] * 400000) + "]]}"))
 case("nesting 100000 deep", 400, post("[" * 100000 + "]" * 100000))
-case("declared 100 MB body", 413, raw(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n" % P.encode()))
+case("declared 100 MB body, Expect", 413, raw(b"POST %s HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 100000000\r\n\r\n" % P.encode()))
 chunk = b"a" * 65536
 case("chunked body over 1M", 413, raw(b"POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" % P.encode()
                                       + (b"10000\r\n" + chunk + b"\r\n") * 20 + b"0\r\n\r\n"))

@@ -30,7 +30,7 @@ run_case() {
   "$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --port 0 --threads 1 \
     --log-level warning "$@" >"$tmp/serve.out" 2>"$tmp/serve.err" &
   pid=$!
-  for _ in $(seq 100); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
+  for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
   local port
   port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
   [ -n "$port" ] || { echo "FAIL $name: serve did not start:"; cat "$tmp/serve.err"; exit 1; }

@@ -19,7 +19,7 @@ timeout -k 5 120 "$build/train" --model lenet --max-train 500 --max-test 100 --e
 "$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --port 0 --threads 1 \
   --batch-timeout-micros 5000 >"$tmp/serve.out" 2>"$tmp/serve.err" &
 pid=$!
-for _ in $(seq 100); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
 port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
 [ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
 

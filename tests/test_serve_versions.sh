@@ -3,7 +3,11 @@
 # served; version 2 (the same weights with fc2.bias pushed towards class 3, so every answer
 # becomes 3) written while 8 clients keep sending requests is picked up without a restart
 # within a few polls, no request failing meanwhile; /versions/1 is then 404 and
-# /versions/2 answers; a truncated version 3 is reported and version 2 stays served.
+# /versions/2 answers, and version 1 is unloaded (the metrics page's
+# serve_model_versions_loaded back to 1: no model and batcher thread leaked per swap); a
+# truncated version 3 is reported and version 2 stays served. Then, as TF Serving does:
+# folder 2 deleted -> version 1 is loaded again and served (2 unloaded); folder 1 deleted
+# too -> nothing is served (404); folder 1 back -> served again.
 set -u
 build=${HVD_BUILD:-build}
 for p in "$build/train" "$build/serve"; do
@@ -19,12 +23,12 @@ timeout -k 5 120 "$build/train" --model lenet --max-train 500 --max-test 100 --e
 "$build/serve" --model lenet --model-base-path "$tmp/base" --file-system-poll-wait-seconds 1 \
   --port 0 --threads 1 >"$tmp/serve.out" 2>"$tmp/serve.err" &
 pid=$!
-for _ in $(seq 100); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
 port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
 [ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
 
-PYTHONPATH=scripts timeout -k 5 60 /usr/bin/python3 - "$port" "$tmp/base" <<'PY' || exit 1
-import json, os, struct, sys, threading, time
+PYTHONPATH=scripts timeout -k 5 100 /usr/bin/python3 - "$port" "$tmp/base" <<'PY' || exit 1
+import json, os, shutil, struct, sys, threading, time
 import numpy as np
 from serve_load import Client, instance, test_images
 
@@ -35,6 +39,21 @@ fails = []
 def versions(c):
     st, doc = c.request("GET", "/v1/models/lenet")
     return [v["version"] for v in doc["model_version_status"]] if st == 200 else st
+
+def loaded(c):
+    st, text = c.request("GET", "/monitoring/prometheus/metrics")
+    n = [l.split()[1] for l in text.splitlines() if l.startswith("serve_model_versions_loaded ")]
+    return int(n[0]) if n else None
+
+def wait_for(what, want, seconds=10):
+    """Polls what() until it returns want (a bound that only catches a server that never
+    gets there); returns the last value."""
+    t0 = time.time()
+    got = what()
+    while got != want and time.time() - t0 < seconds:
+        time.sleep(0.1)
+        got = what()
+    return got
 
 c = Client(port)
 if versions(c) != ["1"]:
@@ -87,6 +106,10 @@ if st != 404:
 st, doc = c.predict("lenet", [instance(images[0])], version=2)
 if st != 200:
     fails.append("/versions/2: %d %s" % (st, doc))
+got = wait_for(lambda: loaded(c), 1)
+print("versions loaded after the swap: %s" % got)
+if got != 1:
+    fails.append("after the swap, serve_model_versions_loaded is %s, not 1: version 1 never unloaded" % got)
 
 # a truncated version 3: reported, version 2 stays
 os.makedirs(os.path.join(base, "3"))
@@ -95,6 +118,37 @@ with open(os.path.join(base, "3", "model.safetensors"), "wb") as f:
 time.sleep(2.5)
 if versions(c) != ["2"]:
     fails.append("after a truncated version 3: %s" % versions(c))
+shutil.rmtree(os.path.join(base, "3"))
+
+# folder 2 deleted: version 1 again (TF Serving unloads 2, serves the newest left)
+shutil.rmtree(os.path.join(base, "2"))
+got = wait_for(lambda: versions(c), ["1"])
+print("after folder 2 was deleted: versions %s" % got)
+if got != ["1"]:
+    fails.append("after folder 2 was deleted, the versions served are %s, not [\"1\"]" % got)
+st, doc = c.predict("lenet", [instance(im) for im in images])
+if st != 200 or all(int(np.argmax(p)) == 3 for p in doc["predictions"]):
+    fails.append("after folder 2 was deleted, the answers are still version 2's: %d %s" % (st, str(doc)[:200]))
+st, doc = c.predict("lenet", [instance(images[0])], version=2)
+if st != 404:
+    fails.append("/versions/2 after folder 2 was deleted: %d %s" % (st, doc))
+got = wait_for(lambda: loaded(c), 1)
+if got != 1:
+    fails.append("after folder 2 was deleted, serve_model_versions_loaded is %s, not 1" % got)
+
+# folder 1 deleted too: nothing served; back: served again
+os.rename(os.path.join(base, "1"), os.path.join(base, "old1"))
+got = wait_for(lambda: versions(c), 404)
+st, doc = c.predict("lenet", [instance(images[0])])
+print("no version folder left: status %s, predict %d" % (got, st))
+if got != 404 or st != 404:
+    fails.append("with no version folder left: status %s, predict %d %s (want 404)" % (got, st, doc))
+if loaded(c) != 0:
+    fails.append("with no version folder left, serve_model_versions_loaded is %s, not 0" % loaded(c))
+os.rename(os.path.join(base, "old1"), os.path.join(base, "1"))
+got = wait_for(lambda: versions(c), ["1"])
+if got != ["1"]:
+    fails.append("folder 1 back: versions %s, not [\"1\"]" % got)
 for f in fails:
     print("FAIL " + f)
 sys.exit(1 if fails else 0)
@@ -103,4 +157,5 @@ kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
 grep -E 'version [0-9]' "$tmp/serve.err"
 [ $rc -eq 0 ] || { echo "FAIL serve exited $rc"; exit 1; }
 grep -q 'warning: version 3 not loaded' "$tmp/serve.err" || { echo "FAIL the truncated version 3 was not reported"; exit 1; }
+grep -q "version 2's folder is gone" "$tmp/serve.err" || { echo "FAIL the deleted version 2 was not reported"; exit 1; }
 echo "serve versions ok"

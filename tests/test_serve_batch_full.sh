@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# build/serve's batches reach --max-batch-size: with --max-batch-size 4 and a batch
+# timeout of 10 s (so a batch goes only when full, or 10 s after its first request),
+# 4 requests of 1 instance sent at once run as one forward pass of 4 samples, then
+# requests of 3 and 1 instances as one more (the metrics page counts forward passes and
+# samples). A batcher that stops one job short of the maximum runs 2 passes each time.
+# Bounded: 6 loopback connections; the bound (60 s) only catches a hang.
+set -u
+build=${HVD_BUILD:-build}
+for p in "$build/train" "$build/serve"; do
+  [ -x "$p" ] || { echo "FAIL: $p is not built (run make)"; exit 1; }
+done
+tmp=$(mktemp -d /tmp/test_serve_batch_full.XXXXXX)
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+timeout -k 5 120 "$build/train" --model lenet --max-train 500 --max-test 100 --epochs 1 \
+  --threads 2 --export "$tmp/lenet.safetensors" >"$tmp/train.out" 2>&1 \
+  || { echo "FAIL train:"; cat "$tmp/train.out"; exit 1; }
+"$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --port 0 --threads 1 \
+  --max-batch-size 4 --batch-timeout-micros 10000000 --log-level warning \
+  >"$tmp/serve.out" 2>"$tmp/serve.err" &
+pid=$!
+for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
+port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
+[ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
+
+PYTHONPATH=scripts timeout -k 5 60 /usr/bin/python3 - "$port" <<'PY' || exit 1
+import sys, threading
+from serve_load import Client
+
+port = int(sys.argv[1])
+img = [[[0.5] for _ in range(28)] for _ in range(28)]
+fails = []
+
+def counters():
+    st, text = Client(port).request("GET", "/monitoring/prometheus/metrics")
+    get = lambda k: int([l for l in text.splitlines() if l.startswith(k + " ")][0].split()[1])
+    return get("serve_forward_passes_total"), get("serve_forward_samples_total")
+
+def at_once(sizes):
+    """Sends requests of these many instances together; their statuses."""
+    out = [None] * len(sizes)
+    def one(k):
+        out[k] = Client(port).predict("lenet", [img] * sizes[k])[0]
+    ts = [threading.Thread(target=one, args=(k,)) for k in range(len(sizes))]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    return out
+
+f0, s0 = counters()
+for sizes in ([1, 1, 1, 1], [3, 1]):
+    st = at_once(sizes)
+    f1, s1 = counters()
+    ok = st == [200] * len(sizes) and (f1 - f0, s1 - s0) == (1, 4)
+    print("%s requests of %s instance(s): statuses %s, %d forward pass(es) of %d samples in all"
+          % ("ok  " if ok else "FAIL", sizes, st, f1 - f0, s1 - s0))
+    if not ok:
+        fails.append("requests of %s: %d forward passes for %d samples (want one full batch of 4)"
+                     % (sizes, f1 - f0, s1 - s0))
+    f0, s0 = f1, s1
+sys.exit(1 if fails else 0)
+PY
+kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
+[ $rc -eq 0 ] || { echo "FAIL serve exited $rc after SIGTERM"; tail "$tmp/serve.err"; exit 1; }
+echo "serve batch full ok"

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# build/serve against slow clients (slowloris), all on loopback, bounded in count (61
+# connections) and time (about 15 s):
+# - 60 connections from 127.0.0.1, each sending its headers one byte every 0.5 s (never
+#   idle for --idle-timeout 10) and reconnecting when closed, against --max-connections 40:
+#   --max-connections-per-client 10 keeps 30 slots free, so 12 requests from 127.0.0.2
+#   meanwhile must all be answered 200;
+# - a request from 127.0.0.3 whose headers trickle, and one from 127.0.0.4 whose body
+#   trickles, must be closed by --request-timeout 3 (the bound here, 20 s, only catches a
+#   server that never closes them), and the metrics page counts them.
+# Judges no time; binds no fixed port (the addresses are the loopback network's own).
+set -u
+build=${HVD_BUILD:-build}
+for p in "$build/train" "$build/serve"; do
+  [ -x "$p" ] || { echo "FAIL: $p is not built (run make)"; exit 1; }
+done
+tmp=$(mktemp -d /tmp/test_serve_slow_clients.XXXXXX)
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+timeout -k 5 120 "$build/train" --model lenet --max-train 500 --max-test 100 --epochs 1 \
+  --threads 2 --export "$tmp/lenet.safetensors" >"$tmp/train.out" 2>&1 \
+  || { echo "FAIL train:"; cat "$tmp/train.out"; exit 1; }
+"$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --port 0 --threads 1 \
+  --max-connections 40 --max-connections-per-client 10 --request-timeout 3 --idle-timeout 10 \
+  --log-level warning >"$tmp/serve.out" 2>"$tmp/serve.err" &
+pid=$!
+for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
+port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
+[ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
+
+timeout -k 5 100 /usr/bin/python3 - "$port" <<'PY' || { cat "$tmp/serve.err"; exit 1; }
+import http.client, json, socket, sys, threading, time
+
+port = int(sys.argv[1])
+P = "/v1/models/lenet:predict"
+img = [[[0.5] for _ in range(28)] for _ in range(28)]
+fails = []
+
+def connect(src):
+    s = socket.socket()
+    s.settimeout(5)
+    s.bind((src, 0))
+    s.connect(("127.0.0.1", port))
+    s.settimeout(None)  # blocking: a recv with MSG_DONTWAIT then returns at once
+    return s
+
+def closed(s):
+    """True when the server closed s (EOF or reset), without blocking."""
+    try:
+        return s.recv(4096, socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+stop = threading.Event()
+reconnects = [0]
+
+def slowloris():
+    socks = [None] * 60
+    while not stop.is_set():
+        for i, s in enumerate(socks):
+            try:
+                if s is None or closed(s):
+                    if s is not None:
+                        s.close()
+                        reconnects[0] += 1
+                    socks[i] = s = connect("127.0.0.1")
+                    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nX-a: " % P.encode())
+                else:
+                    s.sendall(b"a")
+            except OSError:
+                if socks[i] is not None:
+                    socks[i].close()
+                socks[i] = None
+        stop.wait(0.5)
+    for s in socks:
+        if s is not None:
+            s.close()
+
+attacker = threading.Thread(target=slowloris)
+attacker.start()
+time.sleep(1.5)  # every slot the attacker may take is taken
+
+# Normal requests from another address while the attack goes on.
+body = json.dumps({"instances": [img]})
+for k in range(12):
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=20, source_address=("127.0.0.2", 0))
+        c.request("POST", P, body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        st = r.status
+        r.read()
+        c.close()
+    except OSError as e:
+        st = repr(e)
+    print("%s normal request %2d during the attack: %s" % ("ok  " if st == 200 else "FAIL", k, st))
+    if st != 200:
+        fails.append("normal request %d during the attack: %s" % (k, st))
+    time.sleep(0.3)
+
+# A request whose headers trickle, one whose body trickles: closed by --request-timeout.
+def trickle(name, src, head, byte):
+    s = connect(src)
+    s.sendall(head)
+    t0 = time.time()
+    while time.time() - t0 < 20:
+        if closed(s):
+            print("ok   %s: closed by the server after %.1f s" % (name, time.time() - t0))
+            s.close()
+            return
+        try:
+            s.sendall(byte)
+        except OSError:
+            print("ok   %s: closed by the server" % name)
+            s.close()
+            return
+        time.sleep(0.5)
+    s.close()
+    print("FAIL %s: still open after 20 s" % name)
+    fails.append("%s: still open after 20 s (--request-timeout 3)" % name)
+
+t1 = threading.Thread(target=trickle, args=("trickled headers", "127.0.0.3",
+                      b"POST %s HTTP/1.1\r\nHost: x\r\nX-b: " % P.encode(), b"b"))
+t2 = threading.Thread(target=trickle, args=("trickled body", "127.0.0.4",
+                      b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" % P.encode(), b" "))
+t1.start(); t2.start(); t1.join(); t2.join()
+stop.set()
+attacker.join()
+print("the attacker reconnected %d time(s)" % reconnects[0])
+
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=20, source_address=("127.0.0.2", 0))
+c.request("GET", "/monitoring/prometheus/metrics")
+metrics = c.getresponse().read().decode()
+n = [l for l in metrics.splitlines() if l.startswith("serve_request_timeouts_total ")]
+got = int(n[0].split()[1]) if n else -1
+print("%s serve_request_timeouts_total %d (at least 2)" % ("ok  " if got >= 2 else "FAIL", got))
+if got < 2:
+    fails.append("serve_request_timeouts_total is %d, expected at least 2" % got)
+for f in fails:
+    print("FAIL " + f)
+sys.exit(1 if fails else 0)
+PY
+kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
+[ $rc -eq 0 ] || { echo "FAIL serve exited $rc after SIGTERM"; tail "$tmp/serve.err"; exit 1; }
+echo "serve slow clients ok"
