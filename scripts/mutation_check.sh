@@ -124,6 +124,7 @@ serve-exact-limit-cl-refused|serve/http.c|s#if (cl \&\& strtoull(cl, NULL, 10) >
 serve-batch-short-of-max|serve/batcher.c|s#while (last->next \&\& sum + last->next->n <= bt->cfg.max_batch) {#while (last->next \&\& sum + last->next->n < bt->cfg.max_batch) {#|test_serve_batch_full.sh
 serve-old-version-kept-loaded|serve/versions.c|s#int idle = old \&\& --old->refs == 0;#int idle = 0;#|test_serve_versions.sh
 serve-deleted-version-kept|serve/versions.c|s#if (num == current) return 0;#if (num <= current) return 0;#|test_serve_versions.sh
+source-limit-off-by-one|scripts/longest_functions.sh|s#\$1 > l \&\& #$1 > l + 1 \&\& #|test_source_limits.sh
 EOF
 )
 
