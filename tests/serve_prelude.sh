@@ -23,3 +23,9 @@ serve_start() {
   port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
   [ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
 }
+
+# serve_stop: SIGTERM to the server; it must exit 0 (or the test fails).
+serve_stop() {
+  kill -TERM "$pid"; wait "$pid"; local rc=$?; pid=
+  [ $rc -eq 0 ] || { echo "FAIL serve exited $rc after SIGTERM"; tail "$tmp/serve.err"; exit 1; }
+}

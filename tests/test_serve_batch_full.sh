@@ -45,6 +45,5 @@ for sizes in ([1, 1, 1, 1], [3, 1]):
     f0, s0 = f1, s1
 sys.exit(1 if fails else 0)
 PY
-kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
-[ $rc -eq 0 ] || { echo "FAIL serve exited $rc after SIGTERM"; tail "$tmp/serve.err"; exit 1; }
+serve_stop
 echo "serve batch full ok"

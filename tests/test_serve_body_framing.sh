@@ -97,6 +97,5 @@ for f in fails:
     print("FAIL " + f)
 sys.exit(1 if fails else 0)
 PY
-kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
-[ $rc -eq 0 ] || { echo "FAIL serve exited $rc after SIGTERM"; tail "$tmp/serve.err"; exit 1; }
+serve_stop
 echo "serve body framing ok"
