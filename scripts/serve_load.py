@@ -23,6 +23,7 @@ import gzip
 import http.client
 import json
 import os
+import socket
 import struct
 import subprocess
 import sys
@@ -100,6 +101,31 @@ class Client:
         if self.conn is not None:
             self.conn.close()
         self.conn = None
+
+
+def raw_exchange(port, data, timeout=10, done=None):
+    """Sends bytes on a fresh loopback connection and reads the answer until the server
+    closes it, `timeout` passes, or done(bytes so far) is true. Returns (bytes, the error
+    that ended the reading or None); a send cut short by the server is not an error (its
+    answer may still be there to read). For the tests' malformed requests."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+    except OSError:
+        pass
+    buf, error = b"", None
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+            if done is not None and done(buf):
+                break
+    except OSError as e:
+        error = e
+    s.close()
+    return buf, error
 
 
 def percentile(sorted_values, p):

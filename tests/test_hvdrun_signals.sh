@@ -87,18 +87,27 @@ EOS
 echo localhost:1 >"$tmp/hosts"
 chmod +x "$tmp/fake-mpirun" "$tmp/discover.sh"
 
+# start_hvdrun WHAT HVDRUN_ARG...: hvdrun in the background with the fake launcher; waits
+# for the launcher and its child. Sets hp, lp, cp (hvdrun's, the launcher's and its
+# child's pids; all recorded); returns 1 (a failure said) if the launcher did not start.
+start_hvdrun() {
+  local what=$1
+  shift
+  rm -f "$tmp"/launcher "$tmp"/child.*
+  HVD_MPIRUN=$tmp/fake-mpirun "$hvdrun" "$@" >"$tmp/out" 2>&1 &
+  hp=$!
+  pids+=("$hp")
+  if ! wait_file "$tmp/launcher"; then fail "$what: the fake launcher did not start"; cat "$tmp/out"; return 1; fi
+  lp=$(cat "$tmp/launcher")
+  wait_file "$tmp/child.$lp"
+  cp=$(cat "$tmp/child.$lp")
+  pids+=("$lp" "$cp")
+}
+
 # launch_case SIGNAL: hvdrun -np 1 with the fake launcher, SIGNAL once the launcher runs.
 launch_case() {
-  local sig=$1
-  rm -f "$tmp"/launcher "$tmp"/child.*
-  HVD_MPIRUN=$tmp/fake-mpirun "$hvdrun" --mpi openmpi -np 1 /bin/true >"$tmp/out" 2>&1 &
-  local hp=$!
-  pids+=("$hp")
-  if ! wait_file "$tmp/launcher"; then fail "$sig: the fake launcher did not start"; cat "$tmp/out"; return; fi
-  local lp; lp=$(cat "$tmp/launcher")
-  wait_file "$tmp/child.$lp"
-  local cp; cp=$(cat "$tmp/child.$lp")
-  pids+=("$lp" "$cp")
+  local sig=$1 hp lp cp
+  start_hvdrun "$sig" --mpi openmpi -np 1 /bin/true || return
   kill -"$sig" "$hp"
   wait_exit "$hp"
   if [ "$sig" = TERM ]; then
@@ -147,15 +156,8 @@ discovery_case() {
 # never answers. SIGTERM to hvdrun then ends it and the launcher; with no signal, hvdrun
 # gives up after 10 s and says to pass --mpi.
 version_case() {
-  rm -f "$tmp"/launcher "$tmp"/child.*
-  HVD_MPIRUN=$tmp/fake-mpirun "$hvdrun" -np 1 /bin/true >"$tmp/out" 2>&1 &
-  local hp=$!
-  pids+=("$hp")
-  if ! wait_file "$tmp/launcher"; then fail "--version: the fake launcher did not start"; cat "$tmp/out"; return; fi
-  local lp; lp=$(cat "$tmp/launcher")
-  wait_file "$tmp/child.$lp"
-  local cp; cp=$(cat "$tmp/child.$lp")
-  pids+=("$lp" "$cp")
+  local hp lp cp
+  start_hvdrun "--version" -np 1 /bin/true || return
   kill -TERM "$hp"
   wait_exit "$hp"
   if [ "$status" != 143 ]; then fail "--version, TERM: hvdrun: exit $status, expected 143:"; cat "$tmp/out"

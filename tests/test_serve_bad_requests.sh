@@ -9,26 +9,12 @@
 # request is still answered. Limits made small: --max-body-bytes 1M --max-instances 64
 # --idle-timeout 2.
 set -u
-build=${HVD_BUILD:-build}
-for p in "$build/train" "$build/serve"; do
-  [ -x "$p" ] || { echo "FAIL: $p is not built (run make)"; exit 1; }
-done
-tmp=$(mktemp -d /tmp/test_serve_bad_requests.XXXXXX)
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
-timeout -k 5 120 "$build/train" --model lenet --max-train 500 --max-test 100 --epochs 1 \
-  --threads 2 --export "$tmp/lenet.safetensors" >"$tmp/train.out" 2>&1 \
-  || { echo "FAIL train:"; cat "$tmp/train.out"; exit 1; }
-"$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --port 0 --threads 1 \
-  --max-body-bytes 1M --max-instances 64 --idle-timeout 2 >"$tmp/serve.out" 2>"$tmp/serve.err" &
-pid=$!
-for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
-port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
-[ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
+. "$(dirname "$0")/serve_prelude.sh"
+serve_start --max-body-bytes 1M --max-instances 64 --idle-timeout 2
 
 PYTHONPATH=scripts timeout -k 5 100 /usr/bin/python3 - "$port" <<'PY' || exit 1
 import json, socket, sys, time
-from serve_load import Client
+from serve_load import Client, raw_exchange
 
 port = int(sys.argv[1])
 P = "/v1/models/lenet:predict"
@@ -36,28 +22,17 @@ img = [[[0.5] for _ in range(28)] for _ in range(28)]
 good = json.dumps({"instances": [img]})
 fails = []
 
+def answered(buf):
+    """A whole response is in buf (its Content-Length of body after the headers)."""
+    if b"\r\n\r\n" not in buf:
+        return False
+    head, _, body = buf.partition(b"\r\n\r\n")
+    cl = [l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+    return bool(cl) and len(body) >= int(cl[0].split(b":")[1])
+
 def raw(data, wait_close=False, timeout=10):
     """Sends bytes on a fresh connection; returns (status or None, body text)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    try:
-        s.sendall(data)
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-    buf = b""
-    try:
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-            if not wait_close and b"\r\n\r\n" in buf:
-                head, _, body = buf.partition(b"\r\n\r\n")
-                cl = [l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
-                if cl and len(body) >= int(cl[0].split(b":")[1]):
-                    break
-    except (ConnectionResetError, socket.timeout):
-        pass
-    s.close()
+    buf, _ = raw_exchange(port, data, timeout, None if wait_close else answered)
     if not buf.startswith(b"HTTP/1."):
         return None, buf.decode("latin1")
     head, _, body = buf.partition(b"\r\n\r\n")
@@ -158,6 +133,5 @@ for f in fails:
     print("FAIL " + f)
 sys.exit(1 if fails else 0)
 PY
-kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
-[ $rc -eq 0 ] || { echo "FAIL serve exited $rc after SIGTERM"; tail "$tmp/serve.err"; exit 1; }
+serve_stop
 echo "serve bad requests ok"

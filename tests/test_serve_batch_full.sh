@@ -6,23 +6,8 @@
 # samples). A batcher that stops one job short of the maximum runs 2 passes each time.
 # Bounded: 6 loopback connections; the bound (60 s) only catches a hang.
 set -u
-build=${HVD_BUILD:-build}
-for p in "$build/train" "$build/serve"; do
-  [ -x "$p" ] || { echo "FAIL: $p is not built (run make)"; exit 1; }
-done
-tmp=$(mktemp -d /tmp/test_serve_batch_full.XXXXXX)
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
-timeout -k 5 120 "$build/train" --model lenet --max-train 500 --max-test 100 --epochs 1 \
-  --threads 2 --export "$tmp/lenet.safetensors" >"$tmp/train.out" 2>&1 \
-  || { echo "FAIL train:"; cat "$tmp/train.out"; exit 1; }
-"$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --port 0 --threads 1 \
-  --max-batch-size 4 --batch-timeout-micros 10000000 --log-level warning \
-  >"$tmp/serve.out" 2>"$tmp/serve.err" &
-pid=$!
-for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
-port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
-[ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
+. "$(dirname "$0")/serve_prelude.sh"
+serve_start --max-batch-size 4 --batch-timeout-micros 10000000 --log-level warning
 
 PYTHONPATH=scripts timeout -k 5 60 /usr/bin/python3 - "$port" <<'PY' || exit 1
 import sys, threading
@@ -60,6 +45,5 @@ for sizes in ([1, 1, 1, 1], [3, 1]):
     f0, s0 = f1, s1
 sys.exit(1 if fails else 0)
 PY
-kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
-[ $rc -eq 0 ] || { echo "FAIL serve exited $rc after SIGTERM"; tail "$tmp/serve.err"; exit 1; }
+serve_stop
 echo "serve batch full ok"

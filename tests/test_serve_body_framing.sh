@@ -12,26 +12,12 @@
 #   400 and the connection closed (no second request read from it);
 # and after each case a good request is answered.
 set -u
-build=${HVD_BUILD:-build}
-for p in "$build/train" "$build/serve"; do
-  [ -x "$p" ] || { echo "FAIL: $p is not built (run make)"; exit 1; }
-done
-tmp=$(mktemp -d /tmp/test_serve_body_framing.XXXXXX)
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
-timeout -k 5 120 "$build/train" --model lenet --max-train 500 --max-test 100 --epochs 1 \
-  --threads 2 --export "$tmp/lenet.safetensors" >"$tmp/train.out" 2>&1 \
-  || { echo "FAIL train:"; cat "$tmp/train.out"; exit 1; }
-"$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --port 0 --threads 1 \
-  --max-body-bytes 8K >"$tmp/serve.out" 2>"$tmp/serve.err" &
-pid=$!
-for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
-port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
-[ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
+. "$(dirname "$0")/serve_prelude.sh"
+serve_start --max-body-bytes 8K
 
 PYTHONPATH=scripts timeout -k 5 100 /usr/bin/python3 - "$port" <<'PY' || { tail -20 "$tmp/serve.err"; exit 1; }
 import json, socket, sys, urllib.error, urllib.request
-from serve_load import Client
+from serve_load import Client, raw_exchange
 
 port = int(sys.argv[1])
 LIMIT = 8192
@@ -49,22 +35,8 @@ def check(name, ok, got):
 
 def raw(data):
     """Sends data on a fresh connection, reads until the server closes it (or 10 s)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    try:
-        s.sendall(data)
-    except OSError:
-        pass
-    buf = b""
-    try:
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    except OSError as e:
-        buf += b"<<%s>>" % repr(e).encode()
-    s.close()
-    return buf
+    buf, error = raw_exchange(port, data)
+    return buf + (b"<<%s>>" % repr(error).encode() if error else b"")
 
 def one_answer(buf, want):
     """(ok, summary): exactly one response, of status want, with an {"error": ...} body."""
@@ -125,6 +97,5 @@ for f in fails:
     print("FAIL " + f)
 sys.exit(1 if fails else 0)
 PY
-kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
-[ $rc -eq 0 ] || { echo "FAIL serve exited $rc after SIGTERM"; tail "$tmp/serve.err"; exit 1; }
+serve_stop
 echo "serve body framing ok"

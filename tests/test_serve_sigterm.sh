@@ -6,22 +6,8 @@
 # or reset: not accepted); the server logged exactly as many answered predicts as the
 # clients received, and no request ended unanswered.
 set -u
-build=${HVD_BUILD:-build}
-for p in "$build/train" "$build/serve"; do
-  [ -x "$p" ] || { echo "FAIL: $p is not built (run make)"; exit 1; }
-done
-tmp=$(mktemp -d /tmp/test_serve_sigterm.XXXXXX)
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
-timeout -k 5 120 "$build/train" --model lenet --max-train 500 --max-test 100 --epochs 1 \
-  --threads 2 --export "$tmp/lenet.safetensors" >"$tmp/train.out" 2>&1 \
-  || { echo "FAIL train:"; cat "$tmp/train.out"; exit 1; }
-"$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --port 0 --threads 1 \
-  --batch-timeout-micros 5000 >"$tmp/serve.out" 2>"$tmp/serve.err" &
-pid=$!
-for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
-port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
-[ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
+. "$(dirname "$0")/serve_prelude.sh"
+serve_start --batch-timeout-micros 5000
 
 PYTHONPATH=scripts timeout -k 5 60 /usr/bin/python3 - "$port" "$pid" >"$tmp/client.out" <<'PY'
 import http.client, json, os, signal, sys, threading, time

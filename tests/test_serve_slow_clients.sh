@@ -10,23 +10,9 @@
 #   server that never closes them), and the metrics page counts them.
 # Judges no time; binds no fixed port (the addresses are the loopback network's own).
 set -u
-build=${HVD_BUILD:-build}
-for p in "$build/train" "$build/serve"; do
-  [ -x "$p" ] || { echo "FAIL: $p is not built (run make)"; exit 1; }
-done
-tmp=$(mktemp -d /tmp/test_serve_slow_clients.XXXXXX)
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
-timeout -k 5 120 "$build/train" --model lenet --max-train 500 --max-test 100 --epochs 1 \
-  --threads 2 --export "$tmp/lenet.safetensors" >"$tmp/train.out" 2>&1 \
-  || { echo "FAIL train:"; cat "$tmp/train.out"; exit 1; }
-"$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --port 0 --threads 1 \
-  --max-connections 40 --max-connections-per-client 10 --request-timeout 3 --idle-timeout 10 \
-  --log-level warning >"$tmp/serve.out" 2>"$tmp/serve.err" &
-pid=$!
-for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
-port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
-[ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
+. "$(dirname "$0")/serve_prelude.sh"
+serve_start --max-connections 40 --max-connections-per-client 10 --request-timeout 3 --idle-timeout 10 \
+  --log-level warning
 
 timeout -k 5 100 /usr/bin/python3 - "$port" <<'PY' || { cat "$tmp/serve.err"; exit 1; }
 import http.client, json, socket, sys, threading, time
@@ -141,6 +127,5 @@ for f in fails:
     print("FAIL " + f)
 sys.exit(1 if fails else 0)
 PY
-kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
-[ $rc -eq 0 ] || { echo "FAIL serve exited $rc after SIGTERM"; tail "$tmp/serve.err"; exit 1; }
+serve_stop
 echo "serve slow clients ok"
