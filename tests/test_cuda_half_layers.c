@@ -164,7 +164,7 @@ static void check_conv(int n, int cin, int h, int w, int cout, int k, int stride
   snprintf(what, sizeof what, "conv%dx%d/%d c%d->%d fwd", k, k, stride, cin, cout);
   act_compare(what, Dy, y, n, cout, hwo, tol_acc);
   CC_OK(nn_conv2d_backward(&s, x, wt, dy, dx, dw, bias ? db : NULL, ws));
-  CC_OK(nn_conv2d_backward_cuda_p(fmt(), &s, Dx, Dw, Ddy, Ddx, Ddw, bias ? Ddb : NULL));
+  CC_OK(nn_conv2d_backward_cuda_p(fmt(), &s, Dx, Dw, Ddy, Ddx, 1, Ddw, bias ? Ddb : NULL));
   snprintf(what, sizeof what, "conv%dx%d/%d c%d->%d dx (+=)", k, k, stride, cin, cout);
   act_compare(what, Ddx, dx, n, cin, hwi, tol_acc);
   snprintf(what, sizeof what, "conv%dx%d/%d c%d->%d dw (+=)", k, k, stride, cin, cout);
@@ -206,14 +206,14 @@ static void check_bn(void) {
   cc_compare("batchnorm running_var (float)", Drv, 1, rv, c, 1e-4);
   cc_compare("batchnorm save_invstd (float)", Dsi, 1, si, c, 1e-4);
   CC_OK(nn_batchnorm2d_backward(&s, x, g, sm, si, dy, dx, dg, dbt));
-  CC_OK(nn_batchnorm2d_backward_cuda_p(fmt(), &s, Dx, Dg, Dsm, Dsi, Ddy, Ddx, Ddg, Ddb,
+  CC_OK(nn_batchnorm2d_backward_cuda_p(fmt(), &s, Dx, Dg, Dsm, Dsi, Ddy, Ddx, 1, Ddg, Ddb,
                                        &rsv));
   nn_cuda_bn_reserve_free(&rsv);
   act_compare("batchnorm dx (+=)", Ddx, dx, 4, 8, 30, tol_acc);
   cc_compare("batchnorm dgamma (+=, float)", Ddg, 1, dg, c, 1e-3);
   cc_compare("batchnorm dbeta (+=, float)", Ddb, 1, dbt, c, 1e-3);
   CC_OK(nn_batchnorm2d_forward_infer(&s, x, g, b, rm, rv, y));
-  CC_OK(nn_batchnorm2d_forward_infer_cuda_p(fmt(), &s, Dx, Dg, Db, Drm, Drv, Dy));
+  CC_OK(nn_batchnorm2d_forward_infer_cuda_p(fmt(), &s, Dx, Dg, Db, Drm, Drv, Dy, NULL));
   act_compare("batchnorm infer y", Dy, y, 4, 8, 30, tol_elem * 4);
 }
 
@@ -237,8 +237,8 @@ static void check_pool(int max, int k, int stride, int pad) {
     CC_OK(nn_avgpool2d_forward(&s, x, y));
     CC_OK(nn_avgpool2d_backward(&s, dy, dx));
   }
-  CC_OK(nn_pool2d_forward_cuda_p(fmt(), max, &s, Dx, Dy));
-  CC_OK(nn_pool2d_backward_cuda_p(fmt(), max, &s, Dx, Dy, Ddy, Ddx));
+  CC_OK(nn_pool2d_forward_cuda_p(fmt(), max, &s, Dx, Dy, NULL));
+  CC_OK(nn_pool2d_backward_cuda_p(fmt(), max, &s, Dx, Dy, Ddy, Ddx, 1, NULL));
   char what[96];
   snprintf(what, sizeof what, "%spool %dx%d/%d fwd", max ? "max" : "avg", k, k, stride);
   act_compare(what, Dy, y, 3, 4, hwo, max ? 0 : tol_elem * 2);
@@ -258,7 +258,7 @@ static void check_linear(int n, int in, int out) {
   CC_OK(nn_linear_forward_cuda_p(P, n, in, out, Dx, Dw, Db, Dy));
   half_compare("linear fwd", Dy, y, ny, tol_acc);
   CC_OK(nn_linear_backward(n, in, out, x, w, dy, dx, dw, db));
-  CC_OK(nn_linear_backward_cuda_p(P, n, in, out, Dx, Dw, Ddy, Ddx, Ddw, Ddb));
+  CC_OK(nn_linear_backward_cuda_p(P, n, in, out, Dx, Dw, Ddy, Ddx, 1, Ddw, Ddb));
   half_compare("linear dx (+=)", Ddx, dx, nx, tol_acc);
   half_compare("linear dw (+=)", Ddw, dw, nw, tol_acc);
   half_compare("linear db (+=)", Ddb, db, (size_t)out, tol_acc);
@@ -280,7 +280,7 @@ static void check_gap(void) {
   half_compare(NHWC ? "nhwc global avgpool fwd" : "global avgpool fwd", Dgy, gy, ng,
                tol_elem * 2);
   nn_global_avgpool_backward(gn, gc, hw, gdy, gdx);
-  CUK_OK(nn_cuk_gap_backward(stream(), P, NHWC, gn, gc, hw, Dgdy, Dgdx));
+  CUK_OK(nn_cuk_gap_backward(stream(), P, NHWC, gn, gc, hw, Dgdy, Dgdx, 1));
   act_compare("global avgpool dx (+=)", Dgdx, gdx, gn, gc, hw, tol_elem * 2);
   free(x); free(gdy); free(gdx); free(gy);
   nn_cuda_free(Dx); nn_cuda_free(Dgdy); nn_cuda_free(Dgdx); nn_cuda_free(Dgy);
@@ -298,7 +298,7 @@ static void check_elementwise(void) {
   CUK_OK(nn_cuk_relu_forward(st, P, n, Da, Dy));
   half_compare("relu fwd", Dy, y, n, 0);
   nn_relu_backward(n, y, dy, da);
-  CUK_OK(nn_cuk_relu_backward(st, P, n, Dy, Ddy, Dda));
+  CUK_OK(nn_cuk_relu_backward(st, P, n, Dy, Ddy, Dda, 1));
   half_compare("relu dx (+=)", Dda, da, n, tol_elem);
   nn_add_forward(n, a, b, y);
   CUK_OK(nn_cuk_add_forward(st, P, n, Da, Db, Dy));
@@ -306,7 +306,7 @@ static void check_elementwise(void) {
   /* Restart from rounded values: the += results above were rounded on the GPU only. */
   void *Dda2 = half_random(&da, n);
   for (size_t i = 0; i < n; i++) { da[i] += dy[i]; db[i] += dy[i]; }
-  CUK_OK(nn_cuk_add_backward(st, P, n, Ddy, Dda2, Ddb));
+  CUK_OK(nn_cuk_add_backward(st, P, n, Ddy, Dda2, 1, Ddb, 1));
   half_compare("add da (+=)", Dda2, da, n, tol_elem);
   half_compare("add db (+=)", Ddb, db, n, tol_elem);
   /* dropout: the CPU's mask, bit for bit, in half precision too */
@@ -321,7 +321,7 @@ static void check_elementwise(void) {
          nn_precision_name(P));
   if (!same) cc_failures++;
   nn_dropout_backward(n, 0.3f, mask, dy, da);
-  CUK_OK(nn_cuk_dropout_backward(st, P, n, 0.3f, Dmask, Ddy, Dda3));
+  CUK_OK(nn_cuk_dropout_backward(st, P, n, 0.3f, Dmask, Ddy, Dda3, 1));
   half_compare("dropout dx (+=)", Dda3, da, n, tol_elem * 2);
   free(mask); free(gmask);
 }

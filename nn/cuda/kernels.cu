@@ -43,12 +43,14 @@ template <typename T> __global__ void relu_fwd(size_t n, const T *x, T *y) {
   GRID_LOOP(i, n) { float v = ld(x[i]); y[i] = st<T>(v > 0.0f ? v : 0.0f); }
 }
 
-// In place (dx == dy): mask; otherwise accumulate.
+// Backward kernels add into dx when add is set and store otherwise (the first writer of
+// a gradient in the model walk stores: it need not be zeroed, nor read back).
+// Relu in place (dx == dy) masks, which is storing.
 template <typename T>
-__global__ void relu_bwd(size_t n, const T *y, const T *dy, T *dx, int inplace) {
+__global__ void relu_bwd(size_t n, const T *y, const T *dy, T *dx, int add) {
   GRID_LOOP(i, n) {
     float g = ld(y[i]) > 0.0f ? ld(dy[i]) : 0.0f;
-    dx[i] = st<T>(inplace ? g : ld(dx[i]) + g);
+    dx[i] = st<T>(add ? ld(dx[i]) + g : g);
   }
 }
 
@@ -56,16 +58,18 @@ template <typename T> __global__ void add_fwd(size_t n, const T *a, const T *b, 
   GRID_LOOP(i, n) y[i] = st<T>(ld(a[i]) + ld(b[i]));
 }
 
-template <typename T> __global__ void add_bwd(size_t n, const T *dy, T *da, T *db) {
+// da may be db (y = x + x): da is written before db is read, by the same thread.
+template <typename T>
+__global__ void add_bwd(size_t n, const T *dy, T *da, int a_add, T *db, int b_add) {
   GRID_LOOP(i, n) {
     float g = ld(dy[i]);
-    da[i] = st<T>(ld(da[i]) + g);
-    db[i] = st<T>(ld(db[i]) + g);
+    da[i] = st<T>(a_add ? ld(da[i]) + g : g);
+    db[i] = st<T>(b_add ? ld(db[i]) + g : g);
   }
 }
 
-template <typename T> __global__ void accumulate(size_t n, const T *dy, T *dx) {
-  GRID_LOOP(i, n) dx[i] = st<T>(ld(dx[i]) + ld(dy[i]));
+template <typename T> __global__ void accumulate(size_t n, const T *dy, T *dx, int add) {
+  GRID_LOOP(i, n) dx[i] = add ? st<T>(ld(dx[i]) + ld(dy[i])) : dy[i];
 }
 
 // ---- layouts: activations are NCHW, or NHWC (channels last) when nhwc ----
@@ -96,11 +100,12 @@ __global__ void gap_fwd(size_t planes, int c, int hw, int nhwc, const T *x, T *y
 }
 
 template <typename T>
-__global__ void gap_bwd(size_t n, int c, int hw, int nhwc, const T *dy, T *dx) {
+__global__ void gap_bwd(size_t n, int c, int hw, int nhwc, const T *dy, T *dx, int add) {
   GRID_LOOP(i, n) {
     size_t smp = i / ((size_t)c * hw);
     int ch = chan_of(nhwc, i, c, hw);
-    dx[i] = st<T>(ld(dx[i]) + ld(dy[smp * (size_t)c + (size_t)ch]) / (float)hw);
+    float g = ld(dy[smp * (size_t)c + (size_t)ch]) / (float)hw;
+    dx[i] = st<T>(add ? ld(dx[i]) + g : g);
   }
 }
 
@@ -127,7 +132,7 @@ __global__ void nhwc_to_float(size_t total, int c, int hw, const T *x, float *y)
 }
 
 // Flatten of NHWC activations into PyTorch's (NCHW) feature order: y = x permuted, and
-// backward dx (NHWC) += dy (NCHW) permuted back.
+// backward dx (NHWC) += dy (NCHW) permuted back (or dx = ..., add 0).
 template <typename T>
 __global__ void nhwc_to_nchw(size_t total, int c, int hw, const T *x, T *y) {
   GRID_LOOP(i, total) {
@@ -138,12 +143,13 @@ __global__ void nhwc_to_nchw(size_t total, int c, int hw, const T *x, T *y) {
 }
 
 template <typename T>
-__global__ void nchw_to_nhwc_acc(size_t total, int c, int hw, const T *dy, T *dx) {
+__global__ void nchw_to_nhwc_acc(size_t total, int c, int hw, const T *dy, T *dx, int add) {
   GRID_LOOP(i, total) {
     size_t smp = i / ((size_t)c * hw), r = i % ((size_t)c * hw);
     size_t p = r / (size_t)c;
     int ch = (int)(r % (size_t)c);
-    dx[i] = st<T>(ld(dx[i]) + ld(dy[at4(0, smp, ch, p, c, hw)]));
+    const T g = dy[at4(0, smp, ch, p, c, hw)];
+    dx[i] = add ? st<T>(ld(dx[i]) + ld(g)) : g;
   }
 }
 
@@ -251,11 +257,11 @@ __global__ void bn_infer(size_t total, int c, int hw, int nhwc, float eps, const
 }
 
 // dgamma += sum(dy xhat), dbeta += sum(dy),
-// dx += gamma invstd (dy - sum(dy) / m - xhat sum(dy xhat) / m).
+// dx += gamma invstd (dy - sum(dy) / m - xhat sum(dy xhat) / m) (dx = ..., add 0).
 template <typename T>
 __global__ void bn_backward(int n, int c, int hw, int nhwc, const T *x, const float *gamma,
                             const float *save_mean, const float *save_invstd, const T *dy,
-                            T *dx, float *dgamma, float *dbeta) {
+                            T *dx, int add, float *dgamma, float *dbeta) {
   __shared__ float part[kThreads / 32];
   const int ch = blockIdx.x;
   const size_t m = (size_t)n * hw;
@@ -273,7 +279,8 @@ __global__ void bn_backward(int n, int c, int hw, int nhwc, const T *x, const fl
   for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
     size_t i = bn_index(nhwc, j, ch, c, hw);
     float xhat = (ld(x[i]) - mean) * invstd;
-    dx[i] = st<T>(ld(dx[i]) + k * (ld(dy[i]) - sdy * inv_m - xhat * sdyx * inv_m));
+    const float g = k * (ld(dy[i]) - sdy * inv_m - xhat * sdyx * inv_m);
+    dx[i] = st<T>(add ? ld(dx[i]) + g : g);
   }
   if (threadIdx.x == 0) {
     dgamma[ch] += sdyx;
@@ -297,8 +304,12 @@ __global__ void dropout_const(size_t n, int keep, const T *x, T *y, uint8_t *mas
 }
 
 template <typename T>
-__global__ void dropout_bwd(size_t n, float scale, const uint8_t *mask, const T *dy, T *dx) {
-  GRID_LOOP(i, n) dx[i] = st<T>(ld(dx[i]) + (mask[i] ? ld(dy[i]) * scale : 0.0f));
+__global__ void dropout_bwd(size_t n, float scale, const uint8_t *mask, const T *dy, T *dx,
+                            int add) {
+  GRID_LOOP(i, n) {
+    float g = mask[i] ? ld(dy[i]) * scale : 0.0f;
+    dx[i] = st<T>(add ? ld(dx[i]) + g : g);
+  }
 }
 
 // One block: each thread takes rows i = tid, tid + blockDim, ...; per-thread sums are
@@ -461,10 +472,10 @@ cudaError_t nn_cuk_relu_forward(cudaStream_t st, nn_precision_t p, size_t n, con
 }
 
 cudaError_t nn_cuk_relu_backward(cudaStream_t st, nn_precision_t p, size_t n, const void *y,
-                                 const void *dy, void *dx) {
+                                 const void *dy, void *dx, int add) {
   if (n)
     DISPATCH(p, (relu_bwd<E><<<blocks_for(n), kThreads, 0, st>>>(
-                    n, (const E *)y, (const E *)dy, (E *)dx, dx == dy)));
+                    n, (const E *)y, (const E *)dy, (E *)dx, add && dx != dy)));
   return cudaGetLastError();
 }
 
@@ -477,18 +488,18 @@ cudaError_t nn_cuk_add_forward(cudaStream_t st, nn_precision_t p, size_t n, cons
 }
 
 cudaError_t nn_cuk_add_backward(cudaStream_t st, nn_precision_t p, size_t n, const void *dy,
-                                void *da, void *db) {
+                                void *da, int a_add, void *db, int b_add) {
   if (n)
     DISPATCH(p, (add_bwd<E><<<blocks_for(n), kThreads, 0, st>>>(n, (const E *)dy, (E *)da,
-                                                                 (E *)db)));
+                                                                 a_add, (E *)db, b_add)));
   return cudaGetLastError();
 }
 
 cudaError_t nn_cuk_accumulate(cudaStream_t st, nn_precision_t p, size_t n, const void *dy,
-                              void *dx) {
+                              void *dx, int add) {
   if (n)
     DISPATCH(p, (accumulate<E><<<blocks_for(n), kThreads, 0, st>>>(n, (const E *)dy,
-                                                                    (E *)dx)));
+                                                                    (E *)dx, add)));
   return cudaGetLastError();
 }
 
@@ -502,11 +513,11 @@ cudaError_t nn_cuk_gap_forward(cudaStream_t st, nn_precision_t p, int nhwc, int 
 }
 
 cudaError_t nn_cuk_gap_backward(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
-                                int hw, const void *dy, void *dx) {
+                                int hw, const void *dy, void *dx, int add) {
   size_t total = (size_t)n * c * hw;
   if (total)
     DISPATCH(p, (gap_bwd<E><<<blocks_for(total), kThreads, 0, st>>>(
-                    total, c, hw, nhwc, (const E *)dy, (E *)dx)));
+                    total, c, hw, nhwc, (const E *)dy, (E *)dx, add)));
   return cudaGetLastError();
 }
 
@@ -567,10 +578,11 @@ cudaError_t nn_cuk_bn_infer(cudaStream_t st, nn_precision_t p, int nhwc, int n, 
 cudaError_t nn_cuk_bn_backward(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
                                int hw, const void *x, const float *gamma,
                                const float *save_mean, const float *save_invstd,
-                               const void *dy, void *dx, float *dgamma, float *dbeta) {
+                               const void *dy, void *dx, int add, float *dgamma,
+                               float *dbeta) {
   DISPATCH(p, (bn_backward<E><<<(unsigned)c, kThreads, 0, st>>>(
                   n, c, hw, nhwc, (const E *)x, gamma, save_mean, save_invstd, (const E *)dy,
-                  (E *)dx, dgamma, dbeta)));
+                  (E *)dx, add, dgamma, dbeta)));
   return cudaGetLastError();
 }
 
@@ -602,11 +614,11 @@ cudaError_t nn_cuk_nhwc_to_nchw(cudaStream_t st, nn_precision_t p, int n, int c,
 }
 
 cudaError_t nn_cuk_nchw_to_nhwc_acc(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
-                                    const void *dy, void *dx) {
+                                    const void *dy, void *dx, int add) {
   size_t total = (size_t)n * c * hw;
   if (total)
     DISPATCH(p, (nchw_to_nhwc_acc<E><<<blocks_for(total), kThreads, 0, st>>>(
-                    total, c, hw, (const E *)dy, (E *)dx)));
+                    total, c, hw, (const E *)dy, (E *)dx, add)));
   return cudaGetLastError();
 }
 
@@ -629,11 +641,15 @@ cudaError_t nn_cuk_dropout_forward(cudaStream_t st, nn_precision_t prec, size_t 
 }
 
 cudaError_t nn_cuk_dropout_backward(cudaStream_t st, nn_precision_t prec, size_t n, float p,
-                                    const uint8_t *mask, const void *dy, void *dx) {
-  if (n == 0 || p >= 1.0f) return cudaGetLastError();
+                                    const uint8_t *mask, const void *dy, void *dx, int add) {
+  if (n == 0) return cudaGetLastError();
+  if (p >= 1.0f) {  // nothing kept: dx += 0, or dx = 0
+    if (!add) return cudaMemsetAsync(dx, 0, n * nn_cuda_elem_size(prec), st);
+    return cudaGetLastError();
+  }
   float scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
   DISPATCH(prec, (dropout_bwd<E><<<blocks_for(n), kThreads, 0, st>>>(
-                     n, scale, mask, (const E *)dy, (E *)dx)));
+                     n, scale, mask, (const E *)dy, (E *)dx, add)));
   return cudaGetLastError();
 }
 
