@@ -8,9 +8,11 @@
       nn's batch-norm kernels too: every activation gradient is filled with NaN after the
       loss, so a layer that adds into a gradient that nobody zeroed poisons the
       parameter gradients; those must equal the ones of the same model built with
-      nn_backward_store 0 (everything zeroed, every layer adding).
-   2. Descriptors: a second step at the same batch sets no batch-norm or pooling
-      descriptor; a smaller batch sets each layer's once more.
+      nn_backward_store 0 (everything zeroed, every layer adding); also with nn's
+      batch-norm and pooling kernels (NN_CUDA_BN=native, NN_CUDA_POOL=native).
+   2. Descriptors (the graph, fp32 NCHW and fp16 NHWC): a second step and an evaluation
+      forward at the same batch set no batch-norm or pooling descriptor; a smaller batch
+      sets each layer's once more.
    Exits 77 without a CUDA device. */
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
@@ -97,8 +99,8 @@ static void step(nn_model_t *m, const float *x, const int32_t *labels, int n, in
 }
 
 static void check_store(const char *name, nn_precision_t p, int nhwc, double tol) {
-  printf("== %s %s %s, batch norm: %s\n", name, nn_precision_name(p), nhwc ? "NHWC" : "NCHW",
-         getenv("NN_CUDA_BN") ? "nn's kernels" : "cuDNN");
+  printf("== %s %s %s, batch norm and pooling: %s\n", name, nn_precision_name(p),
+         nhwc ? "NHWC" : "NCHW", getenv("NN_CUDA_BN") ? "nn's kernels" : "cuDNN");
   nn_model_t *add = make(name, 0, p, nhwc), *store = make(name, 1, p, nhwc);
   int c, h, w;
   nn_model_input_shape(add, &c, &h, &w);
@@ -123,7 +125,7 @@ static void check_store(const char *name, nn_precision_t p, int nhwc, double tol
 }
 
 static void check_descriptors(nn_precision_t p, int nhwc) {
-  nn_model_t *m = make("resnet20", 1, p, nhwc);
+  nn_model_t *m = make("graph", 1, p, nhwc);   /* two batch norms, a max pool */
   int c, h, w;
   nn_model_input_shape(m, &c, &h, &w);
   float *x = cc_random((size_t)BATCH * c * h * w);
@@ -132,6 +134,10 @@ static void check_descriptors(nn_precision_t p, int nhwc) {
   for (int i = 0; i < m->num_layers; i++) {
     bns += m->layers[i].kind == NN_LAYER_BATCHNORM2D;
     pools += m->layers[i].kind == NN_LAYER_MAXPOOL2D || m->layers[i].kind == NN_LAYER_AVGPOOL2D;
+  }
+  if (!(pools > 0 && bns > 0)) {
+    printf("FAIL the descriptor check needs a batch norm and a pooling layer\n");
+    cc_failures++;
   }
   step(m, x, labels, BATCH, 0);
   int b0 = nn_cuda_desc_sets(0), p0 = nn_cuda_desc_sets(1);
@@ -144,11 +150,13 @@ static void check_descriptors(nn_precision_t p, int nhwc) {
   printf("%-4s descriptors set by a second step and an evaluation forward: %d batch norm, "
          "%d pooling (want 0)\n", ok ? "ok" : "FAIL", b1 - b0, p1 - p0);
   cc_failures += !ok;
-  /* Under nn's batch-norm kernels (a refusal) no descriptor is needed. */
-  int want_b = strcmp(nn_cuda_bn_path((nn_cuda_fmt_t){p, nhwc}, 1), "nn's kernels") ? bns : 0;
-  ok = b2 - b1 == want_b && p2 - p1 == pools;
+  /* Under nn's kernels (after a refusal) no descriptor is needed. */
+  const nn_cuda_fmt_t f = {p, nhwc};
+  int want_b = strcmp(nn_cuda_bn_path(f, 1), "nn's kernels") ? bns : 0;
+  int want_p = strcmp(nn_cuda_pool_path(f), "nn's kernels") ? pools : 0;
+  ok = b2 - b1 == want_b && p2 - p1 == want_p;
   printf("%-4s descriptors set by a smaller batch: %d batch norm (want %d), %d pooling "
-         "(want %d)\n", ok ? "ok" : "FAIL", b2 - b1, want_b, p2 - p1, pools);
+         "(want %d)\n", ok ? "ok" : "FAIL", b2 - b1, want_b, p2 - p1, want_p);
   cc_failures += !ok;
   free(x);
   nn_model_free(m);
@@ -163,9 +171,11 @@ int main(void) {
   check_store("resnet20", NN_PRECISION_FP32, 0, 1e-6);
   check_store("resnet20", NN_PRECISION_FP16, 1, 5e-3);
   setenv("NN_CUDA_BN", "native", 1);
+  setenv("NN_CUDA_POOL", "native", 1);
   check_store("graph", NN_PRECISION_FP32, 1, 1e-6);
   check_store("graph", NN_PRECISION_BF16, 1, 3e-2);
   unsetenv("NN_CUDA_BN");
+  unsetenv("NN_CUDA_POOL");
   check_descriptors(NN_PRECISION_FP32, 0);
   check_descriptors(NN_PRECISION_FP16, 1);
   if (cc_failures) {

@@ -6,7 +6,9 @@
    the largest expected value). Also the casts, the loss scale in softmax cross-entropy,
    nn's own batch-norm kernels (NN_CUDA_BN=native) in fp32, fp16 and bf16, and the
    layout-dependent layers (convolution, batch norm, pooling, global average pooling) in
-   NHWC (channels last) in all three precisions. Every backward also in its storing
+   NHWC (channels last) in all three precisions; nn's own batch-norm kernels
+   (NN_CUDA_BN=native: channel-vectorised in NHWC) and pooling kernels
+   (NN_CUDA_POOL=native) in every precision and layout. Every backward also in its storing
    form (dx = ..., what the model walk's first writer of a gradient runs: cuDNN and
    cuBLAS with beta 0, nn's kernels with add 0) over a dx full of NaN, against the CPU's
    dx added into zeros. Exits 77 without a CUDA device. */
@@ -195,12 +197,14 @@ static void check_conv(int n, int cin, int h, int w, int cout, int k, int stride
   nn_cuda_free(Ddx); nn_cuda_free(Ddw); nn_cuda_free(Ddb); nn_cuda_free(Dy);
 }
 
-static void check_bn(void) {
-  nn_batchnorm2d_shape_t s = {4, 8, 6, 5, 1e-5f, 0.1f};
-  size_t nx = 4 * 8 * 6 * 5, c = 8;
+/* Batch norm over n x c x h x w. */
+static void check_bn(int n, int ch, int h, int w) {
+  nn_batchnorm2d_shape_t s = {n, ch, h, w, 1e-5f, 0.1f};
+  const int hw = h * w;
+  size_t nx = (size_t)n * ch * hw, c = (size_t)ch;
   float *x, *dy, *dx;
-  void *Dx = act_random(&x, 4, 8, 30), *Ddy = act_random(&dy, 4, 8, 30);
-  void *Ddx = act_random(&dx, 4, 8, 30);
+  void *Dx = act_random(&x, n, ch, hw), *Ddy = act_random(&dy, n, ch, hw);
+  void *Ddx = act_random(&dx, n, ch, hw);
   void *Dy = cc_dev_bytes(NULL, nx * nn_cuda_elem_size(P));
   float *g = cc_random(c), *b = cc_random(c), *rm = cc_random(c), *rv = cc_host(c);
   for (size_t i = 0; i < c; i++) rv[i] = 1.0f + 0.5f * cc_uniform();
@@ -221,7 +225,7 @@ static void check_bn(void) {
     printf("FAIL batchnorm: the PERSISTENT path is in force but the forward did not use it\n");
     cc_failures++;
   }
-  act_compare("batchnorm train y", Dy, y, 4, 8, 30, tol_elem * 4);
+  act_compare("batchnorm train y", Dy, y, n, ch, hw, tol_elem * 4);
   cc_compare("batchnorm running_mean (float)", Drm, 1, rm, c, 1e-4);
   cc_compare("batchnorm running_var (float)", Drv, 1, rv, c, 1e-4);
   cc_compare("batchnorm save_invstd (float)", Dsi, 1, si, c, 1e-4);
@@ -229,12 +233,12 @@ static void check_bn(void) {
   CC_OK(nn_batchnorm2d_backward_cuda_p(fmt(), &s, Dx, Dg, Dsm, Dsi, Ddy, Ddx, 1, Ddg, Ddb,
                                        &rsv));
   nn_cuda_bn_reserve_free(&rsv);
-  act_compare("batchnorm dx (+=)", Ddx, dx, 4, 8, 30, tol_acc);
+  act_compare("batchnorm dx (+=)", Ddx, dx, n, ch, hw, tol_acc);
   cc_compare("batchnorm dgamma (+=, float)", Ddg, 1, dg, c, 1e-3);
   cc_compare("batchnorm dbeta (+=, float)", Ddb, 1, dbt, c, 1e-3);
   CC_OK(nn_batchnorm2d_forward_infer(&s, x, g, b, rm, rv, y));
   CC_OK(nn_batchnorm2d_forward_infer_cuda_p(fmt(), &s, Dx, Dg, Db, Drm, Drv, Dy, NULL));
-  act_compare("batchnorm infer y", Dy, y, 4, 8, 30, tol_elem * 4);
+  act_compare("batchnorm infer y", Dy, y, n, ch, hw, tol_elem * 4);
   /* dx stored (beta 0 for data) over NaN after a training forward with a layer state
      (descriptors kept, PERSISTENT in NHWC), against the CPU's dx added into zeros. */
   float *dx0 = cc_host(nx), *tg = cc_host(c), *tb = cc_host(c);
@@ -247,7 +251,7 @@ static void check_bn(void) {
   CC_OK(nn_batchnorm2d_backward_cuda_p(fmt(), &s, Dx, Dg, Dsm, Dsi, Ddy, Dnan, 0, Dtg, Dtb,
                                        &st));
   nn_cuda_bn_reserve_free(&st);
-  act_compare("batchnorm dx (=)", Dnan, dx0, 4, 8, 30, tol_acc);
+  act_compare("batchnorm dx (=)", Dnan, dx0, n, ch, hw, tol_acc);
   cc_compare("batchnorm dgamma (into zeros, float)", Dtg, 1, tg, c, 1e-3);
   free(dx0); free(tg); free(tb);
   nn_cuda_free(Dtg); nn_cuda_free(Dtb); nn_cuda_free(Dnan);
@@ -484,7 +488,7 @@ static void check_layout_dependent(void) {
   check_conv(3, 16, 14, 14, 32, 3, 2, 1, 0);
   check_conv(2, 32, 8, 8, 64, 1, 1, 0, 0);
   check_conv(2, 3, 32, 32, 16, 7, 2, 3, 0);
-  check_bn();
+  check_bn(4, 8, 6, 5);
   check_pool(1, 3, 2, 1);
   check_pool(0, 2, 2, 0);
   check_gap();
@@ -502,9 +506,22 @@ int main(void) {
       set_precision(all[i]);
       printf("== %s %s, nn's batch-norm kernels (NN_CUDA_BN=native)\n", nn_precision_name(P),
              NHWC ? "NHWC" : "NCHW");
-      check_bn();
+      check_bn(4, 8, 6, 5);
+      check_bn(8, 70, 7, 7);   /* NHWC: channel tiles of 32 and a partial one, 7 chunks */
     }
   unsetenv("NN_CUDA_BN");
+  /* nn's own pooling kernels (what runs where cuDNN refuses a type or layout). */
+  setenv("NN_CUDA_POOL", "native", 1);
+  for (int i = 0; i < 3; i++)
+    for (NHWC = 0; NHWC < 2; NHWC++) {
+      set_precision(all[i]);
+      printf("== %s %s, nn's pooling kernels (NN_CUDA_POOL=native)\n", nn_precision_name(P),
+             NHWC ? "NHWC" : "NCHW");
+      check_pool(1, 3, 2, 1);
+      check_pool(0, 2, 2, 0);
+      check_pool(0, 3, 1, 1);
+    }
+  unsetenv("NN_CUDA_POOL");
   for (int i = 1; i < 3; i++) {
     set_precision(all[i]);
     NHWC = 0;

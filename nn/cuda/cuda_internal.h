@@ -125,6 +125,9 @@ int nn_cuda_conv_searches(int op);
 /* Which way batch norm in format f runs now (training or not), for logs and tests:
    "cuDNN SPATIAL_PERSISTENT (Ex)", "cuDNN SPATIAL" or "nn's kernels". */
 const char *nn_cuda_bn_path(nn_cuda_fmt_t f, int training);
+/* Which way pooling in format f runs now: "cuDNN" or "nn's kernels" (after a refusal of
+   the type or layout, or with NN_CUDA_POOL=native). */
+const char *nn_cuda_pool_path(nn_cuda_fmt_t f);
 nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_cuda_fmt_t f,
                                                 const nn_batchnorm2d_shape_t *s,
                                                 const void *x, const float *gamma,
@@ -204,6 +207,27 @@ cudaError_t nn_cuk_bn_backward(cudaStream_t st, nn_precision_t p, int nhwc, int 
                                const float *save_mean, const float *save_invstd,
                                const void *dy, void *dx, int add, float *dgamma,
                                float *dbeta);
+/* Batch norm over NHWC, channel-vectorised (nn's kernels in channels last): a warp
+   reads a contiguous run of channels, blocks split the rows, and the per-chunk partials
+   are merged in a fixed order (deterministic). ws: nn_cuk_bn_nhwc_workspace bytes of
+   device memory, used by the call only. Shapes must be valid. */
+size_t nn_cuk_bn_nhwc_workspace(int n, int c, int hw);
+cudaError_t nn_cuk_bn_nhwc_train(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                 float eps, float momentum, const void *x, const float *gamma,
+                                 const float *beta, float *running_mean, float *running_var,
+                                 void *y, float *save_mean, float *save_invstd, float *ws);
+cudaError_t nn_cuk_bn_nhwc_backward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                    const void *x, const float *gamma, const float *save_mean,
+                                    const float *save_invstd, const void *dy, void *dx,
+                                    int add, float *dgamma, float *dbeta, float *ws);
+/* Max or average pooling (nn's kernels, where cuDNN refuses a type), NCHW or NHWC, shape
+   s filled by nn_pool2d_shape: the CPU's rules (max: first maximum in scan order, a NaN
+   wins; average counts padding). Backward reads x (max) and dy. */
+cudaError_t nn_cuk_pool_forward(cudaStream_t st, nn_precision_t p, int nhwc, int max,
+                                const nn_pool2d_shape_t *s, const void *x, void *y);
+cudaError_t nn_cuk_pool_backward(cudaStream_t st, nn_precision_t p, int nhwc, int max,
+                                 const nn_pool2d_shape_t *s, const void *x, const void *dy,
+                                 void *dx, int add);
 /* Layout changes, n x c x hw elements: float NCHW -> type-p NHWC (the input batch; conv
    weights K x C x R x S -> K x R x S x C with n = K, hw = R * S) and back to float
    (weight gradients); flatten of NHWC activations into NCHW order, and its backward

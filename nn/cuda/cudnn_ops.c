@@ -387,9 +387,10 @@ nn_status_t nn_conv2d_backward_cuda(const nn_conv2d_shape_t *s, const float *x,
      backward (the caller's nn_cuda_bn_reserve_t) and a workspace (the context's);
    - cuDNN's SPATIAL mode through the plain calls: inference, NCHW, and where cuDNN
      refuses PERSISTENT for a type;
-   - nn's own kernels (kernels.cu): with NN_CUDA_BN=native, or for a type or layout that
-     cuDNN's plain batch norm refuses (it is not documented for bfloat16; PyTorch never
-     sends bfloat16 batch norm to cuDNN).
+   - nn's own kernels (kernels.cu; in NHWC channel-vectorised, a warp over a run of
+     channels, partials merged in a fixed order): with NN_CUDA_BN=native, or for a type
+     or layout that cuDNN's plain batch norm refuses (it is not documented for bfloat16;
+     PyTorch never sends bfloat16 batch norm to cuDNN).
    A refusal (a BAD_PARAM or NOT_SUPPORTED status, before cuDNN does any work) moves that
    precision and layout to the next way for the rest of the process, and is said once
    (nn_notice) with the precision, layout and cuDNN's status, so that a slow figure is
@@ -438,9 +439,9 @@ static int bn_refused(nn_cuda_fmt_t f, cudnnStatus_t e, const char *call) {
   if (!bn_native_for[f.nhwc][f.prec]) {
     char t[32];
     nn_notice("CUDA: cuDNN refused %s batch norm in %s (%s: %s): nn's own batch-norm "
-              "kernels (one block per channel%s) run it from now on: correct, slower",
+              "kernels (%s) run it from now on: correct, slower",
               call, fmt_text(f, t, sizeof t), call, cudnnGetErrorString(e),
-              f.nhwc ? ", strided in NHWC" : "");
+              f.nhwc ? "channel-vectorised in NHWC" : "one block per channel");
   }
   bn_native_for[f.nhwc][f.prec] = 1;
   return 1;
@@ -647,6 +648,16 @@ nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_cuda_fmt_t fmt,
       return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationForwardTraining",
                           cudnnGetErrorString(e));
   }
+  if (fmt.nhwc) {
+    void *ws = NULL;
+    if ((st = nn_cuda_workspace(c, nn_cuk_bn_nhwc_workspace(s->n, s->c, s->h * s->w), &ws)) !=
+        NN_OK)
+      return st;
+    NN_CUDA_CHECK(nn_cuk_bn_nhwc_train(c->stream, fmt.prec, s->n, s->c, s->h * s->w, s->eps,
+                                       s->momentum, x, gamma, beta, running_mean,
+                                       running_var, y, save_mean, save_invstd, (float *)ws));
+    return NN_OK;
+  }
   NN_CUDA_CHECK(nn_cuk_bn_train(c->stream, fmt.prec, fmt.nhwc, s->n, s->c, s->h * s->w, s->eps,
                                 s->momentum, x, gamma, beta, running_mean, running_var, y,
                                 save_mean, save_invstd));
@@ -722,6 +733,16 @@ nn_status_t nn_batchnorm2d_backward_cuda_p(nn_cuda_fmt_t fmt,
       return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationBackward",
                           cudnnGetErrorString(e));
   }
+  if (fmt.nhwc) {
+    void *ws = NULL;
+    if ((st = nn_cuda_workspace(c, nn_cuk_bn_nhwc_workspace(s->n, s->c, s->h * s->w), &ws)) !=
+        NN_OK)
+      return st;
+    NN_CUDA_CHECK(nn_cuk_bn_nhwc_backward(c->stream, fmt.prec, s->n, s->c, s->h * s->w, x,
+                                          gamma, save_mean, save_invstd, dy, dx, dx_add,
+                                          dgamma, dbeta, (float *)ws));
+    return NN_OK;
+  }
   NN_CUDA_CHECK(nn_cuk_bn_backward(c->stream, fmt.prec, fmt.nhwc, s->n, s->c, s->h * s->w,
                                    x, gamma, save_mean, save_invstd, dy, dx, dx_add, dgamma,
                                    dbeta));
@@ -755,9 +776,38 @@ nn_status_t nn_batchnorm2d_backward_cuda(const nn_batchnorm2d_shape_t *s, const 
 }
 
 /* ---- pooling ----
+   cuDNN, or nn's kernels (kernels.cu: the CPU's rules) where cuDNN refuses a type or
+   layout (a refusal moves that precision and layout to nn's kernels for the rest of the
+   process and is said once, as batch norm's), or everywhere with NN_CUDA_POOL=native.
    A layer's descriptors are kept in its nn_cuda_pool_desc_t, made at its first call and
    set again only when its shape changes; without one (the public float functions) they
    are made for the call. */
+
+static int pool_native_for[2][3];   /* [nhwc][nn_precision_t]: cuDNN refused */
+
+static int pool_native(nn_cuda_fmt_t f) {
+  const char *e = getenv("NN_CUDA_POOL");
+  if (e && strcmp(e, "native") == 0) return 1;
+  return pool_native_for[f.nhwc][f.prec];
+}
+
+const char *nn_cuda_pool_path(nn_cuda_fmt_t f) {
+  return pool_native(f) ? "nn's kernels" : "cuDNN";
+}
+
+/* A refusal of a half type or of NHWC: remember it and take nn's kernels (float32 NCHW
+   errors are real errors). */
+static int pool_refused(nn_cuda_fmt_t f, cudnnStatus_t e, const char *call) {
+  if ((f.prec == NN_PRECISION_FP32 && !f.nhwc) || !bn_is_refusal(e)) return 0;
+  if (!pool_native_for[f.nhwc][f.prec]) {
+    char t[32];
+    nn_notice("CUDA: cuDNN refused pooling in %s (%s: %s): nn's own pooling kernels run "
+              "it from now on: correct, slower", fmt_text(f, t, sizeof t), call,
+              cudnnGetErrorString(e));
+  }
+  pool_native_for[f.nhwc][f.prec] = 1;
+  return 1;
+}
 
 void nn_cuda_pool_desc_free(nn_cuda_pool_desc_t *d) {
   if (!d) return;
@@ -776,109 +826,119 @@ static int pool_desc_is(const nn_cuda_pool_desc_t *d, nn_cuda_fmt_t f, int mode,
          k->stride_w == s->stride_w && k->pad_h == s->pad_h && k->pad_w == s->pad_w;
 }
 
-/* d's descriptors for s in format fmt (made where d has none yet). */
-static nn_status_t pool_desc(nn_cuda_fmt_t fmt, const nn_pool2d_shape_t *s0,
-                             cudnnPoolingMode_t mode, nn_cuda_pool_desc_t *d) {
-  if (!s0) return nn_set_error(NN_ERR_ARG, "pool2d (CUDA): NULL shape");
-  nn_pool2d_shape_t s = *s0;
-  if (nn_pool2d_shape(&s) != NN_OK) return NN_ERR_ARG;
-  if (pool_desc_is(d, fmt, (int)mode, &s)) return NN_OK;
+/* d's descriptors for s (filled by nn_pool2d_shape) in format fmt, made where d has none
+   yet; a cuDNN status, so that a refusal of the type can be told. */
+static cudnnStatus_t pool_desc(nn_cuda_fmt_t fmt, const nn_pool2d_shape_t *s,
+                               cudnnPoolingMode_t mode, nn_cuda_pool_desc_t *d) {
+  if (pool_desc_is(d, fmt, (int)mode, s)) return CUDNN_STATUS_SUCCESS;
   d->ok = 0;
-  if (!d->x) NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->x));
-  if (!d->y) NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->y));
-  if (!d->pool) NN_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&d->pool));
+  cudnnStatus_t e = CUDNN_STATUS_SUCCESS;
+  if (!d->x) e = cudnnCreateTensorDescriptor(&d->x);
+  if (e == CUDNN_STATUS_SUCCESS && !d->y) e = cudnnCreateTensorDescriptor(&d->y);
+  if (e == CUDNN_STATUS_SUCCESS && !d->pool) e = cudnnCreatePoolingDescriptor(&d->pool);
   const cudnnDataType_t f = nn_cudnn_type(fmt.prec);
   const cudnnTensorFormat_t layout = fmt.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
-  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->x, layout, f, s.n, s.c, s.h_in, s.w_in));
-  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->y, layout, f, s.n, s.c, s.h_out, s.w_out));
-  NN_CUDNN_CHECK(cudnnSetPooling2dDescriptor(d->pool, mode, CUDNN_NOT_PROPAGATE_NAN, s.kh,
-                                             s.kw, s.pad_h, s.pad_w, s.stride_h,
-                                             s.stride_w));
+  if (e == CUDNN_STATUS_SUCCESS)
+    e = cudnnSetTensor4dDescriptor(d->x, layout, f, s->n, s->c, s->h_in, s->w_in);
+  if (e == CUDNN_STATUS_SUCCESS)
+    e = cudnnSetTensor4dDescriptor(d->y, layout, f, s->n, s->c, s->h_out, s->w_out);
+  if (e == CUDNN_STATUS_SUCCESS)
+    e = cudnnSetPooling2dDescriptor(d->pool, mode, CUDNN_NOT_PROPAGATE_NAN, s->kh, s->kw,
+                                    s->pad_h, s->pad_w, s->stride_h, s->stride_w);
+  if (e != CUDNN_STATUS_SUCCESS) return e;
   d->fmt = fmt;
   d->mode = (int)mode;
-  d->shape = s;
+  d->shape = *s;
   d->ok = 1;
   atomic_fetch_add(&pool_desc_sets, 1);
-  return NN_OK;
-}
-
-/* The layer's descriptors (cache), or this call's (*tmp, freed by the caller). */
-static nn_status_t pool_desc_for(nn_cuda_fmt_t fmt, const nn_pool2d_shape_t *s,
-                                 cudnnPoolingMode_t mode, nn_cuda_pool_desc_t *cache,
-                                 nn_cuda_pool_desc_t *tmp, nn_cuda_pool_desc_t **d) {
-  memset(tmp, 0, sizeof *tmp);
-  *d = cache ? cache : tmp;
-  return pool_desc(fmt, s, mode, *d);
-}
-
-static nn_status_t pool_forward(nn_cuda_fmt_t fmt, const nn_pool2d_shape_t *s,
-                                cudnnPoolingMode_t mode, const void *x, void *y,
-                                nn_cuda_pool_desc_t *cache) {
-  nn_cuda_ctx_t *c;
-  nn_status_t st = nn_cuda_ctx(&c);
-  if (st != NN_OK) return st;
-  nn_cuda_pool_desc_t tmp, *d;
-  st = pool_desc_for(fmt, s, mode, cache, &tmp, &d);
-  if (st == NN_OK) {
-    const float one = 1.0f, zero = 0.0f;
-    cudnnStatus_t e = cudnnPoolingForward(c->cudnn, d->pool, &one, d->x, x, &zero, d->y, y);
-    if (e != CUDNN_STATUS_SUCCESS)
-      st = nn_cuda_fail(__FILE__, __LINE__, "cudnnPoolingForward", cudnnGetErrorString(e));
-  }
-  nn_cuda_pool_desc_free(&tmp);
-  return st;
-}
-
-/* dx added into (dx_add) or stored (beta 0: cuDNN does not read dx). */
-static nn_status_t pool_backward(nn_cuda_fmt_t fmt, const nn_pool2d_shape_t *s,
-                                 cudnnPoolingMode_t mode, const void *x, const void *y,
-                                 const void *dy, void *dx, int dx_add,
-                                 nn_cuda_pool_desc_t *cache) {
-  nn_cuda_ctx_t *c;
-  nn_status_t st = nn_cuda_ctx(&c);
-  if (st != NN_OK) return st;
-  nn_cuda_pool_desc_t tmp, *d;
-  st = pool_desc_for(fmt, s, mode, cache, &tmp, &d);
-  if (st == NN_OK) {
-    const float one = 1.0f, dx_beta = dx_add ? 1.0f : 0.0f;
-    cudnnStatus_t e = cudnnPoolingBackward(c->cudnn, d->pool, &one, d->y, y, d->y, dy, d->x,
-                                           x, &dx_beta, d->x, dx);
-    if (e != CUDNN_STATUS_SUCCESS)
-      st = nn_cuda_fail(__FILE__, __LINE__, "cudnnPoolingBackward", cudnnGetErrorString(e));
-  }
-  nn_cuda_pool_desc_free(&tmp);
-  return st;
+  return e;
 }
 
 static cudnnPoolingMode_t pool_mode(int max) {
   return max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
 }
 
-nn_status_t nn_pool2d_forward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s,
-                                     const void *x, void *y, nn_cuda_pool_desc_t *cache) {
-  return pool_forward(f, s, pool_mode(max), x, y, cache);
+/* One pooling call through cuDNN (dy NULL: forward): NN_OK, an error, or a refusal
+   (*refused set: nn's kernels are to run it). dx added into (dx_add) or stored (beta 0:
+   cuDNN does not read dx). */
+static nn_status_t pool_cudnn(nn_cuda_ctx_t *c, nn_cuda_fmt_t fmt, int max,
+                              const nn_pool2d_shape_t *s, const void *x, const void *y,
+                              void *y_out, const void *dy, void *dx, int dx_add,
+                              nn_cuda_pool_desc_t *cache, int *refused) {
+  nn_cuda_pool_desc_t tmp, *d = cache ? cache : &tmp;
+  memset(&tmp, 0, sizeof tmp);
+  const char *call = "cudnnSetPooling2dDescriptor";
+  cudnnStatus_t e = pool_desc(fmt, s, pool_mode(max), d);
+  const float one = 1.0f, zero = 0.0f, dx_beta = dx_add ? 1.0f : 0.0f;
+  if (e == CUDNN_STATUS_SUCCESS && !dy) {
+    call = "cudnnPoolingForward";
+    e = cudnnPoolingForward(c->cudnn, d->pool, &one, d->x, x, &zero, d->y, y_out);
+  } else if (e == CUDNN_STATUS_SUCCESS) {
+    call = "cudnnPoolingBackward";
+    e = cudnnPoolingBackward(c->cudnn, d->pool, &one, d->y, y, d->y, dy, d->x, x, &dx_beta,
+                             d->x, dx);
+  }
+  nn_cuda_pool_desc_free(&tmp);
+  *refused = 0;
+  if (e == CUDNN_STATUS_SUCCESS) return NN_OK;
+  if ((*refused = pool_refused(fmt, e, call)) != 0) return NN_OK;
+  return nn_cuda_fail(__FILE__, __LINE__, call, cudnnGetErrorString(e));
 }
 
-nn_status_t nn_pool2d_backward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s,
+/* The context and s filled in (output size). */
+static nn_status_t pool_begin(const nn_pool2d_shape_t *s0, nn_pool2d_shape_t *s,
+                              nn_cuda_ctx_t **c) {
+  if (!s0) return nn_set_error(NN_ERR_ARG, "pool2d (CUDA): NULL shape");
+  *s = *s0;
+  if (nn_pool2d_shape(s) != NN_OK) return NN_ERR_ARG;
+  return nn_cuda_ctx(c);
+}
+
+nn_status_t nn_pool2d_forward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s0,
+                                     const void *x, void *y, nn_cuda_pool_desc_t *cache) {
+  nn_cuda_ctx_t *c;
+  nn_pool2d_shape_t s;
+  nn_status_t st = pool_begin(s0, &s, &c);
+  if (st != NN_OK) return st;
+  int refused = 1;
+  if (!pool_native(f) &&
+      (st = pool_cudnn(c, f, max, &s, x, NULL, y, NULL, NULL, 0, cache, &refused)) != NN_OK)
+    return st;
+  if (refused) NN_CUDA_CHECK(nn_cuk_pool_forward(c->stream, f.prec, f.nhwc, max, &s, x, y));
+  return NN_OK;
+}
+
+nn_status_t nn_pool2d_backward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s0,
                                       const void *x, const void *y, const void *dy,
                                       void *dx, int dx_add, nn_cuda_pool_desc_t *cache) {
-  return pool_backward(f, s, pool_mode(max), x, y, dy, dx, dx_add, cache);
+  nn_cuda_ctx_t *c;
+  nn_pool2d_shape_t s;
+  nn_status_t st = pool_begin(s0, &s, &c);
+  if (st != NN_OK) return st;
+  int refused = 1;
+  if (!pool_native(f) &&
+      (st = pool_cudnn(c, f, max, &s, x, y, NULL, dy, dx, dx_add, cache, &refused)) != NN_OK)
+    return st;
+  if (refused)
+    NN_CUDA_CHECK(nn_cuk_pool_backward(c->stream, f.prec, f.nhwc, max, &s, x, dy, dx,
+                                       dx_add));
+  return NN_OK;
 }
 
 nn_status_t nn_maxpool2d_forward_cuda(const nn_pool2d_shape_t *s, const float *x, float *y) {
-  return pool_forward(NN_CUDA_FMT_FP32_NCHW, s, pool_mode(1), x, y, NULL);
+  return nn_pool2d_forward_cuda_p(NN_CUDA_FMT_FP32_NCHW, 1, s, x, y, NULL);
 }
 
 nn_status_t nn_maxpool2d_backward_cuda(const nn_pool2d_shape_t *s, const float *x,
                                        const float *y, const float *dy, float *dx) {
-  return pool_backward(NN_CUDA_FMT_FP32_NCHW, s, pool_mode(1), x, y, dy, dx, 1, NULL);
+  return nn_pool2d_backward_cuda_p(NN_CUDA_FMT_FP32_NCHW, 1, s, x, y, dy, dx, 1, NULL);
 }
 
 nn_status_t nn_avgpool2d_forward_cuda(const nn_pool2d_shape_t *s, const float *x, float *y) {
-  return pool_forward(NN_CUDA_FMT_FP32_NCHW, s, pool_mode(0), x, y, NULL);
+  return nn_pool2d_forward_cuda_p(NN_CUDA_FMT_FP32_NCHW, 0, s, x, y, NULL);
 }
 
 nn_status_t nn_avgpool2d_backward_cuda(const nn_pool2d_shape_t *s, const float *x,
                                        const float *y, const float *dy, float *dx) {
-  return pool_backward(NN_CUDA_FMT_FP32_NCHW, s, pool_mode(0), x, y, dy, dx, 1, NULL);
+  return nn_pool2d_backward_cuda_p(NN_CUDA_FMT_FP32_NCHW, 0, s, x, y, dy, dx, 1, NULL);
 }

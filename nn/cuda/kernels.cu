@@ -288,6 +288,239 @@ __global__ void bn_backward(int n, int c, int hw, int nhwc, const T *x, const fl
   }
 }
 
+
+// ---- batch norm over NHWC, channel-vectorised (nn's kernels in channels last) ----
+// NHWC is rows of c channels (m = n * hw rows). A block covers kBnCols consecutive
+// channels (one per lane: a warp reads a contiguous run of a row) and a chunk of rows
+// (kBnRows threads down the rows); each (channel tile, chunk) block writes a partial per
+// channel, and a per-channel pass merges the chunks' partials in a fixed order, so the
+// result is the same from run to run. Training statistics: Welford per thread, merged
+// with Chan's rule (as accurate as the two-pass NCHW kernel, one read of x).
+constexpr int kBnCols = 32, kBnRows = 8;
+
+struct Welford { float n, mean, m2; };
+__device__ __forceinline__ Welford welford_merge(Welford a, Welford b) {
+  if (b.n == 0.0f) return a;
+  if (a.n == 0.0f) return b;
+  const float n = a.n + b.n, d = b.mean - a.mean;
+  return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};
+}
+
+// Rows [r0, r1) of chunk blockIdx.y; part: [chunks][c] means and m2s.
+template <typename T>
+__global__ void bn_nhwc_stats(size_t m, int c, size_t rows_per_chunk, const T *x,
+                              float *part_mean, float *part_m2) {
+  __shared__ Welford sh[kBnRows][kBnCols];
+  const int ch = blockIdx.x * kBnCols + threadIdx.x;
+  const size_t r0 = blockIdx.y * rows_per_chunk;
+  const size_t r1 = r0 + rows_per_chunk < m ? r0 + rows_per_chunk : m;
+  Welford w = {0.0f, 0.0f, 0.0f};
+  if (ch < c)
+    for (size_t r = r0 + threadIdx.y; r < r1; r += kBnRows) {
+      const float v = ld(x[r * (size_t)c + (size_t)ch]);
+      w.n += 1.0f;
+      const float d = v - w.mean;
+      w.mean += d / w.n;
+      w.m2 += d * (v - w.mean);
+    }
+  sh[threadIdx.y][threadIdx.x] = w;
+  __syncthreads();
+  if (threadIdx.y == 0 && ch < c) {
+    for (int k = 1; k < kBnRows; k++) w = welford_merge(w, sh[k][threadIdx.x]);
+    part_mean[blockIdx.y * (size_t)c + (size_t)ch] = w.mean;
+    part_m2[blockIdx.y * (size_t)c + (size_t)ch] = w.m2;
+  }
+}
+
+// One thread per channel: the chunks' partials merged in order; the saved and running
+// statistics as bn_train's.
+__global__ void bn_nhwc_finish_stats(size_t m, int c, int chunks, size_t rows_per_chunk,
+                                     float eps, float momentum, const float *part_mean,
+                                     const float *part_m2, float *running_mean,
+                                     float *running_var, float *save_mean,
+                                     float *save_invstd) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  Welford w = {0.0f, 0.0f, 0.0f};
+  for (int k = 0; k < chunks; k++) {
+    const size_t r0 = (size_t)k * rows_per_chunk;
+    const size_t rows = r0 + rows_per_chunk < m ? rows_per_chunk : m - r0;
+    w = welford_merge(w, {(float)rows, part_mean[(size_t)k * c + ch], part_m2[(size_t)k * c + ch]});
+  }
+  const float var = w.m2 / (float)m;
+  save_mean[ch] = w.mean;
+  save_invstd[ch] = 1.0f / sqrtf(var + eps);
+  running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * w.mean;
+  const float unbiased = m > 1 ? var * (float)m / (float)(m - 1) : var;
+  running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * unbiased;
+}
+
+// y = (x - mean) invstd gamma + beta, elementwise over NHWC.
+template <typename T>
+__global__ void bn_nhwc_apply(size_t total, int c, const T *x, const float *gamma,
+                              const float *beta, const float *mean, const float *invstd,
+                              T *y) {
+  GRID_LOOP(i, total) {
+    const int ch = (int)(i % (size_t)c);
+    const float a = gamma[ch] * invstd[ch];
+    y[i] = st<T>((ld(x[i]) - mean[ch]) * a + beta[ch]);
+  }
+}
+
+// Partial sums of dy and dy xhat per (chunk, channel), as bn_nhwc_stats.
+template <typename T>
+__global__ void bn_nhwc_grad_sums(size_t m, int c, size_t rows_per_chunk, const T *x,
+                                  const T *dy, const float *mean, const float *invstd,
+                                  float *part_dy, float *part_dyx) {
+  __shared__ float sh[2][kBnRows][kBnCols];
+  const int ch = blockIdx.x * kBnCols + threadIdx.x;
+  const size_t r0 = blockIdx.y * rows_per_chunk;
+  const size_t r1 = r0 + rows_per_chunk < m ? r0 + rows_per_chunk : m;
+  float sdy = 0.0f, sdyx = 0.0f;
+  if (ch < c) {
+    const float mu = mean[ch], is = invstd[ch];
+    for (size_t r = r0 + threadIdx.y; r < r1; r += kBnRows) {
+      const size_t i = r * (size_t)c + (size_t)ch;
+      const float g = ld(dy[i]);
+      sdy += g;
+      sdyx += g * (ld(x[i]) - mu) * is;
+    }
+  }
+  sh[0][threadIdx.y][threadIdx.x] = sdy;
+  sh[1][threadIdx.y][threadIdx.x] = sdyx;
+  __syncthreads();
+  if (threadIdx.y == 0 && ch < c) {
+    for (int k = 1; k < kBnRows; k++) {
+      sdy += sh[0][k][threadIdx.x];
+      sdyx += sh[1][k][threadIdx.x];
+    }
+    part_dy[blockIdx.y * (size_t)c + (size_t)ch] = sdy;
+    part_dyx[blockIdx.y * (size_t)c + (size_t)ch] = sdyx;
+  }
+}
+
+// One thread per channel: the chunks' sums in order into sums[0][c] (dy) and
+// sums[1][c] (dy xhat); dgamma += sum(dy xhat), dbeta += sum(dy).
+__global__ void bn_nhwc_finish_grads(int c, int chunks, const float *part_dy,
+                                     const float *part_dyx, float *sums, float *dgamma,
+                                     float *dbeta) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  float sdy = 0.0f, sdyx = 0.0f;
+  for (int k = 0; k < chunks; k++) {
+    sdy += part_dy[(size_t)k * c + ch];
+    sdyx += part_dyx[(size_t)k * c + ch];
+  }
+  sums[ch] = sdy;
+  sums[c + ch] = sdyx;
+  dgamma[ch] += sdyx;
+  dbeta[ch] += sdy;
+}
+
+// dx (+)= gamma invstd (dy - sum(dy) / m - xhat sum(dy xhat) / m), elementwise.
+template <typename T>
+__global__ void bn_nhwc_dx(size_t total, int c, float inv_m, const T *x, const T *dy,
+                           const float *gamma, const float *mean, const float *invstd,
+                           const float *sums, T *dx, int add) {
+  GRID_LOOP(i, total) {
+    const int ch = (int)(i % (size_t)c);
+    const float is = invstd[ch], xhat = (ld(x[i]) - mean[ch]) * is;
+    const float g = gamma[ch] * is *
+                    (ld(dy[i]) - sums[ch] * inv_m - xhat * sums[c + ch] * inv_m);
+    dx[i] = st<T>(add ? ld(dx[i]) + g : g);
+  }
+}
+
+// ---- pooling, nn's kernels (where cuDNN refuses a type), NCHW or NHWC ----
+// Max: the first maximum of the window in scan order (rows, then columns), a later NaN
+// winning, the CPU's rule (nn/pool2d.c); padding is never chosen. Average counts the
+// padded cells (count_include_pad). Backward gathers: each input element sums dy over
+// the windows that chose it (max: found again from x), no atomics.
+struct PoolShape {
+  int n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo;
+};
+
+// The input position (row * w + col) window (oh, ow) of plane (s, ch) chooses, or -1.
+template <typename T>
+__device__ int pool_argmax(const PoolShape &p, int nhwc, const T *x, size_t s, int ch, int oh,
+                           int ow) {
+  int best_i = -1;
+  float best = 0.0f;
+  for (int a = 0; a < p.kh; a++) {
+    const int r = oh * p.sh - p.ph + a;
+    if (r < 0 || r >= p.h) continue;
+    for (int b = 0; b < p.kw; b++) {
+      const int q = ow * p.sw - p.pw + b;
+      if (q < 0 || q >= p.w) continue;
+      const float v = ld(x[at4(nhwc, s, ch, (size_t)r * p.w + q, p.c, p.h * p.w)]);
+      if (best_i < 0 || v > best || v != v) {
+        best = v;
+        best_i = r * p.w + q;
+      }
+    }
+  }
+  return best_i;
+}
+
+template <typename T>
+__global__ void pool_fwd(size_t total, PoolShape p, int nhwc, int max, const T *x, T *y) {
+  const int hwo = p.ho * p.wo, hwi = p.h * p.w;
+  GRID_LOOP(i, total) {
+    const size_t s = i / ((size_t)p.c * hwo);
+    const int ch = chan_of(nhwc, i, p.c, hwo);
+    const int pos = (int)(nhwc ? (i / (size_t)p.c) % (size_t)hwo : i % (size_t)hwo);
+    const int oh = pos / p.wo, ow = pos % p.wo;
+    float v = 0.0f;
+    if (max) {
+      const int a = pool_argmax(p, nhwc, x, s, ch, oh, ow);
+      v = a < 0 ? 0.0f : ld(x[at4(nhwc, s, ch, (size_t)a, p.c, hwi)]);
+    } else {
+      for (int a = 0; a < p.kh; a++) {
+        const int r = oh * p.sh - p.ph + a;
+        if (r < 0 || r >= p.h) continue;
+        for (int b = 0; b < p.kw; b++) {
+          const int q = ow * p.sw - p.pw + b;
+          if (q >= 0 && q < p.w) v += ld(x[at4(nhwc, s, ch, (size_t)r * p.w + q, p.c, hwi)]);
+        }
+      }
+      v /= (float)(p.kh * p.kw);
+    }
+    y[i] = st<T>(v);
+  }
+}
+
+// Output rows (or columns) whose window holds input row r: [lo, hi].
+__device__ __forceinline__ void pool_cover(int r, int k, int stride, int pad, int out, int *lo,
+                                           int *hi) {
+  const int top = r + pad - k + 1;
+  *lo = top <= 0 ? 0 : (top + stride - 1) / stride;
+  const int h = (r + pad) / stride;
+  *hi = h < out - 1 ? h : out - 1;
+}
+
+template <typename T>
+__global__ void pool_bwd(size_t total, PoolShape p, int nhwc, int max, const T *x,
+                         const T *dy, T *dx, int add) {
+  const int hwo = p.ho * p.wo, hwi = p.h * p.w;
+  GRID_LOOP(i, total) {
+    const size_t s = i / ((size_t)p.c * hwi);
+    const int ch = chan_of(nhwc, i, p.c, hwi);
+    const int pos = (int)(nhwc ? (i / (size_t)p.c) % (size_t)hwi : i % (size_t)hwi);
+    const int r = pos / p.w, q = pos % p.w;
+    int oh0, oh1, ow0, ow1;
+    pool_cover(r, p.kh, p.sh, p.ph, p.ho, &oh0, &oh1);
+    pool_cover(q, p.kw, p.sw, p.pw, p.wo, &ow0, &ow1);
+    float g = 0.0f;
+    for (int oh = oh0; oh <= oh1; oh++)
+      for (int ow = ow0; ow <= ow1; ow++) {
+        if (max && pool_argmax(p, nhwc, x, s, ch, oh, ow) != pos) continue;
+        g += ld(dy[at4(nhwc, s, ch, (size_t)oh * p.wo + ow, p.c, hwo)]);
+      }
+    if (!max) g /= (float)(p.kh * p.kw);
+    dx[i] = st<T>(add ? ld(dx[i]) + g : g);
+  }
+}
+
 template <typename T>
 __global__ void dropout_fwd(size_t n, uint32_t threshold, float scale, uint64_t key,
                             const T *x, T *y, uint8_t *mask) {
@@ -583,6 +816,93 @@ cudaError_t nn_cuk_bn_backward(cudaStream_t st, nn_precision_t p, int nhwc, int 
   DISPATCH(p, (bn_backward<E><<<(unsigned)c, kThreads, 0, st>>>(
                   n, c, hw, nhwc, (const E *)x, gamma, save_mean, save_invstd, (const E *)dy,
                   (E *)dx, add, dgamma, dbeta)));
+  return cudaGetLastError();
+}
+
+// The chunks of m rows for the channel-vectorised NHWC batch norm: enough blocks to fill
+// the GPU (about 1024 with the channel tiles), each chunk at least 64 rows.
+static void bn_nhwc_chunks(size_t m, int c, int *chunks, size_t *rows) {
+  const size_t tiles = ((size_t)c + kBnCols - 1) / kBnCols;
+  size_t k = 1024 / tiles;
+  const size_t most = (m + 63) / 64;
+  if (k > most) k = most;
+  if (k < 1) k = 1;
+  *rows = (m + k - 1) / k;
+  *chunks = (int)((m + *rows - 1) / *rows);
+}
+
+size_t nn_cuk_bn_nhwc_workspace(int n, int c, int hw) {
+  int chunks;
+  size_t rows;
+  bn_nhwc_chunks((size_t)n * hw, c, &chunks, &rows);
+  return (2 * (size_t)chunks + 2) * (size_t)c * sizeof(float);
+}
+
+cudaError_t nn_cuk_bn_nhwc_train(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                 float eps, float momentum, const void *x, const float *gamma,
+                                 const float *beta, float *running_mean, float *running_var,
+                                 void *y, float *save_mean, float *save_invstd, float *ws) {
+  const size_t m = (size_t)n * hw;
+  int chunks;
+  size_t rows;
+  bn_nhwc_chunks(m, c, &chunks, &rows);
+  float *pm = ws, *pv = ws + (size_t)chunks * c;
+  const dim3 grid((unsigned)((c + kBnCols - 1) / kBnCols), (unsigned)chunks);
+  const dim3 block(kBnCols, kBnRows);
+  DISPATCH(p, (bn_nhwc_stats<E><<<grid, block, 0, st>>>(m, c, rows, (const E *)x, pm, pv)));
+  bn_nhwc_finish_stats<<<(unsigned)((c + kThreads - 1) / kThreads), kThreads, 0, st>>>(
+      m, c, chunks, rows, eps, momentum, pm, pv, running_mean, running_var, save_mean,
+      save_invstd);
+  const size_t total = m * (size_t)c;
+  DISPATCH(p, (bn_nhwc_apply<E><<<blocks_for(total), kThreads, 0, st>>>(
+                  total, c, (const E *)x, gamma, beta, save_mean, save_invstd, (E *)y)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_bn_nhwc_backward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                    const void *x, const float *gamma, const float *save_mean,
+                                    const float *save_invstd, const void *dy, void *dx,
+                                    int add, float *dgamma, float *dbeta, float *ws) {
+  const size_t m = (size_t)n * hw;
+  int chunks;
+  size_t rows;
+  bn_nhwc_chunks(m, c, &chunks, &rows);
+  float *pdy = ws, *pdyx = ws + (size_t)chunks * c, *sums = ws + 2 * (size_t)chunks * c;
+  const dim3 grid((unsigned)((c + kBnCols - 1) / kBnCols), (unsigned)chunks);
+  const dim3 block(kBnCols, kBnRows);
+  DISPATCH(p, (bn_nhwc_grad_sums<E><<<grid, block, 0, st>>>(
+                  m, c, rows, (const E *)x, (const E *)dy, save_mean, save_invstd, pdy, pdyx)));
+  bn_nhwc_finish_grads<<<(unsigned)((c + kThreads - 1) / kThreads), kThreads, 0, st>>>(
+      c, chunks, pdy, pdyx, sums, dgamma, dbeta);
+  const size_t total = m * (size_t)c;
+  DISPATCH(p, (bn_nhwc_dx<E><<<blocks_for(total), kThreads, 0, st>>>(
+                  total, c, 1.0f / (float)m, (const E *)x, (const E *)dy, gamma, save_mean,
+                  save_invstd, sums, (E *)dx, add)));
+  return cudaGetLastError();
+}
+
+static PoolShape pool_shape(const nn_pool2d_shape_t *s) {
+  return {s->n, s->c, s->h_in, s->w_in, s->kh, s->kw, s->stride_h, s->stride_w,
+          s->pad_h, s->pad_w, s->h_out, s->w_out};
+}
+
+cudaError_t nn_cuk_pool_forward(cudaStream_t st, nn_precision_t p, int nhwc, int max,
+                                const nn_pool2d_shape_t *s, const void *x, void *y) {
+  const size_t total = (size_t)s->n * s->c * s->h_out * s->w_out;
+  if (total)
+    DISPATCH(p, (pool_fwd<E><<<blocks_for(total), kThreads, 0, st>>>(
+                    total, pool_shape(s), nhwc, max, (const E *)x, (E *)y)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_pool_backward(cudaStream_t st, nn_precision_t p, int nhwc, int max,
+                                 const nn_pool2d_shape_t *s, const void *x, const void *dy,
+                                 void *dx, int add) {
+  const size_t total = (size_t)s->n * s->c * s->h_in * s->w_in;
+  if (total)
+    DISPATCH(p, (pool_bwd<E><<<blocks_for(total), kThreads, 0, st>>>(
+                    total, pool_shape(s), nhwc, max, (const E *)x, (const E *)dy, (E *)dx,
+                    add)));
   return cudaGetLastError();
 }
 
