@@ -351,53 +351,67 @@ static int relu_can_run_in_place(const nn_model_t *m, const nn_layer_t *l) {
 
 int nn_backward_store = 1;
 
-/* The layer whose activations and gradient layer j's are (through views), or
-   NN_MODEL_INPUT. */
-static int grad_owner(const nn_model_t *m, int j) {
-  while (j != NN_MODEL_INPUT && m->layers[j].is_view) j = m->layers[j].in[0];
+/* The layer whose activations and gradient layer j's are (through the views of
+   view[], one flag per layer), or NN_MODEL_INPUT. */
+static int grad_owner(const nn_model_t *m, const char *view, int j) {
+  while (j != NN_MODEL_INPUT && view[j]) j = m->layers[j].in[0];
   return j;
 }
 
-/* Whether layer l's backward writes a gradient for input k: views (an in-place relu
-   masks the shared gradient, a flatten passes it on) and flattens write none, nor does
-   a convolution or linear layer whose input gradient nobody wants. */
-static int writes_input_grad(const nn_model_t *m, const nn_layer_t *l, int k) {
-  if (l->is_view || l->kind == NN_LAYER_FLATTEN) return 0;
+/* Whether layer i's backward writes a gradient for input k: views (an in-place relu
+   masks the shared gradient, a flatten passes it on) write none, nor does a flatten of
+   the model input, nor a convolution or linear layer whose input gradient nobody
+   wants. A flatten that is not a view (one that permutes, on a backend) writes its
+   input's gradient. */
+static int writes_input_grad(const nn_model_t *m, const char *view, int i, int k) {
+  const nn_layer_t *l = &m->layers[i];
+  if (view[i]) return 0;
   if (k == 1) return l->kind == NN_LAYER_ADD;
+  if (l->kind == NN_LAYER_FLATTEN) return l->in[0] != NN_MODEL_INPUT;
   if ((l->kind == NN_LAYER_CONV2D || l->kind == NN_LAYER_LINEAR) &&
       !nn_layer_input_grad_wanted(m, l->in[0]))
     return 0;
   return 1;
 }
 
-/* dx_first and dout_unwritten of every layer (nn_layer_t): the backward order, from
-   the last layer to the first, decides who writes each gradient first. 0 when out of
-   memory. */
-static int plan_grad_writes(nn_model_t *m) {
-  char *written = calloc((unsigned)m->num_layers + 1u, 1); /* [0]: the input, [j + 1]: j */
-  if (!written) return 0;
-  /* The pass starts by copying the loss gradient into the last layer's gradient: when
-     that layer is a view (a flatten at the end), its owner's gradient is written then,
-     and its other readers must add to it. */
-  written[grad_owner(m, m->num_layers - 1) + 1] = 1;
+void nn_model_plan_grad_writes(nn_model_t *m, const char *view, char *written) {
+  /* written[0]: the input, [j + 1]: layer j's gradient. The pass starts by copying the
+     loss gradient into the last layer's gradient: when that layer is a view (a flatten
+     at the end), its owner's gradient is written then, and its other readers must add
+     to it. */
+  const int store = m->backward_store;
+  memset(written, 0, (size_t)m->num_layers + 1u);
+  written[grad_owner(m, view, m->num_layers - 1) + 1] = 1;
   for (int i = m->num_layers - 1; i >= 0; i--) {
     nn_layer_t *l = &m->layers[i];
     for (int k = 0; k < 2; k++) {
       l->dx_first[k] = 0;
-      if (!writes_input_grad(m, l, k)) continue;
-      char *w = &written[grad_owner(m, l->in[k]) + 1];
-      l->dx_first[k] = nn_backward_store && !*w;
+      if (!writes_input_grad(m, view, i, k)) continue;
+      char *w = &written[grad_owner(m, view, l->in[k]) + 1];
+      l->dx_first[k] = store && !*w;
       *w = 1;
     }
   }
   for (int j = 0; j < m->num_layers; j++) {
     nn_layer_t *l = &m->layers[j];
-    l->dout_unwritten = !l->is_view && j != m->num_layers - 1 &&
-                        (!written[j + 1] || !nn_backward_store);
+    l->dout_unwritten = !view[j] && j != m->num_layers - 1 && (!written[j + 1] || !store);
   }
-  m->dinput_unwritten = !written[0] || !nn_backward_store;
+  m->dinput_unwritten = !written[0] || !store;
+}
+
+/* The plan of the model's own views (the CPU backend's); 0 when out of memory. */
+static int plan_grad_writes(nn_model_t *m) {
+  char *view = malloc((size_t)m->num_layers);
+  char *written = malloc((size_t)m->num_layers + 1u);
+  if (view && written) {
+    for (int j = 0; j < m->num_layers; j++) view[j] = (char)(m->layers[j].is_view != 0);
+    m->backward_store = nn_backward_store;
+    nn_model_plan_grad_writes(m, view, written);
+  }
+  int ok = view && written;
+  free(view);
   free(written);
-  return 1;
+  return ok;
 }
 
 nn_status_t nn_model_finish(nn_model_t *m) {

@@ -140,6 +140,8 @@ struct nn_model {
   size_t act_size;        /* bytes per activation element on the backend               */
   int need_dinput;        /* a layer other than conv/linear/flatten reads the input    */
   int dinput_unwritten;   /* dinput is zeroed before backward (see dout_unwritten)     */
+  int backward_store;     /* nn_backward_store when the model was built: the plan of
+                             dx_first stores (1) or zeroes every gradient (0)         */
   float *workspace;       /* CPU: conv im2col scratch shared by all convolutions       */
   size_t workspace_floats;
 
@@ -286,6 +288,15 @@ static inline uint64_t nn_layer_dropout_seed(const nn_model_t *m, int i) {
   uint64_t z = m->cfg.seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(i + 1));
   return nn_dropout_mix64(z + 0x9E3779B97F4A7C15ull);
 }
+
+/* Plans who writes which activation gradient first (nn_layer_t.dx_first and
+   dout_unwritten, m->dinput_unwritten) for a backend whose layer j shares its input's
+   activation gradient where view[j] (one flag per layer; model.c plans the model's own
+   is_view when it builds the model, and a backend whose memory differs, a relu that
+   does not run in place or a flatten that permutes, plans again with its own views
+   when it takes the model). m->backward_store decides storing. written: scratch of
+   num_layers + 1 bytes. */
+void nn_model_plan_grad_writes(nn_model_t *m, const char *view, char *written);
 
 /* ---- graph construction (model.c), used by the builders in models.c ----
    Each add_* appends one layer reading layer `in` (NN_MODEL_INPUT for the input) and

@@ -37,7 +37,7 @@ adam-no-bias-correction|nn/optim.c|s#const float step_size = (float)((double)lr 
 adamw-coupled|nn/optim.c|s#const float decay = decoupled ? 1.0f - lr \* wd : 1.0f;#const float decay = 1.0f;#|test_nn_optim
 relu-backward-on-zero|nn/activation.c|s#dx\[i\] += y\[i\] > 0.0f ? dy\[i\] : 0.0f;#dx[i] += y[i] >= 0.0f ? dy[i] : 0.0f;#|test_nn_layers_torch test_nn_gradcheck test_nn_model_step
 bn-running-var-biased|nn/batchnorm2d.c|s#mom \* var \* m / (m - 1));#mom * var);#|test_nn_layers_torch test_nn_model_step
-grad-first-writer-last|nn/model.c|s#l->dx_first\[k\] = nn_backward_store \&\& !\*w;#l->dx_first[k] = nn_backward_store;#|test_nn_backward_store test_nn_model_step
+grad-first-writer-last|nn/model.c|s#l->dx_first\[k\] = store \&\& !\*w;#l->dx_first[k] = store;#|test_nn_backward_store test_nn_model_step
 dropout-backward-unscaled|nn/dropout.c|s#dx\[i\] += mask\[i\] ? dy\[i\] \* scale : 0.0f;#dx[i] += mask[i] ? dy[i] : 0.0f;#|test_nn_gradcheck test_nn_layers_torch
 lr-step-off-by-one|nn/lr_schedule.c|s#floor(epoch / (double)s->step_epochs)#floor((epoch + 1) / (double)s->step_epochs)#|test_nn_optim
 lr-warmup-wrong-end|nn/lr_schedule.c|s#(base - s->warmup_start_lr) \* (epoch / warm)#(base - s->warmup_start_lr) * (epoch / (warm + 1))#|test_nn_optim
@@ -125,6 +125,8 @@ serve-batch-short-of-max|serve/batcher.c|s#while (last->next \&\& sum + last->ne
 serve-old-version-kept-loaded|serve/versions.c|s#int idle = old \&\& --old->refs == 0;#int idle = 0;#|test_serve_versions.sh
 serve-deleted-version-kept|serve/versions.c|s#if (num == current) return 0;#if (num <= current) return 0;#|test_serve_versions.sh
 source-limit-off-by-one|scripts/longest_functions.sh|s#\$1 > l \&\& #$1 > l + 1 \&\& #|test_source_limits.sh
+grad-plan-ignores-backend-views|nn/model.c|s#while (j != NN_MODEL_INPUT \&\& view\[j\])#while (j != NN_MODEL_INPUT \&\& m->layers[j].is_view)#|test_nn_backward_store
+grad-plan-flatten-writes-none|nn/model.c|s#if (l->kind == NN_LAYER_FLATTEN) return l->in\[0\] != NN_MODEL_INPUT;#if (l->kind == NN_LAYER_FLATTEN) return 0;#|test_nn_backward_store
 EOF
 )
 

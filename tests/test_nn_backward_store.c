@@ -10,7 +10,10 @@
       1x1 and flatten + linear: its parameter gradients with storing equal those of the
       same model built with nn_backward_store 0 (every gradient zeroed, every layer
       adding), value for value; and so must a graph that ends in a flatten whose source
-      has another reader (the loss gradient is seeded there before the pass). */
+      has another reader (the loss gradient is seeded there before the pass).
+   3. The plan for a backend with views of its own (the CUDA backend: a relu over a pool
+      and an NHWC flatten own their gradient there): those layers then store their
+      input's gradient and their readers store theirs. */
 #include "nn/backward_store_internal.h"
 #include "nn/model_internal.h"
 #include "nn/nn.h"
@@ -245,6 +248,58 @@ static void check_last_view(void) {
   nn_model_free(m[1]);
 }
 
+/* The plan for a backend whose views differ from the model's (nn/cuda/model_cuda.c: a
+   relu over a pooling output and an NHWC flatten own their gradient there): each such
+   layer then writes its input's gradient, and its readers write its own. */
+static void check_backend_views(void) {
+  nn_model_config_t cfg = {BATCH, 3, CLASSES, 2, 8, 8};
+  nn_model_t *m = nn_model_begin("views", &cfg, 2, 8, 8, CLASSES);
+  if (m) {
+    int a = nn_model_add_conv2d(m, "a", NN_MODEL_INPUT, 4, 3, 1, 1, 1);
+    int p = nn_model_add_maxpool2d(m, "p", a, 2, 2, 0);
+    int r = nn_model_add_relu(m, "r", p);                /* in place on the CPU */
+    int b = nn_model_add_conv2d(m, "b", r, 4, 3, 1, 1, 0);
+    int f = nn_model_add_flatten(m, "f", b);
+    nn_model_add_linear(m, "fc", f, CLASSES, 1);
+  }
+  if (!m || nn_model_finish(m) != NN_OK) {
+    CHECK(0, "building the views graph: %s", nn_last_error());
+    return;
+  }
+  enum { A, P, R, B, F, FC, N };
+  CHECK(m->num_layers == N && m->layers[R].is_view && m->layers[F].is_view,
+        "the relu and the flatten should be views on the CPU");
+  /* The model's plan: fc stores b's gradient (through f), b stores p's (through r). */
+  const int cpu_first[N] = {0, 1, 0, 1, 0, 1};
+  for (int i = 0; i < N; i++)
+    CHECK(m->layers[i].dx_first[0] == cpu_first[i], "model views: layer %d dx_first %d, "
+          "expected %d", i, m->layers[i].dx_first[0], cpu_first[i]);
+  char view[N] = {0}, written[N + 1];
+  for (int store = 1; store >= 0; store--) {
+    m->backward_store = store;
+    nn_model_plan_grad_writes(m, view, written);
+    /* No views: every layer but the first (whose input gradient nobody wants) stores its
+       input's gradient; each gradient has one writer. */
+    for (int i = 0; i < N; i++) {
+      int want = store && i != A;
+      CHECK(m->layers[i].dx_first[0] == want, "no views (store %d): layer %d dx_first %d, "
+            "expected %d", store, i, m->layers[i].dx_first[0], want);
+      int unwritten = !store && i != FC;
+      CHECK(m->layers[i].dout_unwritten == unwritten, "no views (store %d): layer %d "
+            "dout_unwritten %d, expected %d", store, i, m->layers[i].dout_unwritten,
+            unwritten);
+    }
+  }
+  m->backward_store = 1;
+  for (int i = 0; i < N; i++) view[i] = (char)m->layers[i].is_view;
+  nn_model_plan_grad_writes(m, view, written);
+  for (int i = 0; i < N; i++)
+    CHECK(m->layers[i].dx_first[0] == cpu_first[i] && !m->layers[i].dout_unwritten,
+          "model views planned again: layer %d dx_first %d dout_unwritten %d", i,
+          m->layers[i].dx_first[0], m->layers[i].dout_unwritten);
+  nn_model_free(m);
+}
+
 int main(void) {
   for (int t = 1; t <= 2; t++) {
     nn_set_threads(t);
@@ -253,6 +308,7 @@ int main(void) {
   nn_set_threads(1);
   check_graph();
   check_last_view();
+  check_backend_views();
   printf("%s\n", failures ? "FAILED" : "all passed");
   return failures ? 1 : 0;
 }

@@ -81,21 +81,43 @@ typedef struct {
 /* Typed layer entry points: activations (x, y, dx, dy) in format f; weights and their
    gradients too for convolution and linear; batch-norm parameters, statistics and their
    gradients always float (cuDNN's rule for half inputs). The float public functions of
-   nn_cuda.h are these with NN_CUDA_FMT_FP32_NCHW. */
+   nn_cuda.h are these with NN_CUDA_FMT_FP32_NCHW and dx added into. Backward: dx is added
+   into when dx_add is non-zero, else stored (beta 0: dx is not read, it may hold
+   anything); weight and batch-norm parameter gradients are always added into. */
 nn_status_t nn_conv2d_forward_cuda_p(nn_cuda_fmt_t f, const nn_conv2d_shape_t *s,
                                      const void *x, const void *w, const void *b, void *y);
 nn_status_t nn_conv2d_backward_cuda_p(nn_cuda_fmt_t f, const nn_conv2d_shape_t *s,
                                       const void *x, const void *w, const void *dy, void *dx,
-                                      void *dw, void *db);
-/* A batch-norm layer's reserve space from its training forward to its backward
-   (cuDNN's SPATIAL_PERSISTENT mode, taken for NHWC training): zero-initialise, pass the
-   same one to both, free with nn_cuda_bn_reserve_free. NULL: SPATIAL mode always. */
+                                      int dx_add, void *dw, void *db);
+/* A batch-norm layer's state across calls: its cuDNN descriptors, made at its first
+   call and set again only when its shape changes, and its reserve space from its
+   training forward to its backward (cuDNN's SPATIAL_PERSISTENT mode, taken for NHWC
+   training). Zero-initialise, pass the same one to all of the layer's calls, free with
+   nn_cuda_bn_reserve_free. NULL: descriptors made per call, SPATIAL mode always. */
 typedef struct {
   void *p;
   size_t bytes;
   int persistent;          /* the last forward ran in SPATIAL_PERSISTENT */
+  cudnnTensorDescriptor_t x, param;
+  nn_cuda_fmt_t fmt;       /* what x and param describe, when desc_ok     */
+  int n, c, h, w;
+  int desc_ok;
 } nn_cuda_bn_reserve_t;
 void nn_cuda_bn_reserve_free(nn_cuda_bn_reserve_t *r);
+/* A pooling layer's cuDNN descriptors, kept across calls like a batch norm's (zero-
+   initialise; free with nn_cuda_pool_desc_free). NULL: made per call. */
+typedef struct {
+  cudnnTensorDescriptor_t x, y;
+  cudnnPoolingDescriptor_t pool;
+  nn_cuda_fmt_t fmt;       /* what they describe, when ok */
+  int mode;
+  nn_pool2d_shape_t shape;
+  int ok;
+} nn_cuda_pool_desc_t;
+void nn_cuda_pool_desc_free(nn_cuda_pool_desc_t *d);
+/* How many times batch-norm (pool 0) or pooling (pool 1) descriptors were set in this
+   process, for tests: once per layer and shape. */
+int nn_cuda_desc_sets(int pool);
 /* How many times a convolution algorithm was searched for op (0 forward, 1 backward
    data, 2 backward filter) in this process, for tests: each op's is searched at its
    first use per shape. */
@@ -103,6 +125,9 @@ int nn_cuda_conv_searches(int op);
 /* Which way batch norm in format f runs now (training or not), for logs and tests:
    "cuDNN SPATIAL_PERSISTENT (Ex)", "cuDNN SPATIAL" or "nn's kernels". */
 const char *nn_cuda_bn_path(nn_cuda_fmt_t f, int training);
+/* Which way pooling in format f runs now: "cuDNN" or "nn's kernels" (after a refusal of
+   the type or layout, or with NN_CUDA_POOL=native). */
+const char *nn_cuda_pool_path(nn_cuda_fmt_t f);
 nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_cuda_fmt_t f,
                                                 const nn_batchnorm2d_shape_t *s,
                                                 const void *x, const float *gamma,
@@ -114,21 +139,24 @@ nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_cuda_fmt_t f,
                                                 const nn_batchnorm2d_shape_t *s,
                                                 const void *x, const float *gamma,
                                                 const float *beta, const float *running_mean,
-                                                const float *running_var, void *y);
+                                                const float *running_var, void *y,
+                                                nn_cuda_bn_reserve_t *state);
 nn_status_t nn_batchnorm2d_backward_cuda_p(nn_cuda_fmt_t f, const nn_batchnorm2d_shape_t *s,
                                            const void *x, const float *gamma,
                                            const float *save_mean, const float *save_invstd,
-                                           const void *dy, void *dx, float *dgamma,
-                                           float *dbeta, const nn_cuda_bn_reserve_t *reserve);
+                                           const void *dy, void *dx, int dx_add,
+                                           float *dgamma, float *dbeta,
+                                           nn_cuda_bn_reserve_t *reserve);
 nn_status_t nn_pool2d_forward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s,
-                                     const void *x, void *y);
+                                     const void *x, void *y, nn_cuda_pool_desc_t *cache);
 nn_status_t nn_pool2d_backward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s,
-                                      const void *x, const void *y, const void *dy, void *dx);
+                                      const void *x, const void *y, const void *dy, void *dx,
+                                      int dx_add, nn_cuda_pool_desc_t *cache);
 nn_status_t nn_linear_forward_cuda_p(nn_precision_t p, int n, int in, int out, const void *x,
                                      const void *w, const void *b, void *y);
 nn_status_t nn_linear_backward_cuda_p(nn_precision_t p, int n, int in, int out,
                                       const void *x, const void *w, const void *dy, void *dx,
-                                      void *dw, void *db);
+                                      int dx_add, void *dw, void *db);
 /* One optimizer step; skip_dev (device int, may be NULL): when it holds non-zero at the
    time the step runs on the GPU, nothing changes (not even the step count). */
 nn_status_t nn_cuda_optim_step_skip(nn_cuda_optim_t *o, float *params_dev,
@@ -136,21 +164,24 @@ nn_status_t nn_cuda_optim_step_skip(nn_cuda_optim_t *o, float *params_dev,
 size_t nn_cuda_optim_count(const nn_cuda_optim_t *o);   /* parameters it was made for */
 
 /* Kernel launchers (kernels.cu), all on stream st, activations in precision p.
-   Return cudaGetLastError(). */
+   Return cudaGetLastError(). A backward kernel adds into its input gradient (dx += ...)
+   when its add argument is non-zero and stores it (dx = ...) otherwise: the model walk's
+   first writer of a gradient stores (nn_layer_t.dx_first). */
 cudaError_t nn_cuk_relu_forward(cudaStream_t st, nn_precision_t p, size_t n, const void *x,
                                 void *y);
 cudaError_t nn_cuk_relu_backward(cudaStream_t st, nn_precision_t p, size_t n, const void *y,
-                                 const void *dy, void *dx);
+                                 const void *dy, void *dx, int add);
 cudaError_t nn_cuk_add_forward(cudaStream_t st, nn_precision_t p, size_t n, const void *a,
                                const void *b, void *y);
+/* da may be db (y = x + x). */
 cudaError_t nn_cuk_add_backward(cudaStream_t st, nn_precision_t p, size_t n, const void *dy,
-                                void *da, void *db);
+                                void *da, int a_add, void *db, int b_add);
 cudaError_t nn_cuk_accumulate(cudaStream_t st, nn_precision_t p, size_t n, const void *dy,
-                              void *dx);
+                              void *dx, int add);
 cudaError_t nn_cuk_gap_forward(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
                                int hw, const void *x, void *y);
 cudaError_t nn_cuk_gap_backward(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
-                                int hw, const void *dy, void *dx);
+                                int hw, const void *dy, void *dx, int add);
 cudaError_t nn_cuk_bias_add(cudaStream_t st, nn_precision_t p, int n, int out, const void *b,
                             void *y);
 cudaError_t nn_cuk_bias_grad(cudaStream_t st, nn_precision_t p, int n, int out,
@@ -162,7 +193,8 @@ cudaError_t nn_cuk_channel_bias_add(cudaStream_t st, nn_precision_t p, int nhwc,
 cudaError_t nn_cuk_channel_bias_grad(cudaStream_t st, nn_precision_t p, int nhwc, int n,
                                      int c, int hw, const void *dy, void *db);
 /* Batch norm (NCHW or NHWC, float32 statistics and parameters), nn's own kernels: the
-   formulas and accumulating backward of nn/batchnorm2d.c. Shapes must be valid. */
+   formulas of nn/batchnorm2d.c (dgamma and dbeta always added into). Shapes must be
+   valid. */
 cudaError_t nn_cuk_bn_train(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c, int hw,
                             float eps, float momentum, const void *x, const float *gamma,
                             const float *beta, float *running_mean, float *running_var,
@@ -173,11 +205,33 @@ cudaError_t nn_cuk_bn_infer(cudaStream_t st, nn_precision_t p, int nhwc, int n, 
 cudaError_t nn_cuk_bn_backward(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
                                int hw, const void *x, const float *gamma,
                                const float *save_mean, const float *save_invstd,
-                               const void *dy, void *dx, float *dgamma, float *dbeta);
+                               const void *dy, void *dx, int add, float *dgamma,
+                               float *dbeta);
+/* Batch norm over NHWC, channel-vectorised (nn's kernels in channels last): a warp
+   reads a contiguous run of channels, blocks split the rows, and the per-chunk partials
+   are merged in a fixed order (deterministic). ws: nn_cuk_bn_nhwc_workspace bytes of
+   device memory, used by the call only. Shapes must be valid. */
+size_t nn_cuk_bn_nhwc_workspace(int n, int c, int hw);
+cudaError_t nn_cuk_bn_nhwc_train(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                 float eps, float momentum, const void *x, const float *gamma,
+                                 const float *beta, float *running_mean, float *running_var,
+                                 void *y, float *save_mean, float *save_invstd, float *ws);
+cudaError_t nn_cuk_bn_nhwc_backward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                    const void *x, const float *gamma, const float *save_mean,
+                                    const float *save_invstd, const void *dy, void *dx,
+                                    int add, float *dgamma, float *dbeta, float *ws);
+/* Max or average pooling (nn's kernels, where cuDNN refuses a type), NCHW or NHWC, shape
+   s filled by nn_pool2d_shape: the CPU's rules (max: first maximum in scan order, a NaN
+   wins; average counts padding). Backward reads x (max) and dy. */
+cudaError_t nn_cuk_pool_forward(cudaStream_t st, nn_precision_t p, int nhwc, int max,
+                                const nn_pool2d_shape_t *s, const void *x, void *y);
+cudaError_t nn_cuk_pool_backward(cudaStream_t st, nn_precision_t p, int nhwc, int max,
+                                 const nn_pool2d_shape_t *s, const void *x, const void *dy,
+                                 void *dx, int add);
 /* Layout changes, n x c x hw elements: float NCHW -> type-p NHWC (the input batch; conv
    weights K x C x R x S -> K x R x S x C with n = K, hw = R * S) and back to float
    (weight gradients); flatten of NHWC activations into NCHW order, and its backward
-   dx (NHWC) += dy (NCHW). */
+   dx (NHWC) += dy (NCHW) (or =). */
 cudaError_t nn_cuk_float_to_nhwc(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
                                  const float *x, void *y);
 cudaError_t nn_cuk_nhwc_to_float(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
@@ -185,12 +239,12 @@ cudaError_t nn_cuk_nhwc_to_float(cudaStream_t st, nn_precision_t p, int n, int c
 cudaError_t nn_cuk_nhwc_to_nchw(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
                                 const void *x, void *y);
 cudaError_t nn_cuk_nchw_to_nhwc_acc(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
-                                    const void *dy, void *dx);
+                                    const void *dy, void *dx, int add);
 cudaError_t nn_cuk_dropout_forward(cudaStream_t st, nn_precision_t prec, size_t n, float p,
                                    uint64_t seed, uint64_t step, const void *x, void *y,
                                    uint8_t *mask);
 cudaError_t nn_cuk_dropout_backward(cudaStream_t st, nn_precision_t prec, size_t n, float p,
-                                    const uint8_t *mask, const void *dy, void *dx);
+                                    const uint8_t *mask, const void *dy, void *dx, int add);
 /* dlogits = scale * d(mean loss)/d(logits); scale (device float) may be NULL for 1. */
 cudaError_t nn_cuk_softmax_xent(cudaStream_t st, nn_precision_t p, int n, int k,
                                 const void *logits, const int32_t *labels, float *loss,

@@ -11,7 +11,9 @@
    descriptor of its own carrying the chosen result's math type (see run_math), and its
    workspace is asked of cudnnGet*WorkspaceSize for that descriptor (the larger of that
    and the listed size is used).
-   Backward uses beta = 1 so dx and dw are ADDED to, as the CPU reference does. The bias
+   Backward adds into dw (beta = 1, as the CPU reference does) and into dx, or stores dx
+   (beta = 0, which cuDNN documents as not reading dx: the model walk's first writer of
+   a gradient, nn_layer_t.dx_first, so that nobody zeroes it first). The bias
    (forward and db, also added) is nn's own per-channel kernel, the same for every data
    type.
 
@@ -341,7 +343,7 @@ nn_status_t nn_conv2d_forward_cuda(const nn_conv2d_shape_t *s, const float *x,
 
 nn_status_t nn_conv2d_backward_cuda_p(nn_cuda_fmt_t fmt, const nn_conv2d_shape_t *s,
                                       const void *x, const void *w, const void *dy, void *dx,
-                                      void *dw, void *db) {
+                                      int dx_add, void *dw, void *db) {
   if (!s || !dy) return nn_set_error(NN_ERR_ARG, "nn_conv2d_backward_cuda: NULL argument");
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
@@ -358,7 +360,7 @@ nn_status_t nn_conv2d_backward_cuda_p(nn_cuda_fmt_t fmt, const nn_conv2d_shape_t
   if (dx && p->ws_bwd_data > need) need = p->ws_bwd_data;
   void *ws = NULL;
   if ((st = nn_cuda_workspace(c, need, &ws)) != NN_OK) return st;
-  const float one = 1.0f;
+  const float one = 1.0f, dx_beta = dx_add ? 1.0f : 0.0f;
   if (db)
     NN_CUDA_CHECK(nn_cuk_channel_bias_grad(c->stream, fmt.prec, fmt.nhwc, s->n, s->c_out,
                                            p->shape.h_out * p->shape.w_out, dy, db));
@@ -367,14 +369,14 @@ nn_status_t nn_conv2d_backward_cuda_p(nn_cuda_fmt_t fmt, const nn_conv2d_shape_t
                                                         p->ws_bwd_filter, &one, p->w, dw));
   if (dx) NN_CUDNN_CHECK(cudnnConvolutionBackwardData(c->cudnn, &one, p->w, w, p->y, dy,
                                                       p->cdata, p->bwd_data, ws,
-                                                      p->ws_bwd_data, &one, p->x, dx));
+                                                      p->ws_bwd_data, &dx_beta, p->x, dx));
   return NN_OK;
 }
 
 nn_status_t nn_conv2d_backward_cuda(const nn_conv2d_shape_t *s, const float *x,
                                     const float *w, const float *dy, float *dx, float *dw,
                                     float *db) {
-  return nn_conv2d_backward_cuda_p(NN_CUDA_FMT_FP32_NCHW, s, x, w, dy, dx, dw, db);
+  return nn_conv2d_backward_cuda_p(NN_CUDA_FMT_FP32_NCHW, s, x, w, dy, dx, 1, dw, db);
 }
 
 /* ---- batch norm ----
@@ -385,14 +387,18 @@ nn_status_t nn_conv2d_backward_cuda(const nn_conv2d_shape_t *s, const float *x,
      backward (the caller's nn_cuda_bn_reserve_t) and a workspace (the context's);
    - cuDNN's SPATIAL mode through the plain calls: inference, NCHW, and where cuDNN
      refuses PERSISTENT for a type;
-   - nn's own kernels (kernels.cu): with NN_CUDA_BN=native, or for a type or layout that
-     cuDNN's plain batch norm refuses (it is not documented for bfloat16; PyTorch never
-     sends bfloat16 batch norm to cuDNN).
+   - nn's own kernels (kernels.cu; in NHWC channel-vectorised, a warp over a run of
+     channels, partials merged in a fixed order): with NN_CUDA_BN=native, or for a type
+     or layout that cuDNN's plain batch norm refuses (it is not documented for bfloat16;
+     PyTorch never sends bfloat16 batch norm to cuDNN).
    A refusal (a BAD_PARAM or NOT_SUPPORTED status, before cuDNN does any work) moves that
    precision and layout to the next way for the rest of the process, and is said once
    (nn_notice) with the precision, layout and cuDNN's status, so that a slow figure is
    never unexplained. The saved mean and inverse standard deviation mean the same in
    every way, so a backward can always run one way further down than its forward. */
+
+static atomic_int bn_desc_sets, pool_desc_sets;   /* descriptor (re)settings, for tests */
+int nn_cuda_desc_sets(int pool) { return atomic_load(pool ? &pool_desc_sets : &bn_desc_sets); }
 
 static int bn_native_for[2][3];        /* [nhwc][nn_precision_t]: plain cuDNN refused */
 static int bn_persistent_refused[3];   /* [nn_precision_t]: PERSISTENT refused (NHWC) */
@@ -433,9 +439,9 @@ static int bn_refused(nn_cuda_fmt_t f, cudnnStatus_t e, const char *call) {
   if (!bn_native_for[f.nhwc][f.prec]) {
     char t[32];
     nn_notice("CUDA: cuDNN refused %s batch norm in %s (%s: %s): nn's own batch-norm "
-              "kernels (one block per channel%s) run it from now on: correct, slower",
+              "kernels (%s) run it from now on: correct, slower",
               call, fmt_text(f, t, sizeof t), call, cudnnGetErrorString(e),
-              f.nhwc ? ", strided in NHWC" : "");
+              f.nhwc ? "channel-vectorised in NHWC" : "one block per channel");
   }
   bn_native_for[f.nhwc][f.prec] = 1;
   return 1;
@@ -457,9 +463,9 @@ static int bn_persistent_refusal(nn_cuda_fmt_t f, cudnnStatus_t e, const char *c
 void nn_cuda_bn_reserve_free(nn_cuda_bn_reserve_t *r) {
   if (!r) return;
   nn_cuda_free(r->p);
-  r->p = NULL;
-  r->bytes = 0;
-  r->persistent = 0;
+  if (r->x) cudnnDestroyTensorDescriptor(r->x);
+  if (r->param) cudnnDestroyTensorDescriptor(r->param);
+  memset(r, 0, sizeof *r);
 }
 
 static nn_status_t bn_check(const nn_batchnorm2d_shape_t *s) {
@@ -477,26 +483,59 @@ static nn_status_t bn_cudnn_eps(const nn_batchnorm2d_shape_t *s) {
 
 typedef struct {
   cudnnTensorDescriptor_t x, param;
+  int layer_owned;         /* the layer's (nn_cuda_bn_reserve_t): kept, not freed */
 } bn_desc_t;
 
 static void bn_free(bn_desc_t *d) {
+  if (d->layer_owned) return;
   if (d->x) cudnnDestroyTensorDescriptor(d->x);
   if (d->param) cudnnDestroyTensorDescriptor(d->param);
 }
 
-/* The descriptors; a cuDNN status, so that a refusal of the data type can be told. The
-   parameter descriptor is derived for SPATIAL; PERSISTENT takes the same 1xCx1x1 shape. */
+static int bn_desc_is(const nn_cuda_bn_reserve_t *r, nn_cuda_fmt_t f,
+                      const nn_batchnorm2d_shape_t *s) {
+  return r->desc_ok && r->fmt.prec == f.prec && r->fmt.nhwc == f.nhwc && r->n == s->n &&
+         r->c == s->c && r->h == s->h && r->w == s->w;
+}
+
+/* The descriptors of s in format f; a cuDNN status, so that a refusal of the data type
+   can be told. With a layer's state r they are the layer's, made at its first call and
+   set again only when the shape changes (a smaller last batch), so a step creates and
+   destroys none; without, they are made for this call (bn_free destroys them). The
+   parameter descriptor is derived for SPATIAL; PERSISTENT takes the same 1xCx1x1
+   shape. */
 static cudnnStatus_t bn_desc(nn_cuda_fmt_t f, const nn_batchnorm2d_shape_t *s,
-                             bn_desc_t *d) {
+                             nn_cuda_bn_reserve_t *r, bn_desc_t *d) {
+  cudnnStatus_t e = CUDNN_STATUS_SUCCESS;
   d->x = d->param = NULL;
-  cudnnStatus_t e = cudnnCreateTensorDescriptor(&d->x);
-  if (e == CUDNN_STATUS_SUCCESS) e = cudnnCreateTensorDescriptor(&d->param);
+  d->layer_owned = r != NULL;
+  if (r && bn_desc_is(r, f, s)) {
+    d->x = r->x;
+    d->param = r->param;
+    return e;
+  }
+  if (r) {
+    r->desc_ok = 0;
+    if (!r->x) e = cudnnCreateTensorDescriptor(&r->x);
+    if (e == CUDNN_STATUS_SUCCESS && !r->param) e = cudnnCreateTensorDescriptor(&r->param);
+    d->x = r->x;
+    d->param = r->param;
+  } else {
+    e = cudnnCreateTensorDescriptor(&d->x);
+    if (e == CUDNN_STATUS_SUCCESS) e = cudnnCreateTensorDescriptor(&d->param);
+  }
   if (e == CUDNN_STATUS_SUCCESS)
     e = cudnnSetTensor4dDescriptor(d->x, f.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
                                    nn_cudnn_type(f.prec), s->n, s->c, s->h, s->w);
   /* float for float, half and bfloat16 data: statistics and parameters stay float32. */
   if (e == CUDNN_STATUS_SUCCESS)
     e = cudnnDeriveBNTensorDescriptor(d->param, d->x, CUDNN_BATCHNORM_SPATIAL);
+  if (r && e == CUDNN_STATUS_SUCCESS) {
+    r->fmt = f;
+    r->n = s->n, r->c = s->c, r->h = s->h, r->w = s->w;
+    r->desc_ok = 1;
+    atomic_fetch_add(&bn_desc_sets, 1);
+  }
   return e;
 }
 
@@ -548,7 +587,7 @@ static int bn_backward_persistent(nn_cuda_ctx_t *c, nn_cuda_fmt_t f,
                                   const nn_batchnorm2d_shape_t *s, const bn_desc_t *d,
                                   const void *x, const float *gamma, const float *save_mean,
                                   const float *save_invstd, const void *dy, void *dx,
-                                  float *dgamma, float *dbeta,
+                                  int dx_add, float *dgamma, float *dbeta,
                                   const nn_cuda_bn_reserve_t *r) {
   const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
   const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
@@ -559,12 +598,12 @@ static int bn_backward_persistent(nn_cuda_ctx_t *c, nn_cuda_fmt_t f,
   if (e == CUDNN_STATUS_SUCCESS) {
     void *ws = NULL;
     if (nn_cuda_workspace(c, ws_bytes, &ws) != NN_OK) return -1;
-    const float one = 1.0f;
+    const float one = 1.0f, dx_beta = dx_add ? 1.0f : 0.0f;
     call = "cudnnBatchNormalizationBackwardEx";
-    /* beta = 1 for data and parameters: add into dx, dgamma, dbeta. y and z are needed
-       only with a fused activation or addition (none here). */
+    /* dx: added into or stored; dgamma, dbeta: added into. y and z are
+       needed only with a fused activation or addition (none here). */
     e = cudnnBatchNormalizationBackwardEx(
-        c->cudnn, mode, ops, &one, &one, &one, &one, d->x, x, NULL, NULL, d->x, dy, NULL,
+        c->cudnn, mode, ops, &one, &dx_beta, &one, &one, d->x, x, NULL, NULL, d->x, dy, NULL,
         NULL, d->x, dx, d->param, gamma, NULL, dgamma, dbeta, (double)s->eps, save_mean,
         save_invstd, NULL, ws, ws_bytes, r->p, r->bytes);
   }
@@ -588,7 +627,7 @@ nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_cuda_fmt_t fmt,
   if (!bn_native(fmt)) {
     if ((st = bn_cudnn_eps(s)) != NN_OK) return st;
     bn_desc_t d;
-    cudnnStatus_t e = bn_desc(fmt, s, &d);
+    cudnnStatus_t e = bn_desc(fmt, s, reserve, &d);
     if (e == CUDNN_STATUS_SUCCESS && bn_use_persistent(fmt, reserve)) {
       int done = bn_train_persistent(c, fmt, s, &d, x, gamma, beta, running_mean,
                                      running_var, y, save_mean, save_invstd, reserve);
@@ -609,6 +648,16 @@ nn_status_t nn_batchnorm2d_forward_train_cuda_p(nn_cuda_fmt_t fmt,
       return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationForwardTraining",
                           cudnnGetErrorString(e));
   }
+  if (fmt.nhwc) {
+    void *ws = NULL;
+    if ((st = nn_cuda_workspace(c, nn_cuk_bn_nhwc_workspace(s->n, s->c, s->h * s->w), &ws)) !=
+        NN_OK)
+      return st;
+    NN_CUDA_CHECK(nn_cuk_bn_nhwc_train(c->stream, fmt.prec, s->n, s->c, s->h * s->w, s->eps,
+                                       s->momentum, x, gamma, beta, running_mean,
+                                       running_var, y, save_mean, save_invstd, (float *)ws));
+    return NN_OK;
+  }
   NN_CUDA_CHECK(nn_cuk_bn_train(c->stream, fmt.prec, fmt.nhwc, s->n, s->c, s->h * s->w, s->eps,
                                 s->momentum, x, gamma, beta, running_mean, running_var, y,
                                 save_mean, save_invstd));
@@ -619,14 +668,15 @@ nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_cuda_fmt_t fmt,
                                                 const nn_batchnorm2d_shape_t *s,
                                                 const void *x, const float *gamma,
                                                 const float *beta, const float *running_mean,
-                                                const float *running_var, void *y) {
+                                                const float *running_var, void *y,
+                                                nn_cuda_bn_reserve_t *state) {
   nn_cuda_ctx_t *c;
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK || (st = bn_check(s)) != NN_OK) return st;
   if (!bn_native(fmt)) {
     if ((st = bn_cudnn_eps(s)) != NN_OK) return st;
     bn_desc_t d;
-    cudnnStatus_t e = bn_desc(fmt, s, &d);
+    cudnnStatus_t e = bn_desc(fmt, s, state, &d);
     const float one = 1.0f, zero = 0.0f;
     if (e == CUDNN_STATUS_SUCCESS)
       e = cudnnBatchNormalizationForwardInference(
@@ -643,12 +693,16 @@ nn_status_t nn_batchnorm2d_forward_infer_cuda_p(nn_cuda_fmt_t fmt,
   return NN_OK;
 }
 
+/* dx is added into (dx_add) or stored: batch norm after a convolution is its input
+   gradient's only writer, and storing (cuDNN's beta 0 for data, as PyTorch passes) spares
+   the zeroing and the read of that gradient. The parameter gradients are always added
+   into (nn's convention: gradients accumulate over backward calls; C floats only). */
 nn_status_t nn_batchnorm2d_backward_cuda_p(nn_cuda_fmt_t fmt,
                                            const nn_batchnorm2d_shape_t *s, const void *x,
                                            const float *gamma, const float *save_mean,
                                            const float *save_invstd, const void *dy,
-                                           void *dx, float *dgamma, float *dbeta,
-                                           const nn_cuda_bn_reserve_t *reserve) {
+                                           void *dx, int dx_add, float *dgamma, float *dbeta,
+                                           nn_cuda_bn_reserve_t *reserve) {
   if (!dx || !dgamma || !dbeta)
     return nn_set_error(NN_ERR_ARG, "nn_batchnorm2d_backward_cuda: dx, dgamma and dbeta "
                         "are all required (they are computed together)");
@@ -658,19 +712,18 @@ nn_status_t nn_batchnorm2d_backward_cuda_p(nn_cuda_fmt_t fmt,
   if (!bn_native(fmt)) {
     if ((st = bn_cudnn_eps(s)) != NN_OK) return st;
     bn_desc_t d;
-    cudnnStatus_t e = bn_desc(fmt, s, &d);
+    cudnnStatus_t e = bn_desc(fmt, s, reserve, &d);
     if (e == CUDNN_STATUS_SUCCESS && reserve && reserve->persistent) {
       int done = bn_backward_persistent(c, fmt, s, &d, x, gamma, save_mean, save_invstd, dy,
-                                        dx, dgamma, dbeta, reserve);
+                                        dx, dx_add, dgamma, dbeta, reserve);
       if (done != 0) {
         bn_free(&d);
         return done > 0 ? NN_OK : NN_ERR_BACKEND;
       }
     }
-    const float one = 1.0f;
-    /* beta = 1 for data and parameters: add into dx, dgamma, dbeta. */
+    const float one = 1.0f, dx_beta = dx_add ? 1.0f : 0.0f;
     if (e == CUDNN_STATUS_SUCCESS)
-      e = cudnnBatchNormalizationBackward(c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &one,
+      e = cudnnBatchNormalizationBackward(c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &dx_beta,
                                           &one, &one, d.x, x, d.x, dy, d.x, dx, d.param,
                                           gamma, dgamma, dbeta, (double)s->eps, save_mean,
                                           save_invstd);
@@ -680,8 +733,19 @@ nn_status_t nn_batchnorm2d_backward_cuda_p(nn_cuda_fmt_t fmt,
       return nn_cuda_fail(__FILE__, __LINE__, "cudnnBatchNormalizationBackward",
                           cudnnGetErrorString(e));
   }
+  if (fmt.nhwc) {
+    void *ws = NULL;
+    if ((st = nn_cuda_workspace(c, nn_cuk_bn_nhwc_workspace(s->n, s->c, s->h * s->w), &ws)) !=
+        NN_OK)
+      return st;
+    NN_CUDA_CHECK(nn_cuk_bn_nhwc_backward(c->stream, fmt.prec, s->n, s->c, s->h * s->w, x,
+                                          gamma, save_mean, save_invstd, dy, dx, dx_add,
+                                          dgamma, dbeta, (float *)ws));
+    return NN_OK;
+  }
   NN_CUDA_CHECK(nn_cuk_bn_backward(c->stream, fmt.prec, fmt.nhwc, s->n, s->c, s->h * s->w,
-                                   x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta));
+                                   x, gamma, save_mean, save_invstd, dy, dx, dx_add, dgamma,
+                                   dbeta));
   return NN_OK;
 }
 
@@ -700,7 +764,7 @@ nn_status_t nn_batchnorm2d_forward_infer_cuda(const nn_batchnorm2d_shape_t *s,
                                               const float *beta, const float *running_mean,
                                               const float *running_var, float *y) {
   return nn_batchnorm2d_forward_infer_cuda_p(NN_CUDA_FMT_FP32_NCHW, s, x, gamma, beta,
-                                             running_mean, running_var, y);
+                                             running_mean, running_var, y, NULL);
 }
 
 nn_status_t nn_batchnorm2d_backward_cuda(const nn_batchnorm2d_shape_t *s, const float *x,
@@ -708,106 +772,173 @@ nn_status_t nn_batchnorm2d_backward_cuda(const nn_batchnorm2d_shape_t *s, const 
                                          const float *save_invstd, const float *dy,
                                          float *dx, float *dgamma, float *dbeta) {
   return nn_batchnorm2d_backward_cuda_p(NN_CUDA_FMT_FP32_NCHW, s, x, gamma, save_mean,
-                                        save_invstd, dy, dx, dgamma, dbeta, NULL);
+                                        save_invstd, dy, dx, 1, dgamma, dbeta, NULL);
 }
 
-/* ---- pooling ---- */
+/* ---- pooling ----
+   cuDNN, or nn's kernels (kernels.cu: the CPU's rules) where cuDNN refuses a type or
+   layout (a refusal moves that precision and layout to nn's kernels for the rest of the
+   process and is said once, as batch norm's), or everywhere with NN_CUDA_POOL=native.
+   A layer's descriptors are kept in its nn_cuda_pool_desc_t, made at its first call and
+   set again only when its shape changes; without one (the public float functions) they
+   are made for the call. */
 
-typedef struct {
-  cudnnTensorDescriptor_t x, y;
-  cudnnPoolingDescriptor_t pool;
-} pool_desc_t;
+static int pool_native_for[2][3];   /* [nhwc][nn_precision_t]: cuDNN refused */
 
-static void pool_free(pool_desc_t *d) {
+static int pool_native(nn_cuda_fmt_t f) {
+  const char *e = getenv("NN_CUDA_POOL");
+  if (e && strcmp(e, "native") == 0) return 1;
+  return pool_native_for[f.nhwc][f.prec];
+}
+
+const char *nn_cuda_pool_path(nn_cuda_fmt_t f) {
+  return pool_native(f) ? "nn's kernels" : "cuDNN";
+}
+
+/* A refusal of a half type or of NHWC: remember it and take nn's kernels (float32 NCHW
+   errors are real errors). */
+static int pool_refused(nn_cuda_fmt_t f, cudnnStatus_t e, const char *call) {
+  if ((f.prec == NN_PRECISION_FP32 && !f.nhwc) || !bn_is_refusal(e)) return 0;
+  if (!pool_native_for[f.nhwc][f.prec]) {
+    char t[32];
+    nn_notice("CUDA: cuDNN refused pooling in %s (%s: %s): nn's own pooling kernels run "
+              "it from now on: correct, slower", fmt_text(f, t, sizeof t), call,
+              cudnnGetErrorString(e));
+  }
+  pool_native_for[f.nhwc][f.prec] = 1;
+  return 1;
+}
+
+void nn_cuda_pool_desc_free(nn_cuda_pool_desc_t *d) {
+  if (!d) return;
   if (d->x) cudnnDestroyTensorDescriptor(d->x);
   if (d->y) cudnnDestroyTensorDescriptor(d->y);
   if (d->pool) cudnnDestroyPoolingDescriptor(d->pool);
+  memset(d, 0, sizeof *d);
 }
 
-static nn_status_t pool_desc(nn_cuda_fmt_t fmt, const nn_pool2d_shape_t *s0,
-                             cudnnPoolingMode_t mode, pool_desc_t *d) {
-  memset(d, 0, sizeof *d);
-  if (!s0) return nn_set_error(NN_ERR_ARG, "pool2d (CUDA): NULL shape");
-  nn_pool2d_shape_t s = *s0;
-  if (nn_pool2d_shape(&s) != NN_OK) return NN_ERR_ARG;
-  NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->x));
-  NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->y));
-  NN_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&d->pool));
+static int pool_desc_is(const nn_cuda_pool_desc_t *d, nn_cuda_fmt_t f, int mode,
+                        const nn_pool2d_shape_t *s) {
+  const nn_pool2d_shape_t *k = &d->shape;
+  return d->ok && d->fmt.prec == f.prec && d->fmt.nhwc == f.nhwc && d->mode == mode &&
+         k->n == s->n && k->c == s->c && k->h_in == s->h_in && k->w_in == s->w_in &&
+         k->kh == s->kh && k->kw == s->kw && k->stride_h == s->stride_h &&
+         k->stride_w == s->stride_w && k->pad_h == s->pad_h && k->pad_w == s->pad_w;
+}
+
+/* d's descriptors for s (filled by nn_pool2d_shape) in format fmt, made where d has none
+   yet; a cuDNN status, so that a refusal of the type can be told. */
+static cudnnStatus_t pool_desc(nn_cuda_fmt_t fmt, const nn_pool2d_shape_t *s,
+                               cudnnPoolingMode_t mode, nn_cuda_pool_desc_t *d) {
+  if (pool_desc_is(d, fmt, (int)mode, s)) return CUDNN_STATUS_SUCCESS;
+  d->ok = 0;
+  cudnnStatus_t e = CUDNN_STATUS_SUCCESS;
+  if (!d->x) e = cudnnCreateTensorDescriptor(&d->x);
+  if (e == CUDNN_STATUS_SUCCESS && !d->y) e = cudnnCreateTensorDescriptor(&d->y);
+  if (e == CUDNN_STATUS_SUCCESS && !d->pool) e = cudnnCreatePoolingDescriptor(&d->pool);
   const cudnnDataType_t f = nn_cudnn_type(fmt.prec);
   const cudnnTensorFormat_t layout = fmt.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
-  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->x, layout, f, s.n, s.c, s.h_in, s.w_in));
-  NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d->y, layout, f, s.n, s.c, s.h_out, s.w_out));
-  NN_CUDNN_CHECK(cudnnSetPooling2dDescriptor(d->pool, mode, CUDNN_NOT_PROPAGATE_NAN, s.kh,
-                                             s.kw, s.pad_h, s.pad_w, s.stride_h,
-                                             s.stride_w));
-  return NN_OK;
-}
-
-static nn_status_t pool_forward(nn_cuda_fmt_t fmt, const nn_pool2d_shape_t *s,
-                                cudnnPoolingMode_t mode, const void *x, void *y) {
-  nn_cuda_ctx_t *c;
-  nn_status_t st = nn_cuda_ctx(&c);
-  if (st != NN_OK) return st;
-  pool_desc_t d;
-  st = pool_desc(fmt, s, mode, &d);
-  if (st == NN_OK) {
-    const float one = 1.0f, zero = 0.0f;
-    cudnnStatus_t e = cudnnPoolingForward(c->cudnn, d.pool, &one, d.x, x, &zero, d.y, y);
-    if (e != CUDNN_STATUS_SUCCESS)
-      st = nn_cuda_fail(__FILE__, __LINE__, "cudnnPoolingForward", cudnnGetErrorString(e));
-  }
-  pool_free(&d);
-  return st;
-}
-
-static nn_status_t pool_backward(nn_cuda_fmt_t fmt, const nn_pool2d_shape_t *s,
-                                 cudnnPoolingMode_t mode, const void *x, const void *y,
-                                 const void *dy, void *dx) {
-  nn_cuda_ctx_t *c;
-  nn_status_t st = nn_cuda_ctx(&c);
-  if (st != NN_OK) return st;
-  pool_desc_t d;
-  st = pool_desc(fmt, s, mode, &d);
-  if (st == NN_OK) {
-    const float one = 1.0f;
-    cudnnStatus_t e = cudnnPoolingBackward(c->cudnn, d.pool, &one, d.y, y, d.y, dy, d.x, x,
-                                           &one, d.x, dx);
-    if (e != CUDNN_STATUS_SUCCESS)
-      st = nn_cuda_fail(__FILE__, __LINE__, "cudnnPoolingBackward", cudnnGetErrorString(e));
-  }
-  pool_free(&d);
-  return st;
+  if (e == CUDNN_STATUS_SUCCESS)
+    e = cudnnSetTensor4dDescriptor(d->x, layout, f, s->n, s->c, s->h_in, s->w_in);
+  if (e == CUDNN_STATUS_SUCCESS)
+    e = cudnnSetTensor4dDescriptor(d->y, layout, f, s->n, s->c, s->h_out, s->w_out);
+  if (e == CUDNN_STATUS_SUCCESS)
+    e = cudnnSetPooling2dDescriptor(d->pool, mode, CUDNN_NOT_PROPAGATE_NAN, s->kh, s->kw,
+                                    s->pad_h, s->pad_w, s->stride_h, s->stride_w);
+  if (e != CUDNN_STATUS_SUCCESS) return e;
+  d->fmt = fmt;
+  d->mode = (int)mode;
+  d->shape = *s;
+  d->ok = 1;
+  atomic_fetch_add(&pool_desc_sets, 1);
+  return e;
 }
 
 static cudnnPoolingMode_t pool_mode(int max) {
   return max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
 }
 
-nn_status_t nn_pool2d_forward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s,
-                                     const void *x, void *y) {
-  return pool_forward(f, s, pool_mode(max), x, y);
+/* One pooling call through cuDNN (dy NULL: forward): NN_OK, an error, or a refusal
+   (*refused set: nn's kernels are to run it). dx added into (dx_add) or stored (beta 0:
+   cuDNN does not read dx). */
+static nn_status_t pool_cudnn(nn_cuda_ctx_t *c, nn_cuda_fmt_t fmt, int max,
+                              const nn_pool2d_shape_t *s, const void *x, const void *y,
+                              void *y_out, const void *dy, void *dx, int dx_add,
+                              nn_cuda_pool_desc_t *cache, int *refused) {
+  nn_cuda_pool_desc_t tmp, *d = cache ? cache : &tmp;
+  memset(&tmp, 0, sizeof tmp);
+  const char *call = "cudnnSetPooling2dDescriptor";
+  cudnnStatus_t e = pool_desc(fmt, s, pool_mode(max), d);
+  const float one = 1.0f, zero = 0.0f, dx_beta = dx_add ? 1.0f : 0.0f;
+  if (e == CUDNN_STATUS_SUCCESS && !dy) {
+    call = "cudnnPoolingForward";
+    e = cudnnPoolingForward(c->cudnn, d->pool, &one, d->x, x, &zero, d->y, y_out);
+  } else if (e == CUDNN_STATUS_SUCCESS) {
+    call = "cudnnPoolingBackward";
+    e = cudnnPoolingBackward(c->cudnn, d->pool, &one, d->y, y, d->y, dy, d->x, x, &dx_beta,
+                             d->x, dx);
+  }
+  nn_cuda_pool_desc_free(&tmp);
+  *refused = 0;
+  if (e == CUDNN_STATUS_SUCCESS) return NN_OK;
+  if ((*refused = pool_refused(fmt, e, call)) != 0) return NN_OK;
+  return nn_cuda_fail(__FILE__, __LINE__, call, cudnnGetErrorString(e));
 }
 
-nn_status_t nn_pool2d_backward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s,
+/* The context and s filled in (output size). */
+static nn_status_t pool_begin(const nn_pool2d_shape_t *s0, nn_pool2d_shape_t *s,
+                              nn_cuda_ctx_t **c) {
+  if (!s0) return nn_set_error(NN_ERR_ARG, "pool2d (CUDA): NULL shape");
+  *s = *s0;
+  if (nn_pool2d_shape(s) != NN_OK) return NN_ERR_ARG;
+  return nn_cuda_ctx(c);
+}
+
+nn_status_t nn_pool2d_forward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s0,
+                                     const void *x, void *y, nn_cuda_pool_desc_t *cache) {
+  nn_cuda_ctx_t *c;
+  nn_pool2d_shape_t s;
+  nn_status_t st = pool_begin(s0, &s, &c);
+  if (st != NN_OK) return st;
+  int refused = 1;
+  if (!pool_native(f) &&
+      (st = pool_cudnn(c, f, max, &s, x, NULL, y, NULL, NULL, 0, cache, &refused)) != NN_OK)
+    return st;
+  if (refused) NN_CUDA_CHECK(nn_cuk_pool_forward(c->stream, f.prec, f.nhwc, max, &s, x, y));
+  return NN_OK;
+}
+
+nn_status_t nn_pool2d_backward_cuda_p(nn_cuda_fmt_t f, int max, const nn_pool2d_shape_t *s0,
                                       const void *x, const void *y, const void *dy,
-                                      void *dx) {
-  return pool_backward(f, s, pool_mode(max), x, y, dy, dx);
+                                      void *dx, int dx_add, nn_cuda_pool_desc_t *cache) {
+  nn_cuda_ctx_t *c;
+  nn_pool2d_shape_t s;
+  nn_status_t st = pool_begin(s0, &s, &c);
+  if (st != NN_OK) return st;
+  int refused = 1;
+  if (!pool_native(f) &&
+      (st = pool_cudnn(c, f, max, &s, x, y, NULL, dy, dx, dx_add, cache, &refused)) != NN_OK)
+    return st;
+  if (refused)
+    NN_CUDA_CHECK(nn_cuk_pool_backward(c->stream, f.prec, f.nhwc, max, &s, x, dy, dx,
+                                       dx_add));
+  return NN_OK;
 }
 
 nn_status_t nn_maxpool2d_forward_cuda(const nn_pool2d_shape_t *s, const float *x, float *y) {
-  return pool_forward(NN_CUDA_FMT_FP32_NCHW, s, pool_mode(1), x, y);
+  return nn_pool2d_forward_cuda_p(NN_CUDA_FMT_FP32_NCHW, 1, s, x, y, NULL);
 }
 
 nn_status_t nn_maxpool2d_backward_cuda(const nn_pool2d_shape_t *s, const float *x,
                                        const float *y, const float *dy, float *dx) {
-  return pool_backward(NN_CUDA_FMT_FP32_NCHW, s, pool_mode(1), x, y, dy, dx);
+  return nn_pool2d_backward_cuda_p(NN_CUDA_FMT_FP32_NCHW, 1, s, x, y, dy, dx, 1, NULL);
 }
 
 nn_status_t nn_avgpool2d_forward_cuda(const nn_pool2d_shape_t *s, const float *x, float *y) {
-  return pool_forward(NN_CUDA_FMT_FP32_NCHW, s, pool_mode(0), x, y);
+  return nn_pool2d_forward_cuda_p(NN_CUDA_FMT_FP32_NCHW, 0, s, x, y, NULL);
 }
 
 nn_status_t nn_avgpool2d_backward_cuda(const nn_pool2d_shape_t *s, const float *x,
                                        const float *y, const float *dy, float *dx) {
-  return pool_backward(NN_CUDA_FMT_FP32_NCHW, s, pool_mode(0), x, y, dy, dx);
+  return nn_pool2d_backward_cuda_p(NN_CUDA_FMT_FP32_NCHW, 0, s, x, y, dy, dx, 1, NULL);
 }

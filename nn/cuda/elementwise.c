@@ -42,7 +42,7 @@ nn_status_t nn_relu_forward_cuda(size_t count, const float *x, float *y) {
 
 nn_status_t nn_relu_backward_cuda(size_t count, const float *y, const float *dy, float *dx) {
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_relu_backward(c->stream, NN_PRECISION_FP32, count, y, dy, dx));
+  NN_CUDA_CHECK(nn_cuk_relu_backward(c->stream, NN_PRECISION_FP32, count, y, dy, dx, 1));
   return NN_OK;
 }
 
@@ -54,7 +54,7 @@ nn_status_t nn_add_forward_cuda(size_t count, const float *a, const float *b, fl
 
 nn_status_t nn_add_backward_cuda(size_t count, const float *dy, float *da, float *db) {
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_add_backward(c->stream, NN_PRECISION_FP32, count, dy, da, db));
+  NN_CUDA_CHECK(nn_cuk_add_backward(c->stream, NN_PRECISION_FP32, count, dy, da, 1, db, 1));
   return NN_OK;
 }
 
@@ -71,7 +71,7 @@ nn_status_t nn_global_avgpool_backward_cuda(int n, int c_, int hw, const float *
   if (n < 1 || c_ < 1 || hw < 1)
     return nn_set_error(NN_ERR_ARG, "nn_global_avgpool_backward_cuda: bad shape");
   GET_CTX(c);
-  NN_CUDA_CHECK(nn_cuk_gap_backward(c->stream, NN_PRECISION_FP32, 0, n, c_, hw, dy, dx));
+  NN_CUDA_CHECK(nn_cuk_gap_backward(c->stream, NN_PRECISION_FP32, 0, n, c_, hw, dy, dx, 1));
   return NN_OK;
 }
 
@@ -87,7 +87,7 @@ nn_status_t nn_dropout_backward_cuda(size_t count, float p, const uint8_t *mask,
                                      const float *dy, float *dx) {
   GET_CTX(c);
   NN_CUDA_CHECK(nn_cuk_dropout_backward(c->stream, NN_PRECISION_FP32, count, p, mask, dy,
-                                        dx));
+                                        dx, 1));
   return NN_OK;
 }
 

@@ -43,12 +43,14 @@ template <typename T> __global__ void relu_fwd(size_t n, const T *x, T *y) {
   GRID_LOOP(i, n) { float v = ld(x[i]); y[i] = st<T>(v > 0.0f ? v : 0.0f); }
 }
 
-// In place (dx == dy): mask; otherwise accumulate.
+// Backward kernels add into dx when add is set and store otherwise (the first writer of
+// a gradient in the model walk stores: it need not be zeroed, nor read back).
+// Relu in place (dx == dy) masks, which is storing.
 template <typename T>
-__global__ void relu_bwd(size_t n, const T *y, const T *dy, T *dx, int inplace) {
+__global__ void relu_bwd(size_t n, const T *y, const T *dy, T *dx, int add) {
   GRID_LOOP(i, n) {
     float g = ld(y[i]) > 0.0f ? ld(dy[i]) : 0.0f;
-    dx[i] = st<T>(inplace ? g : ld(dx[i]) + g);
+    dx[i] = st<T>(add ? ld(dx[i]) + g : g);
   }
 }
 
@@ -56,16 +58,18 @@ template <typename T> __global__ void add_fwd(size_t n, const T *a, const T *b, 
   GRID_LOOP(i, n) y[i] = st<T>(ld(a[i]) + ld(b[i]));
 }
 
-template <typename T> __global__ void add_bwd(size_t n, const T *dy, T *da, T *db) {
+// da may be db (y = x + x): da is written before db is read, by the same thread.
+template <typename T>
+__global__ void add_bwd(size_t n, const T *dy, T *da, int a_add, T *db, int b_add) {
   GRID_LOOP(i, n) {
     float g = ld(dy[i]);
-    da[i] = st<T>(ld(da[i]) + g);
-    db[i] = st<T>(ld(db[i]) + g);
+    da[i] = st<T>(a_add ? ld(da[i]) + g : g);
+    db[i] = st<T>(b_add ? ld(db[i]) + g : g);
   }
 }
 
-template <typename T> __global__ void accumulate(size_t n, const T *dy, T *dx) {
-  GRID_LOOP(i, n) dx[i] = st<T>(ld(dx[i]) + ld(dy[i]));
+template <typename T> __global__ void accumulate(size_t n, const T *dy, T *dx, int add) {
+  GRID_LOOP(i, n) dx[i] = add ? st<T>(ld(dx[i]) + ld(dy[i])) : dy[i];
 }
 
 // ---- layouts: activations are NCHW, or NHWC (channels last) when nhwc ----
@@ -96,11 +100,12 @@ __global__ void gap_fwd(size_t planes, int c, int hw, int nhwc, const T *x, T *y
 }
 
 template <typename T>
-__global__ void gap_bwd(size_t n, int c, int hw, int nhwc, const T *dy, T *dx) {
+__global__ void gap_bwd(size_t n, int c, int hw, int nhwc, const T *dy, T *dx, int add) {
   GRID_LOOP(i, n) {
     size_t smp = i / ((size_t)c * hw);
     int ch = chan_of(nhwc, i, c, hw);
-    dx[i] = st<T>(ld(dx[i]) + ld(dy[smp * (size_t)c + (size_t)ch]) / (float)hw);
+    float g = ld(dy[smp * (size_t)c + (size_t)ch]) / (float)hw;
+    dx[i] = st<T>(add ? ld(dx[i]) + g : g);
   }
 }
 
@@ -127,7 +132,7 @@ __global__ void nhwc_to_float(size_t total, int c, int hw, const T *x, float *y)
 }
 
 // Flatten of NHWC activations into PyTorch's (NCHW) feature order: y = x permuted, and
-// backward dx (NHWC) += dy (NCHW) permuted back.
+// backward dx (NHWC) += dy (NCHW) permuted back (or dx = ..., add 0).
 template <typename T>
 __global__ void nhwc_to_nchw(size_t total, int c, int hw, const T *x, T *y) {
   GRID_LOOP(i, total) {
@@ -138,12 +143,13 @@ __global__ void nhwc_to_nchw(size_t total, int c, int hw, const T *x, T *y) {
 }
 
 template <typename T>
-__global__ void nchw_to_nhwc_acc(size_t total, int c, int hw, const T *dy, T *dx) {
+__global__ void nchw_to_nhwc_acc(size_t total, int c, int hw, const T *dy, T *dx, int add) {
   GRID_LOOP(i, total) {
     size_t smp = i / ((size_t)c * hw), r = i % ((size_t)c * hw);
     size_t p = r / (size_t)c;
     int ch = (int)(r % (size_t)c);
-    dx[i] = st<T>(ld(dx[i]) + ld(dy[at4(0, smp, ch, p, c, hw)]));
+    const T g = dy[at4(0, smp, ch, p, c, hw)];
+    dx[i] = add ? st<T>(ld(dx[i]) + ld(g)) : g;
   }
 }
 
@@ -251,11 +257,11 @@ __global__ void bn_infer(size_t total, int c, int hw, int nhwc, float eps, const
 }
 
 // dgamma += sum(dy xhat), dbeta += sum(dy),
-// dx += gamma invstd (dy - sum(dy) / m - xhat sum(dy xhat) / m).
+// dx += gamma invstd (dy - sum(dy) / m - xhat sum(dy xhat) / m) (dx = ..., add 0).
 template <typename T>
 __global__ void bn_backward(int n, int c, int hw, int nhwc, const T *x, const float *gamma,
                             const float *save_mean, const float *save_invstd, const T *dy,
-                            T *dx, float *dgamma, float *dbeta) {
+                            T *dx, int add, float *dgamma, float *dbeta) {
   __shared__ float part[kThreads / 32];
   const int ch = blockIdx.x;
   const size_t m = (size_t)n * hw;
@@ -273,11 +279,245 @@ __global__ void bn_backward(int n, int c, int hw, int nhwc, const T *x, const fl
   for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
     size_t i = bn_index(nhwc, j, ch, c, hw);
     float xhat = (ld(x[i]) - mean) * invstd;
-    dx[i] = st<T>(ld(dx[i]) + k * (ld(dy[i]) - sdy * inv_m - xhat * sdyx * inv_m));
+    const float g = k * (ld(dy[i]) - sdy * inv_m - xhat * sdyx * inv_m);
+    dx[i] = st<T>(add ? ld(dx[i]) + g : g);
   }
   if (threadIdx.x == 0) {
     dgamma[ch] += sdyx;
     dbeta[ch] += sdy;
+  }
+}
+
+
+// ---- batch norm over NHWC, channel-vectorised (nn's kernels in channels last) ----
+// NHWC is rows of c channels (m = n * hw rows). A block covers kBnCols consecutive
+// channels (one per lane: a warp reads a contiguous run of a row) and a chunk of rows
+// (kBnRows threads down the rows); each (channel tile, chunk) block writes a partial per
+// channel, and a per-channel pass merges the chunks' partials in a fixed order, so the
+// result is the same from run to run. Training statistics: Welford per thread, merged
+// with Chan's rule (as accurate as the two-pass NCHW kernel, one read of x).
+constexpr int kBnCols = 32, kBnRows = 8;
+
+struct Welford { float n, mean, m2; };
+__device__ __forceinline__ Welford welford_merge(Welford a, Welford b) {
+  if (b.n == 0.0f) return a;
+  if (a.n == 0.0f) return b;
+  const float n = a.n + b.n, d = b.mean - a.mean;
+  return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};
+}
+
+// Rows [r0, r1) of chunk blockIdx.y; part: [chunks][c] means and m2s.
+template <typename T>
+__global__ void bn_nhwc_stats(size_t m, int c, size_t rows_per_chunk, const T *x,
+                              float *part_mean, float *part_m2) {
+  __shared__ Welford sh[kBnRows][kBnCols];
+  const int ch = blockIdx.x * kBnCols + threadIdx.x;
+  const size_t r0 = blockIdx.y * rows_per_chunk;
+  const size_t r1 = r0 + rows_per_chunk < m ? r0 + rows_per_chunk : m;
+  Welford w = {0.0f, 0.0f, 0.0f};
+  if (ch < c)
+    for (size_t r = r0 + threadIdx.y; r < r1; r += kBnRows) {
+      const float v = ld(x[r * (size_t)c + (size_t)ch]);
+      w.n += 1.0f;
+      const float d = v - w.mean;
+      w.mean += d / w.n;
+      w.m2 += d * (v - w.mean);
+    }
+  sh[threadIdx.y][threadIdx.x] = w;
+  __syncthreads();
+  if (threadIdx.y == 0 && ch < c) {
+    for (int k = 1; k < kBnRows; k++) w = welford_merge(w, sh[k][threadIdx.x]);
+    part_mean[blockIdx.y * (size_t)c + (size_t)ch] = w.mean;
+    part_m2[blockIdx.y * (size_t)c + (size_t)ch] = w.m2;
+  }
+}
+
+// One thread per channel: the chunks' partials merged in order; the saved and running
+// statistics as bn_train's.
+__global__ void bn_nhwc_finish_stats(size_t m, int c, int chunks, size_t rows_per_chunk,
+                                     float eps, float momentum, const float *part_mean,
+                                     const float *part_m2, float *running_mean,
+                                     float *running_var, float *save_mean,
+                                     float *save_invstd) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  Welford w = {0.0f, 0.0f, 0.0f};
+  for (int k = 0; k < chunks; k++) {
+    const size_t r0 = (size_t)k * rows_per_chunk;
+    const size_t rows = r0 + rows_per_chunk < m ? rows_per_chunk : m - r0;
+    w = welford_merge(w, {(float)rows, part_mean[(size_t)k * c + ch], part_m2[(size_t)k * c + ch]});
+  }
+  const float var = w.m2 / (float)m;
+  save_mean[ch] = w.mean;
+  save_invstd[ch] = 1.0f / sqrtf(var + eps);
+  running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * w.mean;
+  const float unbiased = m > 1 ? var * (float)m / (float)(m - 1) : var;
+  running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * unbiased;
+}
+
+// y = (x - mean) invstd gamma + beta, elementwise over NHWC.
+template <typename T>
+__global__ void bn_nhwc_apply(size_t total, int c, const T *x, const float *gamma,
+                              const float *beta, const float *mean, const float *invstd,
+                              T *y) {
+  GRID_LOOP(i, total) {
+    const int ch = (int)(i % (size_t)c);
+    const float a = gamma[ch] * invstd[ch];
+    y[i] = st<T>((ld(x[i]) - mean[ch]) * a + beta[ch]);
+  }
+}
+
+// Partial sums of dy and dy xhat per (chunk, channel), as bn_nhwc_stats.
+template <typename T>
+__global__ void bn_nhwc_grad_sums(size_t m, int c, size_t rows_per_chunk, const T *x,
+                                  const T *dy, const float *mean, const float *invstd,
+                                  float *part_dy, float *part_dyx) {
+  __shared__ float sh[2][kBnRows][kBnCols];
+  const int ch = blockIdx.x * kBnCols + threadIdx.x;
+  const size_t r0 = blockIdx.y * rows_per_chunk;
+  const size_t r1 = r0 + rows_per_chunk < m ? r0 + rows_per_chunk : m;
+  float sdy = 0.0f, sdyx = 0.0f;
+  if (ch < c) {
+    const float mu = mean[ch], is = invstd[ch];
+    for (size_t r = r0 + threadIdx.y; r < r1; r += kBnRows) {
+      const size_t i = r * (size_t)c + (size_t)ch;
+      const float g = ld(dy[i]);
+      sdy += g;
+      sdyx += g * (ld(x[i]) - mu) * is;
+    }
+  }
+  sh[0][threadIdx.y][threadIdx.x] = sdy;
+  sh[1][threadIdx.y][threadIdx.x] = sdyx;
+  __syncthreads();
+  if (threadIdx.y == 0 && ch < c) {
+    for (int k = 1; k < kBnRows; k++) {
+      sdy += sh[0][k][threadIdx.x];
+      sdyx += sh[1][k][threadIdx.x];
+    }
+    part_dy[blockIdx.y * (size_t)c + (size_t)ch] = sdy;
+    part_dyx[blockIdx.y * (size_t)c + (size_t)ch] = sdyx;
+  }
+}
+
+// One thread per channel: the chunks' sums in order into sums[0][c] (dy) and
+// sums[1][c] (dy xhat); dgamma += sum(dy xhat), dbeta += sum(dy).
+__global__ void bn_nhwc_finish_grads(int c, int chunks, const float *part_dy,
+                                     const float *part_dyx, float *sums, float *dgamma,
+                                     float *dbeta) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  float sdy = 0.0f, sdyx = 0.0f;
+  for (int k = 0; k < chunks; k++) {
+    sdy += part_dy[(size_t)k * c + ch];
+    sdyx += part_dyx[(size_t)k * c + ch];
+  }
+  sums[ch] = sdy;
+  sums[c + ch] = sdyx;
+  dgamma[ch] += sdyx;
+  dbeta[ch] += sdy;
+}
+
+// dx (+)= gamma invstd (dy - sum(dy) / m - xhat sum(dy xhat) / m), elementwise.
+template <typename T>
+__global__ void bn_nhwc_dx(size_t total, int c, float inv_m, const T *x, const T *dy,
+                           const float *gamma, const float *mean, const float *invstd,
+                           const float *sums, T *dx, int add) {
+  GRID_LOOP(i, total) {
+    const int ch = (int)(i % (size_t)c);
+    const float is = invstd[ch], xhat = (ld(x[i]) - mean[ch]) * is;
+    const float g = gamma[ch] * is *
+                    (ld(dy[i]) - sums[ch] * inv_m - xhat * sums[c + ch] * inv_m);
+    dx[i] = st<T>(add ? ld(dx[i]) + g : g);
+  }
+}
+
+// ---- pooling, nn's kernels (where cuDNN refuses a type), NCHW or NHWC ----
+// Max: the first maximum of the window in scan order (rows, then columns), a later NaN
+// winning, the CPU's rule (nn/pool2d.c); padding is never chosen. Average counts the
+// padded cells (count_include_pad). Backward gathers: each input element sums dy over
+// the windows that chose it (max: found again from x), no atomics.
+struct PoolShape {
+  int n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo;
+};
+
+// The input position (row * w + col) window (oh, ow) of plane (s, ch) chooses, or -1.
+template <typename T>
+__device__ int pool_argmax(const PoolShape &p, int nhwc, const T *x, size_t s, int ch, int oh,
+                           int ow) {
+  int best_i = -1;
+  float best = 0.0f;
+  for (int a = 0; a < p.kh; a++) {
+    const int r = oh * p.sh - p.ph + a;
+    if (r < 0 || r >= p.h) continue;
+    for (int b = 0; b < p.kw; b++) {
+      const int q = ow * p.sw - p.pw + b;
+      if (q < 0 || q >= p.w) continue;
+      const float v = ld(x[at4(nhwc, s, ch, (size_t)r * p.w + q, p.c, p.h * p.w)]);
+      if (best_i < 0 || v > best || v != v) {
+        best = v;
+        best_i = r * p.w + q;
+      }
+    }
+  }
+  return best_i;
+}
+
+template <typename T>
+__global__ void pool_fwd(size_t total, PoolShape p, int nhwc, int max, const T *x, T *y) {
+  const int hwo = p.ho * p.wo, hwi = p.h * p.w;
+  GRID_LOOP(i, total) {
+    const size_t s = i / ((size_t)p.c * hwo);
+    const int ch = chan_of(nhwc, i, p.c, hwo);
+    const int pos = (int)(nhwc ? (i / (size_t)p.c) % (size_t)hwo : i % (size_t)hwo);
+    const int oh = pos / p.wo, ow = pos % p.wo;
+    float v = 0.0f;
+    if (max) {
+      const int a = pool_argmax(p, nhwc, x, s, ch, oh, ow);
+      v = a < 0 ? 0.0f : ld(x[at4(nhwc, s, ch, (size_t)a, p.c, hwi)]);
+    } else {
+      for (int a = 0; a < p.kh; a++) {
+        const int r = oh * p.sh - p.ph + a;
+        if (r < 0 || r >= p.h) continue;
+        for (int b = 0; b < p.kw; b++) {
+          const int q = ow * p.sw - p.pw + b;
+          if (q >= 0 && q < p.w) v += ld(x[at4(nhwc, s, ch, (size_t)r * p.w + q, p.c, hwi)]);
+        }
+      }
+      v /= (float)(p.kh * p.kw);
+    }
+    y[i] = st<T>(v);
+  }
+}
+
+// Output rows (or columns) whose window holds input row r: [lo, hi].
+__device__ __forceinline__ void pool_cover(int r, int k, int stride, int pad, int out, int *lo,
+                                           int *hi) {
+  const int top = r + pad - k + 1;
+  *lo = top <= 0 ? 0 : (top + stride - 1) / stride;
+  const int h = (r + pad) / stride;
+  *hi = h < out - 1 ? h : out - 1;
+}
+
+template <typename T>
+__global__ void pool_bwd(size_t total, PoolShape p, int nhwc, int max, const T *x,
+                         const T *dy, T *dx, int add) {
+  const int hwo = p.ho * p.wo, hwi = p.h * p.w;
+  GRID_LOOP(i, total) {
+    const size_t s = i / ((size_t)p.c * hwi);
+    const int ch = chan_of(nhwc, i, p.c, hwi);
+    const int pos = (int)(nhwc ? (i / (size_t)p.c) % (size_t)hwi : i % (size_t)hwi);
+    const int r = pos / p.w, q = pos % p.w;
+    int oh0, oh1, ow0, ow1;
+    pool_cover(r, p.kh, p.sh, p.ph, p.ho, &oh0, &oh1);
+    pool_cover(q, p.kw, p.sw, p.pw, p.wo, &ow0, &ow1);
+    float g = 0.0f;
+    for (int oh = oh0; oh <= oh1; oh++)
+      for (int ow = ow0; ow <= ow1; ow++) {
+        if (max && pool_argmax(p, nhwc, x, s, ch, oh, ow) != pos) continue;
+        g += ld(dy[at4(nhwc, s, ch, (size_t)oh * p.wo + ow, p.c, hwo)]);
+      }
+    if (!max) g /= (float)(p.kh * p.kw);
+    dx[i] = st<T>(add ? ld(dx[i]) + g : g);
   }
 }
 
@@ -297,8 +537,12 @@ __global__ void dropout_const(size_t n, int keep, const T *x, T *y, uint8_t *mas
 }
 
 template <typename T>
-__global__ void dropout_bwd(size_t n, float scale, const uint8_t *mask, const T *dy, T *dx) {
-  GRID_LOOP(i, n) dx[i] = st<T>(ld(dx[i]) + (mask[i] ? ld(dy[i]) * scale : 0.0f));
+__global__ void dropout_bwd(size_t n, float scale, const uint8_t *mask, const T *dy, T *dx,
+                            int add) {
+  GRID_LOOP(i, n) {
+    float g = mask[i] ? ld(dy[i]) * scale : 0.0f;
+    dx[i] = st<T>(add ? ld(dx[i]) + g : g);
+  }
 }
 
 // One block: each thread takes rows i = tid, tid + blockDim, ...; per-thread sums are
@@ -461,10 +705,10 @@ cudaError_t nn_cuk_relu_forward(cudaStream_t st, nn_precision_t p, size_t n, con
 }
 
 cudaError_t nn_cuk_relu_backward(cudaStream_t st, nn_precision_t p, size_t n, const void *y,
-                                 const void *dy, void *dx) {
+                                 const void *dy, void *dx, int add) {
   if (n)
     DISPATCH(p, (relu_bwd<E><<<blocks_for(n), kThreads, 0, st>>>(
-                    n, (const E *)y, (const E *)dy, (E *)dx, dx == dy)));
+                    n, (const E *)y, (const E *)dy, (E *)dx, add && dx != dy)));
   return cudaGetLastError();
 }
 
@@ -477,18 +721,18 @@ cudaError_t nn_cuk_add_forward(cudaStream_t st, nn_precision_t p, size_t n, cons
 }
 
 cudaError_t nn_cuk_add_backward(cudaStream_t st, nn_precision_t p, size_t n, const void *dy,
-                                void *da, void *db) {
+                                void *da, int a_add, void *db, int b_add) {
   if (n)
     DISPATCH(p, (add_bwd<E><<<blocks_for(n), kThreads, 0, st>>>(n, (const E *)dy, (E *)da,
-                                                                 (E *)db)));
+                                                                 a_add, (E *)db, b_add)));
   return cudaGetLastError();
 }
 
 cudaError_t nn_cuk_accumulate(cudaStream_t st, nn_precision_t p, size_t n, const void *dy,
-                              void *dx) {
+                              void *dx, int add) {
   if (n)
     DISPATCH(p, (accumulate<E><<<blocks_for(n), kThreads, 0, st>>>(n, (const E *)dy,
-                                                                    (E *)dx)));
+                                                                    (E *)dx, add)));
   return cudaGetLastError();
 }
 
@@ -502,11 +746,11 @@ cudaError_t nn_cuk_gap_forward(cudaStream_t st, nn_precision_t p, int nhwc, int 
 }
 
 cudaError_t nn_cuk_gap_backward(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
-                                int hw, const void *dy, void *dx) {
+                                int hw, const void *dy, void *dx, int add) {
   size_t total = (size_t)n * c * hw;
   if (total)
     DISPATCH(p, (gap_bwd<E><<<blocks_for(total), kThreads, 0, st>>>(
-                    total, c, hw, nhwc, (const E *)dy, (E *)dx)));
+                    total, c, hw, nhwc, (const E *)dy, (E *)dx, add)));
   return cudaGetLastError();
 }
 
@@ -567,10 +811,98 @@ cudaError_t nn_cuk_bn_infer(cudaStream_t st, nn_precision_t p, int nhwc, int n, 
 cudaError_t nn_cuk_bn_backward(cudaStream_t st, nn_precision_t p, int nhwc, int n, int c,
                                int hw, const void *x, const float *gamma,
                                const float *save_mean, const float *save_invstd,
-                               const void *dy, void *dx, float *dgamma, float *dbeta) {
+                               const void *dy, void *dx, int add, float *dgamma,
+                               float *dbeta) {
   DISPATCH(p, (bn_backward<E><<<(unsigned)c, kThreads, 0, st>>>(
                   n, c, hw, nhwc, (const E *)x, gamma, save_mean, save_invstd, (const E *)dy,
-                  (E *)dx, dgamma, dbeta)));
+                  (E *)dx, add, dgamma, dbeta)));
+  return cudaGetLastError();
+}
+
+// The chunks of m rows for the channel-vectorised NHWC batch norm: enough blocks to fill
+// the GPU (about 1024 with the channel tiles), each chunk at least 64 rows.
+static void bn_nhwc_chunks(size_t m, int c, int *chunks, size_t *rows) {
+  const size_t tiles = ((size_t)c + kBnCols - 1) / kBnCols;
+  size_t k = 1024 / tiles;
+  const size_t most = (m + 63) / 64;
+  if (k > most) k = most;
+  if (k < 1) k = 1;
+  *rows = (m + k - 1) / k;
+  *chunks = (int)((m + *rows - 1) / *rows);
+}
+
+size_t nn_cuk_bn_nhwc_workspace(int n, int c, int hw) {
+  int chunks;
+  size_t rows;
+  bn_nhwc_chunks((size_t)n * hw, c, &chunks, &rows);
+  return (2 * (size_t)chunks + 2) * (size_t)c * sizeof(float);
+}
+
+cudaError_t nn_cuk_bn_nhwc_train(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                 float eps, float momentum, const void *x, const float *gamma,
+                                 const float *beta, float *running_mean, float *running_var,
+                                 void *y, float *save_mean, float *save_invstd, float *ws) {
+  const size_t m = (size_t)n * hw;
+  int chunks;
+  size_t rows;
+  bn_nhwc_chunks(m, c, &chunks, &rows);
+  float *pm = ws, *pv = ws + (size_t)chunks * c;
+  const dim3 grid((unsigned)((c + kBnCols - 1) / kBnCols), (unsigned)chunks);
+  const dim3 block(kBnCols, kBnRows);
+  DISPATCH(p, (bn_nhwc_stats<E><<<grid, block, 0, st>>>(m, c, rows, (const E *)x, pm, pv)));
+  bn_nhwc_finish_stats<<<(unsigned)((c + kThreads - 1) / kThreads), kThreads, 0, st>>>(
+      m, c, chunks, rows, eps, momentum, pm, pv, running_mean, running_var, save_mean,
+      save_invstd);
+  const size_t total = m * (size_t)c;
+  DISPATCH(p, (bn_nhwc_apply<E><<<blocks_for(total), kThreads, 0, st>>>(
+                  total, c, (const E *)x, gamma, beta, save_mean, save_invstd, (E *)y)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_bn_nhwc_backward(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
+                                    const void *x, const float *gamma, const float *save_mean,
+                                    const float *save_invstd, const void *dy, void *dx,
+                                    int add, float *dgamma, float *dbeta, float *ws) {
+  const size_t m = (size_t)n * hw;
+  int chunks;
+  size_t rows;
+  bn_nhwc_chunks(m, c, &chunks, &rows);
+  float *pdy = ws, *pdyx = ws + (size_t)chunks * c, *sums = ws + 2 * (size_t)chunks * c;
+  const dim3 grid((unsigned)((c + kBnCols - 1) / kBnCols), (unsigned)chunks);
+  const dim3 block(kBnCols, kBnRows);
+  DISPATCH(p, (bn_nhwc_grad_sums<E><<<grid, block, 0, st>>>(
+                  m, c, rows, (const E *)x, (const E *)dy, save_mean, save_invstd, pdy, pdyx)));
+  bn_nhwc_finish_grads<<<(unsigned)((c + kThreads - 1) / kThreads), kThreads, 0, st>>>(
+      c, chunks, pdy, pdyx, sums, dgamma, dbeta);
+  const size_t total = m * (size_t)c;
+  DISPATCH(p, (bn_nhwc_dx<E><<<blocks_for(total), kThreads, 0, st>>>(
+                  total, c, 1.0f / (float)m, (const E *)x, (const E *)dy, gamma, save_mean,
+                  save_invstd, sums, (E *)dx, add)));
+  return cudaGetLastError();
+}
+
+static PoolShape pool_shape(const nn_pool2d_shape_t *s) {
+  return {s->n, s->c, s->h_in, s->w_in, s->kh, s->kw, s->stride_h, s->stride_w,
+          s->pad_h, s->pad_w, s->h_out, s->w_out};
+}
+
+cudaError_t nn_cuk_pool_forward(cudaStream_t st, nn_precision_t p, int nhwc, int max,
+                                const nn_pool2d_shape_t *s, const void *x, void *y) {
+  const size_t total = (size_t)s->n * s->c * s->h_out * s->w_out;
+  if (total)
+    DISPATCH(p, (pool_fwd<E><<<blocks_for(total), kThreads, 0, st>>>(
+                    total, pool_shape(s), nhwc, max, (const E *)x, (E *)y)));
+  return cudaGetLastError();
+}
+
+cudaError_t nn_cuk_pool_backward(cudaStream_t st, nn_precision_t p, int nhwc, int max,
+                                 const nn_pool2d_shape_t *s, const void *x, const void *dy,
+                                 void *dx, int add) {
+  const size_t total = (size_t)s->n * s->c * s->h_in * s->w_in;
+  if (total)
+    DISPATCH(p, (pool_bwd<E><<<blocks_for(total), kThreads, 0, st>>>(
+                    total, pool_shape(s), nhwc, max, (const E *)x, (const E *)dy, (E *)dx,
+                    add)));
   return cudaGetLastError();
 }
 
@@ -602,11 +934,11 @@ cudaError_t nn_cuk_nhwc_to_nchw(cudaStream_t st, nn_precision_t p, int n, int c,
 }
 
 cudaError_t nn_cuk_nchw_to_nhwc_acc(cudaStream_t st, nn_precision_t p, int n, int c, int hw,
-                                    const void *dy, void *dx) {
+                                    const void *dy, void *dx, int add) {
   size_t total = (size_t)n * c * hw;
   if (total)
     DISPATCH(p, (nchw_to_nhwc_acc<E><<<blocks_for(total), kThreads, 0, st>>>(
-                    total, c, hw, (const E *)dy, (E *)dx)));
+                    total, c, hw, (const E *)dy, (E *)dx, add)));
   return cudaGetLastError();
 }
 
@@ -629,11 +961,15 @@ cudaError_t nn_cuk_dropout_forward(cudaStream_t st, nn_precision_t prec, size_t 
 }
 
 cudaError_t nn_cuk_dropout_backward(cudaStream_t st, nn_precision_t prec, size_t n, float p,
-                                    const uint8_t *mask, const void *dy, void *dx) {
-  if (n == 0 || p >= 1.0f) return cudaGetLastError();
+                                    const uint8_t *mask, const void *dy, void *dx, int add) {
+  if (n == 0) return cudaGetLastError();
+  if (p >= 1.0f) {  // nothing kept: dx += 0, or dx = 0
+    if (!add) return cudaMemsetAsync(dx, 0, n * nn_cuda_elem_size(prec), st);
+    return cudaGetLastError();
+  }
   float scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
   DISPATCH(prec, (dropout_bwd<E><<<blocks_for(n), kThreads, 0, st>>>(
-                     n, scale, mask, (const E *)dy, (E *)dx)));
+                     n, scale, mask, (const E *)dy, (E *)dx, add)));
   return cudaGetLastError();
 }
 

@@ -1,7 +1,8 @@
 /* nn/cuda/linear_cublas.c: the linear layer through cuBLAS.
    Row-major x[n][in], W[out][in], y[n][out] are column-major x^T, W^T, y^T, so
    y^T = W x^T is one GEMM with W transposed, and the backward GEMMs likewise; beta = 1
-   accumulates into dx and dw as the CPU kernels do. float32 data: SGEMM, TF32 following
+   accumulates into dw as the CPU kernels do, and into dx unless the caller stores it
+   (beta = 0: cuBLAS does not read C). float32 data: SGEMM, TF32 following
    nn_cuda_set_tf32. float16/bfloat16 data (mixed precision): cublasGemmEx with float32
    accumulation (tensor cores). */
 #include "nn/cuda/cuda_internal.h"
@@ -37,15 +38,15 @@ nn_status_t nn_linear_forward_cuda_p(nn_precision_t p, int n, int in, int out, c
 
 nn_status_t nn_linear_backward_cuda_p(nn_precision_t p, int n, int in, int out,
                                       const void *x, const void *w, const void *dy, void *dx,
-                                      void *dw, void *db) {
+                                      int dx_add, void *dw, void *db) {
   if (n < 1 || in < 1 || out < 1 || !dy)
     return nn_set_error(NN_ERR_ARG, "nn_linear_backward_cuda: bad shape or NULL dy");
   nn_cuda_ctx_t *c;
   nn_status_t s = nn_cuda_ctx(&c);
   if (s != NN_OK) return s;
-  /* dx^T (in x n) += W^T (in x out) dy^T (out x n) */
-  if (dx && (s = gemm(c, p, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dy, out, 1.0f, dx,
-                      in)) != NN_OK)
+  /* dx^T (in x n) += (or =) W^T (in x out) dy^T (out x n) */
+  if (dx && (s = gemm(c, p, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dy, out,
+                      dx_add ? 1.0f : 0.0f, dx, in)) != NN_OK)
     return s;
   /* dW^T (in x out) += x^T (in x n) dy (n x out) */
   if (dw && (s = gemm(c, p, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x, in, dy, out, 1.0f, dw,
@@ -63,5 +64,5 @@ nn_status_t nn_linear_forward_cuda(int n, int in, int out, const float *x, const
 nn_status_t nn_linear_backward_cuda(int n, int in, int out, const float *x,
                                     const float *w, const float *dy, float *dx, float *dw,
                                     float *db) {
-  return nn_linear_backward_cuda_p(NN_PRECISION_FP32, n, in, out, x, w, dy, dx, dw, db);
+  return nn_linear_backward_cuda_p(NN_PRECISION_FP32, n, in, out, x, w, dy, dx, 1, dw, db);
 }

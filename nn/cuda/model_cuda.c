@@ -30,7 +30,14 @@
 
    Relu runs in place on the device where it does on the CPU, except over a pooling
    output: cuDNN's pooling backward reads the forward output y, which an in-place relu
-   would have changed (the CPU max pool keeps an argmax instead). */
+   would have changed (the CPU max pool keeps an argmax instead).
+
+   Backward follows the CPU's first-writer rule (nn_layer_t.dx_first): the layer that
+   writes an activation gradient first in the pass stores it (cuDNN and cuBLAS with
+   beta 0, nn's kernels with add 0) and the later ones add, so the walk zeroes only the
+   gradients nobody writes and no kernel reads back a gradient of zeros. The rule is
+   planned again for this backend's views when the model moves here (a relu over a
+   pooling output and an NHWC flatten own their gradient here, unlike on the CPU). */
 #include "nn/model_internal.h"
 #include "nn/cuda/cuda_internal.h"
 
@@ -45,7 +52,8 @@ typedef struct {
   int inplace_relu;
   int permute;             /* NHWC flatten of a spatial map: out is its NCHW copy   */
   float *save_mean, *save_invstd;
-  nn_cuda_bn_reserve_t bn_reserve;   /* batch norm, forward to backward (NHWC)      */
+  nn_cuda_bn_reserve_t bn_reserve;   /* batch norm: descriptors, reserve (NHWC)     */
+  nn_cuda_pool_desc_t pool_desc;     /* pooling: descriptors                        */
   uint8_t *mask;
 } dlayer_t;
 
@@ -136,6 +144,7 @@ static void cuda_model_release(const nn_model_t *m, cuda_model_t *d) {
       nn_cuda_free(l->save_mean);
       nn_cuda_free(l->save_invstd);
       nn_cuda_bn_reserve_free(&l->bn_reserve);
+      nn_cuda_pool_desc_free(&l->pool_desc);
       nn_cuda_free(l->mask);
     }
   free(d->L);
@@ -238,8 +247,11 @@ nn_status_t nn_model_optim_step_cuda(nn_model_t *m, nn_cuda_optim_t *o, float lr
   } while (0)
 
 /* Hands the staged device activations to the model's layers, after the host ones are
-   gone: the walk reads them from there. */
-static void commit(nn_model_t *m, cuda_model_t *d) {
+   gone: the walk reads them from there, and plans the first writers of the gradients
+   for this backend's views (view, written: num_layers and num_layers + 1 bytes). */
+static void commit(nn_model_t *m, cuda_model_t *d, char *view, char *written) {
+  for (int i = 0; i < m->num_layers; i++) view[i] = (char)!d->L[i].own_dout;
+  nn_model_plan_grad_writes(m, view, written);
   for (int i = 0; i < m->num_layers; i++) {
     nn_layer_t *l = &m->layers[i];
     dlayer_t *dl = &d->L[i];
@@ -275,6 +287,7 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
   size_t batch = (size_t)m->cfg.batch;
   size_t in_elems = batch * nn_model_input_size(m);
   size_t logit_elems = batch * (size_t)m->num_classes;
+  char *view = NULL, *written = NULL;   /* the gradient plan's scratch (commit) */
   cuda_model_t *d = calloc(1, sizeof *d);
   if (!d) return nn_set_error(NN_ERR_NO_MEMORY, "nn_model_to_device: out of memory");
   d->fmt.prec = m->precision.precision;
@@ -353,12 +366,22 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
   /* The host activations are no longer used: give their memory back (it can be many
      GiB for resnet50 at batch 256). Parameters, buffers, counters and the optimizer
      state stay as the host mirror. */
+  view = malloc((size_t)m->num_layers);
+  written = malloc((size_t)m->num_layers + 1u);
+  if (!view || !written) {
+    s = nn_set_error(NN_ERR_NO_MEMORY, "nn_model_to_device: out of memory");
+    goto fail;
+  }
   m->backend->release(m);
-  commit(m, d);
+  commit(m, d, view, written);
+  free(view);
+  free(written);
   m->last_n = 0;
   m->have_loss = 0;
   return NN_OK;
 fail:
+  free(view);
+  free(written);
   (void)nn_cuda_synchronize();
   cuda_model_release(m, d);
   return s;
@@ -617,7 +640,7 @@ static nn_status_t conv_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   nn_conv2d_shape_t sh = nn_layer_conv_shape(l, n);
   s = nn_conv2d_backward_cuda_p(f, &sh, x, gemm_param(d, l->w_off), l->dout,
-                                nn_layer_dx(m, i), gemm_grad(d, l->w_off),
+                                nn_layer_dx(m, i), !l->dx_first[0], gemm_grad(d, l->w_off),
                                 l->has_bias ? gemm_grad(d, l->b_off) : NULL);
   /* This layer's weight gradients from the compute copy into the float32 ones. */
   return s == NN_OK ? gather_layer_grads(m, c, l) : s;
@@ -629,7 +652,8 @@ static nn_status_t bn_forward(nn_model_t *m, int i, int n, int training) {
   float *B = d->buffers;
   if (!training)
     return nn_batchnorm2d_forward_infer_cuda_p(f, &sh, x, P + l->w_off, P + l->b_off,
-                                               B + l->rm_off, B + l->rv_off, l->out);
+                                               B + l->rm_off, B + l->rv_off, l->out,
+                                               &dl->bn_reserve);
   m->counters[l->counter]++;
   return nn_batchnorm2d_forward_train_cuda_p(f, &sh, x, P + l->w_off, P + l->b_off,
                                              B + l->rm_off, B + l->rv_off, l->out,
@@ -642,7 +666,8 @@ static nn_status_t bn_backward(nn_model_t *m, int i, int n) {
   nn_batchnorm2d_shape_t sh = nn_layer_bn_shape(l, n);
   return nn_batchnorm2d_backward_cuda_p(f, &sh, x, P + l->w_off, dl->save_mean,
                                         dl->save_invstd, l->dout, nn_layer_dx(m, i),
-                                        G + l->w_off, G + l->b_off, &dl->bn_reserve);
+                                        !l->dx_first[0], G + l->w_off, G + l->b_off,
+                                        &dl->bn_reserve);
 }
 
 static nn_status_t relu_forward(nn_model_t *m, int i, int n, int training) {
@@ -655,11 +680,12 @@ static nn_status_t relu_forward(nn_model_t *m, int i, int n, int training) {
 
 static nn_status_t relu_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
+  /* In place, dy and dx are the same values: mask them, which is storing. */
   if (dl->inplace_relu)
-    NN_CUDA_CHECK(nn_cuk_relu_backward(c->stream, p, count, l->out, l->dout, l->dout));
+    NN_CUDA_CHECK(nn_cuk_relu_backward(c->stream, p, count, l->out, l->dout, l->dout, 0));
   else
     NN_CUDA_CHECK(nn_cuk_relu_backward(c->stream, p, count, l->out, l->dout,
-                                       nn_layer_dx(m, i)));
+                                       nn_layer_dx(m, i), !l->dx_first[0]));
   return NN_OK;
 }
 
@@ -667,14 +693,15 @@ static nn_status_t relu_backward(nn_model_t *m, int i, int n) {
 static nn_status_t pool_forward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   nn_pool2d_shape_t sh = nn_layer_pool_shape(l, n);
-  return nn_pool2d_forward_cuda_p(f, l->kind == NN_LAYER_MAXPOOL2D, &sh, x, l->out);
+  return nn_pool2d_forward_cuda_p(f, l->kind == NN_LAYER_MAXPOOL2D, &sh, x, l->out,
+                                  &dl->pool_desc);
 }
 
 static nn_status_t pool_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   nn_pool2d_shape_t sh = nn_layer_pool_shape(l, n);
   return nn_pool2d_backward_cuda_p(f, l->kind == NN_LAYER_MAXPOOL2D, &sh, x, l->out, l->dout,
-                                   nn_layer_dx(m, i));
+                                   nn_layer_dx(m, i), !l->dx_first[0], &dl->pool_desc);
 }
 
 static nn_status_t maxpool_forward(nn_model_t *m, int i, int n, int training) {
@@ -705,7 +732,7 @@ static nn_status_t gap_forward(nn_model_t *m, int i, int n, int training) {
 static nn_status_t gap_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   NN_CUDA_CHECK(nn_cuk_gap_backward(c->stream, p, f.nhwc, n, l->c, l->in_h * l->in_w,
-                                    l->dout, nn_layer_dx(m, i)));
+                                    l->dout, nn_layer_dx(m, i), !l->dx_first[0]));
   return NN_OK;
 }
 
@@ -721,7 +748,7 @@ static nn_status_t linear_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   s = nn_linear_backward_cuda_p(p, n, l->in_c * l->in_h * l->in_w, l->c, x,
                                 gemm_param(d, l->w_off), l->dout, nn_layer_dx(m, i),
-                                gemm_grad(d, l->w_off),
+                                !l->dx_first[0], gemm_grad(d, l->w_off),
                                 l->has_bias ? gemm_grad(d, l->b_off) : NULL);
   return s == NN_OK ? gather_layer_grads(m, c, l) : s;
 }
@@ -742,7 +769,7 @@ static nn_status_t dropout_forward(nn_model_t *m, int i, int n, int training) {
 static nn_status_t dropout_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   NN_CUDA_CHECK(nn_cuk_dropout_backward(c->stream, p, count, l->p, dl->mask, l->dout,
-                                        nn_layer_dx(m, i)));
+                                        nn_layer_dx(m, i), !l->dx_first[0]));
   return NN_OK;
 }
 
@@ -761,9 +788,9 @@ static nn_status_t flatten_backward(nn_model_t *m, int i, int n) {
   void *dx = nn_layer_dx(m, i);
   if (dl->permute)
     NN_CUDA_CHECK(nn_cuk_nchw_to_nhwc_acc(c->stream, p, n, l->in_c, l->in_h * l->in_w,
-                                          l->dout, dx));
+                                          l->dout, dx, !l->dx_first[0]));
   else
-    NN_CUDA_CHECK(nn_cuk_accumulate(c->stream, p, count, l->dout, dx));
+    NN_CUDA_CHECK(nn_cuk_accumulate(c->stream, p, count, l->dout, dx, !l->dx_first[0]));
   return NN_OK;
 }
 
@@ -778,13 +805,15 @@ static nn_status_t add_forward(nn_model_t *m, int i, int n, int training) {
 static nn_status_t add_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   NN_CUDA_CHECK(nn_cuk_add_backward(c->stream, p, count, l->dout, nn_layer_dx(m, i),
-                                    nn_layer_in_grad(m, l->in[1])));
+                                    !l->dx_first[0], nn_layer_in_grad(m, l->in[1]),
+                                    !l->dx_first[1]));
   return NN_OK;
 }
 
 static const nn_backend_t cuda_backend = {
     .name = "CUDA",
     .device = NN_DEVICE_CUDA,
+    .writes_first_dx = 1,
     .zero = cuda_zero,
     .copy = cuda_copy,
     .load_input = cuda_load_input,
