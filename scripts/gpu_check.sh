@@ -201,7 +201,9 @@ row() {
 }
 left() { echo $(( BUDGET - SECONDS )); }
 stall_env() { env | grep '^HVD_STALL_' | sort | tr '\n' ' ' | sed 's/ $//'; }
-finish() {
+FINISHED=0
+print_summary() {
+  FINISHED=1
   trap - TERM INT HUP
   tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2> /dev/null
   {
@@ -214,8 +216,18 @@ finish() {
     cat "$SUMMARY"
     echo "total time: ${SECONDS}s; logs: $OUT (summary.txt, gpu_check.log, nccl_warn.log, logs.tar.gz)"
   } | tee -a "$OUT/gpu_check.log"
-  exit "$1"
 }
+finish() { print_summary; exit "$1"; }
+# A bug of this script that ends it (an unset variable under set -u) still leaves a
+# summary that says so, not an empty reply.
+# shellcheck disable=SC2317  # reached through the trap below
+on_exit() {
+  local rc=$?
+  [ "$FINISHED" = 1 ] && return
+  row "${STEP_NAME:-gpu_check.sh}" 0 "FAIL: gpu_check.sh ended unexpectedly (exit $rc; see gpu_check.log)"
+  print_summary
+}
+trap on_exit EXIT
 # Stopped from outside: end the step in flight (timeout runs it in a process group of
 # its own, out of reach of a signal to ours), say so in its row, print the summary.
 # shellcheck disable=SC2317  # reached through the traps below
@@ -227,8 +239,10 @@ on_signal() {
     for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2> /dev/null || break; sleep 0.3; done
     kill -KILL "$pid" 2> /dev/null
   fi
+  local secs=0
+  [ -n "$STEP_NAME" ] && secs=$((SECONDS - STEP_T0))
   log "stopped by SIG$1 during: ${STEP_NAME:-(between steps)}"
-  row "${STEP_NAME:-(between steps)}" $((SECONDS - STEP_T0)) "KILLED: the check was stopped from outside (SIG$1)"
+  row "${STEP_NAME:-(between steps)}" "$secs" "KILLED: the check was stopped from outside (SIG$1)"
   finish $((128 + $2))
 }
 trap 'on_signal TERM 15' TERM
@@ -278,7 +292,7 @@ run_step() {
   cmd=${cmd//$'\n'/ }
   log "== $name (limit ${t}s): ${cmd:0:160}"
   STEP_NAME=$name STEP_T0=$SECONDS
-  local start=$EPOCHREALTIME rcf=$LOGS/.step_rc initf=$LOGS/.step_init
+  local start=${EPOCHREALTIME:-0} rcf=$LOGS/.step_rc initf=$LOGS/.step_init
   rm -f "$rcf" "$initf" "$STEP_PIDF"
   {
     GC_STEP_LIMIT_S=$t timeout -k 3 "$t" "${STDBUF[@]}" "$@" 2>&1 &
@@ -303,16 +317,15 @@ run_step() {
   log "   -> exit $rc in ${STEP_SECS}s${STEP_INIT:+, CUDA start-up ${STEP_INIT}s} (log: $(basename "$logf"))"
   return "$rc"
 }
-# init_note NAME: records the last step's start-up time for the summary; prints
-# ", no CUDA line" for a step cut off before its process showed the device.
+# note_init NAME: the last step's CUDA start-up time, under NAME, for the summary.
 note_init() {
   if [ -n "$STEP_INIT" ]; then INIT_TIMES="$INIT_TIMES $1 ${STEP_INIT}s;"; fi
 }
-# extras LOG: what a row adds from its log: cuDNN's refusals, and NCCL warnings.
+# extras LOG: what a row adds from its log: every cuDNN refusal (nn's notices).
 extras() {
   local r
   r=$(gc_refusals "$1")
-  [ -n "$r" ] && printf ' [cuDNN refused: %s]' "$r"
+  if [ -n "$r" ]; then printf ' [cuDNN refused: %s]' "$r"; fi
 }
 log "budget ${BUDGET}s (planned maxima ${PLANNED}s); in force: $(stall_env) NCCL_DEBUG=$NCCL_DEBUG"
 

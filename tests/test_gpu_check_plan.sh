@@ -234,18 +234,18 @@ grep -qx "CUDA_SO_LDLIBS=.*$fake/lib64/libcudnn.so .*$fake/lib64/libcudart.so .*
 
 # ---- 5. a budget with room for the planned steps only: the later rows are not started ----
 rm -f "$tmp/rec"/*
-run_check small GPU_CHECK_BUDGET_S=50
+run_check small GPU_CHECK_BUDGET_S=40
 wait "$CHECK_PID"
 cat "$tmp/small.stdout"
 s=$tmp/small/out/summary.txt
 grep -qE '^4\. resnet50 b256 img/s \(fp16, torch AMP\).* 1000 \| torch channels-last 2000' "$s" ||
-  fail "a 50 s budget: no fp16 figures"
+  fail "a 40 s budget: no fp16 figures"
 for p in bf16 tf32 fp32; do
   grep -qE "^4\\. resnet50 b256 img/s \\($p.*cnn_bench SKIPPED: needs 15s \\+ 10s" "$s" ||
-    fail "a 50 s budget: the $p row was not skipped for its budget"
+    fail "a 40 s budget: the $p row was not skipped for its budget"
 done
-[ "$(wc -l < "$tmp/rec/cnn_bench")" -eq 1 ] || fail "a 50 s budget: cnn_bench ran $(wc -l < "$tmp/rec/cnn_bench") times, expected once"
-grep -q ' 256 10 fp16 3$' "$tmp/rec/torch" || fail "a 50 s budget: PyTorch ran '$(cat "$tmp/rec/torch")', expected fp16 alone"
+[ "$(wc -l < "$tmp/rec/cnn_bench")" -eq 1 ] || fail "a 40 s budget: cnn_bench ran $(wc -l < "$tmp/rec/cnn_bench") times, expected once"
+grep -q ' 256 10 fp16 3$' "$tmp/rec/torch" || fail "a 40 s budget: PyTorch ran '$(cat "$tmp/rec/torch")', expected fp16 alone"
 
 # ---- 6. the Makefile: the shared CUDA backends link what CUDA_LDLIBS names ----
 if command -v nvcc > /dev/null || [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then

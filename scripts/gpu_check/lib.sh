@@ -31,7 +31,9 @@ gc_stamp_init() {
   while IFS= read -r line || [ -n "$line" ]; do
     printf '%s\n' "$line"
     if [[ $line == *"CUDA: "* || $line =~ ^torch\ [0-9] ]]; then
-      awk -v a="$2" -v b="${EPOCHREALTIME:-$2}" 'BEGIN {printf "%.1f\n", b - a}' > "$1"
+      # (bash 5 has EPOCHREALTIME; an older one reports no start-up time)
+      [ -n "${EPOCHREALTIME:-}" ] &&
+        awk -v a="$2" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f\n", b - a}' > "$1"
       cat
       return
     fi
