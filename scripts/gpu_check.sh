@@ -605,8 +605,8 @@ bench_row() {
     rc=$? skipped=$STEP_SKIPPED secs=$STEP_SECS
     note_init "cnn_bench_$prec"
   fi
-  RESERVE=0
   if [ "$skipped" = 1 ]; then
+    RESERVE=0
     IPS[hvd_$prec]="" NOTE[$prec]=" (cnn_bench SKIPPED: needs ${T_BENCH}s + ${T_TORCH_PREC}s for PyTorch; the time budget is spent)"
     FMT[$prec]=$fmt SECS[$prec]=- ALGO[$prec]=""
     return
@@ -679,6 +679,7 @@ bench_row() {
   SECS[$prec]=$secs
   ALGO[$prec]=$algo
   TORCH_PRECS="$TORCH_PRECS${TORCH_PRECS:+,}$prec"
+  RESERVE=0   # (kept until here: a later row's extra runs leave PyTorch's share free too)
 }
 # torch_step: PyTorch in the precisions cnn_bench ran (fp16 at least), one process,
 # capped: its start and first precision, and T_TORCH_PREC for each further one.
