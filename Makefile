@@ -277,8 +277,11 @@ ifeq ($(USE_CUDA),1)
                         $(UTIL_PLUGIN_SRC))
   NN_CUDA_SO_OBJS  := $(call obj,$(filter nn/cuda/%,$(NN_SRC)) $(NN_PLUGIN_SRC)) $(call cuobj,$(NN_CU_SRC))
   CUDA_BACKENDS    := $(call so_file,hvd_cuda) $(call so_file,nn_cuda)
-  CUDA_SO_LDLIBS   ?= -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudnn -lcublas -lcublasLt \
-                      -lnccl -lcudart -lstdc++
+  # The libraries of CUDA_LDLIBS, with the shared runtime for the static one: where
+  # CUDA_LDLIBS names other files (scripts/gpu_check.sh passes the Python wheels' cuDNN,
+  # cuBLAS and NCCL), the backends link those too.
+  CUDA_SO_LDLIBS   ?= $(subst libcudart_static.a,libcudart.so,$(subst -lcudart_static,-lcudart,$(CUDA_LDLIBS))) \
+                      -lstdc++
 else
   LIBHVD_SO_OBJS   := $(call obj,$(HVD_SRC))
   LIBNN_SO_OBJS    := $(call obj,$(NN_SRC))

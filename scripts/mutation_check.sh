@@ -127,6 +127,18 @@ serve-deleted-version-kept|serve/versions.c|s#if (num == current) return 0;#if (
 source-limit-off-by-one|scripts/longest_functions.sh|s#\$1 > l \&\& #$1 > l + 1 \&\& #|test_source_limits.sh
 grad-plan-ignores-backend-views|nn/model.c|s#while (j != NN_MODEL_INPUT \&\& view\[j\])#while (j != NN_MODEL_INPUT \&\& m->layers[j].is_view)#|test_nn_backward_store
 grad-plan-flatten-writes-none|nn/model.c|s#if (l->kind == NN_LAYER_FLATTEN) return l->in\[0\] != NN_MODEL_INPUT;#if (l->kind == NN_LAYER_FLATTEN) return 0;#|test_nn_backward_store
+gpu-check-oom-any-memory|scripts/gpu_check/lib.sh|s#^gc_is_oom() { grep -qsiE .*#gc_is_oom() { grep -qsi memory "$1"; }#|test_gpu_check_plan.sh
+gpu-check-no-term-trap|scripts/gpu_check.sh|s#^trap 'on_signal TERM 15' TERM#: no trap#|test_gpu_check_plan.sh
+gpu-check-torch-first|scripts/gpu_check.sh|s#^TIMING_ORDER="bench torch"#TIMING_ORDER="torch bench"#|test_gpu_check_plan.sh
+gpu-check-build-45s|scripts/gpu_check.sh|s#^T_BUILD=\${GPU_CHECK_BUILD_S:-90}#T_BUILD=${GPU_CHECK_BUILD_S:-45}#|test_gpu_check_plan.sh
+gpu-check-probe-timeout-ends|scripts/gpu_check.sh|s#^  log "the GPU probe did not finish in .*#&; finish 1#|test_gpu_check_plan.sh
+gpu-check-first-row-find|scripts/gpu_check.sh|s#local find_env=(env -u NN_CUDNN_FIND)#local find_env=(env NN_CUDNN_FIND=1)#|test_gpu_check_plan.sh
+gpu-check-refusals-dropped|scripts/gpu_check/lib.sh|s#\.\*cuDNN refused#.*cuDNN declined#|test_gpu_check_plan.sh
+gpu-check-bare-layout-dropped|scripts/gpu_check.sh|s#"\$STEPS" "\$prec" "\$fmt"$#"$STEPS" "$prec"#|test_gpu_check_plan.sh
+gpu-check-nccl-debug-unset|scripts/gpu_check.sh|s#^export NCCL_DEBUG=\${NCCL_DEBUG:-WARN}#export NCCL_DEBUG=${NCCL_DEBUG:-}#|test_gpu_check_plan.sh
+gpu-check-init-times-dropped|scripts/gpu_check.sh|s#if \[ -n "\$STEP_INIT" \]; then INIT_TIMES=#if false; then INIT_TIMES=#|test_gpu_check_plan.sh
+gpu-check-row-budget-unchecked|scripts/gpu_check.sh|s#opts=(-s -n "\$T_BENCH" -c#opts=(-s -n 1 -c#|test_gpu_check_plan.sh
+gpu-check-shared-static-libs|Makefile|s#^  CUDA_SO_LDLIBS   ?= \$(subst .*#  CUDA_SO_LDLIBS ?= -L$(CUDA_LIBDIR) -lcudnn -lcublas -lcublasLt -lnccl -lcudart \\#|test_gpu_check_plan.sh
 EOF
 )
 

@@ -31,6 +31,7 @@ jobs=${HVD_TEST_JOBS:-2}
 pooled=(
   test_train_resume.sh test_train_resume_mid.sh test_coll_bench.sh test_train_ckpt_fields.sh
   test_hvd_cache test_train_init_weights.sh test_gpu_check_build.sh test_coll_inproc
+  test_gpu_check_plan.sh
   test_train_errors.sh test_mutation_check.sh test_nn_precision_emulation
   test_train_output_paths.sh test_train_export.sh test_cnn_bench_format.sh
   test_train_resume_ranks.sh test_grad_buckets_mpi.sh test_coll_hierarchical.sh test_device_flags.sh

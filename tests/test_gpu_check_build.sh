@@ -6,7 +6,8 @@
 # stop with exit 2 and a clear "NO GPU" line. Keeps the script from rotting while the
 # sources change. Also checks that every summary row carries the seconds its step took
 # and that the check runs with HVD_STALL_SHUTDOWN_TIME_SECONDS set (a NCCL hang must end
-# in an error). Skipped without nvcc, and where a GPU is present (run the full check
+# in an error), and that $OUT holds 4 files (summary, gpu_check.log, nccl_warn.log,
+# logs.tar.gz). Skipped without nvcc, and where a GPU is present (run the full check
 # there: scripts/gpu_check.sh).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -18,7 +19,7 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU
 fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-# The build's planned 45 s are for the device machine's 16 cores; this machine may have 2,
+# The build's planned 90 s are for the device machine's 16 cores; this machine may have 2,
 # busy. The stall variables unset: the check must set them itself.
 env -u HVD_STALL_SHUTDOWN_TIME_SECONDS -u HVD_STALL_CHECK_TIME_SECONDS -u GPU_CHECK_BUDGET_S \
   GPU_CHECK_BUILD_S=200 OUT="$out" timeout 280 scripts/gpu_check.sh > "$out/stdout" 2>&1
@@ -27,7 +28,16 @@ cat "$out/stdout"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 [ "$rc" -eq 2 ] || fail "gpu_check.sh exited $rc, expected 2 (no GPU)"
+for t in timeout make 'cc \(' nvcc; do
+  grep -qE "^tool: $t.* 0s  ok: " "$out/summary.txt" || fail "no 'ok' row for the tool $t"
+done
 grep -qE '^build \(make MPI=stub BLAS=ref, nvcc.* ok$' "$out/summary.txt" || fail "the build step did not pass"
+# make shared, linked with the libraries the check found (CUDA_SO_LDLIBS).
+grep -qE '^build: make shared \(lib\*_cuda.so\) +0s  ok$' "$out/summary.txt" ||
+  fail "the shared CUDA backends (make shared) were not built"
+# What a device machine returns is a handful of files from $OUT: the check leaves 4.
+n=$(find "$out" -mindepth 1 -not -name stdout | wc -l)
+[ "$n" -eq 4 ] || fail "\$OUT holds $n entries, expected 4: $(ls "$out")"
 grep -qE '^0\. CPU reference vs PyTorch fixtures +[0-9]+s +PASS' "$out/summary.txt" ||
   fail "the CPU reference (C SGEMM) does not match the PyTorch fixtures"
 grep -qE '^0\. CPU reference gradient check +[0-9]+s +PASS' "$out/summary.txt" ||
@@ -36,7 +46,7 @@ grep -qE '^GPU +[0-9]+s +NONE: ' "$out/summary.txt" || fail "no clear 'GPU NONE'
 grep -q 'NO GPU: the programs built' "$out/stdout" || fail "no clear NO GPU message"
 # Every row: the name in 46 columns, the step's seconds right-aligned in 5, the status.
 rows=$(wc -l < "$out/summary.txt")
-[ "$rows" -ge 6 ] || fail "only $rows summary rows, expected build, 4 CPU checks and GPU"
+[ "$rows" -ge 11 ] || fail "only $rows summary rows, expected 4 tools, build, shared, 4 CPU checks and GPU"
 bad=$(grep -cvE '^.{46} +[0-9]+s  [A-Za-z]' "$out/summary.txt")
 [ "$bad" -eq 0 ] || fail "$bad summary row(s) without the seconds the step took"
 # The summary is printed last and says which stall limits were in force.

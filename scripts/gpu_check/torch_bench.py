@@ -6,7 +6,10 @@ scaler), TF32 allowed for what autocast leaves in float32. Prints
 "RESULT torch resnet50 <precision> <batch> <images/sec>" (and the final loss).
 ResNet-50 is torchvision's when importable, else the same architecture defined here.
 Usage: torch_bench.py [BATCH [STEPS [PRECISIONS [WARMUP]]]], PRECISIONS comma-separated
-(default fp32,tf32,fp16,bf16), WARMUP untimed steps (default 5).
+(default fp32,tf32,fp16,bf16), WARMUP untimed steps (default 5). GC_STEP_LIMIT_S (set by
+scripts/gpu_check.sh: the seconds this process may run): a precision after the first
+starts only if the longest one so far still fits in what is left, so the run ends with
+the figures it has instead of being cut off inside one.
 
 Timing, the same as bench/cnn_bench --device gpu's "total images/sec": WARMUP untimed
 steps, torch.cuda.synchronize(), clock start, STEPS timed steps that never wait for the
@@ -15,8 +18,11 @@ images/sec = BATCH x STEPS / that time. (cnn_bench also waits for the GPU at eac
 display steps, a few per run, and passes a barrier, immediate at one rank, before each
 clock reading. In fp16, PyTorch's GradScaler.step reads its inf/NaN flag with .item(), a
 wait per step that is part of AMP as PyTorch users run it; cnn_bench skips on the device.)"""
+import os
 import sys
 import time
+
+T_START = time.perf_counter()
 
 import torch
 import torch.nn as nn
@@ -120,8 +126,17 @@ def main():
         sys.exit(77)
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           f"{torch.cuda.get_device_name(0)}", flush=True)
-    for p in precisions:
+    limit = float(os.environ.get("GC_STEP_LIMIT_S", "0") or 0)
+    longest = 0.0
+    for i, p in enumerate(precisions):
+        used = time.perf_counter() - T_START
+        if limit > 0 and i > 0 and used + longest > limit - 2:
+            print(f"torch {p}: skipped: {used:.0f} s of the {limit:.0f} s limit used, and "
+                  f"the longest precision so far took {longest:.0f} s", flush=True)
+            continue
+        t0 = time.perf_counter()
         bench(p, batch, steps, warm)
+        longest = max(longest, time.perf_counter() - t0)
 
 
 if __name__ == "__main__":

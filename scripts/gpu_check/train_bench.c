@@ -3,8 +3,10 @@
    run fails, this bare loop without hvd says whether nn itself runs: forward, loss,
    backward, SGD (momentum 0.9) on synthetic data already in device memory (as the
    PyTorch side does), after warm-up steps; prints
-   "RESULT hvd <model> <precision> <batch> <images/sec>".
-   Usage: train_bench MODEL BATCH STEPS fp32|tf32|fp16|bf16 */
+   "RESULT hvd <model> <precision> <batch> <images/sec>". LAYOUT (default NCHW) is the
+   activations' layout, NHWC as cnn_bench --data_format NHWC: the fallback measures the
+   layout the check reports.
+   Usage: train_bench MODEL BATCH STEPS fp32|tf32|fp16|bf16 [NCHW|NHWC] */
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
 #include "util/clock.h"
@@ -23,8 +25,8 @@
   } while (0)
 
 int main(int argc, char **argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: %s MODEL BATCH STEPS fp32|tf32|fp16|bf16\n", argv[0]);
+  if (argc != 5 && argc != 6) {
+    fprintf(stderr, "usage: %s MODEL BATCH STEPS fp32|tf32|fp16|bf16 [NCHW|NHWC]\n", argv[0]);
     return 2;
   }
   const char *name = argv[1], *prec = argv[4];
@@ -36,6 +38,12 @@ int main(int argc, char **argv) {
             argv[0], prec);
     return 2;
   }
+  const char *layout = argc == 6 ? argv[5] : "NCHW";
+  if (strcmp(layout, "NCHW") != 0 && strcmp(layout, "NHWC") != 0) {
+    fprintf(stderr, "%s: unknown layout '%s': expected NCHW or NHWC\n", argv[0], layout);
+    return 2;
+  }
+  pc.channels_last = strcmp(layout, "NHWC") == 0;
   int batch = atoi(argv[2]), steps = atoi(argv[3]);
   printf("%s\n", nn_cuda_info());
   if (!nn_cuda_available()) {
@@ -86,6 +94,7 @@ int main(int argc, char **argv) {
   OK(nn_model_loss_scale(m, &scale, &skipped));
   printf("loss scale: %g (%lld of %d steps skipped)\n", (double)scale, (long long)skipped,
          warm + steps);
+  printf("layout: %s\n", layout);
   printf("RESULT hvd %s %s %d %.1f\n", name, prec, batch, (double)batch * steps / t);
   nn_cuda_free(dx);
   nn_cuda_free(dl);
