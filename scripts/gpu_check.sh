@@ -98,8 +98,8 @@ T_PROBE=30         # nvidia-smi and the first CUDA initialisation; also the prob
 T_LAYERS=15
 T_MODEL_STEP=20
 T_ALLREDUCE=15
-T_CUDA_TEST=20     # each other tests/test_cuda_*.c
-T_TRAIN=10         # each train --device gpu run
+T_CUDA_TESTS=45    # all the other tests/test_cuda_*.c together, shared out evenly below
+T_TRAIN=8          # each train --device gpu run
 T_BENCH=15         # a cnn_bench row's budget: planned for the first, checked for the others
 T_BENCH_CAP=60     # the most a cnn_bench row may run, however much time is left
 T_BENCH_FIND=30    # a later row times its algorithms (cudnnFind) when its limit is this
@@ -116,6 +116,10 @@ for f in tests/test_cuda_*.c; do
   case $t in test_cuda_layers|test_cuda_model_step|test_cuda_hvd_allreduce) continue ;; esac
   OTHER_CUDA_TESTS+=("$t")
 done
+# Each gets its share of T_CUDA_TESTS (at least 10 s), so that a new test file does not
+# push the plan past the budget unnoticed (--plan and test_gpu_check_plan.sh add it up).
+T_CUDA_TEST=$(( ${#OTHER_CUDA_TESTS[@]} > 0 ? T_CUDA_TESTS / ${#OTHER_CUDA_TESTS[@]} : T_CUDA_TESTS ))
+[ "$T_CUDA_TEST" -lt 10 ] && T_CUDA_TEST=10
 N_BUILD="build (make MPI=stub BLAS=ref, nvcc sm_90)"
 N_BENCH_FIRST="4. cnn_bench resnet50 $BENCH_FIRST $DATA_FORMAT b$BATCH (heuristics)"
 N_TORCH="4. torch resnet50 batch $BATCH (the reference)"
