@@ -438,9 +438,9 @@ static int bn_refused(nn_cuda_fmt_t f, cudnnStatus_t e, const char *call) {
   if ((f.prec == NN_PRECISION_FP32 && !f.nhwc) || !bn_is_refusal(e)) return 0;
   if (!bn_native_for[f.nhwc][f.prec]) {
     char t[32];
-    nn_notice("CUDA: cuDNN refused %s batch norm in %s (%s: %s): nn's own batch-norm "
+    nn_notice("CUDA: cuDNN refused batch norm in %s (%s: %s): nn's own batch-norm "
               "kernels (%s) run it from now on: correct, slower",
-              call, fmt_text(f, t, sizeof t), call, cudnnGetErrorString(e),
+              fmt_text(f, t, sizeof t), call, cudnnGetErrorString(e),
               f.nhwc ? "channel-vectorised in NHWC" : "one block per channel");
   }
   bn_native_for[f.nhwc][f.prec] = 1;
