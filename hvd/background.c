@@ -1124,7 +1124,7 @@ static int turn(bg_t *bg, int *progressed_out) {
    Only a process whose buffers are all host memory (hvd_device_host_only) is helped:
    the background thread is the one that chose the GPU, and it alone asks CUDA. */
 
-/* The caller of a blocking call is about to wait in hvd_wait (queue.c sets it around
+/* The caller of a blocking call is about to wait in hvd_wait (api.c sets it around
    the submission): no wake-up of the background thread, the caller will run the turn. */
 _Thread_local int hvd_caller_will_help;
 

@@ -11,7 +11,7 @@
 
    Who calls whom (one way, no cycles between files): background.c -> negotiation.c
    (the wire format and rank 0's coordinator, which also decides the fusion plan) and
-   execute.c (runs a plan) -> the backend tables: fusion.c (host memory: the fusion
+   execute.c (runs a plan) -> the backend tables: host_backend.c (host memory: the fusion
    buffer and the collectives over MPI) and device.c (CUDA device memory: NCCL), which
    uses the host backend to stage. The shared state (hvd_g) lives in state.c. */
 #ifndef HVD_INTERNAL_H
@@ -139,7 +139,7 @@ typedef struct {
 hvd_status_t hvd_config_load(hvd_config_t *c, char *err, size_t errlen);
 void hvd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* errors.c */
+/* names.c */
 hvd_status_t hvd_set_error(hvd_status_t s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));   /* sets this thread's last error */
 void hvd_set_error_text(const char *msg);
@@ -235,8 +235,12 @@ typedef struct {
 extern hvd_state_t hvd_g;
 extern atomic_int hvd_g_initialized;
 
-/* queue.c (call with hvd_g.mu held) */
+/* requests.c: a request's memory (its arrays and results with it), then the in-flight
+   table and completion (call those with hvd_g.mu held). */
+struct hvd_request *hvd_request_new(hvd_kind_t kind);
+void hvd_request_free(struct hvd_request *r);
 struct hvd_request *hvd_inflight_find(const char *key);
+void hvd_inflight_insert(struct hvd_request *r);   /* counts it in hvd_g.ninflight */
 void hvd_inflight_remove(struct hvd_request *r);
 void hvd_request_complete(struct hvd_request *r, hvd_status_t s, const char *msg);
 /* Frees what a request produced but did not hand over (its results). */
@@ -330,10 +334,10 @@ typedef struct {
   hvd_status_t (*reducescatter)(struct hvd_request *r, const hvd_response_t *resp,
                                 char *msg, size_t len);
 } hvd_backend_ops_t;
-extern const hvd_backend_ops_t hvd_host_ops;     /* fusion.c */
+extern const hvd_backend_ops_t hvd_host_ops;     /* host_backend.c */
 extern const hvd_backend_ops_t hvd_device_ops;   /* device.c */
 
-/* fusion.c: the collective op that implements op (AVERAGE: SUM, divided afterwards),
+/* host_backend.c: the collective op that implements op (AVERAGE: SUM, divided afterwards),
    the runtime status of a collectives status, and an in-place host allreduce (device.c
    stages through it when the build has CUDA but no NCCL). */
 coll_op_t hvd_coll_op(hvd_op_t op);
