@@ -49,6 +49,7 @@
    collective they may be blocked in, and stops. hvd_shutdown then finalizes MPI only
    if every rank reaches it (hvd/init.c). */
 #include "hvd/hvd_internal.h"
+#include "hvd/control.h"
 #include "hvd/response_cache.h"
 
 #include <dirent.h>
@@ -61,7 +62,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CTRL_TAG 1
 #define SPIN_US 200.0                /* busy-poll this long after the last progress   */
 #define SLEEP_MIN_US 20.0            /* then sleep, doubling up to SLEEP_MAX_US       */
 #define SLEEP_MAX_US 250.0
@@ -101,14 +101,7 @@ typedef struct {
 } queued_list_t;
 
 typedef struct {
-  MPI_Request req;
-  char *buf;
-} pending_send_t;
-
-typedef struct {
-  pending_send_t *sends;
-  int nsends, cap_sends;
-  hvd_buf_t in;                      /* last received message                         */
+  hvd_control_t ctl;                 /* control messages: sends in flight, last received */
   hvd_coordinator_t *coord;          /* rank 0                                        */
   hvd_response_t *resp;
   int cap_resp;
@@ -152,112 +145,6 @@ enum { ENGINE_OFF, ENGINE_RUNNING, ENGINE_ENDED };
    it), so it is long: each wake-up preempts the helper on its core, and at 250 us they
    cost a 1-4 MiB allreduce about 20% (2026-12-01, np=2, mpirun's one core per rank). */
 #define HELPERS_WAIT_US 5000.0
-
-static void mpi_error_text(int err, char *buf, size_t len) {
-  char s[MPI_MAX_ERROR_STRING];
-  int n = 0;
-  if (MPI_Error_string(err, s, &n) != MPI_SUCCESS) snprintf(s, sizeof(s), "error %d", err);
-  snprintf(buf, len, "%s", s);
-}
-
-/* Sends len bytes (copied) to dest without blocking; 0 on failure (msg filled). */
-static int send_bytes(bg_t *bg, int dest, const void *data, size_t len, char *msg,
-                      size_t msglen) {
-  if (bg->nsends == bg->cap_sends) {
-    int nc = bg->cap_sends ? bg->cap_sends * 2 : 16;
-    pending_send_t *p = realloc(bg->sends, (size_t)nc * sizeof(*p));
-    if (!p) { snprintf(msg, msglen, "rank %d: out of memory", hvd_g.rank); return 0; }
-    bg->sends = p;
-    bg->cap_sends = nc;
-  }
-  char *copy = malloc(len ? len : 1);
-  if (!copy) { snprintf(msg, msglen, "rank %d: out of memory", hvd_g.rank); return 0; }
-  memcpy(copy, data, len);
-  pending_send_t *ps = &bg->sends[bg->nsends];
-  int err = MPI_Isend(copy, (int)len, MPI_BYTE, dest, CTRL_TAG, hvd_g.ctrl, &ps->req);
-  if (err != MPI_SUCCESS) {
-    char e[MPI_MAX_ERROR_STRING];
-    mpi_error_text(err, e, sizeof(e));
-    snprintf(msg, msglen, "rank %d: MPI_Isend of %zu control bytes to rank %d failed: %s",
-             hvd_g.rank, len, dest, e);
-    free(copy);
-    return 0;
-  }
-  ps->buf = copy;
-  bg->nsends++;
-  return 1;
-}
-
-static int send_msg(bg_t *bg, int dest, int type, int status, const char *text,
-                    char *msg, size_t msglen) {
-  hvd_buf_t b = {0};
-  hvd_msg_header_t h = {type, 0, hvd_g.rank, status};
-  int ok = hvd_buf_put(&b, &h, sizeof(h)) && (!text || hvd_buf_put(&b, text, strlen(text)));
-  ok = ok && send_bytes(bg, dest, b.p, b.len, msg, msglen);
-  hvd_buf_free(&b);
-  return ok;
-}
-
-/* Completes finished sends; with all set, waits for every one until deadline. */
-static void progress_sends(bg_t *bg, int all, double deadline_us) {
-  for (;;) {
-    int j = 0;
-    for (int i = 0; i < bg->nsends; i++) {
-      int done = 0;
-      if (MPI_Test(&bg->sends[i].req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 1;
-      if (done) free(bg->sends[i].buf);
-      else bg->sends[j++] = bg->sends[i];
-    }
-    bg->nsends = j;
-    if (!all || bg->nsends == 0) return;
-    if (util_now_us() > deadline_us) {
-      /* A peer that never receives: let MPI finish or drop them; the buffers must stay
-         valid while MPI may still read them, so they are not freed. */
-      for (int i = 0; i < bg->nsends; i++) MPI_Request_free(&bg->sends[i].req);
-      bg->nsends = 0;
-      return;
-    }
-    sched_yield();
-  }
-}
-
-/* Receives one control message if one is there: 1 with *src, 0 none, -1 error. */
-static int poll_message(bg_t *bg, int *src, char *msg, size_t msglen) {
-  int flag = 0;
-  MPI_Status st;
-  int err = MPI_Iprobe(MPI_ANY_SOURCE, CTRL_TAG, hvd_g.ctrl, &flag, &st);
-  if (err == MPI_SUCCESS && !flag) return 0;
-  int count = 0;
-  if (err == MPI_SUCCESS) err = MPI_Get_count(&st, MPI_BYTE, &count);
-  if (err == MPI_SUCCESS && (size_t)count > bg->in.cap) {
-    char *p = realloc(bg->in.p, (size_t)count);
-    if (!p) {
-      snprintf(msg, msglen, "rank %d: out of memory receiving %d control bytes",
-               hvd_g.rank, count);
-      return -1;
-    }
-    bg->in.p = p;
-    bg->in.cap = (size_t)count;
-  }
-  if (err == MPI_SUCCESS)
-    err = MPI_Recv(bg->in.p, count, MPI_BYTE, st.MPI_SOURCE, CTRL_TAG, hvd_g.ctrl,
-                   MPI_STATUS_IGNORE);
-  if (err != MPI_SUCCESS) {
-    char e[MPI_MAX_ERROR_STRING];
-    mpi_error_text(err, e, sizeof(e));
-    snprintf(msg, msglen, "rank %d: receiving a control message failed: %s", hvd_g.rank, e);
-    return -1;
-  }
-  bg->in.len = (size_t)count;
-  *src = st.MPI_SOURCE;
-  hvd_liveness_heard(*src);
-  if (bg->in.len < sizeof(hvd_msg_header_t)) {
-    snprintf(msg, msglen, "rank %d: control message of %d bytes from rank %d is too short",
-             hvd_g.rank, count, *src);
-    return -1;
-  }
-  return 1;
-}
 
 static void local_stop(hvd_status_t s, const char *text) {
   pthread_mutex_lock(&hvd_g.mu);
@@ -352,7 +239,7 @@ static int coord_flush(bg_t *bg, char *err, size_t errlen) {
     if (!ok)
       snprintf(err, errlen, "rank 0 could not hand %d request(s) to the coordinator", h.n);
   } else {
-    ok = send_bytes(bg, 0, bg->to_coord.p, bg->to_coord.len, err, errlen);
+    ok = hvd_control_send(&bg->ctl, 0, bg->to_coord.p, bg->to_coord.len, err, errlen);
   }
   bg->to_coord.len = 0;
   bg->nto_coord = 0;
@@ -512,7 +399,7 @@ static void rounds_finish(bg_t *bg, double deadline_us) {
       atomic_store(&hvd_g.failed, 1);
       return;
     }
-    progress_sends(bg, 0, 0);
+    hvd_control_progress(&bg->ctl, 0, 0);
     sched_yield();
   }
 }
@@ -534,22 +421,22 @@ static void global_shutdown(bg_t *bg, hvd_status_t s, const char *text) {
   if (!ok) hvd_log(HVD_LOG_ERROR, "rank 0: out of memory for the shutdown notice");
   /* A send that fails does not keep the notice from the other workers. */
   for (int r = 1; r < hvd_g.size && ok; r++)
-    if (!send_bytes(bg, r, b.p, b.len, err, sizeof(err))) hvd_log(HVD_LOG_ERROR, "%s", err);
+    if (!hvd_control_send(&bg->ctl, r, b.p, b.len, err, sizeof(err))) hvd_log(HVD_LOG_ERROR, "%s", err);
   hvd_buf_free(&b);
   local_stop(s, full);
   double deadline = util_now_us() + DRAIN_LIMIT_US;
   int acks = 0, src;
   while (acks < hvd_g.size - 1 && util_now_us() < deadline) {
-    int got = poll_message(bg, &src, err, sizeof(err));
+    int got = hvd_control_poll(&bg->ctl, &src, err, sizeof(err));
     if (got < 0) break;
     if (got == 1) {
       hvd_msg_header_t h;
-      memcpy(&h, bg->in.p, sizeof(h));
+      memcpy(&h, bg->ctl.in.p, sizeof(h));
       if (h.type == HVD_MSG_SHUTDOWN_ACK) acks++;
       continue;   /* anything else is moot now */
     }
     rounds_stop_step(bg);
-    progress_sends(bg, 0, 0);
+    hvd_control_progress(&bg->ctl, 0, 0);
     sched_yield();
   }
   rounds_finish(bg, deadline);
@@ -558,7 +445,7 @@ static void global_shutdown(bg_t *bg, hvd_status_t s, const char *text) {
             hvd_g.size - 1);
     atomic_store(&hvd_g.failed, 1);
   }
-  progress_sends(bg, 1, deadline);
+  hvd_control_progress(&bg->ctl, 1, deadline);
 }
 
 /* A fatal error on this rank. Returns 1 when the loop must end now. */
@@ -835,23 +722,23 @@ static int take_submissions(bg_t *bg, int *shutdown_requested, int *end) {
 /* Rank 0: one control message from src. Returns 1 when the loop must end. */
 static int coordinator_message(bg_t *bg, int src) {
   hvd_msg_header_t h;
-  memcpy(&h, bg->in.p, sizeof(h));
+  memcpy(&h, bg->ctl.in.p, sizeof(h));
   char text[HVD_ERROR_MAX];
   switch (h.type) {
     case HVD_MSG_REQUESTS:
-      if (!hvd_coordinator_add(bg->coord, src, bg->in.p + sizeof(h),
-                               bg->in.len - sizeof(h), h.n, util_now_us())) {
+      if (!hvd_coordinator_add(bg->coord, src, bg->ctl.in.p + sizeof(h),
+                               bg->ctl.in.len - sizeof(h), h.n, util_now_us())) {
         snprintf(text, sizeof(text), "malformed or duplicate requests from rank %d", src);
         return fatal_error(bg, HVD_ERR_BACKEND, text, 0);
       }
       return 0;
     case HVD_MSG_SHUTDOWN_REQ: {
-      size_t tl = bg->in.len - sizeof(h);
+      size_t tl = bg->ctl.in.len - sizeof(h);
       if (tl > sizeof(text) - 1) tl = sizeof(text) - 1;
       if (h.status == HVD_OK) {
         snprintf(text, sizeof(text), "hvd_shutdown was called on rank %d", src);
       } else {
-        memcpy(text, bg->in.p + sizeof(h), tl);
+        memcpy(text, bg->ctl.in.p + sizeof(h), tl);
         text[tl] = '\0';
       }
       /* Cache on: the worker asked after running what its last round made due (a
@@ -869,25 +756,25 @@ static int coordinator_message(bg_t *bg, int src) {
 /* Worker: one control message from the coordinator. Returns 1 when the loop must end. */
 static int worker_message(bg_t *bg) {
   hvd_msg_header_t h;
-  memcpy(&h, bg->in.p, sizeof(h));
+  memcpy(&h, bg->ctl.in.p, sizeof(h));
   if (h.type == HVD_MSG_RESPONSES) {
     if (bg->cache) {   /* runs when a round says it is due */
-      if (!queue_list(bg, bg->in.p, bg->in.len, NULL, h.n))
+      if (!queue_list(bg, bg->ctl.in.p, bg->ctl.in.len, NULL, h.n))
         return fatal_error(bg, HVD_ERR_NO_MEMORY, "out of memory for responses", 0);
       return 0;
     }
     if (bg->failed) return 0;   /* every rank stopped at the same response */
-    return run_responses(bg, bg->in.p, bg->in.len, NULL, 0);
+    return run_responses(bg, bg->ctl.in.p, bg->ctl.in.len, NULL, 0);
   }
   if (h.type == HVD_MSG_SHUTDOWN) {
     char text[HVD_ERROR_MAX], err[HVD_ERROR_MAX];
     uint64_t rounds_run = 0;
-    if (bg->in.len < sizeof(h) + sizeof(rounds_run))
+    if (bg->ctl.in.len < sizeof(h) + sizeof(rounds_run))
       return fatal_error(bg, HVD_ERR_BACKEND, "a shutdown notice from rank 0 is too short", 0);
-    memcpy(&rounds_run, bg->in.p + sizeof(h), sizeof(rounds_run));
-    size_t tl = bg->in.len - sizeof(h) - sizeof(rounds_run);
+    memcpy(&rounds_run, bg->ctl.in.p + sizeof(h), sizeof(rounds_run));
+    size_t tl = bg->ctl.in.len - sizeof(h) - sizeof(rounds_run);
     if (tl > sizeof(text) - 1) tl = sizeof(text) - 1;
-    memcpy(text, bg->in.p + sizeof(h) + sizeof(rounds_run), tl);
+    memcpy(text, bg->ctl.in.p + sizeof(h) + sizeof(rounds_run), tl);
     text[tl] = '\0';
     /* Cache on, a clean shutdown: rank 0 may have run the round this rank is in (its
        words are here) and answered requests in it that move no data (a count of 0, a
@@ -900,10 +787,10 @@ static int worker_message(bg_t *bg) {
       return 1;
     if (h.status != HVD_ERR_SHUTDOWN) atomic_store(&hvd_g.failed, 1);
     local_stop((hvd_status_t)h.status, text);
-    if (!send_msg(bg, 0, HVD_MSG_SHUTDOWN_ACK, 0, NULL, err, sizeof(err)))
+    if (!hvd_control_send_msg(&bg->ctl, 0, HVD_MSG_SHUTDOWN_ACK, 0, NULL, err, sizeof(err)))
       hvd_log(HVD_LOG_ERROR, "%s", err);
     rounds_finish(bg, util_now_us() + DRAIN_LIMIT_US);
-    progress_sends(bg, 1, util_now_us() + DRAIN_LIMIT_US);
+    hvd_control_progress(&bg->ctl, 1, util_now_us() + DRAIN_LIMIT_US);
     return 1;
   }
   return 0;
@@ -921,7 +808,7 @@ static double idle_plan(bg_t *bg, double *sleep_us) {
   pthread_mutex_lock(&hvd_g.mu);
   int busy = hvd_g.ninflight > 0;
   pthread_mutex_unlock(&hvd_g.mu);
-  busy = busy || bg->stop_requested || bg->failed || bg->nsends > 0 || bg->nlists > 0 ||
+  busy = busy || bg->stop_requested || bg->failed || bg->ctl.nsends > 0 || bg->nlists > 0 ||
          bg->round_result;
   if (busy) {
     double w = *sleep_us;
@@ -1046,7 +933,7 @@ static int turn(bg_t *bg, int *progressed_out) {
       global_shutdown(bg, HVD_ERR_SHUTDOWN, "hvd_shutdown was called on rank 0");
       return 1;
     }
-    if (!send_msg(bg, 0, HVD_MSG_SHUTDOWN_REQ, HVD_OK, NULL, err, sizeof(err))) {
+    if (!hvd_control_send_msg(&bg->ctl, 0, HVD_MSG_SHUTDOWN_REQ, HVD_OK, NULL, err, sizeof(err))) {
       local_stop(HVD_ERR_SHUTDOWN, err);
       return 1;
     }
@@ -1054,7 +941,7 @@ static int turn(bg_t *bg, int *progressed_out) {
     bg->stop_deadline_us = util_now_us() + STOP_WAIT_LIMIT_US;
   }
   for (;;) {
-    int got = poll_message(bg, &src, err, sizeof(err));
+    int got = hvd_control_poll(&bg->ctl, &src, err, sizeof(err));
     if (got < 0) {
       if (fatal_error(bg, HVD_ERR_BACKEND, err, 0)) return 1;
       break;
@@ -1070,7 +957,7 @@ static int turn(bg_t *bg, int *progressed_out) {
       int n = hvd_coordinator_emit(bg->coord, &msg);
       int ok = n >= 0;
       for (int r = 1; r < hvd_g.size && ok; r++)
-        ok = send_bytes(bg, r, msg.p, msg.len, err, sizeof(err));
+        ok = hvd_control_send(&bg->ctl, r, msg.p, msg.len, err, sizeof(err));
       if (!ok) {
         hvd_buf_free(&msg);
         if (n < 0) snprintf(err, sizeof(err), "rank 0: out of memory for responses");
@@ -1105,7 +992,7 @@ static int turn(bg_t *bg, int *progressed_out) {
     return 1;
   }
   if (bg->cache && !bg->rounds_over && !rounds_turn(bg, &progressed)) return 1;
-  if (bg->nsends > 0) progress_sends(bg, 0, 0);
+  if (bg->ctl.nsends > 0) hvd_control_progress(&bg->ctl, 0, 0);
   if (progressed) bg->last_progress_us = util_now_us();
   *progressed_out = progressed;
   return 0;
@@ -1313,10 +1200,9 @@ void *hvd_background_main(void *arg) {
   hvd_coordinator_free(bg.coord);
   hvd_liveness_free();
   /* After a failure a send to a lost peer never completes: no waiting for it. */
-  progress_sends(&bg, 1, util_now_us() + (atomic_load(&hvd_g.failed) ? 0 : 1e6));
-  free(bg.sends);
+  hvd_control_progress(&bg.ctl, 1, util_now_us() + (atomic_load(&hvd_g.failed) ? 0 : 1e6));
+  hvd_control_free(&bg.ctl);
   free(bg.resp);
-  hvd_buf_free(&bg.in);
   hvd_cache_free(bg.cache);
   for (int i = 0; i < bg.nhits; i++) hvd_buf_free(&bg.hits[i].wire);
   free(bg.hits);
