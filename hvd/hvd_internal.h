@@ -438,6 +438,10 @@ int hvd_round_test(int *done, char *err, size_t len);
    1 yes, 0 no, -1 cannot tell (collective rounds: MPI_Iallreduce), -2 an MPI error. */
 int hvd_round_peer_started(char *err, size_t len);
 size_t hvd_round_peer_words(void);
+/* The peers of hvd/cache_rounds.c over MPI: the functions above on hvd_g's round
+   buffers. */
+struct hvd_round_peers;
+void hvd_round_peers_mpi(struct hvd_round_peers *p);
 
 /* watchdog.c: the stall inspector that runs while the background thread is blocked. */
 hvd_status_t hvd_watchdog_start(void);

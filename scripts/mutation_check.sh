@@ -125,6 +125,9 @@ serve-batch-short-of-max|serve/batcher.c|s#while (last->next \&\& sum + last->ne
 serve-old-version-kept-loaded|serve/versions.c|s#int idle = old \&\& --old->refs == 0;#int idle = 0;#|test_serve_versions.sh
 serve-deleted-version-kept|serve/versions.c|s#if (num == current) return 0;#if (num <= current) return 0;#|test_serve_versions.sh
 deps-file-cycle-allowed|scripts/check_deps.sh|s#      if (members in known_cycle) {#      if (1) {#|test_dependency_cycles.sh
+cache-rounds-invalid-not-evicted|hvd/cache_rounds.c|s#if (bad >> b \& 1) hvd_cache_evict(#if (0) hvd_cache_evict(#|test_hvd_cache_rounds
+cache-rounds-lists-word-not-neutral|hvd/cache_rounds.c|s#w\[0\] = cr->cfg.rank == 0 ? cr->lists_seen : ~(uint64_t)0;#w[0] = cr->cfg.rank == 0 ? cr->lists_seen : 0;#|test_hvd_cache_rounds
+cache-rounds-own-words|hvd/cache_rounds.c|s#const uint64_t \*w = cr->peers->recv;#const uint64_t *w = cr->peers->send;#|test_hvd_cache_rounds
 EOF
 )
 
