@@ -3,6 +3,8 @@
    background thread, and wait for completion. No MPI here: only the background loop
    talks to peers (a waiting caller may run its turns: hvd_background_help). */
 #include "hvd/hvd_internal.h"
+#include "hvd/background.h"
+#include "hvd/requests.h"
 
 #include <sched.h>
 #include <stdlib.h>

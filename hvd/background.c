@@ -43,6 +43,12 @@
 #include "hvd/hvd_internal.h"
 #include "hvd/control.h"
 #include "hvd/cache_rounds.h"
+#include "hvd/background.h"
+#include "hvd/execute.h"
+#include "hvd/liveness.h"
+#include "hvd/negotiation.h"
+#include "hvd/requests.h"
+#include "hvd/rounds.h"
 
 #include <dirent.h>
 #include <errno.h>

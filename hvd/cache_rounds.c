@@ -17,6 +17,7 @@
    hvd_shutdown drains it when every rank arrives (hvd/init.c). */
 #include "hvd/cache_rounds.h"
 #include "hvd/response_cache.h"
+#include "hvd/negotiation.h"
 
 #include <sched.h>
 #include <stdlib.h>

@@ -5,6 +5,7 @@
 #define HVD_CONTROL_H
 
 #include "hvd/hvd_internal.h"
+#include "hvd/negotiation.h"
 
 #include <mpi.h>
 #include <stddef.h>

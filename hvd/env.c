@@ -3,6 +3,7 @@
    scripts written for Horovod keep working. A malformed value fails hvd_init with a
    message naming the variable, the value and what was expected. */
 #include "hvd/hvd_internal.h"
+#include "hvd/env.h"
 
 #include <errno.h>
 #include <math.h>

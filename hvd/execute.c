@@ -14,6 +14,8 @@
    part with a stand-in request (zeros of the response's dtype and count, its result
    dropped), so the collective has every rank. */
 #include "hvd/hvd_internal.h"
+#include "hvd/execute.h"
+#include "hvd/requests.h"
 
 #include <stdlib.h>
 #include <string.h>

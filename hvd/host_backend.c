@@ -15,6 +15,7 @@
    inside a collective is fatal and reported to the caller; peers learn it through the
    coordinator. */
 #include "hvd/hvd_internal.h"
+#include "hvd/negotiation.h"
 #include "util/huge_pages.h"
 
 #include <stdint.h>

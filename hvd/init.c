@@ -12,6 +12,12 @@
    every host runs the same number of ranks). */
 #include "hvd/cache_rounds.h"
 #include "hvd/hvd_internal.h"
+#include "hvd/background.h"
+#include "hvd/env.h"
+#include "hvd/liveness.h"
+#include "hvd/rounds.h"
+#include "hvd/timeline.h"
+#include "hvd/watchdog.h"
 #include "util/huge_pages.h"
 
 #include <limits.h>

@@ -19,6 +19,7 @@
    and hosts, whichever of them noticed first (in a ring, the neighbour a rank waited
    for may itself be waiting). */
 #include "hvd/hvd_internal.h"
+#include "hvd/liveness.h"
 
 #include <sched.h>
 #include <stdlib.h>

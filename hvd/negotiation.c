@@ -29,6 +29,7 @@
    Records follow each other without padding, so a reader copies fields out (memcpy)
    instead of loading them in place. */
 #include "hvd/hvd_internal.h"
+#include "hvd/negotiation.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -4,6 +4,7 @@
    Every function is called with hvd_g.mu held (hvd_request_new and hvd_request_free
    excepted: the request is not shared yet, or not any more). */
 #include "hvd/hvd_internal.h"
+#include "hvd/requests.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -18,6 +18,7 @@
    anything waits (and at least every millisecond). */
 #include "hvd/cache_rounds.h"
 #include "hvd/hvd_internal.h"
+#include "hvd/rounds.h"
 
 #include <string.h>
 

@@ -8,6 +8,7 @@
    an unterminated array); hvd_timeline_close ends it with a last event and "]", so a
    clean run leaves strict JSON. */
 #include "hvd/hvd_internal.h"
+#include "hvd/timeline.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -16,6 +16,9 @@
      background thread leaves the collective it is in and tells the peers.
    It makes no MPI call (the background thread owns MPI). */
 #include "hvd/hvd_internal.h"
+#include "hvd/liveness.h"
+#include "hvd/requests.h"
+#include "hvd/watchdog.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -13,6 +13,7 @@
      5. the stop flag: a clean shutdown's rounds end on every rank after the same round.
    Exits 1 on the first failure. */
 #include "hvd/cache_rounds.h"
+#include "hvd/negotiation.h"
 #include "collectives/coll.h"
 
 #include <pthread.h>
