@@ -40,10 +40,10 @@
    (hvd/liveness.c); the rank tells the others with a STOP notice, which also ends the
    collective they may be blocked in, and stops. hvd_shutdown then finalizes MPI only
    if every rank reaches it (hvd/init.c). */
-#include "hvd/hvd_internal.h"
-#include "hvd/control.h"
-#include "hvd/cache_rounds.h"
 #include "hvd/background.h"
+#include "hvd/hvd_internal.h"
+#include "hvd/cache_rounds.h"
+#include "hvd/control.h"
 #include "hvd/execute.h"
 #include "hvd/liveness.h"
 #include "hvd/negotiation.h"

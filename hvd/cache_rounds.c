@@ -16,8 +16,9 @@
    completes: the last one everywhere. After a failure a round may be left in flight;
    hvd_shutdown drains it when every rank arrives (hvd/init.c). */
 #include "hvd/cache_rounds.h"
-#include "hvd/response_cache.h"
+#include "hvd/hvd_internal.h"
 #include "hvd/negotiation.h"
+#include "hvd/response_cache.h"
 
 #include <sched.h>
 #include <stdlib.h>

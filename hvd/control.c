@@ -3,6 +3,7 @@
    receive; a poll never waits for a message to come. Every receive tells the liveness
    checks that its sender is alive. */
 #include "hvd/control.h"
+#include "hvd/hvd_internal.h"
 #include "hvd/liveness.h"
 #include "hvd/negotiation.h"
 

@@ -13,8 +13,8 @@
    A rank that has called hvd_join is answered the others' collectives too: it takes
    part with a stand-in request (zeros of the response's dtype and count, its result
    dropped), so the collective has every rank. */
-#include "hvd/hvd_internal.h"
 #include "hvd/execute.h"
+#include "hvd/hvd_internal.h"
 #include "hvd/requests.h"
 
 #include <stdlib.h>

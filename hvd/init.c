@@ -10,9 +10,9 @@
    MPI_COMM_TYPE_SHARED); the cross communicator joins the ranks with the same local
    rank, so cross rank = index of this host and cross size = number of hosts (when
    every host runs the same number of ranks). */
-#include "hvd/cache_rounds.h"
 #include "hvd/hvd_internal.h"
 #include "hvd/background.h"
+#include "hvd/cache_rounds.h"
 #include "hvd/env.h"
 #include "hvd/liveness.h"
 #include "hvd/rounds.h"

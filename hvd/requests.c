@@ -3,8 +3,8 @@
    to the caller's pointers, failures of everything pending when the runtime stops.
    Every function is called with hvd_g.mu held (hvd_request_new and hvd_request_free
    excepted: the request is not shared yet, or not any more). */
-#include "hvd/hvd_internal.h"
 #include "hvd/requests.h"
+#include "hvd/hvd_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

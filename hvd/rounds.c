@@ -16,9 +16,9 @@
    (hvd_round_peer_started) joins that round at once. A collective round cannot be seen
    before one takes part in it, so above ROUND_P2P_MAX rounds follow each other while
    anything waits (and at least every millisecond). */
-#include "hvd/cache_rounds.h"
-#include "hvd/hvd_internal.h"
 #include "hvd/rounds.h"
+#include "hvd/hvd_internal.h"
+#include "hvd/cache_rounds.h"
 
 #include <string.h>
 
