@@ -2,6 +2,7 @@
    Every variable HVD_X is also read as HOROVOD_X (HVD_ wins when both are set), so
    scripts written for Horovod keep working. A malformed value fails hvd_init with a
    message naming the variable, the value and what was expected. */
+#include "hvd/env.h"
 #include "hvd/hvd_internal.h"
 
 #include <errno.h>

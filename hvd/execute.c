@@ -6,14 +6,16 @@
    0's fusion threshold), and whether a group is host or device memory. A rank never
    groups by its own settings or its own view of its buffers, so all ranks always enter
    the same collectives with the same lengths. The collectives themselves are reached
-   through the backend tables (hvd_host_ops in fusion.c, hvd_device_ops in device.c).
+   through the backend tables (hvd_host_ops in host_backend.c, hvd_device_ops in device.c).
 
    A mismatch arrives as a failed response and fails only that request.
 
    A rank that has called hvd_join is answered the others' collectives too: it takes
    part with a stand-in request (zeros of the response's dtype and count, its result
    dropped), so the collective has every rank. */
+#include "hvd/execute.h"
 #include "hvd/hvd_internal.h"
+#include "hvd/requests.h"
 
 #include <stdlib.h>
 #include <string.h>

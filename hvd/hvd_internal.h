@@ -9,11 +9,21 @@
    background.c). Everything shared between the loop and user threads is guarded by
    hvd_g.mu.
 
-   Who calls whom (one way, no cycles between files): background.c -> negotiation.c
-   (the wire format and rank 0's coordinator, which also decides the fusion plan) and
-   execute.c (runs a plan) -> the backend tables: fusion.c (host memory: the fusion
-   buffer and the collectives over MPI) and device.c (CUDA device memory: NCCL), which
-   uses the host backend to stage. The shared state (hvd_g) lives in state.c. */
+   Who calls whom (one way, no cycles between files; scripts/check_deps.sh fails on
+   one): api.c (the public calls) -> requests.c (the table of requests in flight) and
+   background.c (the loop) -> control.c (control messages), cache_rounds.c (the
+   response cache's protocol, over the MPI peers of rounds.c), negotiation.c (the wire
+   format and rank 0's coordinator, which also decides the fusion plan) and execute.c
+   (runs a plan) -> the backend tables: host_backend.c (host memory: the fusion buffer
+   and the collectives over MPI) and device.c (CUDA device memory: NCCL), which uses
+   the host backend to stage. The shared state (hvd_g) lives in state.c.
+
+   This header holds what nearly every file uses: the request, the response, the shared
+   state, the names (names.c), the log (env.c), the backend tables and the device
+   interface (device.c's, whose files include only this header). Each part of the
+   runtime declares its own functions in its own header (requests.h, negotiation.h,
+   execute.h, background.h, control.h, cache_rounds.h, rounds.h, liveness.h,
+   watchdog.h, timeline.h, env.h), which a file includes when it calls them. */
 #ifndef HVD_INTERNAL_H
 #define HVD_INTERNAL_H
 
@@ -26,15 +36,6 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
-
-/* The response cache's rounds are allreduces of uint64 bit vectors with MPI_BAND; the
-   single-process MPI stub of scripts/gpu_check has neither (one rank needs no MPI for
-   them: its rounds are local). */
-#if defined(MPI_BAND) && defined(MPI_UINT64_T)
-#define HVD_HAVE_ROUND_MPI 1
-#else
-#define HVD_HAVE_ROUND_MPI 0
-#endif
 
 #define HVD_KEY_MAX (HVD_NAME_MAX + 2)   /* a name, or the key of an unnamed call  */
 #define HVD_ERROR_MAX 512
@@ -135,22 +136,16 @@ typedef struct {
                                    machine without a GPU, else 0 (background.c) */
 } hvd_config_t;
 
-/* env.c: reads HVD_* (or HOROVOD_*) variables; a malformed value is an error. */
-hvd_status_t hvd_config_load(hvd_config_t *c, char *err, size_t errlen);
+/* env.c: a message at level (HVD_LOG_LEVEL decides) on stderr. */
 void hvd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* errors.c */
+/* names.c */
 hvd_status_t hvd_set_error(hvd_status_t s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));   /* sets this thread's last error */
 void hvd_set_error_text(const char *msg);
 
-/* timeline.c (rank 0 only; all calls are from the background loop except open/close) */
+/* hvd/timeline.h */
 typedef struct hvd_timeline hvd_timeline_t;
-hvd_status_t hvd_timeline_open(hvd_timeline_t **out, const char *path, char *err,
-                               size_t errlen);
-void hvd_timeline_event(hvd_timeline_t *t, const char *key, const char *event,
-                        double start_us, double end_us, size_t bytes);
-void hvd_timeline_close(hvd_timeline_t *t);
 
 /* A response of the coordinator, as every rank executes it. */
 typedef struct {
@@ -235,80 +230,6 @@ typedef struct {
 extern hvd_state_t hvd_g;
 extern atomic_int hvd_g_initialized;
 
-/* queue.c (call with hvd_g.mu held) */
-struct hvd_request *hvd_inflight_find(const char *key);
-void hvd_inflight_remove(struct hvd_request *r);
-void hvd_request_complete(struct hvd_request *r, hvd_status_t s, const char *msg);
-/* Frees what a request produced but did not hand over (its results). */
-void hvd_request_free_results(struct hvd_request *r);
-/* Fails every queued and in-flight request with s/msg and marks the runtime stopped; a
-   request the executor holds gets its failure when the executor lets it go. */
-void hvd_fail_all(hvd_status_t s, const char *msg);
-/* Completes the held requests that hvd_fail_all left to the executor (a last resort
-   when it does not come back); returns how many were still held. */
-int hvd_fail_held(void);
-/* The executor lets go of a request it held: a recorded failure completes it, an
-   abandoned one is freed. */
-void hvd_request_release(struct hvd_request *r);
-
-/* negotiation.c: the wire format and the coordinator. */
-typedef struct { char *p; size_t len, cap; } hvd_buf_t;
-int hvd_buf_put(hvd_buf_t *b, const void *data, size_t n);
-void hvd_buf_free(hvd_buf_t *b);
-
-enum { HVD_MSG_REQUESTS = 1, HVD_MSG_RESPONSES, HVD_MSG_SHUTDOWN_REQ, HVD_MSG_SHUTDOWN,
-       HVD_MSG_SHUTDOWN_ACK };
-typedef struct { int32_t type, n, origin, status; } hvd_msg_header_t;
-
-int hvd_encode_request(hvd_buf_t *b, const struct hvd_request *r);
-typedef struct hvd_coordinator hvd_coordinator_t;
-hvd_coordinator_t *hvd_coordinator_create(int size);
-void hvd_coordinator_free(hvd_coordinator_t *c);
-/* Adds the n requests of one REQUESTS payload from rank; returns 0 on a malformed
-   payload. */
-int hvd_coordinator_add(hvd_coordinator_t *c, int rank, const char *payload, size_t len,
-                        int n, double now_us);
-/* Whether responses should go out now (HVD_CYCLE_TIME batching). */
-int hvd_coordinator_should_emit(hvd_coordinator_t *c, double now_us);
-/* Moves every ready name into one RESPONSES message (header included) in *msg;
-   returns the number of responses. */
-int hvd_coordinator_emit(hvd_coordinator_t *c, hvd_buf_t *msg);
-/* Stall inspector: warns on stderr; returns 1 (and fills msg) when the stall-shutdown
-   time has passed. */
-int hvd_coordinator_check_stalls(hvd_coordinator_t *c, double now_us, char *msg,
-                                 size_t len);
-/* Parses a RESPONSES payload into resp[0..n) (pointing into payload). */
-int hvd_decode_responses(const char *payload, size_t len, int n, int size,
-                         hvd_response_t *resp);
-/* The fusion plan (Horovod's FuseResponses) of n items in list order: order[] is the
-   execution order (indices into items), fuse[k] = 1 when order[k] runs in the same
-   collective as order[k-1]. fuse needs 2n bytes (the second half is scratch). */
-typedef struct {
-  hvd_kind_t kind;
-  hvd_dtype_t dtype;
-  hvd_op_t op;
-  int on_device;
-  int64_t count;
-  hvd_status_t status;
-} hvd_plan_item_t;
-void hvd_plan(const hvd_plan_item_t *items, int n, size_t threshold, int *order,
-              unsigned char *fuse);
-/* Appends the wire record of r (as the coordinator emits it) with fuse_with_prev. */
-int hvd_encode_response(hvd_buf_t *b, const hvd_response_t *r, int fuse_with_prev);
-/* rank 0, for the timeline: first-seen and ready times of the responses of the last
-   emit, two per response in their order. */
-const double *hvd_coordinator_emitted_times(const hvd_coordinator_t *c);
-
-/* Count i of an allgather response. */
-int64_t hvd_response_count(const hvd_response_t *r, int i);
-
-/* execute.c: runs a response list (the coordinator's plan) in order. Returns HVD_OK, or
-   a fatal status (with msg) after which the runtime must stop; fatal_agreed says every
-   rank saw the same failure at the same response (so no peer is left inside a
-   collective). */
-hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t len,
-                         int *fatal_agreed);
-
 /* The operations of one memory kind, the only way the executor reaches collectives.
    reqs/resp: the requests of one plan group (allreduce: n >= 1 fused into one
    collective; the others: n == 1) and their responses (timeline). Each returns the
@@ -330,10 +251,10 @@ typedef struct {
   hvd_status_t (*reducescatter)(struct hvd_request *r, const hvd_response_t *resp,
                                 char *msg, size_t len);
 } hvd_backend_ops_t;
-extern const hvd_backend_ops_t hvd_host_ops;     /* fusion.c */
+extern const hvd_backend_ops_t hvd_host_ops;     /* host_backend.c */
 extern const hvd_backend_ops_t hvd_device_ops;   /* device.c */
 
-/* fusion.c: the collective op that implements op (AVERAGE: SUM, divided afterwards),
+/* host_backend.c: the collective op that implements op (AVERAGE: SUM, divided afterwards),
    the runtime status of a collectives status, and an in-place host allreduce (device.c
    stages through it when the build has CUDA but no NCCL). */
 coll_op_t hvd_coll_op(hvd_op_t op);
@@ -388,61 +309,8 @@ hvd_status_t hvd_device_from_half(int device, float *dst, const uint16_t *src, s
                                   float div);
 hvd_status_t hvd_device_sync_compute(int device);   /* waits for the compute stream */
 
-/* background.c. hvd_background_help: hvd_wait's caller runs the background loop's
-   turns itself while req is not done and they make progress (see background.c);
-   hvd_caller_will_help: set by a blocking call around its submission, which then does
-   not wake the background thread. */
-void *hvd_background_main(void *arg);
-void hvd_background_help(struct hvd_request *req);
-/* Whether /dev holds an NVIDIA GPU's device node (the auto rule of HVD_BACKGROUND_NICE). */
-int hvd_machine_has_nvidia_gpu(void);
-extern _Thread_local int hvd_caller_will_help;
-
 /* Sets hvd_g.cancel from any thread. */
 #define hvd_g_cancel_set() __atomic_store_n(&hvd_g.cancel, 1, __ATOMIC_RELAXED)
-
-/* liveness.c (background thread; docs at the top of the file): heartbeats, failure
-   notices (CENSUS, STOP) and the census that names lost ranks. */
-hvd_status_t hvd_liveness_init(void);
-void hvd_liveness_free(void);
-void hvd_liveness_heard(int src);          /* a control message came from src          */
-/* Receives and sends heartbeats (at most every 10 ms); 1 (reason filled) when a partner
-   has been silent for HVD_PEER_TIMEOUT_SECONDS. */
-int hvd_liveness_tick(double now_us, char *reason, size_t len);
-/* The transports' interrupt hook: 1 when the runtime failed or a notice waits. */
-int hvd_liveness_interrupt(void *arg);
-/* Asks every rank whether it is alive: HVD_ERR_PEER_LOST with msg naming the ranks
-   that did not answer (and their hosts), or HVD_ERR_TIMEOUT when all did. */
-hvd_status_t hvd_liveness_census(const char *reason, char *msg, size_t len);
-/* A pending notice: 0 none; 1 with the status and message this rank must stop with (a
-   CENSUS is joined first). */
-int hvd_liveness_take_notice(hvd_status_t *s, char *msg, size_t len);
-void hvd_liveness_send_stop(hvd_status_t s, const char *msg);
-/* 1 when this process itself was stopped longer than the peer timeout: the others have
-   given it up, so it neither answers censuses nor sends notices. */
-int hvd_liveness_given_up(void);
-const char *hvd_host_of(int rank);
-
-/* rounds.c: one response cache round (docs at the top of the file), background thread
-   (hvd_shutdown after it ended). hvd_round_start sends hvd_g.round_send; hvd_round_test
-   sets *done and then hvd_g.round_recv holds every rank's words ANDed. 0 on an MPI
-   error (err filled). hvd_round_peer_words: how many peers' word vectors a round
-   receives (the size of hvd_g.round_peer, in vectors). */
-int hvd_round_start(char *err, size_t len);
-int hvd_round_test(int *done, char *err, size_t len);
-/* Between rounds: whether a peer has started the next round (its words wait here):
-   1 yes, 0 no, -1 cannot tell (collective rounds: MPI_Iallreduce), -2 an MPI error. */
-int hvd_round_peer_started(char *err, size_t len);
-size_t hvd_round_peer_words(void);
-
-/* watchdog.c: the stall inspector that runs while the background thread is blocked. */
-hvd_status_t hvd_watchdog_start(void);
-void hvd_watchdog_stop(void);
-/* The warning of a background thread inside one collective for away_s, naming this
-   rank's oldest request (what, age_s): "long collective" when the transports moved
-   `moved` bytes in the last interval_s, else a stall ("waiting for its peers"). */
-void hvd_stall_warning_text(char *buf, size_t len, double away_s, unsigned long long moved,
-                            double interval_s, const char *what, double age_s);
 
 /* hvd/launch_env.c: HVD_ERR_BACKEND with msg when SLURM started this process as one task
    of many but MPI says the job has mpi_size 1 rank (srun without PMIx, a program typed in

@@ -11,6 +11,13 @@
    rank, so cross rank = index of this host and cross size = number of hosts (when
    every host runs the same number of ranks). */
 #include "hvd/hvd_internal.h"
+#include "hvd/background.h"
+#include "hvd/cache_rounds.h"
+#include "hvd/env.h"
+#include "hvd/liveness.h"
+#include "hvd/rounds.h"
+#include "hvd/timeline.h"
+#include "hvd/watchdog.h"
 #include "util/huge_pages.h"
 
 #include <limits.h>
@@ -166,14 +173,14 @@ static int sync_parameters(void) {
   return MPI_SUCCESS;
 }
 
-/* The response cache's rounds (hvd/background.c): a communicator of their own, so the
-   one nonblocking allreduce always in flight never meets the control messages or the
-   other collectives, and buffers of 2 + 2 * ceil(capacity / 64) words. Cache off (or a
+/* The response cache's rounds (hvd/cache_rounds.c, over hvd/rounds.c): a communicator
+   of their own, so the one nonblocking allreduce always in flight never meets the
+   control messages or the other collectives, and buffers of hvd_cache_rounds_words. Cache off (or a
    single rank, whose rounds need no MPI): no communicator. */
 static hvd_status_t response_cache_rounds(void) {
   size_t cap = hvd_g.cfg.cache_capacity;
   if (cap == 0) return HVD_OK;
-  size_t words = 2 + 2 * ((cap + 63) / 64);
+  size_t words = (size_t)hvd_cache_rounds_words(cap);
   hvd_g.round_send = calloc(words, sizeof(uint64_t));
   hvd_g.round_recv = calloc(words, sizeof(uint64_t));
   if (!hvd_g.round_send || !hvd_g.round_recv)

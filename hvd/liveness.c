@@ -18,6 +18,7 @@
    ranks that did not answer are the lost ones, so every survivor names the same ranks
    and hosts, whichever of them noticed first (in a ring, the neighbour a rank waited
    for may itself be waiting). */
+#include "hvd/liveness.h"
 #include "hvd/hvd_internal.h"
 
 #include <sched.h>

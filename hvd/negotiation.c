@@ -28,6 +28,7 @@
      response: wire_response_t, key bytes, message bytes, [allgather: size x int64]
    Records follow each other without padding, so a reader copies fields out (memcpy)
    instead of loading them in place. */
+#include "hvd/negotiation.h"
 #include "hvd/hvd_internal.h"
 
 #include <stdlib.h>

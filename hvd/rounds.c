@@ -1,5 +1,7 @@
-/* hvd/rounds.c: one round of the response cache (hvd/background.c): every rank's
-   hvd_g.round_send words combined with AND into hvd_g.round_recv, without blocking.
+/* hvd/rounds.c: the peers of the response cache's protocol over MPI (hvd/cache_rounds.c;
+   hvd_round_peers_mpi): one round, every rank's hvd_g.round_send words combined with
+   AND into hvd_g.round_recv, without blocking. hvd_shutdown's drain (hvd/init.c) uses
+   the same functions after the loop ended.
 
    Up to ROUND_P2P_MAX ranks, a round is a send of the words to every peer and a receive
    from every peer, reduced here: on one host that costs about a microsecond, where
@@ -9,12 +11,14 @@
    follow each other on their own communicator with one tag, and MPI keeps the messages
    between two ranks in order, so round k's words never meet round k + 1's.
 
-   Point-to-point rounds start on demand (hvd/background.c): a rank starts one when it
+   Point-to-point rounds start on demand (hvd/cache_rounds.c): a rank starts one when it
    has something new to say, and a rank that sees a peer's words waiting
    (hvd_round_peer_started) joins that round at once. A collective round cannot be seen
    before one takes part in it, so above ROUND_P2P_MAX rounds follow each other while
    anything waits (and at least every millisecond). */
+#include "hvd/rounds.h"
 #include "hvd/hvd_internal.h"
+#include "hvd/cache_rounds.h"
 
 #include <string.h>
 
@@ -128,4 +132,29 @@ int hvd_round_test(int *done, char *err, size_t len) {
 #endif
   hvd_g.round_inflight = 0;
   return 1;
+}
+
+static int peers_start(hvd_round_peers_t *p, char *err, size_t len) {
+  (void)p;
+  return hvd_round_start(err, len);
+}
+
+static int peers_test(hvd_round_peers_t *p, int *done, char *err, size_t len) {
+  (void)p;
+  return hvd_round_test(done, err, len);
+}
+
+static int peers_started(hvd_round_peers_t *p, char *err, size_t len) {
+  (void)p;
+  return hvd_round_peer_started(err, len);
+}
+
+void hvd_round_peers_mpi(hvd_round_peers_t *p) {
+  p->send = hvd_g.round_send;
+  p->recv = hvd_g.round_recv;
+  p->words = hvd_g.round_words;
+  p->start = peers_start;
+  p->test = peers_test;
+  p->peer_started = peers_started;
+  p->ctx = NULL;
 }

@@ -7,6 +7,7 @@
    line flushed, so a killed run leaves a file that trace viewers still load (they accept
    an unterminated array); hvd_timeline_close ends it with a last event and "]", so a
    clean run leaves strict JSON. */
+#include "hvd/timeline.h"
 #include "hvd/hvd_internal.h"
 
 #include <errno.h>

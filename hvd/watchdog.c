@@ -15,7 +15,10 @@
      every request fails with HVD_ERR_TIMEOUT and the transports are aborted, so the
      background thread leaves the collective it is in and tells the peers.
    It makes no MPI call (the background thread owns MPI). */
+#include "hvd/watchdog.h"
 #include "hvd/hvd_internal.h"
+#include "hvd/liveness.h"
+#include "hvd/requests.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -50,7 +50,7 @@ gzip-end-not-required|train/data.c|s#^    if (avail == 0) {#    if (avail == 0 \
 ckpt-train-seconds-unchecked|train/resume.c|s#  if (!(isfinite(st\[ST_TRAIN_SECONDS\]) \&\& st\[ST_TRAIN_SECONDS\] >= 0))#  if (0)#|test_train_ckpt_fields.sh
 hvd-dtype-mismatch-unchecked|hvd/negotiation.c|s#    if (a->dtype != b->dtype) {#    if (0) {#|test_hvd_errors
 hvd-count-mismatch-unchecked|hvd/negotiation.c|s#        a->count != b->count) {#        0) {#|test_hvd_errors
-hvd-empty-name-accepted|hvd/queue.c|s#^    if (n == 0)$#    if (0)#|test_hvd_errors
+hvd-empty-name-accepted|hvd/api.c|s#^    if (n == 0)$#    if (0)#|test_hvd_errors
 hosts-slots-zero-accepted|launcher/hosts.c|s#  if (v < 1) return -1;#  if (v < 0) return -1;#|test_hvdrun_args test_hvdrun_errors
 EOF
 )
@@ -58,8 +58,8 @@ EOF
 # launcher) are appended here.
 MUTATIONS+=$'\n'$(cat <<'EOF'
 ring-segment-off-by-one|collectives/ring_allreduce.c|s/((size_t)g < count % (size_t)N ? 1 : 0)/((size_t)g <= count % (size_t)N ? 1 : 0)/|test_coll_mpi.sh test_hvd_allreduce
-average-divides-by-size-1|hvd/fusion.c|s/send, recv, count, dt, hvd_g.size);/send, recv, count, dt, hvd_g.size - 1);/|test_hvd_fusion
-timeline-allreduce-fused-only|hvd/fusion.c|s/      timeline(&resp\[i\], reqs\[i\]->key, "ALLREDUCE", t1, t2, bytes);/      if (n > 1) timeline(\&resp[i], reqs[i]->key, "ALLREDUCE", t1, t2, bytes);/|test_hvd_timeline
+average-divides-by-size-1|hvd/host_backend.c|s/send, recv, count, dt, hvd_g.size);/send, recv, count, dt, hvd_g.size - 1);/|test_hvd_fusion
+timeline-allreduce-fused-only|hvd/host_backend.c|s/      timeline(&resp\[i\], reqs\[i\]->key, "ALLREDUCE", t1, t2, bytes);/      if (n > 1) timeline(\&resp[i], reqs[i]->key, "ALLREDUCE", t1, t2, bytes);/|test_hvd_timeline
 check-build-gpu-always-present|launcher/check_build.c|s/have ? 'X' : ' '/have ? 'X' : 'X'/|test_hvdrun_check_build.sh
 cross-comm-wrong-color|hvd/init.c|s/MPI_Comm_split(hvd_g.ctrl, hvd_g.local_rank, hvd_g.rank, &hvd_g.cross_comm)/MPI_Comm_split(hvd_g.ctrl, hvd_g.rank, hvd_g.rank, \&hvd_g.cross_comm)/|test_netns_hvd.sh
 cnn-bench-gpu-silent-cpu|bench/cnn_bench.c|s/if (o->gpu && !nn_cuda_available()) {/if (o->gpu \&\& !nn_cuda_available() \&\& (o->gpu = 0)) {/|test_device_flags.sh
@@ -74,9 +74,9 @@ plan-rank0-threshold-ignored|hvd/init.c|s#c->fusion_threshold = (size_t)v\[0\];#
 plan-device-mismatch-unchecked|hvd/negotiation.c|s#if ((a->device < 0) != (b->device < 0)) {#if (0) {#|test_hvd_plan
 join-stand-in-not-zeros|hvd/execute.c|s#char \*buf = calloc(1, 2 \* bytes + 1);#char *buf = calloc(1, 2 * bytes + 1); if (buf) memset(buf, 1, bytes);#|test_hvd_join
 cache-signature-ignores-count|hvd/response_cache.c|s#a->on_device == b->on_device \&\& a->count == b->count;#a->on_device == b->on_device;#|test_hvd_cache
-hvd-long-name-accepted|hvd/queue.c|s#^    if (n > HVD_NAME_MAX)$#    if (0)#|test_hvd_plan test_hvd_errors
-reducescatter-average-undivided|hvd/fusion.c|s#if (cs == COLL_OK \&\& r->op == HVD_AVERAGE \&\& mine > 0)#if (0)#|test_hvd_alltoall_reducescatter
-reducescatter-remainder-at-end|hvd/fusion.c|s#+ ((size_t)j < r->count % (size_t)N);#+ ((size_t)j >= (size_t)N - r->count % (size_t)N);#|test_hvd_alltoall_reducescatter
+hvd-long-name-accepted|hvd/api.c|s#^    if (n > HVD_NAME_MAX)$#    if (0)#|test_hvd_plan test_hvd_errors
+reducescatter-average-undivided|hvd/host_backend.c|s#if (cs == COLL_OK \&\& r->op == HVD_AVERAGE \&\& mine > 0)#if (0)#|test_hvd_alltoall_reducescatter
+reducescatter-remainder-at-end|hvd/host_backend.c|s#+ ((size_t)j < r->count % (size_t)N);#+ ((size_t)j >= (size_t)N - r->count % (size_t)N);#|test_hvd_alltoall_reducescatter
 transport-abandon-waits|collectives/status.c|s#  if (t->ops->abandon) t->ops->abandon(t, req);#  if (0) t->ops->abandon(t, req);#|test_coll_transport_table
 transport-scratch-unused|collectives/status.c|s#slot >= COLL_SCRATCH_SLOTS) return NULL;#slot >= 0) return NULL;#|test_coll_transport_table
 hier-host-own-split|collectives/hierarchical.c|s#counts\[r\] = split.cross_count;#counts[r] = count / (size_t)L + ((size_t)r < count % (size_t)L);#;s#size_t offset = split.offset, mine = split.cross_count;#size_t offset = 0, mine = counts[l]; for (int r = 0; r < l; r++) offset += counts[r];#|test_coll_hierarchical.sh
@@ -92,16 +92,16 @@ ckpt-format-unread|train/resume.c|s#  if (train_ckpt_format(\&c, path, \&format,
 train-ranks-agree-unchecked|train/main.c|s#  check_ranks_agree(\&t->o, \&sizes, t->size);#  (void)sizes;#|test_train_flags_agree.sh
 train-agree-values-uncompared|train/agree.c|s#      if (vl0 != vlr .. memcmp(v0, vr, vl0) != 0) {#      if (0) {#|test_train_agree
 pc-no-rpath|Makefile|s#^PC_RPATH = .*#PC_RPATH =#|test_install.sh
-alltoall-counts-own-splits|hvd/fusion.c|s#      total += recv\[j\];#      total += r->splits[j];#|test_hvd_alltoall_reducescatter
+alltoall-counts-own-splits|hvd/host_backend.c|s#      total += recv\[j\];#      total += r->splits[j];#|test_hvd_alltoall_reducescatter
 cache-evicts-most-recent|hvd/response_cache.c|s#    s = c->lru;#    s = c->mru;#|test_hvd_response_cache
-alltoall-splits-sum-wraps|hvd/queue.c|s#    if (own\[j\] > count) {#    if (0) {#;s#    if (total > count) {#    if (0) {#|test_hvd_alltoall_reducescatter
-alltoall-split-unbounded|hvd/queue.c|s#    if (own\[j\] > count) {#    if (0) {#|test_hvd_alltoall_reducescatter
+alltoall-splits-sum-wraps|hvd/api.c|s#    if (own\[j\] > count) {#    if (0) {#;s#    if (total > count) {#    if (0) {#|test_hvd_alltoall_reducescatter
+alltoall-split-unbounded|hvd/api.c|s#    if (own\[j\] > count) {#    if (0) {#|test_hvd_alltoall_reducescatter
 liveness-gap-clocks-kept|hvd/liveness.c|s#    for (int r = 0; r < hvd_g.size; r++) L.heard_us\[r\] = now_us;#    ;#|test_hvd_liveness_gap
 liveness-gap-fixed-half-second|hvd/liveness.c|s#double gap_us = timeout_us / 2 < GAP_US ? timeout_us / 2 : GAP_US;#double gap_us = GAP_US;#|test_hvd_liveness_gap
 watchdog-grace-inverted|hvd/watchdog.c|s#age >= shut + (blocked ? 0 : COORDINATOR_GRACE_S)#age >= shut + (blocked ? COORDINATOR_GRACE_S : 0)#|test_hvd_stall
 stall-warning-ignores-bytes|hvd/watchdog.c|s#  if (moved > 0) {#  if (0) {#|test_hvd_stall
 transport-bytes-not-counted|collectives/transport_mpi.c|s#        __atomic_add_fetch(\&t->bytes_done, (unsigned long long)q->part\[i\], __ATOMIC_RELAXED);#        ;#|test_hvd_stall
-grouped-first-member-only|hvd/fusion.c|s#size_t parts = r->nmembers ? r->nmembers : 1;#size_t parts = 1;#|test_hvd_alltoall_reducescatter
+grouped-first-member-only|hvd/host_backend.c|s#size_t parts = r->nmembers ? r->nmembers : 1;#size_t parts = 1;#|test_hvd_alltoall_reducescatter
 hvdrun-signal-no-sigkill|launcher/supervise.c|s#^  kill(-pid, SIGKILL);#  kill(-pid, SIGTERM);#|test_hvdrun_signals.sh
 hvdrun-guard-never-acts|launcher/children.c|s#  if (r == 1) _exit(0);#  _exit(0);#|test_hvdrun_signals.sh
 hvdrun-orphans-not-reaped|launcher/children.c|s#waitpid(-pid, &st, 0)#waitpid(pid, \&st, 0)#|test_hvdrun_signals.sh
@@ -139,6 +139,10 @@ gpu-check-nccl-debug-unset|scripts/gpu_check.sh|s#^export NCCL_DEBUG=\${NCCL_DEB
 gpu-check-init-times-dropped|scripts/gpu_check.sh|s#if \[ -n "\$STEP_INIT" \]; then INIT_TIMES=#if false; then INIT_TIMES=#|test_gpu_check_plan.sh
 gpu-check-row-budget-unchecked|scripts/gpu_check.sh|s#opts=(-s -n "\$T_BENCH" -c#opts=(-s -n 1 -c#|test_gpu_check_plan.sh
 gpu-check-shared-static-libs|Makefile|s#^  CUDA_SO_LDLIBS   ?= \$(subst .*#  CUDA_SO_LDLIBS ?= -L$(CUDA_LIBDIR) -lcudnn -lcublas -lcublasLt -lnccl -lcudart \\#|test_gpu_check_plan.sh
+deps-file-cycle-allowed|scripts/check_deps.sh|s#      if (members in known_cycle) {#      if (1) {#|test_dependency_cycles.sh
+cache-rounds-invalid-not-evicted|hvd/cache_rounds.c|s#if (bad >> b \& 1) hvd_cache_evict(#if (0) hvd_cache_evict(#|test_hvd_cache_rounds
+cache-rounds-lists-word-not-neutral|hvd/cache_rounds.c|s#w\[0\] = cr->cfg.rank == 0 ? cr->lists_seen : ~(uint64_t)0;#w[0] = cr->cfg.rank == 0 ? cr->lists_seen : 0;#|test_hvd_cache_rounds
+cache-rounds-own-words|hvd/cache_rounds.c|s#const uint64_t \*w = cr->peers->recv;#const uint64_t *w = cr->peers->send;#|test_hvd_cache_rounds
 EOF
 )
 

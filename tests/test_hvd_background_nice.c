@@ -9,6 +9,7 @@
    hvd_test, so the lowered thread runs them, then waited for, then a blocking one.
    Malformed values fail hvd_init: test_hvd_init. */
 #include "hvd/hvd_internal.h"
+#include "hvd/background.h"
 #include "tests/hvd_test.h"
 
 #include <dirent.h>

@@ -13,6 +13,7 @@
    runtime's own request table (the background thread is never started). Under ASan a
    request freed too early is a use-after-free, and one never freed a leak. */
 #include "hvd/hvd_internal.h"
+#include "hvd/requests.h"
 #include "tests/check.h"
 
 #include <string.h>

@@ -13,6 +13,7 @@
    missing restart. The same with a peer timeout of 0.2 s and an absence of 0.3 s: an
    absence is longer than half the timeout, or 0.5 s, whichever is shorter. */
 #include "hvd/hvd_internal.h"
+#include "hvd/liveness.h"
 #include "hvd_test.h"
 
 /* With HVD_PEER_TIMEOUT_SECONDS=timeout_s: away away_s, no suspicion; then ticks every

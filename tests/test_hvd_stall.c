@@ -22,6 +22,7 @@
    some in the last interval, and "waiting for its peers" only when they moved none.
    Started alone, it runs the modes under mpirun and checks the output. */
 #include "hvd/hvd_internal.h"
+#include "hvd/watchdog.h"
 #include "hvd_test.h"
 #include "collectives/coll.h"
 

@@ -1,4 +1,4 @@
-/* hvd/fusion.c: the host-memory backend (hvd_host_ops): collectives on host buffers
+/* hvd/host_backend.c: the host-memory backend (hvd_host_ops): collectives on host buffers
    over the MPI transports, and tensor fusion.
 
    Tensor fusion: the coordinator's plan (hvd/negotiation.c) groups allreduce responses
@@ -15,6 +15,7 @@
    inside a collective is fatal and reported to the caller; peers learn it through the
    coordinator. */
 #include "hvd/hvd_internal.h"
+#include "hvd/negotiation.h"
 #include "util/huge_pages.h"
 
 #include <stdint.h>

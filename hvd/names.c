@@ -1,4 +1,4 @@
-/* hvd/errors.c: status names, the per-thread last error, names of dtypes/ops/kinds. */
+/* hvd/names.c: status names, the per-thread last error, names of dtypes/ops/kinds. */
 #include "hvd/hvd_internal.h"
 
 #include <string.h>

@@ -1,126 +1,16 @@
-/* hvd/queue.c: what user threads do. Validate, record the request in the in-flight
-   table (for duplicate names) and the submission queue, wake the background thread,
-   and wait for completion. No MPI here: only the background loop talks to peers (a
-   waiting caller may run its turns: hvd_background_help). */
+/* hvd/api.c: what user threads do. Validate, record the request in the in-flight
+   table (hvd/requests.c: for duplicate names) and the submission queue, wake the
+   background thread, and wait for completion. No MPI here: only the background loop
+   talks to peers (a waiting caller may run its turns: hvd_background_help). */
 #include "hvd/hvd_internal.h"
+#include "hvd/background.h"
+#include "hvd/requests.h"
 
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define HVD_WAIT_SPIN_US 100.0
-
-static unsigned key_hash(const char *key) {
-  unsigned h = 2166136261u;           /* FNV-1a */
-  for (const unsigned char *p = (const unsigned char *)key; *p; p++)
-    h = (h ^ *p) * 16777619u;
-  return h % HVD_INFLIGHT_BUCKETS;
-}
-
-struct hvd_request *hvd_inflight_find(const char *key) {
-  for (struct hvd_request *r = hvd_g.inflight[key_hash(key)]; r; r = r->next_inflight)
-    if (strcmp(r->key, key) == 0) return r;
-  return NULL;
-}
-
-void hvd_inflight_remove(struct hvd_request *r) {
-  struct hvd_request **pp = &hvd_g.inflight[key_hash(r->key)];
-  while (*pp && *pp != r) pp = &(*pp)->next_inflight;
-  if (*pp) *pp = r->next_inflight;
-  r->next_inflight = NULL;
-}
-
-static void request_free(struct hvd_request *r);
-
-void hvd_request_free_results(struct hvd_request *r) {
-  free(r->result);
-  free(r->result_splits);
-  r->result = NULL;
-  r->result_splits = NULL;
-  r->results = 0;
-}
-
-/* Writes the results through the caller's pointers (the request succeeds). */
-static void request_hand_over(struct hvd_request *r) {
-  if (r->results & HVD_RESULT_OUT) {
-    *r->gather_out = r->result;
-    r->result = NULL;
-  }
-  if (r->results & HVD_RESULT_COUNT) *r->gather_count = r->result_count;
-  if (r->results & HVD_RESULT_SPLITS)
-    memcpy(r->recv_splits, r->result_splits, (size_t)hvd_g.size * sizeof(*r->recv_splits));
-  if ((r->results & HVD_RESULT_LAST_RANK) && r->last_rank) *r->last_rank = r->result_last_rank;
-  hvd_request_free_results(r);
-}
-
-/* Once only: a request that hvd_fail_held completed already stays as it is when its
-   executor comes back. A request with a recorded failure (fail_pending) completes with
-   that failure, whatever the executor says: its waiter was to learn it the moment
-   hvd_fail_all ran. The results of a failed request are freed with it (request_free),
-   not here: a held one's executor may still be writing them. */
-void hvd_request_complete(struct hvd_request *r, hvd_status_t s, const char *msg) {
-  if (atomic_load(&r->done)) return;
-  hvd_inflight_remove(r);
-  hvd_g.ninflight--;
-  if (!r->fail_pending) {
-    r->status = s;
-    snprintf(r->error, sizeof(r->error), "%s", (s != HVD_OK && msg) ? msg : "");
-  }
-  if (r->status == HVD_OK) request_hand_over(r);
-  atomic_store(&r->done, 1);
-  pthread_cond_broadcast(&hvd_g.done_cv);
-}
-
-void hvd_fail_all(hvd_status_t s, const char *msg) {
-  for (int b = 0; b < HVD_INFLIGHT_BUCKETS; b++) {
-    struct hvd_request **pp = &hvd_g.inflight[b];
-    while (*pp) {
-      struct hvd_request *r = *pp;
-      if (!r->held) {
-        hvd_request_complete(r, s, msg);   /* unlinks *pp */
-        continue;
-      }
-      if (!r->fail_pending) {
-        r->status = s;
-        snprintf(r->error, sizeof(r->error), "%s", msg ? msg : "");
-        r->fail_pending = 1;
-      }
-      pp = &r->next_inflight;
-    }
-  }
-  hvd_g.queue_head = hvd_g.queue_tail = NULL;   /* every queued one was in flight too */
-  atomic_store(&hvd_g.queued, 0);
-  if (!hvd_g.stopped) {
-    hvd_g.stopped = 1;
-    /* Later calls: a lost peer stays the reason; anything else reads as shut down. */
-    hvd_g.stop_status = s == HVD_ERR_PEER_LOST ? s : HVD_ERR_SHUTDOWN;
-    snprintf(hvd_g.stop_msg, sizeof(hvd_g.stop_msg), "%s", msg);
-  }
-}
-
-int hvd_fail_held(void) {
-  int n = 0;
-  for (int b = 0; b < HVD_INFLIGHT_BUCKETS; b++)
-    while (hvd_g.inflight[b]) {
-      struct hvd_request *r = hvd_g.inflight[b];
-      n += r->held;
-      if (!r->fail_pending) {
-        r->status = HVD_ERR_SHUTDOWN;
-        snprintf(r->error, sizeof(r->error), "%s", hvd_g.stop_msg);
-        r->fail_pending = 1;
-      }
-      hvd_request_complete(r, r->status, r->error);
-    }
-  return n;
-}
-
-void hvd_request_release(struct hvd_request *r) {
-  r->held = 0;
-  if (r->abandoned)
-    request_free(r);
-  else if (r->fail_pending && !atomic_load(&r->done))
-    hvd_request_complete(r, r->status, r->error);
-}
 
 static hvd_status_t check_common(const char *name, hvd_dtype_t dtype, size_t count,
                                  const void *buf1, const void *buf2, const char *what) {
@@ -198,10 +88,7 @@ static hvd_status_t submit(struct hvd_request *r, const char *name) {
     pthread_mutex_unlock(&hvd_g.mu);
     return s;
   }
-  unsigned h = key_hash(r->key);
-  r->next_inflight = hvd_g.inflight[h];
-  hvd_g.inflight[h] = r;
-  hvd_g.ninflight++;
+  hvd_inflight_insert(r);
   r->next_queue = NULL;
   if (hvd_g.queue_tail) hvd_g.queue_tail->next_queue = r;
   else hvd_g.queue_head = r;
@@ -215,28 +102,11 @@ static hvd_status_t submit(struct hvd_request *r, const char *name) {
   return HVD_OK;
 }
 
-static struct hvd_request *request_new(hvd_kind_t kind) {
-  struct hvd_request *r = calloc(1, sizeof(*r));
-  if (r == NULL) return NULL;
-  r->kind = kind;
-  r->submit_time = util_now_us();
-  return r;
-}
-
-static void request_free(struct hvd_request *r) {
-  hvd_request_free_results(r);
-  free(r->splits);
-  free(r->member_send);
-  free(r->member_recv);
-  free(r->member_count);
-  free(r);
-}
-
 static hvd_status_t finish_submit(struct hvd_request *r, const char *name,
                                   hvd_request_t *req) {
   hvd_status_t s = submit(r, name);
   if (s != HVD_OK) {
-    request_free(r);
+    hvd_request_free(r);
     return s;
   }
   *req = r;
@@ -252,7 +122,7 @@ static hvd_status_t reduction_new(hvd_kind_t kind, const char *name, const void 
   hvd_status_t s = check_common(name, dtype, count, sendbuf, recvbuf, what);
   if (s == HVD_OK) s = check_op(op, what);
   if (s != HVD_OK) return s;
-  struct hvd_request *r = *out = request_new(kind);
+  struct hvd_request *r = *out = hvd_request_new(kind);
   if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", what);
   r->sendbuf = sendbuf;
   r->recvbuf = recvbuf;
@@ -294,7 +164,7 @@ hvd_status_t hvd_broadcast_async(const char *name, void *buf, size_t count,
     return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
                          "hvd_broadcast: root %d is not a rank (size is %d)", root,
                          hvd_g.size);
-  struct hvd_request *r = request_new(HVD_KIND_BROADCAST);
+  struct hvd_request *r = hvd_request_new(HVD_KIND_BROADCAST);
   if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_broadcast: out of memory");
   r->sendbuf = buf;
   r->recvbuf = buf;
@@ -320,7 +190,7 @@ hvd_status_t hvd_allgather(const char *name, const void *sendbuf, size_t count,
   *recvcount = 0;
   hvd_status_t s = check_common(name, dtype, count, sendbuf, sendbuf, "hvd_allgather");
   if (s != HVD_OK) return s;
-  struct hvd_request *r = request_new(HVD_KIND_ALLGATHER);
+  struct hvd_request *r = hvd_request_new(HVD_KIND_ALLGATHER);
   if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_allgather: out of memory");
   r->sendbuf = sendbuf;
   r->count = count;
@@ -379,7 +249,7 @@ hvd_status_t hvd_alltoall_async(const char *name, const void *sendbuf, size_t co
     return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_alltoall: the splits add up to %zu "
                          "elements, count is %zu", total, count);
   }
-  struct hvd_request *r = request_new(HVD_KIND_ALLTOALL);
+  struct hvd_request *r = hvd_request_new(HVD_KIND_ALLTOALL);
   if (r == NULL) {
     free(own);
     return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_alltoall: out of memory");
@@ -451,13 +321,13 @@ hvd_status_t hvd_grouped_allreduce_async(size_t n, const char *const *names,
     digest = (digest ^ (uint32_t)counts[i]) * 16777619u;
   }
   if (s != HVD_OK) return s;
-  struct hvd_request *r = request_new(HVD_KIND_ALLREDUCE);
+  struct hvd_request *r = hvd_request_new(HVD_KIND_ALLREDUCE);
   if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", what);
   r->member_send = malloc(n * sizeof(*r->member_send));
   r->member_recv = malloc(n * sizeof(*r->member_recv));
   r->member_count = malloc(n * sizeof(*r->member_count));
   if (!r->member_send || !r->member_recv || !r->member_count) {
-    request_free(r);
+    hvd_request_free(r);
     return hvd_set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", what);
   }
   for (size_t i = 0; i < n; i++) {
@@ -488,7 +358,7 @@ hvd_status_t hvd_barrier(void) {
   if (!atomic_load(&hvd_g_initialized))
     return hvd_set_error(HVD_ERR_NOT_INITIALIZED,
                          "hvd_barrier called before hvd_init() or after hvd_shutdown()");
-  struct hvd_request *r = request_new(HVD_KIND_BARRIER);
+  struct hvd_request *r = hvd_request_new(HVD_KIND_BARRIER);
   if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_barrier: out of memory");
   hvd_request_t req = NULL;
   hvd_status_t s = finish_submit(r, NULL, &req);
@@ -503,7 +373,7 @@ hvd_status_t hvd_join(int *last_rank) {
   if (!atomic_load(&hvd_g_initialized))
     return hvd_set_error(HVD_ERR_NOT_INITIALIZED,
                          "hvd_join called before hvd_init() or after hvd_shutdown()");
-  struct hvd_request *r = request_new(HVD_KIND_JOIN);
+  struct hvd_request *r = hvd_request_new(HVD_KIND_JOIN);
   if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_join: out of memory");
   r->last_rank = last_rank;
   hvd_request_t req = NULL;
@@ -522,7 +392,7 @@ static hvd_status_t request_finish(struct hvd_request *r) {
   int keep = r->held;
   if (keep) r->abandoned = 1;
   pthread_mutex_unlock(&hvd_g.mu);
-  if (!keep) request_free(r);
+  if (!keep) hvd_request_free(r);
   return s;
 }
 
