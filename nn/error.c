@@ -1,4 +1,4 @@
-/* nn/error.c: status strings and the per-thread last-error message.
+/* nn/error.c: status strings, precision names and the per-thread last-error message.
    Library code never prints: a failing function stores a message here and returns its
    status; the caller decides what to show. Thread-local so that threads do not
    overwrite each other's messages. */
@@ -56,4 +56,13 @@ void nn_notice(const char *fmt, ...) {
     fprintf(stderr, "nn: %s\n", line);
     fflush(stderr);
   }
+}
+
+const char *nn_precision_name(nn_precision_t p) {
+  switch (p) {
+  case NN_PRECISION_FP32: return "fp32";
+  case NN_PRECISION_FP16: return "fp16";
+  case NN_PRECISION_BF16: return "bf16";
+  }
+  return "unknown";
 }

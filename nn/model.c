@@ -243,15 +243,6 @@ int nn_model_add_linear(nn_model_t *m, const char *name, int in, int out, int bi
   return layer_index(m);
 }
 
-const char *nn_precision_name(nn_precision_t p) {
-  switch (p) {
-  case NN_PRECISION_FP32: return "fp32";
-  case NN_PRECISION_FP16: return "fp16";
-  case NN_PRECISION_BF16: return "bf16";
-  }
-  return "unknown";
-}
-
 nn_status_t nn_model_set_precision(nn_model_t *m, const nn_precision_config_t *cfg) {
   if (!m) return nn_set_error(NN_ERR_ARG, "nn_model_set_precision: NULL model");
   if (m->backend->device != NN_DEVICE_CPU)
@@ -479,20 +470,6 @@ void nn_model_free(nn_model_t *m) {
   free(m->buffers);
   free(m->counters);
   free(m);
-}
-
-void nn_model_free_activations(nn_model_t *m, void (*free_fn)(void *)) {
-  for (int i = 0; i < m->num_layers; i++) {
-    nn_layer_t *l = &m->layers[i];
-    if (l->own_out) free_fn(l->out);
-    if (l->own_dout) free_fn(l->dout);
-    l->out = l->dout = NULL;
-    l->own_out = l->own_dout = 0;
-  }
-  free_fn(m->input);
-  free_fn(m->dinput);
-  free_fn(m->dlogits);
-  m->input = m->dinput = m->dlogits = NULL;
 }
 
 /* ---- accessors ---- */

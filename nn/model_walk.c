@@ -230,3 +230,17 @@ nn_status_t nn_model_loss_scale(nn_model_t *m, float *scale, int64_t *skipped_st
   if (skipped_steps) *skipped_steps = 0;
   return NN_OK;
 }
+
+void nn_model_free_activations(nn_model_t *m, void (*free_fn)(void *)) {
+  for (int i = 0; i < m->num_layers; i++) {
+    nn_layer_t *l = &m->layers[i];
+    if (l->own_out) free_fn(l->out);
+    if (l->own_dout) free_fn(l->dout);
+    l->out = l->dout = NULL;
+    l->own_out = l->own_dout = 0;
+  }
+  free_fn(m->input);
+  free_fn(m->dinput);
+  free_fn(m->dlogits);
+  m->input = m->dinput = m->dlogits = NULL;
+}

@@ -7,7 +7,7 @@
 #              BUILD_DIR/obj/PATH.cu.o for PATH.cu (default: build)
 #   --src DIR  the source tree the objects were built from (default: this repository)
 #   --quiet    print only violations
-#   --verbose  also print the known cycles of KNOWN_CYCLES and objects left out
+#   --verbose  also print objects left out
 #
 # What it checks:
 #  1. Calls. For every object under BUILD_DIR/obj (tests/ and its fuzz harnesses left out,
@@ -20,8 +20,7 @@
 #  3. Cycles. The strongly connected components of the file call graph: a component whose
 #     files lie in more than one module is a call cycle between modules, and fails; so
 #     does a cycle among the files of one module (its files cannot be read, tested or
-#     replaced one at a time), unless it is listed in KNOWN_CYCLES below (with --verbose,
-#     a note).
+#     replaced one at a time).
 #  4. Includes. Every #include "..." in the sources (.c .h .cu .cuh; tests/ and scripts/
 #     left out) that names a file of the tree is checked against the same table, so a
 #     header-only dependency counts too. This needs no build.
@@ -48,15 +47,6 @@ examples: hvd
 serve: nn nn/cuda util
 tests: *
 scripts: *
-'
-
-# Cycles between the files of one module that are known and not yet broken, one per line:
-# the files of the cycle, sorted, separated by one space. Each is a debt: break the cycle
-# and remove its line. A cycle not listed here fails.
-#   nn/model.c <-> nn/model_cpu.c: the model calls the CPU layer passes, which call back
-#   the model's helpers.
-KNOWN_CYCLES='
-nn/model.c nn/model_cpu.c
 '
 
 usage() {
@@ -130,9 +120,8 @@ done < <(cd "$src" && find . \( -path './.*' -o -path './build*' -o -path ./test
 
 # ---- 2, 3, 4: the graph, the rules, the cycles ----
 printf '%s\n' "$ALLOWED" > "$tmp/allowed"
-printf '%s\n' "$KNOWN_CYCLES" > "$tmp/known_cycles"
 cat "$tmp/skipped" > "$tmp/skipped.out"
-LC_ALL=C awk -v mode="$mode" -v allowed="$tmp/allowed" -v known="$tmp/known_cycles" -v incs="$tmp/incs" -v skipped="$tmp/skipped" '
+LC_ALL=C awk -v mode="$mode" -v allowed="$tmp/allowed" -v incs="$tmp/incs" -v skipped="$tmp/skipped" '
 function module(path,   d, n) {
   if (path !~ /\//) return "."
   d = path; sub(/\/[^\/]*$/, "", d)
@@ -182,7 +171,6 @@ BEGIN {
     k = line; sub(/:.*/, "", k); v = line; sub(/^[^:]*:[ ]*/, "", v); sub(/[ ]+$/, "", v)
     table[k] = v
   }
-  while ((getline line < known) > 0) if (line ~ /[^ ]/) known_cycle[" " line] = 1
   violations = 0
 }
 # symbols: "FILE TYPE NAME"
@@ -244,10 +232,6 @@ END {
     for (i = 1; i <= nf; i++) if (comp[sorted[i]] == c) { members = members " " sorted[i]; cm[module(sorted[i])] = 1 }
     modlist = ""; for (m in cm) { nm++; modlist = modlist (modlist == "" ? "" : ", ") m }
     if (nm < 2) {
-      if (members in known_cycle) {
-        if (mode == "verbose") print "note: a known call cycle inside module " modlist " (KNOWN_CYCLES):" members
-        continue
-      }
       # name one cycle: the first file, a file it calls in the component, and back
       found = ""
       f = ""; for (i = 1; i <= nf && f == ""; i++) if (comp[sorted[i]] == c) f = sorted[i]

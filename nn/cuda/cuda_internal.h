@@ -65,8 +65,11 @@ typedef struct {
 } nn_cuda_optim_dev_t;
 
 
-/* Element size and library types of activations in a precision. */
-size_t nn_cuda_elem_size(nn_precision_t p);
+/* Element size and library types of activations in a precision (the size inline: the
+   kernels use it too, and elementwise.c calls the kernels). */
+static inline size_t nn_cuda_elem_size(nn_precision_t p) {
+  return p == NN_PRECISION_FP32 ? sizeof(float) : 2;
+}
 cudnnDataType_t nn_cudnn_type(nn_precision_t p);
 cudaDataType_t nn_cublas_type(nn_precision_t p);
 

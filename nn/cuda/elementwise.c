@@ -7,10 +7,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-size_t nn_cuda_elem_size(nn_precision_t p) {
-  return p == NN_PRECISION_FP32 ? sizeof(float) : 2;
-}
-
 cudnnDataType_t nn_cudnn_type(nn_precision_t p) {
   switch (p) {
   case NN_PRECISION_FP16: return CUDNN_DATA_HALF;
