@@ -64,7 +64,6 @@ void hvd_cache_free(hvd_response_cache_t *c) {
   free(c);
 }
 
-size_t hvd_cache_capacity(const hvd_response_cache_t *c) { return c->capacity; }
 
 int hvd_cache_sig_equal(const hvd_cache_sig_t *a, const hvd_cache_sig_t *b) {
   return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op &&

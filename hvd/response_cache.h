@@ -22,7 +22,6 @@ typedef struct hvd_response_cache hvd_response_cache_t;
 
 hvd_response_cache_t *hvd_cache_create(size_t capacity);
 void hvd_cache_free(hvd_response_cache_t *c);
-size_t hvd_cache_capacity(const hvd_response_cache_t *c);
 /* The slot holding key (its signature in *sig), or -1. */
 int hvd_cache_lookup(const hvd_response_cache_t *c, const char *key, size_t key_len,
                      hvd_cache_sig_t *sig);
