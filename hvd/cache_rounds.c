@@ -466,7 +466,7 @@ static int round_news(const hvd_cache_rounds_t *cr) {
    and idle rounds do not take the core from the threads that submit. Collective rounds
    (above 16 ranks) cannot see a peer's start: they follow each other at once while
    anything waits or right after progress, else at most every ROUND_IDLE_US, since the
-   peers' rounds cannot complete without this rank's. Returns 0 when the loop must end. */
+   peers' rounds cannot complete without this rank's. Returns 1 when the loop must end. */
 int hvd_cache_rounds_turn(hvd_cache_rounds_t *cr, int recent_progress, int *progressed) {
   char err[HVD_ERROR_MAX];
   if (!test_round(cr, err, sizeof(err))) return fail(cr, HVD_ERR_BACKEND, err);

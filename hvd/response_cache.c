@@ -64,7 +64,6 @@ void hvd_cache_free(hvd_response_cache_t *c) {
   free(c);
 }
 
-
 int hvd_cache_sig_equal(const hvd_cache_sig_t *a, const hvd_cache_sig_t *b) {
   return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op &&
          a->root == b->root && a->on_device == b->on_device && a->count == b->count;

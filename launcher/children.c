@@ -27,13 +27,21 @@ static volatile sig_atomic_t g_signal;
 static void on_signal(int sig) { g_signal = sig; }
 
 static const int CAUGHT[HVDRUN_CAUGHT_SIGNALS] = {SIGINT, SIGTERM, SIGHUP};
+/* The signals hvdrun was started with ignored (nohup: HUP; a script's background job:
+   INT): they stay ignored, in hvdrun and in its children, as they would have been in a
+   shell's own child. */
+static int g_ignored[HVDRUN_CAUGHT_SIGNALS];
 
 void hvdrun_signals_catch(hvdrun_signals_t *saved)
 {
   struct sigaction sa = {.sa_handler = on_signal};
   sigemptyset(&sa.sa_mask);
   g_signal = 0;
-  for (int i = 0; i < HVDRUN_CAUGHT_SIGNALS; i++) sigaction(CAUGHT[i], &sa, &saved->old[i]);
+  for (int i = 0; i < HVDRUN_CAUGHT_SIGNALS; i++) {
+    sigaction(CAUGHT[i], NULL, &saved->old[i]);
+    g_ignored[i] = saved->old[i].sa_handler == SIG_IGN;
+    if (!g_ignored[i]) sigaction(CAUGHT[i], &sa, NULL);
+  }
 }
 
 void hvdrun_signals_restore(const hvdrun_signals_t *saved)
@@ -43,8 +51,14 @@ void hvdrun_signals_restore(const hvdrun_signals_t *saved)
 
 int hvdrun_signal_take(void)
 {
+  /* Blocked while read and cleared, so that one arriving in between is not lost. */
+  sigset_t set, old;
+  sigemptyset(&set);
+  for (int i = 0; i < HVDRUN_CAUGHT_SIGNALS; i++) sigaddset(&set, CAUGHT[i]);
+  sigprocmask(SIG_BLOCK, &set, &old);
   int sig = g_signal;
   g_signal = 0;
+  sigprocmask(SIG_SETMASK, &old, NULL);
   return sig;
 }
 
@@ -55,9 +69,11 @@ void hvdrun_child_setup(pid_t parent)
      after hvdrun already died would never get it, so it checks. */
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent) _exit(128 + SIGTERM);
-  /* hvdrun catches these; the child gets the default actions back (exec would too, but
-     a child that does not exec must not run hvdrun's handler). */
-  for (int i = 0; i < HVDRUN_CAUGHT_SIGNALS; i++) signal(CAUGHT[i], SIG_DFL);
+  /* hvdrun catches these; the child gets the actions hvdrun was started with back (exec
+     would reset a caught one too, but a child that does not exec must not run hvdrun's
+     handler): the default, or ignored where hvdrun's were. */
+  for (int i = 0; i < HVDRUN_CAUGHT_SIGNALS; i++)
+    signal(CAUGHT[i], g_ignored[i] ? SIG_IGN : SIG_DFL);
 }
 
 int hvdrun_child_exited(pid_t pid)

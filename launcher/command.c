@@ -125,7 +125,10 @@ hvdrun_mpi_t hvdrun_detect_mpi(const char *launcher, char *version, size_t len)
 {
   snprintf(version, len, "unknown");
   int fds[2];
-  if (pipe(fds) != 0) return HVDRUN_MPI_UNKNOWN;
+  if (pipe(fds) != 0) {
+    snprintf(version, len, "pipe: %s", strerror(errno));
+    return HVDRUN_MPI_UNKNOWN;
+  }
   /* A launcher that hangs, or ignores SIGTERM, must not keep hvdrun, or outlive it:
      its own process group, a bound, and a guardian (launcher/children.c). */
   hvdrun_signals_t saved;
@@ -133,6 +136,7 @@ hvdrun_mpi_t hvdrun_detect_mpi(const char *launcher, char *version, size_t len)
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
+    snprintf(version, len, "fork: %s", strerror(errno));
     close(fds[0]);
     close(fds[1]);
     hvdrun_signals_restore(&saved);
@@ -160,7 +164,11 @@ hvdrun_mpi_t hvdrun_detect_mpi(const char *launcher, char *version, size_t len)
   hvdrun_signals_restore(&saved);
   /* Stopped by a signal while asking: nothing of ours runs any more, so the signal now
      takes its ordinary course (hvdrun ends with it). */
-  if (sig) raise(sig);
+  if (sig) {
+    raise(sig);
+    snprintf(version, len, "interrupted by signal %d", sig);
+    return HVDRUN_MPI_UNKNOWN;
+  }
   if (timed_out) {
     snprintf(version, len, "no answer in %d s", DETECT_TIMEOUT_S);
     return HVDRUN_MPI_UNKNOWN;

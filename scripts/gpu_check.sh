@@ -241,7 +241,8 @@ on_signal() {
   if [ -n "$pid" ]; then
     kill -TERM "$pid" 2> /dev/null
     for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2> /dev/null || break; sleep 0.3; done
-    kill -KILL "$pid" 2> /dev/null
+    # timeout leads its process group; a SIGKILL to it alone would not reach the program.
+    kill -KILL -- "-$pid" 2> /dev/null || kill -KILL "$pid" 2> /dev/null
   fi
   local secs=0
   [ -n "$STEP_NAME" ] && secs=$((SECONDS - STEP_T0))

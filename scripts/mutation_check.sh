@@ -143,6 +143,7 @@ deps-file-cycle-allowed|scripts/check_deps.sh|s#^    if (nm < 2) {$#    if (nm <
 cache-rounds-invalid-not-evicted|hvd/cache_rounds.c|s#if (bad >> b \& 1) hvd_cache_evict(#if (0) hvd_cache_evict(#|test_hvd_cache_rounds
 cache-rounds-lists-word-not-neutral|hvd/cache_rounds.c|s#w\[0\] = cr->cfg.rank == 0 ? cr->lists_seen : ~(uint64_t)0;#w[0] = cr->cfg.rank == 0 ? cr->lists_seen : 0;#|test_hvd_cache_rounds
 cache-rounds-own-words|hvd/cache_rounds.c|s#const uint64_t \*w = cr->peers->recv;#const uint64_t *w = cr->peers->send;#|test_hvd_cache_rounds
+hvdrun-ignored-signals-caught|launcher/children.c|s#    g_ignored\[i\] = saved->old\[i\].sa_handler == SIG_IGN;#    g_ignored[i] = 0;#|test_hvdrun_ignored_signals.sh
 EOF
 )
 

@@ -527,10 +527,14 @@ static int answer_bad_length(serve_http_t *s, struct MHD_Connection *c, unsigned
                : -1;
   free(body);
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-  ssize_t sent = -1;
-  if (ci && n > 0 && (size_t)n < sizeof out)
-    do sent = send(ci->connect_fd, out, (size_t)n, MSG_NOSIGNAL);
-    while (sent < 0 && errno == EINTR);
+  if (!ci || n <= 0 || (size_t)n >= sizeof out) {
+    logf_(s, "warning: the %u answer (%s) could not be made: %s", status, msg,
+          !ci ? "no socket" : "out of memory");
+    return -1;
+  }
+  ssize_t sent;
+  do sent = send(ci->connect_fd, out, (size_t)n, MSG_NOSIGNAL);
+  while (sent < 0 && errno == EINTR);
   if (sent != n || shutdown(ci->connect_fd, SHUT_WR) != 0) {
     logf_(s, "warning: the %u answer (%s) could not be written: %s", status, msg,
           sent < 0 || sent == n ? strerror(errno) : "short write");

@@ -34,6 +34,29 @@ static void die(const char *fmt, const char *arg) {
   exit(1);
 }
 
+/* Until SIGTERM or SIGINT (blocked in every thread, taken here): polls the version folders
+   every poll_s seconds, saying what changed. Returns the signal. */
+static int serve_until_signal(serve_models_t *models, const sigset_t *sigs, int poll_s) {
+  for (;;) {
+    struct timespec ts = {.tv_sec = poll_s};
+    int got = sigtimedwait(sigs, NULL, &ts);
+    if (got > 0) return got;
+    if (got < 0 && errno != EAGAIN && errno != EINTR) die("sigtimedwait: %s", strerror(errno));
+    char msg[1024];
+    int p = serve_models_poll(models, msg, sizeof msg);
+    if (p > 0) {
+      fprintf(stderr, "serve: info: %s\n", msg);
+      serve_version_t *v = serve_models_acquire(models, 0);
+      if (v) {
+        print_line(NULL, v->info.note);
+        serve_models_release(models, v);
+      }
+    } else if (p < 0) {
+      fprintf(stderr, "serve: warning: %s\n", msg);
+    }
+  }
+}
+
 int main(int argc, char **argv) {
   const char *arch = "lenet", *model_name = NULL, *weights = NULL, *base_path = NULL;
   const char *device = "cpu", *normalize = NULL, *level = "info";
@@ -83,7 +106,8 @@ int main(int argc, char **argv) {
        .help = "open connections from one IP address (more are closed at once; behind a "
                "proxy, every client has the proxy's address)"},
       {"idle-timeout", UTIL_FLAG_INT, &idle_timeout, .min = 1, .max = 86400,
-       .help = "seconds a silent connection is kept"},
+       .help = "seconds a silent connection is kept (between requests at most "
+               "--request-timeout, which bounds the wait for the next request line too)"},
       {"request-timeout", UTIL_FLAG_INT, &request_timeout, .min = 1, .max = 86400,
        .help = "seconds for a whole request to arrive: its first line from the connection's "
                "opening or previous response, its headers and body from that line; a slower "
@@ -165,26 +189,7 @@ int main(int argc, char **argv) {
   printf("serve: listening on port %d\n", serve_http_port(http));
   fflush(stdout);
 
-  int sig = 0;
-  while (!sig) {
-    struct timespec ts = {.tv_sec = poll_s};
-    int got = sigtimedwait(&sigs, NULL, &ts);
-    if (got > 0) {
-      sig = got;
-      break;
-    }
-    if (got < 0 && errno != EAGAIN && errno != EINTR) die("sigtimedwait: %s", strerror(errno));
-    char msg[1024];
-    int p = serve_models_poll(models, msg, sizeof msg);
-    if (p > 0) {
-      fprintf(stderr, "serve: info: %s\n", msg);
-      serve_version_t *v = serve_models_acquire(models, 0);
-      if (v) {
-        print_line(NULL, v->info.note);
-        serve_models_release(models, v);
-      }
-    } else if (p < 0) fprintf(stderr, "serve: warning: %s\n", msg);
-  }
+  int sig = serve_until_signal(models, &sigs, poll_s);
   fprintf(stderr, "serve: %s: not accepting connections; answering the requests already read\n",
           strsignal(sig));
   int left = serve_http_drain(http, drain_s);

@@ -3,9 +3,8 @@
 # table forbids, no call cycle between modules, no forbidden #include (docs/architecture.md).
 # Then the script itself, on small planted trees: a call cycle between nn and hvd, a
 # forbidden call hvd -> nn, a forbidden include, a cycle between the files of one module,
-# must each fail (exit 1) with a message naming the files; an allowed tree, and a cycle
-# listed in KNOWN_CYCLES, must pass; a build directory without objects is a usage error
-# (exit 2).
+# must each fail (exit 1) with a message naming the files; an allowed tree must pass; a
+# build directory without objects is a usage error (exit 2).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 build=${HVD_BUILD:-build}

@@ -212,10 +212,13 @@ int train_outputs_batch(train_outputs_t *out, long long step, float loss, float 
   return 0;
 }
 
+/* Closes every file, also after a failure; the first failure is the one said. */
 int train_outputs_close(train_outputs_t *out, char *err, size_t errlen) {
+  int rc = 0;
   for (int i = 0; i < TB_RUNS; i++)
-    if (out->tb[i].f && train_tfevents_close(&out->tb[i]) != 0)
-      return write_failed(out->tb[i].path, err, errlen);
-  if (out->csv.f && train_csv_close(&out->csv) != 0) return write_failed(out->csv.path, err, errlen);
-  return 0;
+    if (out->tb[i].f && train_tfevents_close(&out->tb[i]) != 0 && rc == 0)
+      rc = write_failed(out->tb[i].path, err, errlen);
+  if (out->csv.f && train_csv_close(&out->csv) != 0 && rc == 0)
+    rc = write_failed(out->csv.path, err, errlen);
+  return rc;
 }

@@ -45,6 +45,7 @@ static void say(char *why, size_t why_len, const char *fmt, ...) {
 /* The table of the opened lib, checked; NULL with why filled when it is refused. */
 static const void *table_of(const util_plugin_spec_t *spec, void *lib, const char *path,
                             char *why, size_t why_len) {
+  (void)dlerror();   /* an earlier error would be taken for this lookup's */
   void *sym = dlsym(lib, spec->symbol);
   if (sym == NULL) {
     const char *e = dlerror();
