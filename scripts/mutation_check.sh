@@ -144,6 +144,20 @@ cache-rounds-invalid-not-evicted|hvd/cache_rounds.c|s#if (bad >> b \& 1) hvd_cac
 cache-rounds-lists-word-not-neutral|hvd/cache_rounds.c|s#w\[0\] = cr->cfg.rank == 0 ? cr->lists_seen : ~(uint64_t)0;#w[0] = cr->cfg.rank == 0 ? cr->lists_seen : 0;#|test_hvd_cache_rounds
 cache-rounds-own-words|hvd/cache_rounds.c|s#const uint64_t \*w = cr->peers->recv;#const uint64_t *w = cr->peers->send;#|test_hvd_cache_rounds
 hvdrun-ignored-signals-caught|launcher/children.c|s#    g_ignored\[i\] = saved->old\[i\].sa_handler == SIG_IGN;#    g_ignored[i] = 0;#|test_hvdrun_ignored_signals.sh
+serve-timeouts-metric-overwritten|serve/http.c|s/s->timeouts += (uint64_t)cut;/s->timeouts = (uint64_t)cut;/|test_serve_slow_clients.sh
+serve-per-client-limit-is-global|serve/http.c|s/(unsigned)cfg->max_connections_per_client/(unsigned)cfg->max_connections/|test_serve_slow_clients.sh
+serve-loaded-gauge-never-falls|serve/versions.c|s/^  m->loaded--;$//|test_serve_versions.sh
+reap-leaves-group-alive|launcher/children.c|s/^  kill(-pid, SIGKILL);   /  (void)0;   /|test_hvdrun_signals.sh
+child-exited-consumes-status|launcher/children.c|s/ WNOHANG . WNOWAIT/ WNOHANG/|test_elastic_restart.sh
+keep-slots-extra-empty-host|launcher/hosts.c|s/while (n < h->n \&\& kept < slots)/while (n < h->n \&\& kept <= slots)/|test_hvdrun_elastic_hosts.sh
+detect-version-waits-forever|launcher/command.c|s/^  hvdrun_child_reap(pid);$/  waitpid(pid, NULL, 0);/|test_hvdrun_signals.sh
+alltoall-whole-buffer-split-refused|hvd/api.c|s/if (own\[j\] > count) {/if (own[j] >= count) {/|test_hvd_alltoall_reducescatter
+inproc-abandon-missing|collectives/transport_inproc.c|s/^    .abandon = inproc_abandon,$//|test_coll_transport_table
+scratch-never-grows|collectives/status.c|s/if (t->scratch_bytes\[slot\] < bytes) {/if (t->scratch_bytes[slot] == 0) {/|test_coll_mpi
+plugin-table-size-unchecked|util/plugin.c|s/ \&\& head.size == spec->size//|test_util_plugin
+ckpt-format-trailing-junk-ok|train/checkpoint.c|s/strspn(f + pl, "0123456789") == strlen(f + pl) \&\& //|test_train_ckpt_format.sh
+resume-format1-state-refused|train/resume.c|s/(format == 1 ? ST_COUNT_V1 : ST_COUNT)/(ST_COUNT)/|test_train_ckpt_format.sh
+resume-auto-earliest-step-first|train/resume.c|s/return a->steps > b->steps ? -1 : 1;/return a->steps < b->steps ? -1 : 1;/|test_train_resume_mid.sh
 EOF
 )
 
