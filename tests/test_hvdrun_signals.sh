@@ -9,7 +9,9 @@
 #  - SIGTERM, then SIGKILL, to hvdrun while the discovery script runs: the same for the
 #    script and what it started;
 #  - a launcher that never answers --version (no --mpi given): SIGTERM to hvdrun ends
-#    both; without a signal hvdrun gives up after 10 s, saying to pass --mpi.
+#    both; without a signal hvdrun gives up after 10 s, saying to pass --mpi;
+#  - hvdrun's exit status is its launcher's (launcher/hvdrun.c): 0, 3, and 128+10 for a
+#    launcher ended by SIGUSR1, so a failed job never reads as a success.
 # Timeouts only catch hangs: each bound is many times the 5 s hvdrun allows a group.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -177,6 +179,21 @@ version_case() {
   else echo "ok   --version never answered: $(cat "$tmp/out")"; fi
 }
 
+# status_case WANT LAUNCHER_BODY: hvdrun -np 1 with a fake launcher that runs the body.
+status_case() {
+  local want=$1
+  printf '#!/bin/bash\n%s\n' "$2" >"$tmp/status-mpirun"
+  chmod +x "$tmp/status-mpirun"
+  HVD_MPIRUN=$tmp/status-mpirun timeout -k 5 $BOUND "$hvdrun" --mpi openmpi -np 1 /bin/true \
+    >"$tmp/out" 2>&1
+  status=$?
+  if [ "$status" != "$want" ]; then fail "a launcher that runs '$2': hvdrun exited $status, expected $want:"; cat "$tmp/out"
+  else echo "ok   a launcher that runs '$2': hvdrun exits $status"; fi
+}
+
+status_case 0 'exit 0'
+status_case 3 'exit 3'
+status_case 138 'kill -USR1 $$'
 launch_case TERM
 launch_case KILL
 discovery_case TERM

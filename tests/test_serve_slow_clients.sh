@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build/serve against slow clients (slowloris), all on loopback, bounded in count (61
+# build/serve against slow clients (slowloris), all on loopback, bounded in count (63
 # connections) and time (about 15 s):
 # - 60 connections from 127.0.0.1, each sending its headers one byte every 0.5 s (never
 #   idle for --idle-timeout 10) and reconnecting when closed, against --max-connections 40:
@@ -7,7 +7,10 @@
 #   meanwhile must all be answered 200;
 # - a request from 127.0.0.3 whose headers trickle, and one from 127.0.0.4 whose body
 #   trickles, must be closed by --request-timeout 3 (the bound here, 20 s, only catches a
-#   server that never closes them), and the metrics page counts them.
+#   server that never closes them), and the metrics page counts them;
+# - so must a keep-alive connection from 127.0.0.5 that had one request answered and then
+#   trickles its next request line: the clock starts again when the connection waits for
+#   its next request (bytes every 0.5 s keep --idle-timeout from ever closing it).
 # Judges no time; binds no fixed port (the addresses are the loopback network's own).
 set -u
 . "$(dirname "$0")/serve_prelude.sh"
@@ -85,9 +88,42 @@ for k in range(12):
         fails.append("normal request %d during the attack: %s" % (k, st))
     time.sleep(0.3)
 
-# A request whose headers trickle, one whose body trickles: closed by --request-timeout.
-def trickle(name, src, head, byte):
+def answered(s):
+    """Sends one GET on s and reads its whole answer; True when it is a 200 that keeps
+    the connection open."""
+    s.sendall(b"GET /v1/models/lenet HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.settimeout(20)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                return False
+            data += chunk
+        head, body = data.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").lower().split("\r\n")
+        length = [int(l.split(":", 1)[1]) for l in lines if l.startswith("content-length:")]
+        while length and len(body) < length[0]:
+            chunk = s.recv(4096)
+            if not chunk:
+                return False
+            body += chunk
+    except OSError:
+        return False
+    finally:
+        s.settimeout(None)
+    return lines[0].startswith("http/1.1 200") and "connection: close" not in lines
+
+# A request whose headers trickle, one whose body trickles, and a request line that
+# trickles after a first request was answered on the connection: closed by
+# --request-timeout.
+def trickle(name, src, head, byte, keep_alive=False):
     s = connect(src)
+    if keep_alive and not answered(s):
+        s.close()
+        print("FAIL %s: the first request was not answered 200 on a kept connection" % name)
+        fails.append("%s: no 200 on a kept connection for the first request" % name)
+        return
     s.sendall(head)
     t0 = time.time()
     while time.time() - t0 < 20:
@@ -110,7 +146,9 @@ t1 = threading.Thread(target=trickle, args=("trickled headers", "127.0.0.3",
                       b"POST %s HTTP/1.1\r\nHost: x\r\nX-b: " % P.encode(), b"b"))
 t2 = threading.Thread(target=trickle, args=("trickled body", "127.0.0.4",
                       b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" % P.encode(), b" "))
-t1.start(); t2.start(); t1.join(); t2.join()
+t3 = threading.Thread(target=trickle, args=("trickled request line after an answer", "127.0.0.5",
+                      b"GET /v1/models/lenet", b"x", True))
+t1.start(); t2.start(); t3.start(); t1.join(); t2.join(); t3.join()
 stop.set()
 attacker.join()
 print("the attacker reconnected %d time(s)" % reconnects[0])

@@ -27,6 +27,112 @@ static int compare(int n, char *err, size_t len) {
   return train_agree_compare(all, n, err, len);
 }
 
+/* How to give a flag another value: a yes/no flag is flipped (1 -> 2 would still read
+   "yes"), a number changed, a name or path replaced. */
+typedef enum { KIND_INT, KIND_BOOL, KIND_FLOAT, KIND_U64, KIND_NAME, KIND_PTR } kind_t;
+
+typedef struct {
+  const char *flag;
+  kind_t kind;
+  size_t offset;
+} flag_t;
+
+#define F(flag, kind, field) {flag, kind, offsetof(train_opts_t, field)}
+static const flag_t FLAGS[] = {
+    F("--model", KIND_NAME, model),
+    F("--dataset", KIND_NAME, dataset),
+    F("--epochs", KIND_INT, epochs),
+    F("--batch-size", KIND_INT, batch),
+    F("--batches-per-allreduce", KIND_INT, batches_per_allreduce),
+    F("--seed", KIND_U64, seed),
+    F("--validation-split", KIND_FLOAT, validation_split),
+    F("--max-train", KIND_INT, max_train),
+    F("--max-test", KIND_INT, max_test),
+    F("--synthetic-samples", KIND_INT, synthetic_samples),
+    F("--augment", KIND_BOOL, augment),
+    F("--crop-pad", KIND_INT, crop_pad),
+    F("--optimizer", KIND_NAME, optimizer),
+    F("--lr", KIND_FLOAT, lr),
+    F("--lr-scaling", KIND_BOOL, lr_scaling),
+    F("--momentum", KIND_FLOAT, momentum),
+    F("--nesterov", KIND_BOOL, nesterov),
+    F("--weight-decay", KIND_FLOAT, weight_decay),
+    F("--warmup-epochs", KIND_FLOAT, warmup_epochs),
+    F("--lr-schedule", KIND_NAME, lr_schedule),
+    F("--lr-step-epochs", KIND_FLOAT, lr_step_epochs),
+    F("--lr-gamma", KIND_FLOAT, lr_gamma),
+    F("--min-lr", KIND_FLOAT, min_lr),
+    F("--bucket-mb", KIND_FLOAT, bucket_mb),
+    F("--fp16-allreduce", KIND_BOOL, fp16_allreduce),
+    F("--gradient-predivide-factor", KIND_FLOAT, predivide),
+    F("--device", KIND_NAME, device),
+    F("--use-fp16", KIND_BOOL, use_fp16),
+    F("--use-bf16", KIND_BOOL, use_bf16),
+    F("--channels-last", KIND_BOOL, channels_last),
+    F("--early-stopping-patience", KIND_INT, es_patience),
+    F("--min-delta", KIND_FLOAT, min_delta),
+    F("--monitor", KIND_NAME, monitor),
+    F("--restore-best-weights", KIND_BOOL, restore_best),
+    F("--checkpoint-every-steps", KIND_INT, checkpoint_every_steps),
+    F("--tensorboard-update-freq", KIND_INT, tb_update_freq),
+    F("--resume", KIND_PTR, resume),
+};
+#undef F
+#define NFLAGS (sizeof FLAGS / sizeof FLAGS[0])
+
+/* o with f given another value than it has. */
+static void change(train_opts_t *o, const flag_t *f) {
+  char *p = (char *)o + f->offset;
+  switch (f->kind) {
+    case KIND_INT: *(int *)p += 1; break;
+    case KIND_BOOL: *(int *)p = !*(int *)p; break;
+    case KIND_FLOAT: *(float *)p = *(float *)p * 2.0f + 0.5f; break;
+    case KIND_U64: *(uint64_t *)p += 1; break;
+    case KIND_NAME: strcpy(p, strcmp(p, "other") != 0 ? "other" : "another"); break;
+    case KIND_PTR: *(const char **)p = *(const char **)p ? NULL : "auto"; break;
+  }
+}
+
+/* Each flag of the table, alone different on rank 1 of 2: reported, naming it. */
+static void check_every_flag(const train_opts_t *a) {
+  char err[1024];
+  for (size_t i = 0; i < NFLAGS; i++) {
+    train_opts_t b = *a;
+    change(&b, &FLAGS[i]);
+    put(0, a, &data);
+    put(1, &b, &data);
+    char want[96];
+    snprintf(want, sizeof want, "%s differs between the ranks: ", FLAGS[i].flag);
+    CHECK(compare(2, err, sizeof err) == -1 && starts(err, want),
+          "ranks differing only in %s: '%s' (is it still in train_agree_describe?)",
+          FLAGS[i].flag, err);
+  }
+}
+
+/* Every setting the description names is a flag of the table or a data set's size. */
+static void check_table_covers_description(const train_opts_t *a) {
+  char buf[TRAIN_AGREE_LEN];
+  train_agree_describe(a, &data, buf);
+  size_t lines = 0;
+  for (const char *p = buf; *p;) {
+    const char *tab = strchr(p, '\t'), *nl = strchr(p, '\n');
+    if (!tab || !nl || tab > nl) {
+      CHECK(0, "a description line without NAME<TAB>VALUE: '%.40s'", p);
+      return;
+    }
+    size_t n = (size_t)(tab - p), found = 0;
+    for (size_t i = 0; i < NFLAGS; i++)
+      if (strlen(FLAGS[i].flag) == n && strncmp(FLAGS[i].flag, p, n) == 0) found = 1;
+    CHECK(found || strncmp(p, "the ", 4) == 0,
+          "the description compares %.*s, which the table of this test lacks: add it",
+          (int)n, p);
+    lines++;
+    p = nl + 1;
+  }
+  CHECK(lines == NFLAGS + 3, "the description has %zu lines, the table %zu flags + 3 sizes",
+        lines, NFLAGS);
+}
+
 int main(void) {
   train_opts_t a, b;
   train_flags_defaults(&a);
@@ -94,6 +200,9 @@ int main(void) {
             starts(err, "the training set's size differs between the ranks: 54000 samples on "
                         "rank 0, 50000 samples on rank 1"),
         "training set size: '%s'", err);
+
+  check_every_flag(&a);
+  check_table_covers_description(&a);
 
   /* One rank alone always agrees. */
   CHECK(compare(1, err, sizeof err) == 0, "one rank: %s", err);

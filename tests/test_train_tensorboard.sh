@@ -9,7 +9,9 @@
 # package is installed (HVD_TENSORBOARD_PYTHON, /usr/bin/python3 or python3 that imports
 # it), else with tests/tfevents_reader.py (both CRCs of every record, Event, Summary and
 # HistogramProto fields). log.csv has the same values; the printed val_accuracy too. The
-# two options without --logdir are a usage error (exit 2).
+# two options without --logdir are a usage error (exit 2). A run resumed with the same
+# --logdir appends to log.csv (the header once, every epoch's row); a fresh run into a
+# --logdir with an old log.csv starts it anew.
 set -u
 build=${HVD_BUILD:-build}
 train=$build/train
@@ -56,4 +58,21 @@ for f in --tensorboard-update-freq --histogram-freq; do
   [ $rc -eq 2 ] && grep -q "^train: $f needs --logdir" "$tmp/err" \
     || { echo "FAIL $f without --logdir: exit $rc, $(cat "$tmp/err")"; exit 1; }
 done
+# --resume with the same --logdir: log.csv keeps epoch 1's row, gains epoch 2's; a fresh
+# run (no --resume) into that --logdir starts log.csv anew.
+small=(--model mlp --dataset synthetic --synthetic-samples 128 --threads 1 --quiet
+  --logdir "$tmp/resumed")
+timeout -k 5 60 "$train" "${small[@]}" --epochs 1 --checkpoint-dir "$tmp/ck" >"$tmp/r1.out" 2>&1 \
+  && timeout -k 5 60 "$train" "${small[@]}" --epochs 2 --checkpoint-dir "$tmp/ck" --resume auto >"$tmp/r2.out" 2>&1 \
+  || { echo "FAIL train (resume):"; cat "$tmp/r1.out" "$tmp/r2.out" 2>/dev/null; exit 1; }
+csv_epochs() { grep -c '^epoch,' "$1"; cut -d, -f1 "$1" | grep -v '^epoch$' | tr '\n' ' '; }
+got=$(csv_epochs "$tmp/resumed/log.csv")
+[ "$got" = "$(printf '1\n1 2 ')" ] || { echo "FAIL log.csv after --resume (want the header" \
+  "once, epochs 1 2):"; cat "$tmp/resumed/log.csv"; exit 1; }
+timeout -k 5 60 "$train" "${small[@]}" --epochs 1 >"$tmp/r3.out" 2>&1 \
+  || { echo "FAIL train (fresh run into an old --logdir):"; cat "$tmp/r3.out"; exit 1; }
+got=$(csv_epochs "$tmp/resumed/log.csv")
+[ "$got" = "$(printf '1\n1 ')" ] || { echo "FAIL log.csv of a fresh run into an old --logdir" \
+  "(want the header once, epoch 1):"; cat "$tmp/resumed/log.csv"; exit 1; }
+echo "log.csv ok: appended by --resume, started anew by a fresh run"
 echo "event files ok: Keras layout, val_accuracy $ev_acc at epoch 3 in events, log.csv and output"
