@@ -143,6 +143,9 @@ deps-file-cycle-allowed|scripts/check_deps.sh|s#^    if (nm < 2) {$#    if (nm <
 cache-rounds-invalid-not-evicted|hvd/cache_rounds.c|s#if (bad >> b \& 1) hvd_cache_evict(#if (0) hvd_cache_evict(#|test_hvd_cache_rounds
 cache-rounds-lists-word-not-neutral|hvd/cache_rounds.c|s#w\[0\] = cr->cfg.rank == 0 ? cr->lists_seen : ~(uint64_t)0;#w[0] = cr->cfg.rank == 0 ? cr->lists_seen : 0;#|test_hvd_cache_rounds
 cache-rounds-own-words|hvd/cache_rounds.c|s#const uint64_t \*w = cr->peers->recv;#const uint64_t *w = cr->peers->send;#|test_hvd_cache_rounds
+stall-bytes-base-not-reset-on-turn|hvd/watchdog.c|s/^      base_bytes = transport_bytes();$//|test_hvd_stall
+alloc-failure-size-named-by-wrong-rank|hvd/host_backend.c|s/if (failed == hvd_g.rank)/if (failed != hvd_g.rank)/|test_hvd_errors
+liveness-gap-full-timeout|hvd/liveness.c|s/timeout_us \/ 2 < GAP_US ? timeout_us \/ 2 : GAP_US/timeout_us \/ 2 < GAP_US ? timeout_us : GAP_US/|test_hvd_liveness_gap
 EOF
 )
 
