@@ -114,7 +114,11 @@ static void quiet(void) {
   hvd_request_t req;
   if (R == 1) {
     CHECK_OK(hvd_allreduce_async("z", z, z, zn, HVD_INT32, HVD_SUM, &req));
-    sleep(1);          /* the request reaches the coordinator, which waits for rank 0 */
+    /* Taken by the background thread, which sends it on in the same turn; then 1 s for
+       it to reach the coordinator, which waits for rank 0's. */
+    double until = util_now_s() + 20;
+    while (atomic_load(&hvd_g.queued) > 0 && util_now_s() < until) usleep(10000);
+    sleep(1);
     raise(SIGSTOP);    /* rank 0 continues it */
   } else {
     double until = util_now_s() + 20;
