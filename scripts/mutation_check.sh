@@ -161,6 +161,9 @@ serve-keepalive-clock-off|serve/http.c|s#request_clock(s, c, 1); /\* the connect
 agree-fp16-allreduce-not-compared|train/agree.c|/"--fp16-allreduce"/d|test_train_agree
 resume-truncates-log-csv|train/outputs.c|s/train_csv_open(csv, p, o->resume != NULL)/train_csv_open(csv, p, o->resume == NULL)/|test_train_tensorboard.sh
 child-exited-consumes-status|launcher/children.c|s#WNOHANG . WNOWAIT)#WNOHANG)#|test_hvdrun_signals.sh
+stall-bytes-base-not-reset-on-turn|hvd/watchdog.c|s/^      base_bytes = transport_bytes();$//|test_hvd_stall
+alloc-failure-size-named-by-wrong-rank|hvd/host_backend.c|s/if (failed == hvd_g.rank)/if (failed != hvd_g.rank)/|test_hvd_errors
+liveness-gap-full-timeout|hvd/liveness.c|s/timeout_us \/ 2 < GAP_US ? timeout_us \/ 2 : GAP_US/timeout_us \/ 2 < GAP_US ? timeout_us : GAP_US/|test_hvd_liveness_gap
 EOF
 )
 

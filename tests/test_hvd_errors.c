@@ -6,7 +6,8 @@
                      and HVD_STALL_SHUTDOWN_TIME_SECONDS ends pending ops with
                      HVD_ERR_TIMEOUT and later ones with HVD_ERR_SHUTDOWN on all ranks.
      fatal:          rank 1 cannot allocate an allgather result (an address-space limit):
-                     it gets HVD_ERR_NO_MEMORY, the others HVD_ERR_SHUTDOWN naming rank 1,
+                     it gets HVD_ERR_NO_MEMORY and a message naming the 512 MiB it needed,
+                     the others HVD_ERR_SHUTDOWN naming rank 1 (and not their own size),
                      everything pending and later fails with HVD_ERR_SHUTDOWN; no hang.
      peer_shutdown:  hvd_shutdown on rank 1 ends rank 0's pending op with HVD_ERR_SHUTDOWN.
      sigkill:        rank 1 is killed with SIGKILL mid-allreduce: the job ends within 10 s
@@ -153,10 +154,17 @@ static void mode_fatal(void) {
   size_t total = 0;
   CHECK_STATUS(hvd_allgather("huge", send, count, HVD_FLOAT32, &out, &total),
                R == 1 ? HVD_ERR_NO_MEMORY : HVD_ERR_SHUTDOWN);
-  check_error_has("rank 1 could not allocate");
+  /* Only rank 1 knows the size it could not allocate; the others must not name theirs. */
+  char own[128];
+  snprintf(own, sizeof(own), "rank 1 could not allocate %zu bytes for the result of "
+           "allgather \"huge\"", big * sizeof(float));
+  const char *other = "rank 1 could not allocate the memory for the result of allgather "
+                      "\"huge\" (its own message names the size)";
+  check_error_has(R == 1 ? own : other);
+  printf("rank %d: %s\n", R, hvd_last_error());
   if (pending) {
     CHECK_STATUS(hvd_wait(pending), HVD_ERR_SHUTDOWN);
-    check_error_has("rank 1 could not allocate");
+    check_error_has(other);
   }
   CHECK_STATUS(hvd_allreduce("after", &v, &v, 1, HVD_INT32, HVD_SUM), HVD_ERR_SHUTDOWN);
   free(send);

@@ -11,7 +11,10 @@
    tick more than 1 s after the restart, not earlier (the check still works after a
    gap). Rank 1 sends nothing throughout (it never ticks), so no heartbeat can hide a
    missing restart. The same with a peer timeout of 0.2 s and an absence of 0.3 s: an
-   absence is longer than half the timeout, or 0.5 s, whichever is shorter. */
+   absence is longer than half the timeout, or 0.5 s, whichever is shorter; and with an
+   absence of 0.15 s, between half the timeout and the whole of it (a gap of the whole
+   timeout would miss it: rank 1 would then be suspected 0.03 s after the absence, the
+   0.17 s before it counted against it). */
 #include "hvd/hvd_internal.h"
 #include "hvd/liveness.h"
 #include "hvd_test.h"
@@ -44,6 +47,8 @@ static void rank0_checks(void) {
   absence(1.0, 3.0, 0.06, 17);
   /* A timeout shorter than the fixed gap (0.5 s): an absence of 0.3 s counts as one. */
   absence(0.2, 0.3, 0.03, 7);
+  /* An absence above half the timeout but below the whole: it counts as one too. */
+  absence(0.2, 0.15, 0.03, 7);
 }
 
 static int body(void) {
