@@ -462,9 +462,10 @@ TEST_FILTER ?= $(if $(filter thread,$(SAN_LIST)),^test_(hvd_|coll_|grad_buckets)
 TEST_BUILD ?= $(if $(filter thread,$(SAN_LIST)),$(LIBNN) $(LIBHVD) $(LIBUTIL) $(LIBTRAIN) \
   $(BUILD)/hvd.pc $(filter $(BUILD)/tests/test_hvd_% $(BUILD)/tests/test_coll_% \
   $(BUILD)/tests/test_grad_buckets%,$(TESTS)),all)
-# Under any sanitizer, six tests are not run again, each the same work as in the plain
+# Under any sanitizer, ten tests are not run again, each the same work as in the plain
 # `make test` for a minute or more of the CI budget: two build and check programs of their
-# own without the sanitizer (scripts/gpu_check.sh's nvcc build) or re-run other tests
+# own without the sanitizer (scripts/gpu_check.sh's nvcc build, and its plan and log
+# readers on stand-in programs, which run make itself) or re-run other tests
 # against mutated sources (scripts/mutation_check.sh); test_slurm_cluster.sh checks the
 # SLURM daemons' integration (its C parts, the host-list parser and hvd's launch check,
 # have tests of their own that do run); test_nn_precision_emulation emulates half
@@ -478,7 +479,7 @@ TEST_BUILD ?= $(if $(filter thread,$(SAN_LIST)),$(LIBNN) $(LIBHVD) $(LIBUTIL) $(
 # run under ASan + UBSan in the fuzz step (fuzz_allreduce_bench_flags,
 # fuzz_cnn_bench_flags), the runtime calls they make in test_hvd_allreduce, and
 # cnn_bench's training step in test_cnn_bench_accuracy and the train tests.
-TEST_EXCLUDE ?= $(if $(SANITIZE),^(test_(gpu_check_build|mutation_check|slurm_cluster|install|elastic_netns|netns_liveness|coll_bench|cnn_bench_format)\.sh|test_nn_precision_emulation)$$)
+TEST_EXCLUDE ?= $(if $(SANITIZE),^(test_(gpu_check_build|gpu_check_plan|mutation_check|slurm_cluster|install|elastic_netns|netns_liveness|coll_bench|cnn_bench_format)\.sh|test_nn_precision_emulation)$$)
 # HVD_TEST_SANITIZER (the SANITIZE list, empty otherwise) lets a test scale its work down
 # under a sanitizer (requests, epochs, samples), where it checks memory errors, not
 # figures. tests/run.sh runs the tests it names as independent two at a time
