@@ -14,7 +14,7 @@
      ("stall shutdown: tensor "x" ... for ranks 0 that never submitted it"), rank 0's
      later call fails with the same text, rank 0 logs the stall warning naming rank 0 as
      missing, and no rank prints the watchdog's "stall shutdown on rank".
-   bytes: (issue 39 item 12) an 8 MiB allreduce on 2 ranks: the world transport's count
+   bytes: an 8 MiB allreduce on 2 ranks: the world transport's count
      of bytes sent and received (what the watchdog's warning reports) grows by at least
      the 8 MiB this rank must receive.
    quiet: (the first warning's interval) 32 MiB of allreduces first, then a stall:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What an elastic start passes to the launcher (issue 39, items 5 and 14):
+# What an elastic start passes to the launcher:
 #  - a discovery script that lists more slots than --max-np: exactly --max-np ranks start
 #    (localhost:3 with --max-np 2, through the real mpirun: 2 ranks, each writing a file);
 #  - a discovery script that lists 5,000 hosts with --max-np 2: the launcher gets -np 2

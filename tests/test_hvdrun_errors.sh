@@ -60,7 +60,7 @@ expect_error 2 "--mca orte_x: MCA parameters are OpenMPI's" \
   "$hvdrun" --mpi mpich --dry-run --mca orte_x 1 -np 1 /bin/true
 expect_error 2 "-H 'a:2,b:x': malformed host 'b:x'" "$hvdrun" -H a:2,b:x /bin/true
 expect_error 2 "-H 'a:0': malformed host 'a:0'" "$hvdrun" -H a:0 /bin/true
-# A host name beginning with '-' would reach ssh as an option (issue 39, item 7).
+# A host name beginning with '-' would reach ssh as an option.
 expect_error 2 "-H '-np:2': malformed host '-np:2': expected 'host' or 'host:slots' separated by commas, with slots a positive integer up to 1000000 and host names of at most 255 letters, digits, '-', '.', '_', not beginning with '-'" \
   "$hvdrun" -H -np:2 /bin/true
 expect_error 2 "-H 'a:1,--mca:1': malformed host '--mca:1'" "$hvdrun" -H a:1,--mca:1 /bin/true

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hvdrun never outlives or orphans its children (issue 39, items 5 and 6), with a fake
+# hvdrun never outlives or orphans its children, with a fake
 # mpirun (HVD_MPIRUN) and discovery scripts that ignore SIGTERM and start children of
 # their own that ignore it too:
 #  - SIGTERM to hvdrun while the launcher ignores it: hvdrun passes it on, then kills the

@@ -79,11 +79,11 @@ refuse 'n[1-2]' '2(x' "expected one task count per host"
 refuse 'n[1-2]' '0,1' "expected one task count per host"
 refuse 'n[1-2]' - "neither SLURM_TASKS_PER_NODE nor SLURM_JOB_CPUS_PER_NODE"
 # Fewer task counts than nodes (SLURM writes '2(x3)'; a plain '2' is a short list): the
-# counts of the other nodes would be made up (issue 39, item 13).
+# counts of the other nodes would be made up.
 refuse 'n[1-3]' '2' "SLURM_TASKS_PER_NODE='2' (SLURM allocation) gives task counts for 1 of the 3 hosts of SLURM_JOB_NODELIST='n[1-3]': expected one per host, such as '2(x3)'"
 refuse 'n[1-3]' '2,1' "gives task counts for 2 of the 3 hosts"
 refuse 'n[1-4]' '1(x3)' "gives task counts for 3 of the 4 hosts"
-# A host name beginning with '-' would reach ssh as an option (issue 39, item 7).
+# A host name beginning with '-' would reach ssh as an option.
 refuse '-np,n1' '1(x2)' "host '-np' cannot be passed to the MPI launcher"
 
 echo "$failures failures"
