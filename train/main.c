@@ -216,13 +216,6 @@ static eval_t evaluate(nn_model_t *m, const train_dataset_t *d, const train_batc
   return r;
 }
 
-static int count_counters(const nn_model_t *m) {
-  int n = 0;
-  for (int i = 0; i < nn_model_num_slices(m); i++)
-    if (nn_model_slice(m, i)->kind == NN_SLICE_COUNTER) n++;
-  return n;
-}
-
 /* A mid-epoch checkpoint (every rank takes part): the epoch's metrics so far summed over
    the ranks, every rank's batch-norm statistics (they are averaged only at epoch ends)
    gathered; rank 0 writes last.ckpt with their average as the buffers and all of them as
@@ -622,7 +615,7 @@ static void set_up_replica(trainer_t *t) {
   make_model(t);
   t->np = nn_model_param_len(t->rep.model);
   t->nb = nn_model_num_buffers(t->rep.model);
-  t->ncounters = count_counters(t->rep.model);
+  t->ncounters = train_model_counters(t->rep.model);
   /* Linear scaling (Horovod): the global batch is batch x batches_per_allreduce x ranks. */
   run->o = o;
   run->ranks = t->size;

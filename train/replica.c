@@ -42,7 +42,7 @@ static int bcast(train_replica_t *r, const char *name, void *buf, size_t count, 
   return h == HVD_OK ? 0 : hvd_failed(r, TRAIN_REPLICA_BROADCAST, name, h);
 }
 
-static int count_counters(const nn_model_t *m) {
+int train_model_counters(const nn_model_t *m) {
   int n = 0;
   for (int i = 0; i < nn_model_num_slices(m); i++)
     if (nn_model_slice(m, i)->kind == NN_SLICE_COUNTER) n++;
@@ -57,7 +57,7 @@ int train_replica_start(train_replica_t *r, const train_replica_opts_t *o) {
     if (bcast(r, "init.params", nn_model_params(m), np, HVD_FLOAT32) != 0) return -1;
     r->broadcast_end = util_now_s();
     if (bcast(r, "init.buffers", nn_model_buffers(m), nb, HVD_FLOAT32) != 0 ||
-        bcast(r, "init.counters", nn_model_counters(m), (size_t)count_counters(m),
+        bcast(r, "init.counters", nn_model_counters(m), (size_t)train_model_counters(m),
               HVD_INT64) != 0)
       return -1;
   }

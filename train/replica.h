@@ -66,4 +66,7 @@ int train_replica_start(train_replica_t *r, const train_replica_opts_t *o);
 
 void train_replica_free(train_replica_t *r);
 
+/* How many counters (NN_SLICE_COUNTER: batch norm's num_batches_tracked, int64) m has. */
+int train_model_counters(const nn_model_t *m);
+
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "train/checkpoint.h"
+#include "train/replica.h"
 #include "train/resume.h"
 
 /* One warning line through the run's callback. */
@@ -41,9 +42,7 @@ int train_run_save(train_run_t *r, const char *path, const float *buffers,
   r->st[ST_DROPOUT_STEP] = (double)nn_model_dropout_step(r->model);
   size_t optn = 0;
   float *opt = nn_model_optim_state(r->model, &optn);
-  int ncounters = 0;
-  for (int i = 0; i < nn_model_num_slices(r->model); i++)
-    if (nn_model_slice(r->model, i)->kind == NN_SLICE_COUNTER) ncounters++;
+  int ncounters = train_model_counters(r->model);
   train_ckpt_section_t s[9];
   int n = 0;
   s[n++] = (train_ckpt_section_t){"params", nn_model_params(r->model),
@@ -294,9 +293,7 @@ int train_run_load(train_run_t *r, const char *path, int warn, char *err, size_t
   size_t optn = 0;
   float *ostate = nn_model_optim_state(r->model, &optn);
   size_t np = nn_model_param_len(r->model), nb = nn_model_num_buffers(r->model);
-  int ncounters = 0;
-  for (int i = 0; i < nn_model_num_slices(r->model); i++)
-    if (nn_model_slice(r->model, i)->kind == NN_SLICE_COUNTER) ncounters++;
+  int ncounters = train_model_counters(r->model);
   /* Format 1 holds the state fields before the mid-epoch ones. */
   size_t state_bytes = (format == 1 ? ST_COUNT_V1 : ST_COUNT) * sizeof(double);
   struct {
