@@ -20,6 +20,12 @@ packages=(
   python3-torch python3-numpy  # the PyTorch interchange tests (see above)
   libmicrohttpd-dev libjansson-dev  # serve: HTTP server and JSON (TF Serving's REST API)
   slurm-wlm munge           # the SLURM tests' simulated cluster (scripts/slurm-cluster.sh)
+  libturbojpeg0-dev libpng-dev       # image input: JPEG (TurboJPEG API) and PNG decoding
+  libprotobuf-c-dev protobuf-c-compiler  # protobuf messages: TFRecord Examples, TF Serving's gRPC, ONNX
+  libnghttp2-dev                    # serve: HTTP/2 under gRPC
+  python3-torchvision python3-pil python3-skimage  # references: torchvision models and transforms, photographs
+  python3-grpcio python3-grpc-tools python3-protobuf  # the gRPC client of the serve tests
+  python3-onnx                      # ONNX models in the tests (torch.onnx.export, onnx.checker)
 )
 
 # The interchange tests' interpreter must import what they use: a package recorded as
