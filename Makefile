@@ -122,7 +122,35 @@ else
 endif
 HWLOC_LDFLAGS := $(shell pkg-config --libs hwloc 2>/dev/null || echo -lhwloc)
 
-CFLAGS  += $(MPI_CFLAGS) $(BLAS_CFLAGS) $(ZLIB_CFLAGS)
+# ---- protobuf messages (protobuf-c) ----
+# The .proto files under proto/ keep their upstream paths, package names and field numbers
+# (TensorFlow's Example, TF Serving's APIs, ONNX), so files and clients of those formats
+# work unchanged. protoc-c compiles each into $(GEN)/<path>.pb-c.{c,h}; code includes
+# "<path>.pb-c.h" (-I$(GEN)), links $(call proto_c,<.proto files>) and lists
+# $(call proto_h,<.proto files>) as prerequisites of its objects (the headers must exist
+# before the first compile). PROTOBUF=system (default): protoc-c and libprotobuf-c;
+# PROTOBUF=none: neither (the GPU check's machine has no protobuf-c): proto_c and proto_h
+# are empty, and code that parses messages is compiled with HVD_NO_PROTOBUF and fails at
+# run time saying the build has no protobuf-c.
+PROTOBUF ?= system
+GEN      := $(BUILD)/gen
+ifeq ($(PROTOBUF),system)
+  PROTOC_C        ?= protoc-c
+  PROTOBUF_CFLAGS := -I$(GEN) $(shell pkg-config --cflags libprotobuf-c 2>/dev/null)
+  PROTOBUF_LDLIBS := $(shell pkg-config --libs libprotobuf-c 2>/dev/null || echo -lprotobuf-c)
+else ifeq ($(PROTOBUF),none)
+  PROTOBUF_CFLAGS := -DHVD_NO_PROTOBUF
+  PROTOBUF_LDLIBS :=
+else
+  $(error PROTOBUF=$(PROTOBUF): use PROTOBUF=system (protoc-c and libprotobuf-c) or PROTOBUF=none (no protobuf messages; for the GPU check))
+endif
+proto_c = $(if $(filter system,$(PROTOBUF)),$(patsubst proto/%.proto,$(GEN)/%.pb-c.c,$(1)))
+proto_h = $(if $(filter system,$(PROTOBUF)),$(patsubst proto/%.proto,$(GEN)/%.pb-c.h,$(1)))
+$(GEN)/%.pb-c.c $(GEN)/%.pb-c.h: proto/%.proto
+	@mkdir -p $(GEN)
+	$(PROTOC_C) --proto_path=proto --c_out=$(GEN) $<
+
+CFLAGS  += $(MPI_CFLAGS) $(BLAS_CFLAGS) $(ZLIB_CFLAGS) $(PROTOBUF_CFLAGS)
 LDLIBS  := $(MPI_LDFLAGS) $(BLAS_LDFLAGS) $(ZLIB_LDFLAGS) -lm -lpthread
 
 # The loaders of the CUDA backends (nn/cuda_loader.c, hvd/device_loader.c, both on
@@ -192,7 +220,7 @@ endif
 CONFIG_STAMP := $(BUILD)/config.cuda $(BUILD)/config.flags
 $(shell mkdir -p $(BUILD) && (echo 'USE_CUDA=$(USE_CUDA)' | cmp -s - $(BUILD)/config.cuda || echo 'USE_CUDA=$(USE_CUDA)' > $(BUILD)/config.cuda))
 # PIC=1: objects built before -fPIC (they cannot go into a shared library) are rebuilt.
-CONFIG_FLAGS := CC=$(CC) SAN_FLAGS=$(strip $(SAN_FLAGS)) MPI=$(MPI) BLAS=$(BLAS) ZLIB=$(ZLIB) PIC=1
+CONFIG_FLAGS := CC=$(CC) SAN_FLAGS=$(strip $(SAN_FLAGS)) MPI=$(MPI) BLAS=$(BLAS) ZLIB=$(ZLIB) PROTOBUF=$(PROTOBUF) PIC=1
 $(shell echo '$(CONFIG_FLAGS)' | cmp -s - $(BUILD)/config.flags || echo '$(CONFIG_FLAGS)' > $(BUILD)/config.flags)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
