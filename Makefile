@@ -134,7 +134,7 @@ NN_LOADER_SRC  := nn/cuda_loader.c
 NN_PLUGIN_SRC  := nn/cuda/plugin.c
 HVD_LOADER_SRC := hvd/device_loader.c
 HVD_PLUGIN_SRC := hvd/device_plugin.c
-HVD_DEVICE_SRC := hvd/device.c hvd/device_cast.c
+HVD_DEVICE_SRC := hvd/device.c hvd/device_cast.c hvd/device_events.c
 NN_SRC    := $(filter-out $(NN_LOADER_SRC),$(wildcard nn/*.c)) $(NN_STUB_SRC)
 HVD_SRC   := $(filter-out $(HVD_LOADER_SRC) $(HVD_PLUGIN_SRC),$(wildcard hvd/*.c)) \
              $(wildcard collectives/*.c) $(HVD_STUB_SRC)

@@ -104,6 +104,9 @@ static hvd_status_t submit(struct hvd_request *r, const char *name) {
 
 static hvd_status_t finish_submit(struct hvd_request *r, const char *name,
                                   hvd_request_t *req) {
+  /* Device memory: the event the collective's stream will wait for, recorded now, on
+     this thread, before the background thread can see r (hvd/device.c). */
+  hvd_device_submit(r);
   hvd_status_t s = submit(r, name);
   if (s != HVD_OK) {
     hvd_request_free(r);
@@ -142,6 +145,21 @@ hvd_status_t hvd_allreduce_async(const char *name, const void *sendbuf, void *re
   hvd_status_t s = reduction_new(HVD_KIND_ALLREDUCE, name, sendbuf, recvbuf, count, dtype,
                                  op, &r);
   return s != HVD_OK ? s : finish_submit(r, name, req);
+}
+
+/* hvd_grad_buckets' float16 compression of device gradients (hvd_internal.h). */
+hvd_status_t hvd_allreduce_async_fp16(const char *name, const float *src, uint16_t *half,
+                                      float *dst, size_t count, hvd_op_t op, float div,
+                                      hvd_request_t *req) {
+  *req = NULL;
+  struct hvd_request *r;
+  hvd_status_t s = reduction_new(HVD_KIND_ALLREDUCE, name, half, half, count, HVD_FLOAT16,
+                                 op, &r);
+  if (s != HVD_OK) return s;
+  r->half_src = src;
+  r->half_dst = dst;
+  r->half_div = div;
+  return finish_submit(r, name, req);
 }
 
 hvd_status_t hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf,

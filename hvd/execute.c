@@ -20,11 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A deferred request (device memory, queued on the GPU) is completed and let go by
+   hvd/device_flight.c once its completion event has completed, not here. */
 static void complete_group(struct hvd_request **reqs, int n, hvd_status_t s,
                            const char *msg) {
   pthread_mutex_lock(&hvd_g.mu);
   for (int i = 0; i < n; i++)
-    if (!reqs[i]->phantom) hvd_request_complete(reqs[i], s, msg);
+    if (!reqs[i]->phantom && !reqs[i]->deferred) hvd_request_complete(reqs[i], s, msg);
   pthread_mutex_unlock(&hvd_g.mu);
 }
 
@@ -68,7 +70,7 @@ static void phantoms_free(struct hvd_request **phantoms, int n) {
    freed here (its waiter left it to us), so nothing reads reqs after this. */
 static void release_all(struct hvd_request **reqs, int n) {
   for (int i = 0; i < n; i++)
-    if (reqs[i] && !reqs[i]->phantom) hvd_request_release(reqs[i]);
+    if (reqs[i] && !reqs[i]->phantom && !reqs[i]->deferred) hvd_request_release(reqs[i]);
 }
 
 /* A response list this rank cannot run (a broken protocol; msg says why): lets go of
