@@ -431,6 +431,25 @@ hvd_status_t hvd_wait(hvd_request_t req) {
   return request_finish(req);
 }
 
+/* A device collective (hvd/device.c) gets a done_event once its work is queued on the
+   GPU: from then on the caller's stream can wait for it instead of this thread. The
+   request is then left to the device path to free (abandoned), as a waiter leaves a
+   held request. Anything else, or a failed stream wait, waits as hvd_wait does. */
+hvd_status_t hvd_wait_stream(hvd_request_t req, void *stream) {
+  if (req == NULL) return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_wait_stream: req is NULL");
+  if (hvd_device_host_only()) return hvd_wait(req);   /* no device collective here */
+  pthread_mutex_lock(&hvd_g.mu);
+  while (!atomic_load(&req->done) && req->done_event == NULL)
+    pthread_cond_wait(&hvd_g.done_cv, &hvd_g.mu);
+  if (!atomic_load(&req->done) && hvd_device_stream_wait(stream, req->done_event) == 0) {
+    req->abandoned = 1;
+    pthread_mutex_unlock(&hvd_g.mu);
+    return HVD_OK;
+  }
+  pthread_mutex_unlock(&hvd_g.mu);
+  return hvd_wait(req);
+}
+
 hvd_status_t hvd_test(hvd_request_t req, int *done) {
   if (req == NULL || done == NULL)
     return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_test: req and done must not be NULL");

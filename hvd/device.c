@@ -554,7 +554,18 @@ static hvd_status_t finish_async(struct hvd_request **reqs, int n, const char *a
     event_give(done);
     return wait_stream(msg, len);
   }
+  /* For a caller in hvd_wait_stream: its stream may wait for E_done from now on. */
+  pthread_mutex_lock(&hvd_g.mu);
+  for (int i = 0; i < n; i++) reqs[i]->done_event = done;
+  pthread_cond_broadcast(&hvd_g.done_cv);
+  pthread_mutex_unlock(&hvd_g.mu);
   return HVD_OK;
+}
+
+int hvd_device_stream_wait(void *stream, void *event) {
+  cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  return (int)e;
 }
 
 /* Device collectives queued on hvd's stream and not yet complete (background thread). */
@@ -934,6 +945,11 @@ int hvd_device_is_device_ptr(const void *p) {
 void hvd_cuda_set_stream(void *stream) { (void)stream; }
 void *hvd_device_compute_stream(void) { return NULL; }
 void hvd_device_submit(struct hvd_request *r) { (void)r; }
+int hvd_device_stream_wait(void *stream, void *event) {
+  (void)stream;
+  (void)event;
+  return -1;
+}
 size_t hvd_device_pending(void) { return 0; }
 hvd_status_t hvd_device_poll(int *completed, char *msg, size_t len) {
   (void)msg;

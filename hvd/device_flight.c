@@ -64,6 +64,7 @@ static void finish_oldest(hvd_flight_t *f, hvd_status_t s, const char *text) {
   pthread_mutex_lock(&hvd_g.mu);
   for (int i = 0; i < g.n; i++) {
     g.reqs[i]->deferred = 0;
+    g.reqs[i]->done_event = NULL;   /* back to the pool below */
     if (!g.reqs[i]->phantom) hvd_request_complete(g.reqs[i], s, text);
   }
   for (int i = 0; i < g.n; i++)

@@ -228,6 +228,11 @@ void hvd_device_release_event(void *event) {
   if (b != NULL) b->release_event(event);
 }
 
+int hvd_device_stream_wait(void *stream, void *event) {
+  const hvd_device_plugin_t *b = atomic_load(&backend);
+  return b != NULL ? b->stream_wait(stream, event) : -1;
+}
+
 size_t hvd_device_pending(void) {
   const hvd_device_plugin_t *b = atomic_load(&backend);
   return b != NULL ? b->pending() : 0;

@@ -26,6 +26,7 @@ const hvd_device_plugin_t *hvd_device_plugin_v1(void) {
       .release_event = hvd_device_release_event,
       .pending = hvd_device_pending,
       .poll = hvd_device_poll,
+      .stream_wait = hvd_device_stream_wait,
       .of_ptr = hvd_device_of_ptr,
       .buffer_alloc = hvd_device_buffer_alloc,
       .buffer_free = hvd_device_buffer_free,

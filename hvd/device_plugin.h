@@ -39,6 +39,7 @@ typedef struct {
   void (*release_event)(void *event);
   size_t (*pending)(void);                        /* collectives in flight */
   hvd_status_t (*poll)(int *completed, char *msg, size_t len);
+  int (*stream_wait)(void *stream, void *event);
   /* device_cast.c */
   int (*of_ptr)(const void *p);
   hvd_status_t (*buffer_alloc)(void **p, size_t bytes, int device);

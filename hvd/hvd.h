@@ -125,6 +125,16 @@ hvd_status_t hvd_reducescatter_async(const char *name, const void *sendbuf, size
                                      hvd_dtype_t dtype, hvd_op_t op, void *recvbuf,
                                      size_t *recvcount, hvd_request_t *req);
 
+/* CUDA: hvd_wait without blocking the host on the GPU. For a collective of device memory
+   it returns once the collective's work is queued on hvd's stream, after making stream
+   (a cudaStream_t of the rank's GPU; NULL: the legacy default stream) wait for its
+   completion event: work queued on stream afterwards sees the result, the host must not
+   read it before that stream says so. It frees req; HVD_OK then means queued, and a
+   failure of the collective after that stops the runtime (later calls report it).
+   Anything else (host memory, a build or process without CUDA, a collective that has
+   already completed or failed) is exactly hvd_wait. */
+hvd_status_t hvd_wait_stream(hvd_request_t req, void *stream);
+
 /* Bytes of one element of dtype; 0 for an invalid dtype. */
 size_t hvd_dtype_size(hvd_dtype_t dtype);
 

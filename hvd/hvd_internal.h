@@ -105,9 +105,11 @@ struct hvd_request {
      is queued on the device and completes when its event has (the executor neither
      completes nor lets go of it). half_src/half_dst: float16 compression of float32
      device gradients, cast on hvd's stream: half_src into sendbuf before the
-     collective, recvbuf into half_dst (divided by half_div) after it. */
+     collective, recvbuf into half_dst (divided by half_div) after it. done_event: while
+     deferred, the event recorded after its work (hvd_wait_stream; under hvd_g.mu). */
   void *ready_event;
   int deferred;
+  void *done_event;
   const float *half_src;
   float *half_dst;
   float half_div;
@@ -313,6 +315,8 @@ void *hvd_device_compute_stream(void);   /* what hvd_cuda_set_stream set (NULL: 
    no event can be recorded the device path records one when it runs r. */
 void hvd_device_submit(struct hvd_request *r);
 void hvd_device_release_event(void *event);   /* a ready_event nobody consumed */
+/* stream (a cudaStream_t of the rank's GPU) waits for event: 0, or a CUDA error. */
+int hvd_device_stream_wait(void *stream, void *event);
 /* The background thread, each turn: device collectives queued and not yet completed,
    and the completion of those whose event has completed (*completed: how many). A
    failure there fails them and is fatal for the runtime (msg says why). */

@@ -16,8 +16,9 @@
    the same as the host path's on a copy of the gradients). The event-driven path: six
    large buckets in flight at once, each written by copies queued on the compute stream
    just before its submission (with no host synchronisation in between: only the
-   submission event orders them before the collective), results compared with the host
-   path's allreduce of the same data. Exits 77 without a CUDA device. */
+   submission event orders them before the collective), half of them waited for with
+   hvd_wait_stream (the compute stream waits, not the host), results compared with the
+   host path's allreduce of the same data. Exits 77 without a CUDA device. */
 #include "hvd/hvd.h"
 #include "hvd/hvd_internal.h"   /* hvd_device_thread_device */
 #include "collectives/coll.h"
@@ -97,7 +98,10 @@ static void check_in_flight(const char *phase) {
     snprintf(name, sizeof name, "inflight.%d", b);
     HOK(hvd_allreduce_async(name, dst[b], dst[b], n, HVD_FLOAT32, HVD_SUM, &req[b]));
   }
-  for (int b = NB - 1; b >= 0; b--) HOK(hvd_wait(req[b]));   /* newest first */
+  /* newest first; the odd ones let the compute stream wait instead of the host (the
+     comparison below reads the result through that stream) */
+  for (int b = NB - 1; b >= 0; b--)
+    HOK(b % 2 ? hvd_wait_stream(req[b], cs) : hvd_wait(req[b]));
   for (int b = 0; b < NB; b++) {
     char name[32], what[96];
     snprintf(name, sizeof name, "inflight.host.%d", b);
