@@ -70,7 +70,7 @@ static void phantoms_free(struct hvd_request **phantoms, int n) {
    freed here (its waiter left it to us), so nothing reads reqs after this. */
 static void release_all(struct hvd_request **reqs, int n) {
   for (int i = 0; i < n; i++)
-    if (reqs[i] && !reqs[i]->phantom && !reqs[i]->deferred) hvd_request_release(reqs[i]);
+    if (reqs[i] && !reqs[i]->phantom) hvd_request_release(reqs[i]);
 }
 
 /* A response list this rank cannot run (a broken protocol; msg says why): lets go of
@@ -211,6 +211,11 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
     for (int k = i; k < j && ops == &hvd_device_ops; k++)
       if (reqs[k]->nmembers > 0) ops = &no_grouped;
     fatal = run_group(ops, &reqs[i], &resp[i], j - i, msg, len, fatal_agreed);
+    /* A deferred request belongs to the device path from now on: a later group of this
+       list may complete and let go of it (a buffer that grows waits for the queued
+       ones first), so this list forgets it at once. */
+    for (int k = i; k < j; k++)
+      if (reqs[k] && reqs[k]->deferred) reqs[k] = NULL;
     i = j;
   }
   pthread_mutex_lock(&hvd_g.mu);
