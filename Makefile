@@ -162,7 +162,7 @@ NN_LOADER_SRC  := nn/cuda_loader.c
 NN_PLUGIN_SRC  := nn/cuda/plugin.c
 HVD_LOADER_SRC := hvd/device_loader.c
 HVD_PLUGIN_SRC := hvd/device_plugin.c
-HVD_DEVICE_SRC := hvd/device.c hvd/device_cast.c
+HVD_DEVICE_SRC := hvd/device.c hvd/device_cast.c hvd/device_events.c
 NN_SRC    := $(filter-out $(NN_LOADER_SRC),$(wildcard nn/*.c)) $(NN_STUB_SRC)
 HVD_SRC   := $(filter-out $(HVD_LOADER_SRC) $(HVD_PLUGIN_SRC),$(wildcard hvd/*.c)) \
              $(wildcard collectives/*.c) $(HVD_STUB_SRC)
@@ -283,7 +283,7 @@ $(BUILD)/hvd.pc: Makefile $(CONFIG_STAMP)
 # symlinks libX.so.0 and libX.so beside them), in a directory of their own so that
 # -L$(BUILD) (build/hvd.pc, the tests, the programs) keeps linking the static libraries.
 # The shared ones link no CUDA library. In a CUDA build the device halves are libraries
-# of their own: libhvd_cuda.so.0 (hvd/device.c, device_cast.c, hvd/*.cu; NCCL) and
+# of their own: libhvd_cuda.so.0 (hvd/device.c, device_cast.c, device_events.c, hvd/*.cu; NCCL) and
 # libnn_cuda.so.0 (nn/cuda/; cuDNN, cuBLAS), which hvd/device_loader.c and
 # nn/cuda_loader.c, linked into libhvd.so and libnn.so in their place, load with dlopen
 # when a device is used. A backend exports only its entry point (a version script), so

@@ -104,6 +104,9 @@ static hvd_status_t submit(struct hvd_request *r, const char *name) {
 
 static hvd_status_t finish_submit(struct hvd_request *r, const char *name,
                                   hvd_request_t *req) {
+  /* Device memory: the event the collective's stream will wait for, recorded now, on
+     this thread, before the background thread can see r (hvd/device.c). */
+  hvd_device_submit(r);
   hvd_status_t s = submit(r, name);
   if (s != HVD_OK) {
     hvd_request_free(r);
@@ -142,6 +145,21 @@ hvd_status_t hvd_allreduce_async(const char *name, const void *sendbuf, void *re
   hvd_status_t s = reduction_new(HVD_KIND_ALLREDUCE, name, sendbuf, recvbuf, count, dtype,
                                  op, &r);
   return s != HVD_OK ? s : finish_submit(r, name, req);
+}
+
+/* hvd_grad_buckets' float16 compression of device gradients (hvd_internal.h). */
+hvd_status_t hvd_allreduce_async_fp16(const char *name, const float *src, uint16_t *half,
+                                      float *dst, size_t count, hvd_op_t op, float div,
+                                      hvd_request_t *req) {
+  *req = NULL;
+  struct hvd_request *r;
+  hvd_status_t s = reduction_new(HVD_KIND_ALLREDUCE, name, half, half, count, HVD_FLOAT16,
+                                 op, &r);
+  if (s != HVD_OK) return s;
+  r->half_src = src;
+  r->half_dst = dst;
+  r->half_div = div;
+  return finish_submit(r, name, req);
 }
 
 hvd_status_t hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf,
@@ -411,6 +429,25 @@ hvd_status_t hvd_wait(hvd_request_t req) {
     pthread_mutex_unlock(&hvd_g.mu);
   }
   return request_finish(req);
+}
+
+/* A device collective (hvd/device.c) gets a done_event once its work is queued on the
+   GPU: from then on the caller's stream can wait for it instead of this thread. The
+   request is then left to the device path to free (abandoned), as a waiter leaves a
+   held request. Anything else, or a failed stream wait, waits as hvd_wait does. */
+hvd_status_t hvd_wait_stream(hvd_request_t req, void *stream) {
+  if (req == NULL) return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "hvd_wait_stream: req is NULL");
+  if (hvd_device_host_only()) return hvd_wait(req);   /* no device collective here */
+  pthread_mutex_lock(&hvd_g.mu);
+  while (!atomic_load(&req->done) && req->done_event == NULL)
+    pthread_cond_wait(&hvd_g.done_cv, &hvd_g.mu);
+  if (!atomic_load(&req->done) && hvd_device_stream_wait(stream, req->done_event) == 0) {
+    req->abandoned = 1;
+    pthread_mutex_unlock(&hvd_g.mu);
+    return HVD_OK;
+  }
+  pthread_mutex_unlock(&hvd_g.mu);
+  return hvd_wait(req);
 }
 
 hvd_status_t hvd_test(hvd_request_t req, int *done) {

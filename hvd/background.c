@@ -64,6 +64,7 @@
 #define SLEEP_MIN_US 20.0            /* then sleep, doubling up to SLEEP_MAX_US       */
 #define SLEEP_MAX_US 250.0
 #define IDLE_SLEEP_US 5000.0         /* nothing in flight                             */
+#define DEVICE_POLL_US 50.0          /* the longest sleep with device work queued      */
 #define DRAIN_LIMIT_US 3e6           /* wait at most this for peers at shutdown       */
 #define STOP_WAIT_LIMIT_US 30e6      /* a worker waits this for the coordinator       */
 #define STALL_CHECK_EVERY_US 100e3
@@ -436,6 +437,13 @@ static double idle_plan(bg_t *bg, double *sleep_us) {
   pthread_mutex_unlock(&hvd_g.mu);
   busy = busy || bg->stop_requested || bg->failed || bg->ctl.nsends > 0 ||
          (bg->rounds && hvd_cache_rounds_busy(bg->rounds));
+  /* A device collective in flight: its event is polled every DEVICE_POLL_US at least,
+     so that its completion is seen about as soon as a blocking wait would. */
+  if (hvd_device_pending() > 0) {
+    double w = *sleep_us < DEVICE_POLL_US ? *sleep_us : DEVICE_POLL_US;
+    *sleep_us = DEVICE_POLL_US;
+    return w;
+  }
   if (busy) {
     double w = *sleep_us;
     *sleep_us = w * 2 < SLEEP_MAX_US ? w * 2 : SLEEP_MAX_US;
@@ -496,6 +504,14 @@ static int turn(bg_t *bg, int *progressed_out) {
   }
   progressed |= take_submissions(bg, &sd, &end);
   if (end) return 1;
+  /* Device collectives queued on the GPU complete here once their event has
+     (hvd/device.c); never blocks. A failure there (a NCCL error, a stall) is fatal. */
+  if (hvd_device_pending() > 0) {
+    int completed = 0;
+    hvd_status_t ds = hvd_device_poll(&completed, err, sizeof(err));
+    if (ds != HVD_OK) return fail(ds, err);
+    progressed |= completed > 0;
+  }
   /* hvd_shutdown right after the watchdog failed the requests: a failure, not a
      clean shutdown (the watchdog sets failed before it wakes the caller). */
   if (sd && atomic_load(&hvd_g.failed)) {

@@ -4,10 +4,33 @@
    that a device exists at all, so a CUDA build on a machine without a GPU or driver
    never calls CUDA beyond cudaGetDeviceCount). They are reduced by the background
    thread, in the order the coordinator negotiated, like host buffers, on a dedicated
-   stream that first waits (event) for the compute stream set by hvd_cuda_set_stream
-   (default: the legacy default stream), so gradients computed by kernels queued before
-   the submission are final. A group of several tensors is packed into a fusion buffer in
-   device memory. The request completes when the stream has finished.
+   stream ("hvd's stream"). A group of several tensors is packed into a fusion buffer in
+   device memory.
+
+   Event flow of one allreduce (or broadcast), no host round trip on the way:
+
+     user thread, hvd_allreduce_async      compute stream:  backward ... [E_submit]
+       records E_submit on the compute
+       stream (hvd_cuda_set_stream), after
+       the kernels that produced the data
+     background thread, at the response   hvd's stream:    wait(E_submit of each
+       queues, without waiting:                             tensor) [fp16: cast to
+                                                            float16] pack  NCCL  unpack
+                                                            [fp16: cast back] [E_done]
+       and hands the group with E_done to
+       hvd/device_flight.c
+     background thread, every turn         cudaEventQuery(E_done) of the oldest groups:
+                                           completed -> the requests complete, in order
+
+   So the background thread goes on to the next response while the GPU runs this one,
+   and several buckets are queued on hvd's stream at once; the compute stream is never
+   synchronised (it only records E_submit), and the float16 casts of compression run on
+   hvd's stream. hvd_wait returns once E_done has completed: the result is then final
+   for the host and for every stream. A request submitted from a thread whose current
+   GPU is not this rank's (or before the backend knew of CUDA) has no E_submit: the
+   compute stream's event is then recorded when its response is run (the older rule).
+   The only host waits left are inside the schedules that must see the data on the host
+   (the hierarchical cross-host step, builds without NCCL) and before a buffer grows.
 
    With NCCL (HVD_WITH_NCCL):
    - flat (the default): one communicator over the world; AVERAGE is ncclAvg.
@@ -33,11 +56,13 @@
    Failures: every CUDA and NCCL call is checked, with file and line in the message, and
    fails the request (the runtime then stops on every rank). A first use (device,
    stream, buffers) happens at the same response on every rank and is agreed on (one
-   small allreduce), so a rank that fails there leaves no peer inside a collective. The
-   stream is waited for by polling, with ncclCommGetAsyncError, so a peer lost inside a
-   NCCL collective ends the wait with an error (the communicator is aborted) instead of
+   small allreduce), so a rank that fails there leaves no peer inside a collective.
+   Events are polled, with ncclCommGetAsyncError, so a peer lost inside a NCCL
+   collective ends the wait with an error (the communicator is aborted) instead of
    hanging. Local rank i uses GPU i; more local ranks than GPUs is an error. */
 #include "hvd/hvd_internal.h"
+#include "hvd/device_events.h"
+#include "hvd/device_flight.h"
 
 #ifdef HVD_WITH_CUDA
 #include <cuda_runtime.h>
@@ -58,8 +83,14 @@ _Static_assert((int)ncclBfloat16 == 9, "ncclBfloat16 is 9 in every NCCL release"
 #endif
 #endif
 #include <sched.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
+
+/* hvd/device_kernels.cu: the casts of float16 compression, queued on stream. */
+cudaError_t hvd_cuk_cast_to_half(void *stream, uint16_t *dst, const float *src, size_t n);
+cudaError_t hvd_cuk_cast_from_half(void *stream, float *dst, const uint16_t *src, size_t n,
+                                   float div);
 
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 static int device_count;
@@ -106,8 +137,10 @@ static struct {
   int failed;                       /* a CUDA/NCCL call failed: later device collectives
                                        are refused, communicators aborted at shutdown */
   cudaStream_t stream;
-  cudaEvent_t compute_done;         /* recorded on the compute stream */
-  cudaEvent_t stream_done;          /* recorded on hvd's stream, polled */
+  cudaEvent_t compute_done;         /* recorded on the compute stream when a request
+                                       brought no submission event */
+  cudaEvent_t stream_done;          /* recorded on hvd's stream, polled (wait_stream) */
+  hvd_flight_t flight;              /* groups queued on hvd's stream, not yet complete */
   void *fusion;                     /* device fusion buffer */
   size_t fusion_cap;
   void *staging;                    /* pinned host buffer: cross-host shard, or no NCCL */
@@ -207,6 +240,52 @@ int hvd_device_is_device_ptr(const void *p) {
 void hvd_cuda_set_stream(void *stream) { user_stream = stream; }
 void *hvd_device_compute_stream(void) { return user_stream; }
 
+/* Pooled events (hvd/device_events.c), as cudaEvent_t. */
+static cudaError_t event_take(cudaEvent_t *ev) {
+  void *p = NULL;
+  cudaError_t e = (cudaError_t)hvd_device_event_take(&p);
+  *ev = (cudaEvent_t)p;
+  return e;
+}
+static void event_give(cudaEvent_t ev) { hvd_device_event_give(ev); }
+
+/* The submitting thread records E_submit (see the top of the file) when r is an
+   allreduce or broadcast of device memory and this thread's current GPU is the rank's:
+   the compute stream (hvd_cuda_set_stream) is a stream of the current GPU, and a thread
+   on another GPU (or on none yet: cudaGetDevice makes no context) must not create a
+   context on this one. Anything else, or a failed call, leaves r without one: its
+   response then records the compute stream's event when it runs. */
+void hvd_device_submit(struct hvd_request *r) {
+  if ((r->kind != HVD_KIND_ALLREDUCE && r->kind != HVD_KIND_BROADCAST) || r->count == 0 ||
+      r->nmembers > 0)
+    return;
+  pthread_once(&detect_once, detect);
+  const int device = atomic_load(&selected_device);
+  int current = -1;
+  if (device_count == 0 || device < 0) return;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (current != device ||
+      (!hvd_device_is_device_ptr(r->recvbuf) && !hvd_device_is_device_ptr(r->sendbuf)))
+    return;
+  cudaEvent_t ev;
+  if (event_take(&ev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  cudaError_t e = cudaEventRecord(ev, (cudaStream_t)user_stream);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    event_give(ev);
+    hvd_log(HVD_LOG_DEBUG, "CUDA: recording a submission event failed (%s); the compute "
+            "stream's event is recorded when the response runs", cudaGetErrorString(e));
+    return;
+  }
+  r->ready_event = ev;
+}
+
 static hvd_status_t cuda_fail(cudaError_t e, const char *call, const char *file, int line,
                               char *msg, size_t len) {
   (void)cudaGetLastError();   /* clears a non-sticky error */
@@ -264,6 +343,10 @@ static hvd_status_t agree(coll_transport_t *t, hvd_status_t s, const char *what,
   return s;
 }
 
+static int flight_query(void *ctx, void *event, char *msg, size_t len);
+static hvd_status_t flight_check(void *ctx, double waited_us, char *msg, size_t len);
+static void flight_recycle(void *ctx, void *event);
+
 /* This rank's device, stream and events (no collective). *setup = 1 on the first call. */
 static hvd_status_t device_init(int *setup, char *msg, size_t len) {
   if (dev.ready) {
@@ -286,6 +369,8 @@ static hvd_status_t device_init(int *setup, char *msg, size_t len) {
   CUDA_OK(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking));
   CUDA_OK(cudaEventCreateWithFlags(&dev.compute_done, cudaEventDisableTiming));
   CUDA_OK(cudaEventCreateWithFlags(&dev.stream_done, cudaEventDisableTiming));
+  const hvd_flight_ops_t ops = {flight_query, flight_check, flight_recycle, NULL};
+  hvd_flight_init(&dev.flight, &ops);
   dev.ready = 1;
   return HVD_OK;
 }
@@ -378,41 +463,66 @@ static hvd_status_t check_async(ncclComm_t *comm, const char *what, char *msg, s
 }
 #endif
 
-/* Waits until everything queued on hvd's stream so far has run. Polls (yielding, then
-   sleeping 50 us) rather than cudaStreamSynchronize, so that a NCCL asynchronous error
-   ends the wait instead of hanging it (NCCL's recommended pattern). */
+/* Whether what is queued on hvd's stream may still complete, after waited_us of
+   waiting: an asynchronous NCCL error (a peer lost inside a collective, a network
+   failure) aborts its communicator. NCCL does not always raise one when a peer on the
+   same host dies or hangs: HVD_STALL_SHUTDOWN_TIME_SECONDS, when set, also bounds the
+   wait, and the runtime's cancel flag ends it. Either marks the device failed, so the
+   communicators are aborted, not destroyed, at shutdown. */
+static hvd_status_t health(double waited_us, char *msg, size_t len) {
+#ifdef HVD_WITH_NCCL
+  hvd_status_t s = check_async(&dev.world, "NCCL world communicator", msg, len);
+  if (s == HVD_OK) s = check_async(&dev.local, "NCCL local communicator", msg, len);
+  if (s != HVD_OK) return s;
+#endif
+  if (hvd_g.cancel) {
+    dev.failed = 1;
+    snprintf(msg, len, "rank %d: the runtime was stopped while a device collective was "
+             "running", hvd_g.rank);
+    return HVD_ERR_BACKEND;
+  }
+  if (hvd_g.cfg.stall_shutdown_s > 0 && waited_us > hvd_g.cfg.stall_shutdown_s * 1e6) {
+    dev.failed = 1;
+    snprintf(msg, len, "rank %d: a device collective did not finish within "
+             "HVD_STALL_SHUTDOWN_TIME_SECONDS=%g s (a peer may have died or hung); the "
+             "NCCL communicators will be aborted", hvd_g.rank, hvd_g.cfg.stall_shutdown_s);
+    return HVD_ERR_TIMEOUT;
+  }
+  return HVD_OK;
+}
+
+/* hvd/device_flight.c's view of the events (hvd_flight_ops_t). */
+static int flight_query(void *ctx, void *event, char *msg, size_t len) {
+  (void)ctx;
+  cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+  if (e == cudaSuccess) return 0;
+  if (e == cudaErrorNotReady) return 1;
+  (void)cuda_fail(e, "cudaEventQuery(E_done)", __FILE__, __LINE__, msg, len);
+  return -1;
+}
+static hvd_status_t flight_check(void *ctx, double waited_us, char *msg, size_t len) {
+  (void)ctx;
+  return health(waited_us, msg, len);
+}
+static void flight_recycle(void *ctx, void *event) {
+  (void)ctx;
+  event_give((cudaEvent_t)event);
+}
+
+/* Waits on the host until everything queued on hvd's stream so far has run, where a
+   schedule needs the data on the host. Polls (yielding, then sleeping 50 us) rather
+   than cudaStreamSynchronize, so that a NCCL asynchronous error ends the wait instead of
+   hanging it (NCCL's recommended pattern). */
 static hvd_status_t wait_stream(char *msg, size_t len) {
   CUDA_OK(cudaEventRecord(dev.stream_done, dev.stream));
-  /* NCCL does not always raise an asynchronous error when a peer on the same host dies
-     or hangs: HVD_STALL_SHUTDOWN_TIME_SECONDS, when set, also bounds this wait, and the
-     runtime's cancel flag ends it. Either marks the device failed, so the communicators
-     are aborted, not destroyed, at shutdown. */
-  const double limit_us = hvd_g.cfg.stall_shutdown_s > 0 ? hvd_g.cfg.stall_shutdown_s * 1e6
-                                                         : 0;
   const double start_us = util_now_us();
   for (long polls = 0;; polls++) {
     cudaError_t e = cudaEventQuery(dev.stream_done);
     if (e == cudaSuccess) return HVD_OK;
     if (e != cudaErrorNotReady)
       return cuda_fail(e, "cudaEventQuery(dev.stream_done)", __FILE__, __LINE__, msg, len);
-#ifdef HVD_WITH_NCCL
-    hvd_status_t s = check_async(&dev.world, "NCCL world communicator", msg, len);
-    if (s == HVD_OK) s = check_async(&dev.local, "NCCL local communicator", msg, len);
+    hvd_status_t s = health(util_now_us() - start_us, msg, len);
     if (s != HVD_OK) return s;
-#endif
-    if (hvd_g.cancel) {
-      dev.failed = 1;
-      snprintf(msg, len, "rank %d: the runtime was stopped while a device collective was "
-               "running", hvd_g.rank);
-      return HVD_ERR_BACKEND;
-    }
-    if (limit_us > 0 && util_now_us() - start_us > limit_us) {
-      dev.failed = 1;
-      snprintf(msg, len, "rank %d: a device collective did not finish within "
-               "HVD_STALL_SHUTDOWN_TIME_SECONDS=%g s (a peer may have died or hung); the "
-               "NCCL communicators will be aborted", hvd_g.rank, hvd_g.cfg.stall_shutdown_s);
-      return HVD_ERR_TIMEOUT;
-    }
     if (polls < 2000) {
       sched_yield();
     } else {
@@ -422,10 +532,82 @@ static hvd_status_t wait_stream(char *msg, size_t len) {
   }
 }
 
-/* The collective stream waits for everything queued on the compute stream so far. */
-static hvd_status_t after_compute(char *msg, size_t len) {
-  CUDA_OK(cudaEventRecord(dev.compute_done, (cudaStream_t)user_stream));
-  CUDA_OK(cudaStreamWaitEvent(dev.stream, dev.compute_done, 0));
+/* Hands the group reqs[0..n), whose work is queued on hvd's stream, to the flight with
+   a completion event recorded after it; the background thread completes it when the
+   event has (hvd_device_poll). A group of a joined rank's stand-ins, or one that cannot
+   be handed over, is waited for here instead. */
+static hvd_status_t finish_async(struct hvd_request **reqs, int n, const char *activity,
+                                 char *msg, size_t len) {
+  int phantom = 0;
+  for (int i = 0; i < n; i++) phantom |= reqs[i]->phantom;
+  cudaEvent_t done;
+  if (phantom || event_take(&done) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return wait_stream(msg, len);
+  }
+  cudaError_t e = cudaEventRecord(done, dev.stream);
+  if (e != cudaSuccess) {
+    event_give(done);
+    return cuda_fail(e, "cudaEventRecord(E_done, dev.stream)", __FILE__, __LINE__, msg, len);
+  }
+  if (hvd_flight_push(&dev.flight, reqs, n, done, activity, msg, len) != HVD_OK) {
+    event_give(done);
+    return wait_stream(msg, len);
+  }
+  /* For a caller in hvd_wait_stream: its stream may wait for E_done from now on. */
+  pthread_mutex_lock(&hvd_g.mu);
+  for (int i = 0; i < n; i++) reqs[i]->done_event = done;
+  pthread_cond_broadcast(&hvd_g.done_cv);
+  pthread_mutex_unlock(&hvd_g.mu);
+  return HVD_OK;
+}
+
+int hvd_device_stream_wait(void *stream, void *event) {
+  cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  return (int)e;
+}
+
+/* Device collectives queued on hvd's stream and not yet complete (background thread). */
+size_t hvd_device_pending(void) { return dev.ready ? hvd_flight_pending(&dev.flight) : 0; }
+
+hvd_status_t hvd_device_poll(int *completed, char *msg, size_t len) {
+  *completed = 0;
+  if (!dev.ready || hvd_flight_pending(&dev.flight) == 0) return HVD_OK;
+  hvd_status_t s = hvd_flight_poll(&dev.flight, completed, msg, len);
+  if (s != HVD_OK) dev.failed = 1;
+  return s;
+}
+
+/* Buffers are grown only with nothing in flight: the queued work may still use them. */
+static hvd_status_t drain(char *msg, size_t len) {
+  hvd_status_t s = hvd_flight_drain(&dev.flight, msg, len);
+  if (s != HVD_OK) dev.failed = 1;
+  return s;
+}
+
+/* hvd's stream waits for the data of reqs[0..n): the E_submit of each (consumed here),
+   or, for one that brought none, everything queued on the compute stream so far. */
+static hvd_status_t wait_submissions(struct hvd_request **reqs, int n, char *msg,
+                                     size_t len) {
+  int missing = 0;
+  for (int i = 0; i < n; i++) {
+    cudaEvent_t ev = (cudaEvent_t)reqs[i]->ready_event;
+    if (ev == NULL) {
+      missing = 1;
+      continue;
+    }
+    reqs[i]->ready_event = NULL;
+    cudaError_t e = cudaStreamWaitEvent(dev.stream, ev, 0);
+    event_give(ev);
+    if (e != cudaSuccess)
+      return cuda_fail(e, "cudaStreamWaitEvent(dev.stream, E_submit, 0)", __FILE__,
+                       __LINE__, msg, len);
+  }
+  if (missing) {
+    CUDA_OK(cudaEventRecord(dev.compute_done, (cudaStream_t)user_stream));
+    CUDA_OK(cudaStreamWaitEvent(dev.stream, dev.compute_done, 0));
+  }
   return HVD_OK;
 }
 
@@ -558,6 +740,8 @@ static hvd_status_t device_allreduce(struct hvd_request **reqs, int n, char *msg
   /* Setup of this rank, agreed on when it happened (same response on every rank). */
   int setup = 0;
   hvd_status_t s = device_init(&setup, msg, len);
+  int grows = (n > 1 && total * es > dev.fusion_cap) || staging_bytes > dev.staging_cap;
+  if (s == HVD_OK && grows && (s = drain(msg, len)) != HVD_OK) return s;
   if (s == HVD_OK && n > 1 && total * es > dev.fusion_cap) {
     setup = 1;
     s = grow(&dev.fusion, &dev.fusion_cap, total * es, 0, msg, len);
@@ -575,7 +759,13 @@ static hvd_status_t device_allreduce(struct hvd_request **reqs, int n, char *msg
     s = comm_create(&dev.world, hvd_g.world, "world", msg, len);
   if (s != HVD_OK) return s;
 #endif
-  if ((s = after_compute(msg, len)) != HVD_OK) return s;
+  if ((s = wait_submissions(reqs, n, msg, len)) != HVD_OK) return s;
+  /* float16 compression: the float32 gradients become the float16 send data here, on
+     hvd's stream (in place: sendbuf is recvbuf, hvd_allreduce_async_fp16). */
+  for (int i = 0; i < n; i++)
+    if (reqs[i]->half_src != NULL)
+      CUDA_OK(hvd_cuk_cast_to_half(dev.stream, (uint16_t *)reqs[i]->recvbuf,
+                                   reqs[i]->half_src, reqs[i]->count));
 
   /* One tensor is reduced from the user's buffers; several go through the fusion buffer. */
   const void *src = reqs[0]->sendbuf;
@@ -611,8 +801,17 @@ static hvd_status_t device_allreduce(struct hvd_request **reqs, int n, char *msg
       off += reqs[i]->count * es;
     }
   }
-  /* msg may already hold result's message: a failed wait overwrites it, which is the
-     more fundamental error. */
+  if (result == HVD_OK) {
+    for (int i = 0; i < n; i++)
+      if (reqs[i]->half_dst != NULL)
+        CUDA_OK(hvd_cuk_cast_from_half(dev.stream, reqs[i]->half_dst,
+                                       (const uint16_t *)reqs[i]->recvbuf, reqs[i]->count,
+                                       reqs[i]->half_div));
+    return finish_async(reqs, n, hvd_g.hierarchical ? "NCCL_HIERARCHICAL_ALLREDUCE"
+                                                    : "NCCL_ALLREDUCE", msg, len);
+  }
+  /* msg already holds result's message: a failed wait overwrites it, which is the more
+     fundamental error. */
   char wait_msg[HVD_ERROR_MAX];
   if ((s = wait_stream(wait_msg, sizeof wait_msg)) != HVD_OK) {
     snprintf(msg, len, "%s", wait_msg);
@@ -627,6 +826,7 @@ static hvd_status_t device_broadcast_run(struct hvd_request *r, char *msg, size_
   int setup = 0;
   hvd_status_t s = device_init(&setup, msg, len);
 #ifndef HVD_WITH_NCCL
+  if (s == HVD_OK && bytes > dev.staging_cap && (s = drain(msg, len)) != HVD_OK) return s;
   if (s == HVD_OK && bytes > dev.staging_cap) {
     setup = 1;
     s = grow(&dev.staging, &dev.staging_cap, bytes, 1, msg, len);
@@ -638,7 +838,7 @@ static hvd_status_t device_broadcast_run(struct hvd_request *r, char *msg, size_
   if (dev.world == NULL && (s = comm_create(&dev.world, hvd_g.world, "world", msg, len)) != HVD_OK)
     return s;
 #endif
-  if ((s = after_compute(msg, len)) != HVD_OK) return s;
+  if ((s = wait_submissions(&r, 1, msg, len)) != HVD_OK) return s;
   if (bytes == 0) return HVD_OK;
 #ifdef HVD_WITH_NCCL
   NCCL_OK(ncclBroadcast(r->recvbuf, r->recvbuf, bytes, ncclUint8, r->root, dev.world,
@@ -652,7 +852,7 @@ static hvd_status_t device_broadcast_run(struct hvd_request *r, char *msg, size_
   }
   CUDA_OK(cudaMemcpyAsync(r->recvbuf, dev.staging, bytes, cudaMemcpyHostToDevice, dev.stream));
 #endif
-  return wait_stream(msg, len);
+  return finish_async(&r, 1, "NCCL_BROADCAST", msg, len);
 }
 
 static hvd_status_t device_allreduce_op(struct hvd_request **reqs,
@@ -662,8 +862,9 @@ static hvd_status_t device_allreduce_op(struct hvd_request **reqs,
   double t0 = util_now_us();
   hvd_status_t s = device_allreduce(reqs, n, msg, len);
   double t1 = util_now_us();
-  for (int i = 0; i < n; i++)
-    hvd_timeline_op(reqs[i]->key,
+  for (int i = 0; i < n; i++)   /* a deferred one: hvd/device_flight.c at completion */
+    if (!reqs[i]->deferred)
+      hvd_timeline_op(reqs[i]->key,
                     hvd_g.hierarchical ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE",
                     t0, t1, reqs[i]->count * hvd_dtype_size(reqs[i]->dtype));
   return s;
@@ -674,8 +875,9 @@ static hvd_status_t device_broadcast(struct hvd_request *r, const hvd_response_t
   (void)resp;
   double t0 = util_now_us();
   hvd_status_t s = device_broadcast_run(r, msg, len);
-  hvd_timeline_op(r->key, "NCCL_BROADCAST", t0, util_now_us(),
-                  r->count * hvd_dtype_size(r->dtype));
+  if (!r->deferred)
+    hvd_timeline_op(r->key, "NCCL_BROADCAST", t0, util_now_us(),
+                    r->count * hvd_dtype_size(r->dtype));
   return s;
 }
 
@@ -707,6 +909,10 @@ void hvd_device_shutdown(void) {
     }
 #endif
     (void)cudaStreamSynchronize(dev.stream);
+    /* What is still in flight failed with the runtime (its waiters were told so). */
+    hvd_flight_fail_all(&dev.flight, HVD_ERR_SHUTDOWN, "the hvd runtime was shut down "
+                        "while a device collective was in flight");
+    hvd_flight_free(&dev.flight);
 #ifdef HVD_WITH_NCCL
     if (!dev.failed) {
       if (dev.local) (void)ncclCommDestroy(dev.local);
@@ -718,6 +924,7 @@ void hvd_device_shutdown(void) {
     (void)cudaEventDestroy(dev.stream_done);
     (void)cudaEventDestroy(dev.compute_done);
     (void)cudaStreamDestroy(dev.stream);
+    hvd_device_events_destroy();
   }
   memset(&dev, 0, sizeof dev);   /* also forgets a failure: the next hvd_init starts clean */
 }
@@ -737,6 +944,19 @@ int hvd_device_is_device_ptr(const void *p) {
 
 void hvd_cuda_set_stream(void *stream) { (void)stream; }
 void *hvd_device_compute_stream(void) { return NULL; }
+void hvd_device_submit(struct hvd_request *r) { (void)r; }
+int hvd_device_stream_wait(void *stream, void *event) {
+  (void)stream;
+  (void)event;
+  return -1;
+}
+size_t hvd_device_pending(void) { return 0; }
+hvd_status_t hvd_device_poll(int *completed, char *msg, size_t len) {
+  (void)msg;
+  (void)len;
+  *completed = 0;
+  return HVD_OK;
+}
 
 /* Never used: no buffer is device memory here. */
 const hvd_backend_ops_t hvd_device_ops = {.name = "device memory (not in this build)"};

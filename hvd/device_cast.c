@@ -1,23 +1,16 @@
-/* hvd/device_cast.c: float32 <-> float16 casts of device gradients for
-   hvd_grad_buckets' HVD_COMPRESSION_FP16, and the device buffer they use. Called by the
-   user thread (the one running backward), not by the background thread.
+/* hvd/device_cast.c: the float16 staging buffer of hvd_grad_buckets' HVD_COMPRESSION_FP16
+   on device gradients, and the device of a pointer. Called by the user thread (the one
+   running backward), not by the background thread.
 
-   The kernels are in hvd/device_kernels.cu (nvcc, linked into libhvd.a).
-
-   Launches go to the compute stream (hvd_cuda_set_stream): the cast to float16 runs
-   after the backward kernels queued before it, and hvd's collective stream waits for it
-   like for any submission; the cast back is queued after the allreduce has completed.
-   Each call makes the gradients' device current for the call and restores the caller's. */
+   The casts themselves run on hvd's collective stream, inside the device allreduce
+   (hvd/device.c, kernels in hvd/device_kernels.cu): float32 -> float16 after the wait
+   on the submission event, float16 -> float32 before the completion event, so the
+   compute stream is neither used nor synchronised for them. */
 #include "hvd/hvd_internal.h"
 
 #ifdef HVD_WITH_CUDA
 #include <cuda_runtime.h>
 #include <string.h>
-
-/* hvd/device_kernels.cu */
-cudaError_t hvd_cuk_cast_to_half(void *stream, uint16_t *dst, const float *src, size_t n);
-cudaError_t hvd_cuk_cast_from_half(void *stream, float *dst, const uint16_t *src, size_t n,
-                                   float div);
 
 static hvd_status_t fail(const char *what, const char *call, cudaError_t e) {
   (void)cudaGetLastError();   /* clears a non-sticky error */
@@ -74,39 +67,6 @@ void hvd_device_buffer_free(void *p) {
   if (p) (void)cudaFree(p);
 }
 
-hvd_status_t hvd_device_to_half(int device, uint16_t *dst, const float *src, size_t n) {
-  const char *what = "float16 compression (cast to float16)";
-  device_scope_t d;
-  hvd_status_t s = enter(&d, device, what);
-  if (s != HVD_OK) return s;
-  cudaError_t e = hvd_cuk_cast_to_half(hvd_device_compute_stream(), dst, src, n);
-  leave(&d);
-  if (e != cudaSuccess) return fail(what, "hvd_cuk_cast_to_half", e);
-  return HVD_OK;
-}
-
-hvd_status_t hvd_device_from_half(int device, float *dst, const uint16_t *src, size_t n,
-                                  float div) {
-  const char *what = "float16 compression (cast back to float32)";
-  device_scope_t d;
-  hvd_status_t s = enter(&d, device, what);
-  if (s != HVD_OK) return s;
-  cudaError_t e = hvd_cuk_cast_from_half(hvd_device_compute_stream(), dst, src, n, div);
-  leave(&d);
-  if (e != cudaSuccess) return fail(what, "hvd_cuk_cast_from_half", e);
-  return HVD_OK;
-}
-
-hvd_status_t hvd_device_sync_compute(int device) {
-  device_scope_t d;
-  hvd_status_t s = enter(&d, device, "hvd_grad_buckets_wait");
-  if (s != HVD_OK) return s;
-  cudaError_t e = cudaStreamSynchronize((cudaStream_t)hvd_device_compute_stream());
-  leave(&d);
-  if (e != cudaSuccess) return fail("hvd_grad_buckets_wait", "cudaStreamSynchronize", e);
-  return HVD_OK;
-}
-
 #else /* no CUDA in this build: no gradient is in device memory, nothing calls these */
 
 static hvd_status_t no_cuda(void) {
@@ -123,18 +83,4 @@ hvd_status_t hvd_device_buffer_alloc(void **p, size_t bytes, int device) {
   return no_cuda();
 }
 void hvd_device_buffer_free(void *p) { (void)p; }
-hvd_status_t hvd_device_to_half(int device, uint16_t *dst, const float *src, size_t n) {
-  (void)device, (void)dst, (void)src, (void)n;
-  return no_cuda();
-}
-hvd_status_t hvd_device_from_half(int device, float *dst, const uint16_t *src, size_t n,
-                                  float div) {
-  (void)device, (void)dst, (void)src, (void)n, (void)div;
-  return no_cuda();
-}
-hvd_status_t hvd_device_sync_compute(int device) {
-  (void)device;
-  return no_cuda();
-}
-
 #endif

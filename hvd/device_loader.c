@@ -216,6 +216,34 @@ void hvd_device_shutdown(void) {
   if (b != NULL) b->shutdown();
 }
 
+/* The submitting thread: nothing to record before the backend is loaded (no device
+   memory yet), and loading it is left to the buffer checks. */
+void hvd_device_submit(struct hvd_request *r) {
+  const hvd_device_plugin_t *b = atomic_load(&backend);
+  if (b != NULL) b->submit(r);
+}
+
+void hvd_device_release_event(void *event) {
+  const hvd_device_plugin_t *b = atomic_load(&backend);
+  if (b != NULL) b->release_event(event);
+}
+
+int hvd_device_stream_wait(void *stream, void *event) {
+  const hvd_device_plugin_t *b = atomic_load(&backend);
+  return b != NULL ? b->stream_wait(stream, event) : -1;
+}
+
+size_t hvd_device_pending(void) {
+  const hvd_device_plugin_t *b = atomic_load(&backend);
+  return b != NULL ? b->pending() : 0;
+}
+
+hvd_status_t hvd_device_poll(int *completed, char *msg, size_t len) {
+  const hvd_device_plugin_t *b = loaded();
+  *completed = 0;
+  return b != NULL ? b->poll(completed, msg, len) : HVD_OK;
+}
+
 static hvd_status_t forward_allreduce(struct hvd_request **reqs, const hvd_response_t *resp,
                                       int n, char *msg, size_t len) {
   const hvd_device_plugin_t *b = loaded();
@@ -254,23 +282,6 @@ void hvd_device_buffer_free(void *p) {
   if (b != NULL) b->buffer_free(p);
 }
 
-hvd_status_t hvd_device_to_half(int device, uint16_t *dst, const float *src, size_t n) {
-  const hvd_device_plugin_t *b = atomic_load(&backend);
-  return b != NULL ? b->to_half(device, dst, src, n)
-                   : not_loaded_error("float16 compression (cast to float16)");
-}
-
-hvd_status_t hvd_device_from_half(int device, float *dst, const uint16_t *src, size_t n,
-                                  float div) {
-  const hvd_device_plugin_t *b = atomic_load(&backend);
-  return b != NULL ? b->from_half(device, dst, src, n, div)
-                   : not_loaded_error("float16 compression (cast back to float32)");
-}
-
-hvd_status_t hvd_device_sync_compute(int device) {
-  const hvd_device_plugin_t *b = atomic_load(&backend);
-  return b != NULL ? b->sync_compute(device) : not_loaded_error("hvd_grad_buckets_wait");
-}
 #else
 /* ISO C forbids an empty translation unit; without CUDA hvd/device.c has no device. */
 typedef int hvd_device_loader_unused_t;

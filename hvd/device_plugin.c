@@ -22,12 +22,14 @@ const hvd_device_plugin_t *hvd_device_plugin_v1(void) {
       .set_stream = hvd_cuda_set_stream,
       .compute_stream = hvd_device_compute_stream,
       .ops = &hvd_device_ops,
+      .submit = hvd_device_submit,
+      .release_event = hvd_device_release_event,
+      .pending = hvd_device_pending,
+      .poll = hvd_device_poll,
+      .stream_wait = hvd_device_stream_wait,
       .of_ptr = hvd_device_of_ptr,
       .buffer_alloc = hvd_device_buffer_alloc,
       .buffer_free = hvd_device_buffer_free,
-      .to_half = hvd_device_to_half,
-      .from_half = hvd_device_from_half,
-      .sync_compute = hvd_device_sync_compute,
   };
   return &table;
 }

@@ -2,7 +2,7 @@
 
    The installed shared libhvd (libhvd.so) links no CUDA or NCCL library, so a CPU
    program built against it needs none at link or run time. The device half of the
-   runtime (hvd/device.c, hvd/device_cast.c, hvd/device_kernels.cu: CUDA and NCCL) is a
+   runtime (hvd/device.c, device_cast.c, device_events.c, device_kernels.cu: CUDA, NCCL) is a
    library of its own, libhvd_cuda.so.0, installed next to libhvd.so; hvd/device_loader.c
    defines the hvd_device_* functions of hvd_internal.h in libhvd.so, loads the backend
    with dlopen once the process uses CUDA, and forwards through this table, which the
@@ -18,7 +18,7 @@
 
 #include <stddef.h>
 
-#define HVD_DEVICE_PLUGIN_ABI 1
+#define HVD_DEVICE_PLUGIN_ABI 2
 #define HVD_DEVICE_PLUGIN_SONAME "libhvd_cuda.so.0"
 #define HVD_DEVICE_PLUGIN_SYMBOL "hvd_device_plugin_v1"
 
@@ -35,14 +35,15 @@ typedef struct {
   void (*set_stream)(void *stream);               /* hvd_cuda_set_stream */
   void *(*compute_stream)(void);
   const hvd_backend_ops_t *ops;                   /* device.c's hvd_device_ops */
+  void (*submit)(struct hvd_request *r);          /* the submitting thread's event */
+  void (*release_event)(void *event);
+  size_t (*pending)(void);                        /* collectives in flight */
+  hvd_status_t (*poll)(int *completed, char *msg, size_t len);
+  int (*stream_wait)(void *stream, void *event);
   /* device_cast.c */
   int (*of_ptr)(const void *p);
   hvd_status_t (*buffer_alloc)(void **p, size_t bytes, int device);
   void (*buffer_free)(void *p);
-  hvd_status_t (*to_half)(int device, uint16_t *dst, const float *src, size_t n);
-  hvd_status_t (*from_half)(int device, float *dst, const uint16_t *src, size_t n,
-                            float div);
-  hvd_status_t (*sync_compute)(int device);
 } hvd_device_plugin_t;
 
 /* What HVD_DEVICE_PLUGIN_SYMBOL is: returns the backend's table (never NULL). */

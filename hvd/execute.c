@@ -20,11 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A deferred request (device memory, queued on the GPU) is completed and let go by
+   hvd/device_flight.c once its completion event has completed, not here. */
 static void complete_group(struct hvd_request **reqs, int n, hvd_status_t s,
                            const char *msg) {
   pthread_mutex_lock(&hvd_g.mu);
   for (int i = 0; i < n; i++)
-    if (!reqs[i]->phantom) hvd_request_complete(reqs[i], s, msg);
+    if (!reqs[i]->phantom && !reqs[i]->deferred) hvd_request_complete(reqs[i], s, msg);
   pthread_mutex_unlock(&hvd_g.mu);
 }
 
@@ -209,6 +211,11 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
     for (int k = i; k < j && ops == &hvd_device_ops; k++)
       if (reqs[k]->nmembers > 0) ops = &no_grouped;
     fatal = run_group(ops, &reqs[i], &resp[i], j - i, msg, len, fatal_agreed);
+    /* A deferred request belongs to the device path from now on: a later group of this
+       list may complete and let go of it (a buffer that grows waits for the queued
+       ones first), so this list forgets it at once. */
+    for (int k = i; k < j; k++)
+      if (reqs[k] && reqs[k]->deferred) reqs[k] = NULL;
     i = j;
   }
   pthread_mutex_lock(&hvd_g.mu);

@@ -22,10 +22,12 @@
    FP16 compression (Horovod's Compression.fp16): a bucket is cast into a float16
    staging array when it is submitted, reduced as HVD_FLOAT16, and cast back in wait()
    (an average is a float16 sum divided by the rank count in float32 after the cast).
-   Gradients in CUDA device memory are cast on the GPU (hvd/device_cast.c) into a float16
-   array in device memory, on the compute stream given to hvd_cuda_set_stream, with the
-   same rounding as here; wait() then waits for that stream, so on return the buffer
-   holds the result as it does for host memory. */
+   Gradients in CUDA device memory are cast on the GPU, with the same rounding as here,
+   by the device collective itself (hvd_allreduce_async_fp16): on hvd's stream, after it
+   waited for the submission event of the compute stream, into a float16 array in device
+   memory, and back before its completion event; the compute stream is never
+   synchronised. wait() returns once every bucket's completion event has completed, so
+   on return the buffer holds the result as it does for host memory. */
 #include "hvd/hvd.h"
 #include "hvd/hvd_internal.h"
 #include "collectives/coll.h"
@@ -295,24 +297,19 @@ static hvd_status_t submit(hvd_grad_buckets_t *b, size_t k) {
   hvd_status_t s;
   if (b->compression == HVD_COMPRESSION_FP16) {
     uint16_t *h = b->half + bk->offset;
-    hvd_status_t cast = HVD_OK;
-    char cast_error[HVD_ERROR_MAX] = "";
-    if (b->device >= 0) {
-      cast = hvd_device_to_half(b->device, h, b->grads + bk->offset, bk->count);
-      if (cast != HVD_OK) snprintf(cast_error, sizeof cast_error, "%s", hvd_last_error());
-    } else
-      to_half(h, b->grads + bk->offset, bk->count);
+    float *g = b->grads + bk->offset;
     /* AVERAGE as a float16 SUM, divided after the cast back: one float16 rounding
-       fewer, and the division runs vectorised in float32 here. */
+       fewer, and the division runs vectorised in float32. */
     hvd_op_t op = b->op == HVD_AVERAGE ? HVD_SUM : b->op;
-    /* Submitted even when the cast failed: the other ranks wait for this name. */
-    s = hvd_allreduce_async(name, h, h, bk->count, HVD_FLOAT16, op, &bk->req);
     b->stats.bytes += bk->count * sizeof(uint16_t);
-    if (s == HVD_OK && cast != HVD_OK) {
-      hvd_set_error(cast, "grad bucket %zu: %s", k, cast_error);
-      s = cast;
-      record_error(b, s);
-      return s;   /* the request is in flight: wait() collects it */
+    if (b->device >= 0) {
+      /* Both casts run on hvd's stream, inside the collective (hvd/device.c). */
+      int div = b->op == HVD_AVERAGE ? hvd_size() : 1;
+      s = hvd_allreduce_async_fp16(name, g, h, g, bk->count, op, div > 0 ? (float)div : 1.0f,
+                                   &bk->req);
+    } else {
+      to_half(h, g, bk->count);
+      s = hvd_allreduce_async(name, h, h, bk->count, HVD_FLOAT16, op, &bk->req);
     }
   } else {
     float *g = b->grads + bk->offset;
@@ -385,15 +382,10 @@ hvd_status_t hvd_grad_buckets_wait(hvd_grad_buckets_t *b) {
       bk->t_done = util_now_s();
     }
     int div = b->op == HVD_AVERAGE ? hvd_size() : 1;
-    if (b->compression == HVD_COMPRESSION_FP16 && b->device >= 0)
-      record_error(b, hvd_device_from_half(b->device, b->grads + bk->offset,
-                                           b->half + bk->offset, bk->count,
-                                           div > 0 ? (float)div : 1.0f));
-    else if (b->compression == HVD_COMPRESSION_FP16)
+    /* (device gradients: cast back by the collective before it completed) */
+    if (b->compression == HVD_COMPRESSION_FP16 && b->device < 0)
       from_half(b->grads + bk->offset, b->half + bk->offset, bk->count, div);
   }
-  if (b->compression == HVD_COMPRESSION_FP16 && b->device >= 0 && b->num > 0)
-    record_error(b, hvd_device_sync_compute(b->device));
   double t1 = util_now_s();
   b->stats.blocked_s += t1 - t0;
   b->stats.steps++;

@@ -125,6 +125,16 @@ hvd_status_t hvd_reducescatter_async(const char *name, const void *sendbuf, size
                                      hvd_dtype_t dtype, hvd_op_t op, void *recvbuf,
                                      size_t *recvcount, hvd_request_t *req);
 
+/* CUDA: hvd_wait without blocking the host on the GPU. For a collective of device memory
+   it returns once the collective's work is queued on hvd's stream, after making stream
+   (a cudaStream_t of the rank's GPU; NULL: the legacy default stream) wait for its
+   completion event: work queued on stream afterwards sees the result, the host must not
+   read it before that stream says so. It frees req; HVD_OK then means queued, and a
+   failure of the collective after that stops the runtime (later calls report it).
+   Anything else (host memory, a build or process without CUDA, a collective that has
+   already completed or failed) is exactly hvd_wait. */
+hvd_status_t hvd_wait_stream(hvd_request_t req, void *stream);
+
 /* Bytes of one element of dtype; 0 for an invalid dtype. */
 size_t hvd_dtype_size(hvd_dtype_t dtype);
 
@@ -134,8 +144,12 @@ size_t hvd_dtype_size(hvd_dtype_t dtype);
 #define HVD_NAME_MAX 255
 
 /* CUDA: collectives on device buffers run on hvd's own stream after waiting for the
-   work queued so far on this stream (a cudaStream_t, e.g. nn_cuda_stream()); NULL (the
-   default) means the legacy default stream. A no-op in a build without CUDA. */
+   work queued on this stream (a cudaStream_t, e.g. nn_cuda_stream()) before the
+   submitting call (hvd_allreduce_async, hvd_broadcast_async, ...) returned: an event is
+   recorded on it then, when the calling thread's current GPU is the rank's, and this
+   stream is never synchronised. NULL (the default) means the legacy default stream. When
+   hvd_wait or hvd_test reports a device collective done, its result is final for the
+   host and every stream. A no-op in a build without CUDA. */
 void hvd_cuda_set_stream(void *stream);
 
 /* ---- gradient buckets (hvd/grad_buckets.c) ----
@@ -157,9 +171,10 @@ typedef struct hvd_grad_buckets hvd_grad_buckets_t;
 /* bucket_bytes 0: 25 MiB; first_bucket_bytes 0: 1 MiB (both of float32 gradients,
    rounded down to whole floats, at least one). op: usually HVD_AVERAGE. FP16 casts each
    bucket to float16 (round to nearest even) for the allreduce and back; grads in CUDA
-   device memory are cast on their GPU, on the stream given to hvd_cuda_set_stream (the
-   float16 copy is device memory too), and wait() returns once that stream has finished
-   the casts back. Does not need hvd_init (only ready/wait do). */
+   device memory are cast on their GPU by the collective, on hvd's stream after the work
+   queued on the stream given to hvd_cuda_set_stream (the float16 copy is device memory
+   too; that stream is never synchronised), and wait() returns once the casts back have
+   finished. Does not need hvd_init (only ready/wait do). */
 hvd_status_t hvd_grad_buckets_create(hvd_grad_buckets_t **out, float *grads, size_t count,
                                      size_t bucket_bytes, size_t first_bucket_bytes,
                                      hvd_compression_t compression, hvd_op_t op);

@@ -99,6 +99,20 @@ struct hvd_request {
      A waiter that finishes a held request all the same (abandoned: the executor never
      came back, see hvd_fail_held) leaves it to the executor to free. */
   int held, fail_pending, abandoned;
+  /* Device memory (hvd/device.c, hvd/device_flight.c). ready_event: a CUDA event
+     recorded on the compute stream when the caller submitted the request (NULL: none;
+     the request owns it until the device path consumes it). deferred: the collective
+     is queued on the device and completes when its event has (the executor neither
+     completes nor lets go of it). half_src/half_dst: float16 compression of float32
+     device gradients, cast on hvd's stream: half_src into sendbuf before the
+     collective, recvbuf into half_dst (divided by half_div) after it. done_event: while
+     deferred, the event recorded after its work (hvd_wait_stream; under hvd_g.mu). */
+  void *ready_event;
+  int deferred;
+  void *done_event;
+  const float *half_src;
+  float *half_dst;
+  float half_div;
   /* What the executor produced for the caller's pointers (gather_out, gather_count,
      recv_splits, last_rank), handed over by hvd_request_complete under hvd_g.mu to a
      request that succeeds, and freed with the request otherwise: those pointers are
@@ -296,18 +310,33 @@ typedef struct {
 void hvd_device_set_probe(const hvd_cuda_probe_t *probe);
 void hvd_device_shutdown(void);   /* the background thread, as it ends */
 void *hvd_device_compute_stream(void);   /* what hvd_cuda_set_stream set (NULL: legacy) */
+/* The submitting thread, before r is queued: for device memory, records r->ready_event
+   on the compute stream (what the collective's stream will wait for). Never fails: where
+   no event can be recorded the device path records one when it runs r. */
+void hvd_device_submit(struct hvd_request *r);
+void hvd_device_release_event(void *event);   /* a ready_event nobody consumed */
+/* stream (a cudaStream_t of the rank's GPU) waits for event: 0, or a CUDA error. */
+int hvd_device_stream_wait(void *stream, void *event);
+/* The background thread, each turn: device collectives queued and not yet completed,
+   and the completion of those whose event has completed (*completed: how many). A
+   failure there fails them and is fatal for the runtime (msg says why). */
+size_t hvd_device_pending(void);
+hvd_status_t hvd_device_poll(int *completed, char *msg, size_t len);
 
-/* device_cast.c: float16 compression of device gradients (hvd_grad_buckets), on the user
-   thread. Each sets hvd's last error on failure. Kernels run on the compute stream, with
-   device current. hvd_device_of_ptr: the device holding p, or -1. */
+/* device_cast.c: the float16 staging buffer of device gradients (hvd_grad_buckets), on
+   the user thread; sets hvd's last error on failure. hvd_device_of_ptr: the device
+   holding p, or -1. */
 int hvd_device_of_ptr(const void *p);
 hvd_status_t hvd_device_buffer_alloc(void **p, size_t bytes, int device);
 void hvd_device_buffer_free(void *p);
-hvd_status_t hvd_device_to_half(int device, uint16_t *dst, const float *src, size_t n);
-/* dst = (float)src / div */
-hvd_status_t hvd_device_from_half(int device, float *dst, const uint16_t *src, size_t n,
-                                  float div);
-hvd_status_t hvd_device_sync_compute(int device);   /* waits for the compute stream */
+
+/* api.c: hvd_allreduce_async of count float16 elements in device memory half, which the
+   device path fills from src (float32) on its stream after the submission event and
+   casts back into dst (divided by div) before the request completes: hvd_grad_buckets'
+   float16 compression, with no cast on the compute stream. */
+hvd_status_t hvd_allreduce_async_fp16(const char *name, const float *src, uint16_t *half,
+                                      float *dst, size_t count, hvd_op_t op, float div,
+                                      hvd_request_t *req);
 
 /* Sets hvd_g.cancel from any thread. */
 #define hvd_g_cancel_set() __atomic_store_n(&hvd_g.cancel, 1, __ATOMIC_RELAXED)

@@ -19,6 +19,7 @@ struct hvd_request *hvd_request_new(hvd_kind_t kind) {
 
 void hvd_request_free(struct hvd_request *r) {
   hvd_request_free_results(r);
+  hvd_device_release_event(r->ready_event);   /* a submission event never consumed */
   free(r->splits);
   free(r->member_send);
   free(r->member_recv);

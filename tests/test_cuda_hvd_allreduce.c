@@ -12,8 +12,13 @@
    In each: sum and average of one tensor, in place and out of place, several small
    tensors at once (fused in the device fusion buffer), a tensor larger than the fusion
    threshold, int32 and float16 allreduce, broadcast, and float16-compressed gradient
-   buckets (at size 1 the result is exactly the float16-rounded input). Exits 77 without
-   a CUDA device. */
+   buckets (at size 1 the result is exactly the float16-rounded input, and at any size
+   the same as the host path's on a copy of the gradients). The event-driven path: six
+   large buckets in flight at once, each written by copies queued on the compute stream
+   just before its submission (with no host synchronisation in between: only the
+   submission event orders them before the collective), half of them waited for with
+   hvd_wait_stream (the compute stream waits, not the host), results compared with the
+   host path's allreduce of the same data. Exits 77 without a CUDA device. */
 #include "hvd/hvd.h"
 #include "hvd/hvd_internal.h"   /* hvd_device_thread_device */
 #include "collectives/coll.h"
@@ -25,6 +30,7 @@
 #ifdef HVD_WITH_CUDA
 #include "tests/cuda_check.h"
 
+#include <cuda_runtime.h>
 #include <mpi.h>
 #include <unistd.h>
 
@@ -34,6 +40,16 @@
     if (s_ != HVD_OK) {                                                            \
       fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #expr,           \
               hvd_status_string(s_), hvd_last_error());                            \
+      exit(1);                                                                     \
+    }                                                                              \
+  } while (0)
+
+#define CUDA_RT_OK(expr)                                                           \
+  do {                                                                             \
+    cudaError_t e_ = (expr);                                                       \
+    if (e_ != cudaSuccess) {                                                       \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                 \
+              cudaGetErrorString(e_));                                             \
       exit(1);                                                                     \
     }                                                                              \
   } while (0)
@@ -53,6 +69,77 @@ static double compare(const char *phase, const char *what, const float *got_dev,
 }
 
 static float half_round(float x) { return coll_half_to_float(coll_float_to_half(x)); }
+
+/* Several buckets in flight: each bucket's data is produced on the compute stream by a
+   chain of device copies queued just before hvd_allreduce_async (no synchronisation),
+   from a buffer that differs per rank; all are submitted before the first wait. The
+   result must equal the host path's allreduce of the same data. */
+static void check_in_flight(const char *phase) {
+  enum { NB = 6 };
+  const size_t n = 4u << 20;   /* 16 MB per bucket: the copies take a while */
+  const int rank = hvd_rank();
+  cudaStream_t cs = (cudaStream_t)nn_cuda_stream();
+  float *src[NB], *tmp[NB], *dst[NB], *host[NB];
+  hvd_request_t req[NB];
+  for (int b = 0; b < NB; b++) {
+    host[b] = cc_random(n);
+    for (size_t i = 0; i < n; i += 97) host[b][i] += (float)(rank + b);
+    src[b] = cc_dev(host[b], n);
+    tmp[b] = cc_dev(NULL, n);
+    dst[b] = cc_dev(NULL, n);
+  }
+  CC_OK(nn_cuda_synchronize());
+  for (int b = 0; b < NB; b++) {
+    CUDA_RT_OK(cudaMemcpyAsync(tmp[b], src[b], n * sizeof(float), cudaMemcpyDeviceToDevice,
+                               cs));
+    CUDA_RT_OK(cudaMemcpyAsync(dst[b], tmp[b], n * sizeof(float), cudaMemcpyDeviceToDevice,
+                               cs));
+    char name[32];
+    snprintf(name, sizeof name, "inflight.%d", b);
+    HOK(hvd_allreduce_async(name, dst[b], dst[b], n, HVD_FLOAT32, HVD_SUM, &req[b]));
+  }
+  /* newest first; the odd ones let the compute stream wait instead of the host (the
+     comparison below reads the result through that stream) */
+  for (int b = NB - 1; b >= 0; b--)
+    HOK(b % 2 ? hvd_wait_stream(req[b], cs) : hvd_wait(req[b]));
+  for (int b = 0; b < NB; b++) {
+    char name[32], what[96];
+    snprintf(name, sizeof name, "inflight.host.%d", b);
+    HOK(hvd_allreduce(name, host[b], host[b], n, HVD_FLOAT32, HVD_SUM));
+    snprintf(what, sizeof what, "bucket %d of %d in flight = host path", b + 1, NB);
+    /* sum order may differ between NCCL and the ring beyond two ranks */
+    compare(phase, what, dst[b], host[b], n, hvd_size() <= 2 ? 0 : 1e-5);
+    nn_cuda_free(src[b]);
+    nn_cuda_free(tmp[b]);
+    nn_cuda_free(dst[b]);
+    free(host[b]);
+  }
+}
+
+/* The float16-compressed buckets of device gradients against the host path's on a copy. */
+static void check_fp16_host_path(const char *phase, hvd_op_t op) {
+  const size_t n = 300007;
+  float *h = cc_random(n);
+  for (size_t i = 0; i < n; i += 5) h[i] *= 300.0f + (float)hvd_rank();
+  float *d = cc_dev(h, n);
+  hvd_grad_buckets_t *gd = NULL, *gh = NULL;
+  HOK(hvd_grad_buckets_create(&gd, d, n, 256 << 10, 32 << 10, HVD_COMPRESSION_FP16, op));
+  for (size_t from = n; from > 0;) {   /* every bucket submitted before the first wait */
+    from = from > 50000 ? from - 50000 : 0;
+    HOK(hvd_grad_buckets_ready(gd, from));
+  }
+  HOK(hvd_grad_buckets_wait(gd));
+  HOK(hvd_grad_buckets_create(&gh, h, n, 256 << 10, 32 << 10, HVD_COMPRESSION_FP16, op));
+  HOK(hvd_grad_buckets_wait(gh));
+  char what[96];
+  snprintf(what, sizeof what, "fp16 buckets %s (%zu) = host path",
+           op == HVD_AVERAGE ? "average" : "sum", hvd_grad_buckets_num(gd));
+  compare(phase, what, d, h, n, hvd_size() <= 2 ? 0 : 2e-3);
+  hvd_grad_buckets_free(gd);
+  hvd_grad_buckets_free(gh);
+  nn_cuda_free(d);
+  free(h);
+}
 
 /* Float16 compression of device gradients through hvd_grad_buckets: several buckets,
    some submitted during a simulated backward, the rest in wait(); two steps. */
@@ -169,6 +256,9 @@ static void run_checks(const char *phase) {
           d, h, n, 0);
   check_fp16_buckets(phase, HVD_SUM);
   check_fp16_buckets(phase, HVD_AVERAGE);
+  check_fp16_host_path(phase, HVD_SUM);
+  check_fp16_host_path(phase, HVD_AVERAGE);
+  check_in_flight(phase);
 
   nn_cuda_free(d);
   nn_cuda_free(r);

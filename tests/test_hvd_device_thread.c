@@ -70,6 +70,16 @@ static int body(void) {
     CHECK_OK(hvd_allreduce(name, a, b, 64, HVD_FLOAT32, HVD_SUM));
   }
   CHECK_OK(hvd_broadcast("bcast", a, 64, HVD_FLOAT32, 0));
+  /* hvd_wait_stream of host memory is hvd_wait, also on a rank whose background thread
+     chose a GPU (it then waits for the request to complete or to be queued on it) */
+  hvd_request_t req = NULL;
+  CHECK_OK(hvd_allreduce_async("ws", a, b, 64, HVD_FLOAT32, HVD_SUM, &req));
+  CHECK_OK(hvd_wait_stream(req, NULL));
+  for (int i = 0; i < 64; i++)
+    CHECK(b[i] == a[i] * (float)hvd_size(),   /* a is rank 0's on every rank now */
+          "hvd_wait_stream: element %d is %g, expected %g", i, (double)b[i],
+          (double)(a[i] * (float)hvd_size()));
+  CHECK_STATUS(hvd_wait_stream(NULL, NULL), HVD_ERR_INVALID_ARGUMENT);
   CHECK_OK(hvd_barrier());
   CHECK_OK(hvd_shutdown());
   hvd_device_set_probe(NULL);
