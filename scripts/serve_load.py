@@ -103,6 +103,103 @@ class Client:
         self.conn = None
 
 
+# ---- gRPC (TF Serving's PredictionService and ModelService) ----
+
+GRPC_PROTOS = ["tensorflow/core/framework/types.proto", "tensorflow/core/framework/tensor_shape.proto",
+               "tensorflow/core/framework/tensor.proto", "tensorflow/core/protobuf/meta_graph.proto",
+               "tensorflow/core/protobuf/error_codes.proto", "tensorflow_serving/util/status.proto",
+               "tensorflow_serving/apis/model.proto", "tensorflow_serving/apis/predict.proto",
+               "tensorflow_serving/apis/get_model_metadata.proto",
+               "tensorflow_serving/apis/get_model_status.proto"]
+PREDICT = "/tensorflow.serving.PredictionService/Predict"
+METADATA = "/tensorflow.serving.PredictionService/GetModelMetadata"
+STATUS = "/tensorflow.serving.ModelService/GetModelStatus"
+
+
+def grpc_messages(out_dir, proto_dir=None):
+    """The message classes of the repo's TF Serving .proto files (proto/), compiled with
+    grpc_tools.protoc into out_dir (a scratch folder) and imported: a dict by file stem
+    ("predict", "tensor", ...). The well-known google/protobuf types come from protobuf."""
+    import importlib
+    import grpc_tools
+    from grpc_tools import protoc
+    proto_dir = proto_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "proto")
+    well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
+    rc = protoc.main(["protoc", "-I" + well_known, "-I" + proto_dir, "--python_out=" + out_dir]
+                     + [os.path.join(proto_dir, p) for p in GRPC_PROTOS])
+    if rc != 0:
+        raise RuntimeError("grpc_tools.protoc failed on %s (exit %d)" % (proto_dir, rc))
+    if out_dir not in sys.path:
+        sys.path.insert(0, out_dir)
+    mods = {}
+    for p in GRPC_PROTOS:
+        name = p[:-len(".proto")].replace("/", ".") + "_pb2"
+        mods[os.path.basename(p)[:-len(".proto")]] = importlib.import_module(name)
+    return mods
+
+
+class GrpcClient:
+    """One gRPC channel (its own HTTP/2 connection) to serve's --grpc-port."""
+
+    def __init__(self, port, msgs, host="127.0.0.1"):
+        import grpc
+        self.grpc, self.m = grpc, msgs
+        self.channel = grpc.insecure_channel(
+            "%s:%d" % (host, port), options=[("grpc.use_local_subchannel_pool", 1),
+                                             ("grpc.max_send_message_length", 1 << 30),
+                                             ("grpc.max_receive_message_length", 1 << 30)])
+
+    def call(self, method, request, response_class, timeout=60):
+        """Returns the response message; raises grpc.RpcError (.code(), .details())."""
+        f = self.channel.unary_unary(method, request_serializer=lambda r: r.SerializeToString(),
+                                     response_deserializer=response_class.FromString)
+        return f(request, timeout=timeout)
+
+    def spec(self, ms, model="lenet", version=None, label=None):
+        ms.name = model
+        if version is not None:
+            ms.version.value = version
+        if label is not None:
+            ms.version_label = label
+
+    def predict_request(self, images, content=False, **spec):
+        """images: float array [n, 28, 28, 1] in [0, 1] -> a PredictRequest of DT_FLOAT
+        (tensor_content when content, else float_val)."""
+        req = self.m["predict"].PredictRequest()
+        self.spec(req.model_spec, **spec)
+        x = np.asarray(images, dtype=np.float32)
+        t = req.inputs["input"]
+        t.dtype = self.m["types"].DT_FLOAT
+        for d in x.shape:
+            t.tensor_shape.dim.add().size = d
+        if content:
+            t.tensor_content = x.astype("<f4").tobytes()
+        else:
+            t.float_val.extend(x.reshape(-1).tolist())
+        return req
+
+    def predict(self, images, content=False, timeout=60, **spec):
+        """The "predictions" output as float32 [n, classes]."""
+        r = self.call(PREDICT, self.predict_request(images, content, **spec),
+                      self.m["predict"].PredictResponse, timeout)
+        t = r.outputs["predictions"]
+        return np.array(t.float_val, dtype=np.float32).reshape([d.size for d in t.tensor_shape.dim])
+
+    def metadata(self, fields=("signature_def",), **spec):
+        req = self.m["get_model_metadata"].GetModelMetadataRequest()
+        self.spec(req.model_spec, **spec)
+        req.metadata_field.extend(fields)
+        return self.call(METADATA, req, self.m["get_model_metadata"].GetModelMetadataResponse)
+
+    def status(self, **spec):
+        req = self.m["get_model_status"].GetModelStatusRequest()
+        self.spec(req.model_spec, **spec)
+        return self.call(STATUS, req, self.m["get_model_status"].GetModelStatusResponse)
+
+    def close(self):
+        self.channel.close()
+
+
 def raw_exchange(port, data, timeout=10, done=None):
     """Sends bytes on a fresh loopback connection and reads the answer until the server
     closes it, `timeout` passes, or done(bytes so far) is true. Returns (bytes, the error

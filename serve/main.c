@@ -1,11 +1,14 @@
 /* serve: a model trained by train behind TensorFlow Serving's REST API (docs/serve.md).
    This file is the program: flags, signals, the version poll, and every line printed.
    The parts: http.c (API), instances.c (request JSON), batcher.c (batching), versions.c
-   (model versions). */
+   (model versions), grpc_server.c and grpc_calls.c (the gRPC API), labels.c (version
+   labels). */
 #include "nn/nn.h"
+#include "serve/grpc.h"
 #include "serve/http.h"
 #include "serve/instances.h"
 #include "serve/versions.h"
+#include "util/clock.h"
 #include "util/flags.h"
 
 #include <errno.h>
@@ -65,6 +68,8 @@ int main(int argc, char **argv) {
   long timeout_us = 1000;
   size_t max_body = 4u << 20, max_inflight = 256u << 20;
   double drain_s = 30;
+  int grpc_port = -2; /* not given: 8500, or any free port beside --port 0 */
+  const char *version_labels = "";
   const util_flag_t table[] = {
       {"model", UTIL_FLAG_CHOICE, &arch, .choices = nn_model_names(), .metavar = "NAME",
        .help = "the network the weights are for (train's --model)"},
@@ -79,6 +84,13 @@ int main(int argc, char **argv) {
        .help = "how often --model-base-path is checked for a new version"},
       {"port", UTIL_FLAG_INT, &port, .min = 0, .max = 65535,
        .help = "HTTP port (0: any free port; the line 'listening on port N' says which)"},
+      {"grpc-port", UTIL_FLAG_INT, &grpc_port, .min = -1, .max = 65535,
+       .def = "8500; with --port 0, any free port",
+       .help = "gRPC port (TF Serving's PredictionService and ModelService; -1: any free "
+               "port, the line 'gRPC listening on port N' says which; 0: no gRPC)"},
+      {"version-labels", UTIL_FLAG_STRING, &version_labels, .metavar = "L=N,...", .def = "none",
+       .help = "labels of versions (stable=1,canary=2): REST /v1/models/NAME/labels/L, gRPC "
+               "model_spec.version_label; each must name a version served at start"},
       {"device", UTIL_FLAG_CHOICE, &device, .choices = devices,
        .help = "gpu: a build with CUDA and a GPU"},
       {"normalize", UTIL_FLAG_CHOICE, &normalize, .choices = serve_normalization_names,
@@ -95,7 +107,8 @@ int main(int argc, char **argv) {
       {"threads", UTIL_FLAG_INT, &threads, .min = 1, .max = 4096, .def = "all cores",
        .help = "CPU threads of the forward pass"},
       {"max-body-bytes", UTIL_FLAG_SIZE, &max_body, .min = 64, .max = 1 << 30,
-       .help = "largest request body (413 above)"},
+       .help = "largest request body (413 above) and gRPC request message "
+               "(RESOURCE_EXHAUSTED above)"},
       {"max-inflight-body-bytes", UTIL_FLAG_SIZE, &max_inflight, .min = 4096, .max = INFINITY,
        .help = "request bodies held in memory at once, all connections (503 above)"},
       {"max-instances", UTIL_FLAG_INT, &max_instances, .min = 1, .max = 1 << 20,
@@ -121,7 +134,8 @@ int main(int argc, char **argv) {
       .prog = "serve", .usage = "serve --model NAME (--weights FILE | --model-base-path DIR) [flags]",
       .about = "Serves a model trained by train over TensorFlow Serving's REST API:\n"
                "GET /v1/models/NAME, GET /v1/models/NAME/metadata, POST /v1/models/NAME:predict,\n"
-               "POST /v1/models/NAME:classify.",
+               "POST /v1/models/NAME:classify; and its gRPC API (--grpc-port): PredictionService\n"
+               "Predict and GetModelMetadata, ModelService GetModelStatus.",
       .flags = table, .nflags = UTIL_FLAGS_COUNT(table),
       .footer = "SIGTERM or SIGINT: stop accepting, answer the requests already read, exit 0."};
   char err[1024];
@@ -141,6 +155,12 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!model_name) model_name = arch;
+  if (grpc_port == -2) grpc_port = port == 0 ? -1 : 8500;
+  serve_labels_t labels;
+  if (serve_labels_parse(version_labels, &labels, err, sizeof err) != 0) {
+    fprintf(stderr, "serve: %s\n", err);
+    return 2;
+  }
   quiet_info = strcmp(level, "warning") == 0;
   if (threads) nn_set_threads(threads);
 
@@ -168,12 +188,23 @@ int main(int argc, char **argv) {
            v0->info.norm_std);
   print_line(NULL, v0->info.note);
   serve_models_release(models, v0);
+  for (int i = 0; i < labels.n; i++) {
+    serve_version_t *v = serve_models_acquire(models, labels.version[i]);
+    if (!v) {
+      serve_models_close(models);
+      fprintf(stderr, "serve: --version-labels: %s=%ld names no version served (serving "
+                      "version %ld); label a version that is loaded\n",
+              labels.name[i], labels.version[i], number);
+      return 2;
+    }
+    serve_models_release(models, v);
+  }
 
   serve_http_config_t hc = {.port = port, .model_name = model_name, .max_body = max_body,
                             .max_inflight_bytes = max_inflight, .max_connections = max_conn,
                             .max_connections_per_client = max_per_client,
                             .idle_timeout_s = idle_timeout, .request_timeout_s = request_timeout,
-                            .log = print_line};
+                            .labels = &labels, .log = print_line};
   int classes;
   serve_models_shape(models, &hc.input.c, &hc.input.h, &hc.input.w, &classes);
   hc.input.max_instances = max_instances; /* the normalisation: each version's own */
@@ -182,21 +213,41 @@ int main(int argc, char **argv) {
     serve_models_close(models);
     die("%s", err);
   }
+  serve_grpc_t *grpc = NULL;
+  if (grpc_port != 0) {
+    serve_grpc_config_t gc = {.port = grpc_port < 0 ? 0 : grpc_port,
+                              .env = {.models = models, .model_name = model_name,
+                                      .input = hc.input, .labels = &labels},
+                              .max_message_bytes = max_body, .max_connections = max_conn,
+                              .idle_timeout_s = idle_timeout,
+                              .request_timeout_s = request_timeout, .log = print_line};
+    if (serve_grpc_start(&grpc, &gc, err, sizeof err) != 0) {
+      serve_http_stop(http);
+      serve_models_close(models);
+      die("%s", err);
+    }
+  }
   printf("serve: model %s (%s, input %dx%dx%d, %d classes), version %ld, %s, batching %s "
          "(max batch %d, timeout %ld us), normalisation %s\n",
          model_name, arch, hc.input.h, hc.input.w, hc.input.c, classes, number, device,
          batching ? "on" : "off", max_batch, timeout_us, norm);
   printf("serve: listening on port %d\n", serve_http_port(http));
+  if (grpc) printf("serve: gRPC listening on port %d\n", serve_grpc_port(grpc));
   fflush(stdout);
 
   int sig = serve_until_signal(models, &sigs, poll_s);
   fprintf(stderr, "serve: %s: not accepting connections; answering the requests already read\n",
           strsignal(sig));
+  /* Both protocols stop taking calls at once, then answer those they have. */
+  if (grpc) serve_grpc_quiesce(grpc);
+  double t0 = util_now_s();
   int left = serve_http_drain(http, drain_s);
+  if (grpc) left += serve_grpc_drain(grpc, fmax(0.0, drain_s - (util_now_s() - t0)));
   if (left > 0)
     fprintf(stderr, "serve: warning: %d request(s) still unanswered after %g s (--drain-timeout); "
                     "closing them\n", left, drain_s);
   serve_http_stop(http);
+  serve_grpc_stop(grpc);
   serve_models_close(models);
   fprintf(stderr, "serve: stopped\n");
   return left > 0 ? 1 : 0;
