@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
       {"grpc-port", UTIL_FLAG_INT, &grpc_port, .min = -1, .max = 65535,
        .def = "8500; with --port 0, any free port",
        .help = "gRPC port (TF Serving's PredictionService and ModelService; -1: any free "
-               "port, the line 'gRPC listening on port N' says which; 0: no gRPC)"},
+               "port, the line 'gRPC port N' says which; 0: no gRPC)"},
       {"version-labels", UTIL_FLAG_STRING, &version_labels, .metavar = "L=N,...", .def = "none",
        .help = "labels of versions (stable=1,canary=2): REST /v1/models/NAME/labels/L, gRPC "
                "model_spec.version_label; each must name a version served at start"},
@@ -232,7 +232,7 @@ int main(int argc, char **argv) {
          model_name, arch, hc.input.h, hc.input.w, hc.input.c, classes, number, device,
          batching ? "on" : "off", max_batch, timeout_us, norm);
   printf("serve: listening on port %d\n", serve_http_port(http));
-  if (grpc) printf("serve: gRPC listening on port %d\n", serve_grpc_port(grpc));
+  if (grpc) printf("serve: gRPC port %d\n", serve_grpc_port(grpc));
   fflush(stdout);
 
   int sig = serve_until_signal(models, &sigs, poll_s);
