@@ -54,6 +54,7 @@ struct call {
   int state;
   int working;                /* a call thread has it                                   */
   int closed;                 /* nghttp2 closed its stream                              */
+  int reset_after;            /* answered before its request ended: reset once sent     */
   serve_grpc_answer_t ans;
   uint8_t head[5];            /* the answer's length prefix                             */
   size_t sent;                /* bytes of head + body given to nghttp2                  */
@@ -123,8 +124,8 @@ static void log_answer(gconn_t *c, const call_t *k, int code, const char *msg) {
 }
 
 /* Trailers-only answer: one HEADERS frame with the status, ending the stream. A call
-   whose request is still arriving is reset after it (RST_STREAM NO_ERROR, as gRPC
-   servers do), so that the client stops sending. */
+   whose request is still arriving is reset once it is sent (RST_STREAM NO_ERROR, as gRPC
+   servers do: on_frame_sent), so that the client stops sending. */
 static void answer_error(gconn_t *c, call_t *k, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void answer_error(gconn_t *c, call_t *k, int code, const char *fmt, ...) {
@@ -137,11 +138,9 @@ static void answer_error(gconn_t *c, call_t *k, int code, const char *fmt, ...) 
   snprintf(st, sizeof st, "%d", code);
   nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
                       NV("grpc-status", st), NV("grpc-message", enc)};
-  int reading = k->state == READING;
+  k->reset_after = k->state == READING;
   k->state = ANSWERED;
   int rc = nghttp2_submit_response(c->h2, k->id, nva, sizeof nva / sizeof nva[0], NULL);
-  if (rc == 0 && reading) rc = nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, k->id,
-                                                          NGHTTP2_NO_ERROR);
   if (rc != 0) logf_(c->s, "warning: gRPC: answering a call failed: %s", nghttp2_strerror(rc));
   log_answer(c, k, code, msg);
 }
@@ -401,12 +400,27 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
   return 0;
 }
 
+static int on_frame_sent(nghttp2_session *h2, const nghttp2_frame *f, void *user) {
+  (void)user;
+  if (f->hd.type != NGHTTP2_HEADERS || !(f->hd.flags & NGHTTP2_FLAG_END_STREAM)) return 0;
+  call_t *k = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+  if (k && k->reset_after) {
+    k->reset_after = 0;
+    int rc = nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, k->id, NGHTTP2_NO_ERROR);
+    if (rc != 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
+  return 0;
+}
+
 static int on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *user) {
   if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) ||
       !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
     return 0;
   call_t *k = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
-  if (k && k->state == READING) request_complete(user, k);
+  if (k && k->state == READING) {
+    k->state = RUNNING; /* the request is in: an answer now needs no reset */
+    request_complete(user, k);
+  }
   return 0;
 }
 
@@ -500,6 +514,8 @@ static void *conn_main(void *arg) {
   nghttp2_session_del(c->h2);
   while (c->open) {
     call_t *k = c->open;
+    log_answer(c, k, SERVE_GRPC_UNAVAILABLE, k->state == ANSWERED ? "its answer was not sent: "
+               "the connection closed" : "not answered: the connection closed");
     forget_call(c, k);
     free_call(k);
   }
@@ -643,6 +659,7 @@ static int make_callbacks(serve_grpc_t *s) {
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(s->callbacks, on_data);
   nghttp2_session_callbacks_set_on_frame_recv_callback(s->callbacks, on_frame);
   nghttp2_session_callbacks_set_on_stream_close_callback(s->callbacks, on_close);
+  nghttp2_session_callbacks_set_on_frame_send_callback(s->callbacks, on_frame_sent);
   return 0;
 }
 
