@@ -469,6 +469,17 @@ $(BUILD)/serve: $(call obj,$(SERVE_SRC)) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL)
 	$(CC) $(CFLAGS) $(call obj,$(SERVE_SRC)) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL) $(SERVE_LDLIBS) $(BLAS_LDFLAGS) \
 	  $(if $(filter 1,$(USE_CUDA)),$(CUDA_LDLIBS) -ldl -lrt -lstdc++) -lm -lpthread -o $@
 
+# The fuzz harness of the gRPC request decoding (tests/fuzz/fuzz_grpc_predict.c): serve's
+# objects but main.c and http.c.
+SERVE_FUZZ_OBJ := $(call obj,$(filter-out serve/main.c serve/http.c,$(SERVE_SRC)))
+$(call obj,tests/fuzz/fuzz_grpc_predict.c): | $(call proto_h,$(SERVE_PROTO))
+$(BUILD)/fuzz/fuzz_grpc_predict: $(call obj,tests/fuzz/fuzz_grpc_predict.c) $(filter %.o,$(FUZZ_MAIN)) \
+                                 $(SERVE_FUZZ_OBJ) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(FUZZ_MAIN) $(SERVE_FUZZ_OBJ) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL) \
+	  $(SERVE_LDLIBS) $(BLAS_LDFLAGS) \
+	  $(if $(filter 1,$(USE_CUDA)),$(CUDA_LDLIBS) -ldl -lrt -lstdc++) -lm -lpthread -o $@
+
 # The GPU check's bare training loop (its fallback throughput run); built on demand by
 # scripts/gpu_check.sh, not part of `all`.
 $(BUILD)/train_bench: $(call obj,scripts/gpu_check/train_bench.c) $(LIBNN) $(LIBHVD)

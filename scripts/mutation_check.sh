@@ -164,6 +164,14 @@ child-exited-consumes-status|launcher/children.c|s#WNOHANG . WNOWAIT)#WNOHANG)#|
 stall-bytes-base-not-reset-on-turn|hvd/watchdog.c|s/^      base_bytes = transport_bytes();$//|test_hvd_stall
 alloc-failure-size-named-by-wrong-rank|hvd/host_backend.c|s/if (failed == hvd_g.rank)/if (failed != hvd_g.rank)/|test_hvd_errors
 liveness-gap-full-timeout|hvd/liveness.c|s/timeout_us \/ 2 < GAP_US ? timeout_us \/ 2 : GAP_US/timeout_us \/ 2 < GAP_US ? timeout_us : GAP_US/|test_hvd_liveness_gap
+grpc-drain-skipped|serve/main.c|s#  if (grpc) left += serve_grpc_drain(grpc, #  if (0) left += serve_grpc_drain(grpc, #|test_serve_grpc_sigterm.sh
+grpc-timeout-ignored|serve/grpc_server.c|s#if (t >= 0) k->deadline = k->t0 + t;#(void)t;#|test_serve_grpc_errors.sh
+grpc-max-message-unchecked|serve/grpc_server.c|s#if (declared > c->s->cfg.max_message_bytes) {#if (declared > 1000 * c->s->cfg.max_message_bytes) {#|test_serve_grpc_errors.sh
+grpc-request-timeout-off|serve/grpc_server.c|s#else if (k->state == READING \&\& now - k->t0 > c->s->cfg.request_timeout_s)#else if (0)#|test_serve_grpc_errors.sh
+grpc-idle-connection-kept|serve/grpc_server.c|s#if (!working \&\& util_now_s() - c->last_io > s->cfg.idle_timeout_s) {#if (0) {#|test_serve_grpc_errors.sh
+grpc-shape-height-unchecked|serve/grpc_calls.c|s#(nd == 4 \&\& d\[1\] == sp->h \&\&#(nd == 4 \&\&#|test_serve_grpc_errors.sh
+grpc-normalise-rounded-otherwise|serve/grpc_calls.c|s#(float)(x \* 255.0) \* scale - shift#(float)x * 255.0f * scale - shift#|test_serve_grpc.sh
+version-label-unloaded-accepted|serve/main.c|s#serve_models_acquire(models, labels.version\[i\]);#serve_models_acquire(models, 0);#|test_serve_grpc.sh
 EOF
 )
 
