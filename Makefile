@@ -460,8 +460,10 @@ SERVE_PROTO   := $(addprefix proto/,google/protobuf/any.proto google/protobuf/wr
                    tensorflow_serving/apis/get_model_metadata.proto \
                    tensorflow_serving/apis/get_model_status.proto)
 SERVE_PROTO_OBJ := $(call obj,$(call proto_c,$(SERVE_PROTO)))
-SERVE_CFLAGS  += $(shell pkg-config --cflags libnghttp2 2>/dev/null)
-SERVE_LDLIBS  += $(shell pkg-config --libs libnghttp2 2>/dev/null || echo -lnghttp2) $(PROTOBUF_LDLIBS)
+# Encoded images (serve/image_input.c): TurboJPEG and libpng.
+SERVE_CFLAGS  += $(shell pkg-config --cflags libnghttp2 libturbojpeg libpng 2>/dev/null)
+SERVE_LDLIBS  += $(shell pkg-config --libs libnghttp2 2>/dev/null || echo -lnghttp2) $(PROTOBUF_LDLIBS) \
+                 $(shell pkg-config --libs libturbojpeg libpng 2>/dev/null || echo -lturbojpeg -lpng)
 $(call obj,$(SERVE_SRC)): | $(call proto_h,$(SERVE_PROTO))
 $(call obj,$(SERVE_SRC)): CFLAGS += $(SERVE_CFLAGS)
 $(BUILD)/serve: $(call obj,$(SERVE_SRC)) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL)

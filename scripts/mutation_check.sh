@@ -172,6 +172,7 @@ grpc-idle-connection-kept|serve/grpc_server.c|s#if (!working \&\& util_now_s() -
 grpc-shape-height-unchecked|serve/grpc_calls.c|s#(nd == 4 \&\& d\[1\] == sp->h \&\&#(nd == 4 \&\&#|test_serve_grpc_errors.sh
 grpc-normalise-rounded-otherwise|serve/grpc_calls.c|s#(float)(x \* 255.0) \* scale - shift#(float)x * 255.0f * scale - shift#|test_serve_grpc.sh
 version-label-unloaded-accepted|serve/main.c|s#serve_models_acquire(models, labels.version\[i\]);#serve_models_acquire(models, 0);#|test_serve_grpc.sh
+image-pixel-scale-off|serve/image_input.c|s#spec->w, spec->h) / 255.0;#spec->w, spec->h) / 256.0;#|test_serve_grpc_images.sh
 EOF
 )
 

@@ -178,6 +178,22 @@ class GrpcClient:
             t.float_val.extend(x.reshape(-1).tolist())
         return req
 
+    def image_request(self, encoded, **spec):
+        """encoded: JPEG/PNG bytes, one per image -> a PredictRequest of DT_STRING [n]."""
+        req = self.m["predict"].PredictRequest()
+        self.spec(req.model_spec, **spec)
+        t = req.inputs["input"]
+        t.dtype = self.m["types"].DT_STRING
+        t.tensor_shape.dim.add().size = len(encoded)
+        t.string_val.extend(encoded)
+        return req
+
+    def predict_images(self, encoded, timeout=60, **spec):
+        r = self.call(PREDICT, self.image_request(encoded, **spec),
+                      self.m["predict"].PredictResponse, timeout)
+        t = r.outputs["predictions"]
+        return np.array(t.float_val, dtype=np.float32).reshape([d.size for d in t.tensor_shape.dim])
+
     def predict(self, images, content=False, timeout=60, **spec):
         """The "predictions" output as float32 [n, classes]."""
         r = self.call(PREDICT, self.predict_request(images, content, **spec),
@@ -198,6 +214,19 @@ class GrpcClient:
 
     def close(self):
         self.channel.close()
+
+
+def encode_image(img, fmt="JPEG", size=None, quality=95):
+    """A float image [28][28] in [0, 1] as JPEG or PNG bytes (grey; resized to size, a
+    (w, h), when given), with PIL."""
+    import io
+    from PIL import Image
+    im = Image.fromarray(np.round(np.asarray(img).reshape(28, 28) * 255).astype(np.uint8), "L")
+    if size:
+        im = im.resize(size, Image.BILINEAR)
+    buf = io.BytesIO()
+    im.save(buf, fmt, **({"quality": quality} if fmt == "JPEG" else {}))
+    return buf.getvalue()
 
 
 def raw_exchange(port, data, timeout=10, done=None):

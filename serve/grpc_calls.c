@@ -3,6 +3,8 @@
    build). */
 #include "serve/grpc_calls.h"
 
+#include "serve/image_input.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -158,14 +160,44 @@ static int normalise(const float *v, long n, const serve_input_spec_t *sp, float
   return 0;
 }
 
+/* DT_STRING [n] (or [n,1]): n encoded images -> the batch. */
+static int image_batch(const char *name, const Tensorflow__TensorProto *t, const char *got,
+                       const serve_input_spec_t *sp, serve_instances_t *out, char *err,
+                       size_t errlen) {
+  const Tensorflow__TensorShapeProto *sh = t->tensor_shape;
+  int ok = sh && !sh->unknown_rank && (sh->n_dim == 1 || (sh->n_dim == 2 && sh->dim[1]->size == 1));
+  if (!ok || sh->dim[0]->size != (int64_t)t->n_string_val || t->n_string_val == 0)
+    return serve_fail(err, errlen, "input %s: DT_STRING of shape %s with %zu string_val: "
+                      "expected shape [n] holding n encoded images (JPEG or PNG)", name, got,
+                      t->n_string_val);
+  if (t->n_string_val > (size_t)sp->max_instances)
+    return serve_fail(err, errlen, "input %s: %zu images: at most %d per request "
+                      "(--max-instances)", name, t->n_string_val, sp->max_instances);
+  size_t per = (size_t)sp->c * sp->h * sp->w;
+  if (!(out->x = malloc(t->n_string_val * per * sizeof(float))))
+    return serve_fail(err, errlen, "out of memory for %zu images", t->n_string_val);
+  for (size_t i = 0; i < t->n_string_val; i++) {
+    char why[400];
+    if (serve_image_decode(t->string_val[i].data, t->string_val[i].len, sp, out->x + i * per,
+                           why, sizeof why) != 0) {
+      serve_instances_free(out);
+      return serve_fail(err, errlen, "input %s: image %zu: %s", name, i, why);
+    }
+  }
+  out->n = (int)t->n_string_val;
+  return 0;
+}
+
 static int tensor_batch(const char *name, const Tensorflow__TensorProto *t,
                         const serve_input_spec_t *sp, serve_instances_t *out, char *err,
                         size_t errlen) {
   char got[96];
   shape_text(t->tensor_shape, got, sizeof got);
+  if (t->dtype == TENSORFLOW__DATA_TYPE__DT_STRING)
+    return image_batch(name, t, got, sp, out, err, errlen);
   if (t->dtype != TENSORFLOW__DATA_TYPE__DT_FLOAT)
-    return serve_fail(err, errlen, "input %s: dtype %d: expected DT_FLOAT (1)", name,
-                      (int)t->dtype);
+    return serve_fail(err, errlen, "input %s: dtype %d: expected DT_FLOAT (1), or DT_STRING (7) "
+                      "holding encoded images", name, (int)t->dtype);
   long n = tensor_samples(t->tensor_shape, sp);
   if (n < 0) {
     if (sp->c == 1)

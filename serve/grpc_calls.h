@@ -5,7 +5,8 @@
      /tensorflow.serving.ModelService/GetModelStatus          the versions served
    Predict's one input, "input", is a TensorProto: DT_FLOAT as float_val or tensor_content,
    shape [n,h,w,c] (or [n,h,w] when c is 1, or [n,h*w*c]), pixel values in [0, 1] as REST
-   takes them, normalised with the same arithmetic (serve/instances.c). The answer's
+   takes them, normalised with the same arithmetic (serve/instances.c); or DT_STRING,
+   shape [n], each string an encoded JPEG or PNG image (serve/image_input.c). The answer's
    output "predictions" is DT_FLOAT [n, classes], the softmax, in float_val.
    The model_spec chooses the version as REST's URL does: name (else NOT_FOUND), version
    or version_label (--version-labels), else the newest. */
