@@ -9,6 +9,13 @@ scripts/serve_torch_peer.py, and the helpers the tests/test_serve_*.sh tests imp
     prints requests/sec and latency percentiles, and checks every answer against the
     answer the server gave the same image alone before the run ("wrong" column).
 
+  serve_load.py protocols --serve build/serve --weights FILE [--clients 64] [--requests 100]
+    One build/serve (REST and gRPC) and the PyTorch peer (REST) on the same weights: for
+    each protocol, requests of 1 and of 64 images, as floats (REST JSON; gRPC
+    tensor_content) and as JPEG bytes (REST {"b64"}; gRPC DT_STRING), N clients (threads,
+    a connection each, requests encoded before the clock starts; a 64-image case makes
+    --requests/64 calls per client, at least 2): requests/sec, images/sec, p50, p99.
+
   serve_load.py compare --serve build/serve --weights FILE [--clients 64] [--requests 100]
     Starts, one after the other, build/serve with batching on, build/serve with batching
     off, and scripts/serve_torch_peer.py on the same weights (each on a free port, the
@@ -19,6 +26,7 @@ Also for the tests: Client.classify (TF Serving's Classify API), st_metadata and
 (a safetensors file's "__metadata__", which train --export writes: read, replace, drop).
 """
 import argparse
+import base64
 import gzip
 import http.client
 import json
@@ -392,9 +400,135 @@ def compare(a):
     return rc
 
 
+def run_calls(clients, requests, make_worker):
+    """clients threads x requests calls. make_worker(k) -> (call, close): call(j) makes
+    call j and returns the images answered (raises on a failure). Returns figures."""
+    lat, errors, images = [], [], [0]
+    lock = threading.Lock()
+    gate = threading.Barrier(clients + 1)
+
+    def worker(k):
+        call, close = make_worker(k)
+        mine, n = [], 0
+        gate.wait()
+        for j in range(requests):
+            t0 = time.perf_counter()
+            try:
+                n += call(j)
+            except Exception as e:  # noqa: BLE001: every failure is counted
+                with lock:
+                    errors.append("client %d: %r" % (k, e))
+                continue
+            mine.append(time.perf_counter() - t0)
+        close()
+        with lock:
+            lat.extend(mine)
+            images[0] += n
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    gate.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    lat.sort()
+    return {"ok": len(lat), "errors": errors, "rps": len(lat) / wall, "ips": images[0] / wall,
+            "p50_ms": 1e3 * percentile(lat, 50), "p99_ms": 1e3 * percentile(lat, 99)}
+
+
+def rest_worker(port, bodies, per_call):
+    def make(k):
+        c = Client(port)
+
+        def call(j):
+            status, doc = c.request("POST", "/v1/models/lenet:predict", bodies[(k + j) % len(bodies)],
+                                    {"Content-Type": "application/json"})
+            if status != 200 or len(doc["predictions"]) != per_call:
+                raise RuntimeError("status %d %s" % (status, str(doc)[:200]))
+            return per_call
+        return call, c.close
+    return make
+
+
+def grpc_worker(port, msgs, requests_bytes, per_call):
+    response = msgs["predict"].PredictResponse
+
+    def make(k):
+        g = GrpcClient(port, msgs)
+        f = g.channel.unary_unary(PREDICT)  # bytes in, bytes out: encoded once, up front
+
+        def call(j):
+            r = response.FromString(f(requests_bytes[(k + j) % len(requests_bytes)], timeout=120))
+            if len(r.outputs["predictions"].float_val) != per_call * 10:
+                raise RuntimeError("%d scores" % len(r.outputs["predictions"].float_val))
+            return per_call
+        return call, g.close
+    return make
+
+
+def protocols(a):
+    """REST vs gRPC on one build/serve, and the PyTorch peer's REST, one table."""
+    import tempfile
+    here = os.path.dirname(os.path.abspath(__file__))
+    images, _ = test_images(a.data_dir, a.images)
+    msgs = grpc_messages(tempfile.mkdtemp(prefix="serve_load_"))
+    probe = GrpcClient(0, msgs)  # request builders only; its channel is never used
+    jpegs = [encode_image(im) for im in images]
+    x = images.reshape(-1, 28, 28, 1)
+    cases = []  # (label, per_call, REST bodies, gRPC request bytes)
+    for per in (1, 64):
+        groups = [list(range(i, i + per)) for i in range(0, len(images) - per + 1, per)][:50]
+        cases.append(("float", per, [json.dumps({"instances": [instance(images[i]) for i in g]}) for g in groups],
+                      [probe.predict_request(x[g], content=True).SerializeToString() for g in groups]))
+        cases.append(("JPEG", per,
+                      [json.dumps({"instances": [{"b64": base64.b64encode(jpegs[i]).decode()} for i in g]})
+                       for g in groups],
+                      [probe.image_request([jpegs[i] for i in g]).SerializeToString() for g in groups]))
+    probe.close()
+    common = ["--model", "lenet", "--weights", a.weights, "--port", "0", "--threads", str(a.threads)]
+    rows = []
+
+    def measure(label, make, per):
+        run_calls(min(a.clients, 8), 2, make)  # warm-up
+        reqs = max(2, a.requests // per) if per > 1 else a.requests
+        r = run_calls(a.clients, reqs, make)
+        rows.append((label, r))
+        print("%-34s %8.1f req/s %9.1f img/s  p50 %8.2f ms  p99 %8.2f ms  errors %d"
+              % (label, r["rps"], r["ips"], r["p50_ms"], r["p99_ms"], len(r["errors"])), flush=True)
+        for e in r["errors"][:3]:
+            print("  error: " + e)
+
+    p, port = start_server([a.serve] + common + ["--log-level", "warning", "--max-batch-size", "64",
+                                                 "--batch-timeout-micros", str(a.timeout_us)])
+    try:
+        gport = None
+        for line in p.stdout:
+            if line.startswith("serve: gRPC port "):
+                gport = int(line.split()[-1])
+                break
+        for kind, per, bodies, reqs in cases:
+            measure("serve REST, %s, %d/request" % (kind, per), rest_worker(port, bodies, per), per)
+            measure("serve gRPC, %s, %d/request" % (kind, per), grpc_worker(gport, msgs, reqs, per), per)
+    finally:
+        p.terminate()
+        p.wait()
+    p, port = start_server(["/usr/bin/python3", os.path.join(here, "serve_torch_peer.py")] + common)
+    try:
+        for kind, per, bodies, _ in cases:
+            if kind == "float":
+                measure("PyTorch + http.server REST, float, %d/request" % per,
+                        rest_worker(port, bodies, per), per)
+    finally:
+        p.terminate()
+        p.wait()
+    return 1 if any(r["errors"] for _, r in rows) else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=["bench", "compare"])
+    ap.add_argument("mode", choices=["bench", "compare", "protocols"])
     ap.add_argument("--port", type=int, help="bench: the server's port")
     ap.add_argument("--serve", default="build/serve", help="compare: the serve binary")
     ap.add_argument("--weights", help="compare: the safetensors file (train --export)")
@@ -408,10 +542,10 @@ def main():
     ap.add_argument("--data-dir", default=DATA_DIR)
     ap.add_argument("--label", default="", help="a name printed with the figures")
     a = ap.parse_args()
-    if a.mode == "compare":
+    if a.mode in ("compare", "protocols"):
         if not a.weights:
-            ap.error("compare needs --weights")
-        return compare(a)
+            ap.error("%s needs --weights" % a.mode)
+        return compare(a) if a.mode == "compare" else protocols(a)
     if a.port is None:
         ap.error("bench needs --port")
     return bench(a, a.port, a.label or "port %d" % a.port)
