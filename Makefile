@@ -458,7 +458,9 @@ SERVE_PROTO   := $(addprefix proto/,google/protobuf/any.proto google/protobuf/wr
                    tensorflow/core/protobuf/error_codes.proto tensorflow_serving/util/status.proto \
                    tensorflow_serving/apis/model.proto tensorflow_serving/apis/predict.proto \
                    tensorflow_serving/apis/get_model_metadata.proto \
-                   tensorflow_serving/apis/get_model_status.proto)
+                   tensorflow_serving/apis/get_model_status.proto \
+                   tensorflow/core/example/feature.proto tensorflow/core/example/example.proto \
+                   tensorflow_serving/apis/input.proto tensorflow_serving/apis/classification.proto)
 SERVE_PROTO_OBJ := $(call obj,$(call proto_c,$(SERVE_PROTO)))
 # Encoded images (serve/image_input.c): TurboJPEG and libpng.
 SERVE_CFLAGS  += $(shell pkg-config --cflags libnghttp2 libturbojpeg libpng 2>/dev/null)

@@ -118,10 +118,13 @@ GRPC_PROTOS = ["tensorflow/core/framework/types.proto", "tensorflow/core/framewo
                "tensorflow/core/protobuf/error_codes.proto", "tensorflow_serving/util/status.proto",
                "tensorflow_serving/apis/model.proto", "tensorflow_serving/apis/predict.proto",
                "tensorflow_serving/apis/get_model_metadata.proto",
-               "tensorflow_serving/apis/get_model_status.proto"]
+               "tensorflow_serving/apis/get_model_status.proto", "tensorflow/core/example/feature.proto",
+               "tensorflow/core/example/example.proto", "tensorflow_serving/apis/input.proto",
+               "tensorflow_serving/apis/classification.proto"]
 PREDICT = "/tensorflow.serving.PredictionService/Predict"
 METADATA = "/tensorflow.serving.PredictionService/GetModelMetadata"
 STATUS = "/tensorflow.serving.ModelService/GetModelStatus"
+CLASSIFY = "/tensorflow.serving.PredictionService/Classify"
 
 
 def grpc_messages(out_dir, proto_dir=None):
@@ -208,6 +211,19 @@ class GrpcClient:
                       self.m["predict"].PredictResponse, timeout)
         t = r.outputs["predictions"]
         return np.array(t.float_val, dtype=np.float32).reshape([d.size for d in t.tensor_shape.dim])
+
+    def classify(self, images=None, encoded=None, **spec):
+        """Classify: examples of one feature "image", float_list of [28,28,1] pixels (images)
+        or bytes_list of one encoded image each (encoded). Returns the response."""
+        req = self.m["classification"].ClassificationRequest()
+        self.spec(req.model_spec, **spec)
+        for im in (images if images is not None else encoded):
+            f = req.input.example_list.examples.add().features.feature["image"]
+            if images is not None:
+                f.float_list.value.extend(np.asarray(im, dtype=np.float32).reshape(-1).tolist())
+            else:
+                f.bytes_list.value.append(im)
+        return self.call(CLASSIFY, req, self.m["classification"].ClassificationResponse)
 
     def metadata(self, fields=("signature_def",), **spec):
         req = self.m["get_model_metadata"].GetModelMetadataRequest()

@@ -14,10 +14,11 @@
 static const char predict_path[] = "/tensorflow.serving.PredictionService/Predict";
 static const char metadata_path[] = "/tensorflow.serving.PredictionService/GetModelMetadata";
 static const char status_path[] = "/tensorflow.serving.ModelService/GetModelStatus";
+static const char classify_path[] = "/tensorflow.serving.PredictionService/Classify";
 
 int serve_grpc_known_method(const char *path) {
   return strcmp(path, predict_path) == 0 || strcmp(path, metadata_path) == 0 ||
-         strcmp(path, status_path) == 0;
+         strcmp(path, status_path) == 0 || strcmp(path, classify_path) == 0;
 }
 
 const char *serve_grpc_code_name(int code) {
@@ -74,6 +75,7 @@ void serve_grpc_call(const serve_grpc_env_t *env, const char *path, const uint8_
 
 #else
 
+#include "tensorflow_serving/apis/classification.pb-c.h"
 #include "tensorflow_serving/apis/get_model_metadata.pb-c.h"
 #include "tensorflow_serving/apis/get_model_status.pb-c.h"
 #include "tensorflow_serving/apis/predict.pb-c.h"
@@ -566,10 +568,176 @@ static void get_status(const serve_grpc_env_t *env, const uint8_t *msg, size_t l
   answer_message(out, &r.base);
 }
 
+/* ---- Classify ---- */
+
+/* Example i (one feature, any name: float_list of c*h*w pixels channels last, or
+   bytes_list of one encoded image) -> x, normalised with spec. */
+static int example_sample(const Tensorflow__Example *e, size_t i, const serve_input_spec_t *sp,
+                          float *x, char *err, size_t errlen) {
+  const Tensorflow__Features *fs = e ? e->features : NULL;
+  size_t nf = fs ? fs->n_feature : 0;
+  if (nf != 1)
+    return serve_fail(err, errlen, "example %zu has %zu features: expected one, the image", i, nf);
+  const char *name = fs->feature[0]->key;
+  const Tensorflow__Feature *f = fs->feature[0]->value;
+  size_t per = (size_t)sp->c * sp->h * sp->w;
+  if (f && f->kind_case == TENSORFLOW__FEATURE__KIND_FLOAT_LIST && f->float_list) {
+    if (f->float_list->n_value != per)
+      return serve_fail(err, errlen, "example %zu: feature %.64s has %zu floats: expected %zu "
+                        "(%dx%dx%d, channels last)", i, name, f->float_list->n_value, per, sp->h,
+                        sp->w, sp->c);
+    return normalise(f->float_list->value, 1, sp, x, name, err, errlen);
+  }
+  if (f && f->kind_case == TENSORFLOW__FEATURE__KIND_BYTES_LIST && f->bytes_list &&
+      f->bytes_list->n_value == 1) {
+    char why[400];
+    if (serve_image_decode(f->bytes_list->value[0].data, f->bytes_list->value[0].len, sp, x, why,
+                           sizeof why) != 0)
+      return serve_fail(err, errlen, "example %zu: feature %.64s: %s", i, name, why);
+    return 0;
+  }
+  return serve_fail(err, errlen, "example %zu: feature %.64s: expected a float_list of %zu "
+                    "pixels or a bytes_list of one JPEG or PNG image", i, name, per);
+}
+
+/* The examples of a ClassificationRequest -> a batch; OK or INVALID_ARGUMENT. */
+static int examples_batch(const Tensorflow__Serving__Input *in, const serve_input_spec_t *sp,
+                          serve_instances_t *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  Tensorflow__Example **ex = NULL;
+  size_t n = 0;
+  if (in && in->kind_case == TENSORFLOW__SERVING__INPUT__KIND_EXAMPLE_LIST && in->example_list) {
+    ex = in->example_list->examples;
+    n = in->example_list->n_examples;
+  } else if (in && in->kind_case == TENSORFLOW__SERVING__INPUT__KIND_EXAMPLE_LIST_WITH_CONTEXT &&
+             in->example_list_with_context) {
+    const Tensorflow__Example *ctx = in->example_list_with_context->context;
+    if (ctx && ctx->features && ctx->features->n_feature)
+      return serve_fail(err, errlen, "a context with %zu features: the image is per example, "
+                        "give an empty context", ctx->features->n_feature),
+             SERVE_GRPC_INVALID_ARGUMENT;
+    ex = in->example_list_with_context->examples;
+    n = in->example_list_with_context->n_examples;
+  }
+  if (n == 0)
+    return serve_fail(err, errlen, "no examples: input.example_list holds the images"),
+           SERVE_GRPC_INVALID_ARGUMENT;
+  if (n > (size_t)sp->max_instances)
+    return serve_fail(err, errlen, "%zu examples: at most %d per request (--max-instances)", n,
+                      sp->max_instances), SERVE_GRPC_INVALID_ARGUMENT;
+  size_t per = (size_t)sp->c * sp->h * sp->w;
+  if (!(out->x = malloc(n * per * sizeof(float))))
+    return serve_fail(err, errlen, "out of memory for %zu examples", n), SERVE_GRPC_INTERNAL;
+  for (size_t i = 0; i < n; i++)
+    if (example_sample(ex[i], i, sp, out->x + i * per, err, errlen) != 0) {
+      serve_instances_free(out);
+      return SERVE_GRPC_INVALID_ARGUMENT;
+    }
+  out->n = (int)n;
+  return SERVE_GRPC_OK;
+}
+
+/* probs [n][classes] -> ClassificationResponse: every class of each example, the highest
+   score first (ties in class order), labelled with the recorded class names, else the
+   index (as REST's :classify). */
+static void answer_classes(serve_grpc_answer_t *out, const serve_version_t *v, const char *name,
+                           const float *probs, int n, int classes) {
+  size_t total = (size_t)n * classes;
+  Tensorflow__Serving__Class *cls = calloc(total, sizeof *cls);
+  Tensorflow__Serving__Class **clsp = calloc(total, sizeof *clsp);
+  Tensorflow__Serving__Classifications *lists = calloc((size_t)n, sizeof *lists);
+  Tensorflow__Serving__Classifications **listp = calloc((size_t)n, sizeof *listp);
+  char (*idx)[16] = calloc((size_t)classes, sizeof *idx);
+  int *order = calloc((size_t)classes, sizeof *order);
+  if (cls && clsp && lists && listp && idx && order) {
+    for (int j = 0; j < classes; j++) snprintf(idx[j], sizeof idx[j], "%d", j);
+    for (int i = 0; i < n; i++) {
+      const float *p = probs + (size_t)i * classes;
+      for (int j = 0; j < classes; j++) { /* insertion sort: stable, classes is small */
+        int k = j;
+        for (; k > 0 && p[order[k - 1]] < p[j]; k--) order[k] = order[k - 1];
+        order[k] = j;
+      }
+      Tensorflow__Serving__Classifications l = TENSORFLOW__SERVING__CLASSIFICATIONS__INIT;
+      lists[i] = l;
+      lists[i].n_classes = (size_t)classes;
+      lists[i].classes = clsp + (size_t)i * classes;
+      listp[i] = &lists[i];
+      for (int j = 0; j < classes; j++) {
+        Tensorflow__Serving__Class one = TENSORFLOW__SERVING__CLASS__INIT;
+        Tensorflow__Serving__Class *cj = &cls[(size_t)i * classes + j];
+        *cj = one;
+        cj->label = v->info.labels ? v->info.labels[order[j]] : idx[order[j]];
+        cj->score = p[order[j]];
+        clsp[(size_t)i * classes + j] = cj;
+      }
+    }
+    answer_spec_t as;
+    fill_spec(&as, name, v->number);
+    Tensorflow__Serving__ClassificationResult res = TENSORFLOW__SERVING__CLASSIFICATION_RESULT__INIT;
+    res.n_classifications = (size_t)n;
+    res.classifications = listp;
+    Tensorflow__Serving__ClassificationResponse r =
+        TENSORFLOW__SERVING__CLASSIFICATION_RESPONSE__INIT;
+    r.model_spec = &as.spec;
+    r.result = &res;
+    answer_message(out, &r.base);
+  } else {
+    answer_error(out, SERVE_GRPC_INTERNAL, "out of memory for %d classifications", n);
+  }
+  free(cls), free(clsp), free(lists), free(listp), free(idx), free(order);
+}
+
+static void classify(const serve_grpc_env_t *env, const uint8_t *msg, size_t len,
+                     serve_grpc_answer_t *out) {
+  Tensorflow__Serving__ClassificationRequest *req =
+      tensorflow__serving__classification_request__unpack(NULL, len, msg);
+  if (!req) {
+    answer_error(out, SERVE_GRPC_INVALID_ARGUMENT, "the request is not a ClassificationRequest "
+                 "(protobuf decoding failed)");
+    return;
+  }
+  long number;
+  int code = choose_version(req->model_spec, env->model_name, env->labels, &number,
+                            out->message, sizeof out->message);
+  serve_version_t *v = code == 0 ? serve_models_acquire(env->models, number) : NULL;
+  if (code != 0 || !v) {
+    tensorflow__serving__classification_request__free_unpacked(req, NULL);
+    if (code != 0) out->code = code;
+    else not_served(out, env->model_name, number);
+    return;
+  }
+  serve_input_spec_t spec = env->input;
+  memcpy(spec.mean, v->info.mean, sizeof spec.mean);
+  memcpy(spec.std, v->info.std, sizeof spec.std);
+  spec.identity = v->info.identity;
+  serve_instances_t batch;
+  code = examples_batch(req->input, &spec, &batch, out->message, sizeof out->message);
+  tensorflow__serving__classification_request__free_unpacked(req, NULL);
+  int classes = serve_batcher_classes(v->batcher);
+  float *probs = code == 0 ? malloc((size_t)batch.n * classes * sizeof(float)) : NULL;
+  if (code != 0) {
+    out->code = code;
+  } else if (!probs) {
+    answer_error(out, SERVE_GRPC_INTERNAL, "out of memory for %d classifications", batch.n);
+  } else {
+    serve_job_t job = {.x = batch.x, .n = batch.n, .probs = probs};
+    out->instances = batch.n;
+    if (serve_batcher_run(v->batcher, &job) != 0)
+      answer_error(out, SERVE_GRPC_INTERNAL, "%s", job.err);
+    else
+      answer_classes(out, v, env->model_name, probs, batch.n, classes);
+  }
+  free(probs);
+  serve_instances_free(&batch);
+  serve_models_release(env->models, v);
+}
+
 void serve_grpc_call(const serve_grpc_env_t *env, const char *path, const uint8_t *msg,
                      size_t len, serve_grpc_answer_t *out) {
   memset(out, 0, sizeof *out);
   if (strcmp(path, predict_path) == 0) predict(env, msg, len, out);
+  else if (strcmp(path, classify_path) == 0) classify(env, msg, len, out);
   else if (strcmp(path, metadata_path) == 0) get_metadata(env, msg, len, out);
   else if (strcmp(path, status_path) == 0) get_status(env, msg, len, out);
   else answer_error(out, SERVE_GRPC_UNIMPLEMENTED, "unknown method %.200s", path);

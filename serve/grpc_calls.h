@@ -1,6 +1,7 @@
 /* serve/grpc_calls.h: TF Serving's gRPC methods on serve's model registry, message in,
    message out (the HTTP/2 side is serve/grpc_server.c):
      /tensorflow.serving.PredictionService/Predict           PredictRequest -> PredictResponse
+     /tensorflow.serving.PredictionService/Classify          ClassificationRequest -> ...Response
      /tensorflow.serving.PredictionService/GetModelMetadata  signature_def, as TF Serving's
      /tensorflow.serving.ModelService/GetModelStatus          the versions served
    Predict's one input, "input", is a TensorProto: DT_FLOAT as float_val or tensor_content,
@@ -8,6 +9,10 @@
    takes them, normalised with the same arithmetic (serve/instances.c); or DT_STRING,
    shape [n], each string an encoded JPEG or PNG image (serve/image_input.c). The answer's
    output "predictions" is DT_FLOAT [n, classes], the softmax, in float_val.
+   Classify's examples (input.example_list) hold one feature each, any name: a float_list
+   of the pixels (channels last) or a bytes_list of one encoded image; the answer lists
+   every class of each example, the highest score first, labelled with the recorded class
+   names (else the index), as REST's :classify.
    The model_spec chooses the version as REST's URL does: name (else NOT_FOUND), version
    or version_label (--version-labels), else the newest. */
 #ifndef SERVE_GRPC_CALLS_H

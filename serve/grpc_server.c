@@ -207,8 +207,8 @@ static void request_complete(gconn_t *c, call_t *k) {
                                    (size_t)k->buf[3] << 8 | k->buf[4]) : 0;
   if (!serve_grpc_known_method(k->path))
     return answer_error(c, k, SERVE_GRPC_UNIMPLEMENTED, "unknown method %s: serve answers "
-                        "PredictionService's Predict and GetModelMetadata, ModelService's "
-                        "GetModelStatus", k->path[0] ? k->path : "(no :path)");
+                        "PredictionService's Predict, Classify and GetModelMetadata, "
+                        "ModelService's GetModelStatus", k->path[0] ? k->path : "(no :path)");
   if (!k->grpc)
     return answer_error(c, k, SERVE_GRPC_INVALID_ARGUMENT, "content-type is not "
                         "application/grpc");

@@ -284,7 +284,8 @@ static char *format_predictions(const float *probs, int n, int classes, int colu
 
 /* {"result": [[["label", score], ...], ...]}: every class of each example, the highest
    score first (ties in class order); labels are the recorded class names, else the
-   class index as a string (TF Serving's labels are strings). */
+   class index as a string (TF Serving's labels are strings); scores with 9 significant
+   digits, as predictions. */
 static char *format_classes(const float *probs, int n, int classes, char *const *labels) {
   size_t cap = 32, width = 0;
   for (int j = 0; j < classes; j++) {
@@ -321,7 +322,7 @@ static char *format_classes(const float *probs, int n, int classes, char *const 
         else if (*q < 0x20) at += (size_t)snprintf(out + at, cap - at, "\\u%04x", *q);
         else out[at++] = (char)*q;
       }
-      at += (size_t)snprintf(out + at, cap - at, "\", %.7g]", (double)p[order[j]]);
+      at += (size_t)snprintf(out + at, cap - at, "\", %.9g]", (double)p[order[j]]);
     }
     at += (size_t)snprintf(out + at, cap - at, "]%s", i + 1 < n ? ", " : "");
   }

@@ -4,7 +4,8 @@
 # gets, for the same 50 Fashion-MNIST test images, predictions bit-identical to REST's:
 # one image per call and all 50 in one call (against REST's same batches: a forward
 # pass's numbers depend on its batch size), as float_val and as tensor_content.
-# GetModelMetadata answers TF Serving's SignatureDefMap (input "input" DT_FLOAT
+# Classify (examples of one float_list feature) answers REST's :classify labels and scores
+# exactly. GetModelMetadata answers TF Serving's SignatureDefMap (input "input" DT_FLOAT
 # [-1,28,28,1], output "predictions" [-1,10], tensorflow/serving/predict) and
 # GetModelStatus version 1 AVAILABLE with error_code OK. --version-labels stable=1: the
 # label selects version 1 in both protocols (gRPC version_label, REST
@@ -65,6 +66,14 @@ if r.model_spec.name != "lenet" or r.model_spec.version.value != 1 or \
 t = r.outputs["predictions"]
 if t.dtype != m["types"].DT_FLOAT or [d.size for d in t.tensor_shape.dim] != [2, 10]:
     fails.append("Predict's output: dtype %d shape %s" % (t.dtype, t.tensor_shape))
+
+# Classify: the same 50 images in one call as REST's :classify in one request.
+st_, doc = c.classify("lenet", [{"image": instance(im)} for im in images])
+cl = g.classify(images=x)
+got = [[(k.label, k.score) for k in e.classes] for e in cl.result.classifications]
+want = [[(l, np.float32(s)) for l, s in e] for e in doc.get("result", [])] if st_ == 200 else None
+if got != want or cl.model_spec.version.value != 1:
+    fails.append("Classify: not REST's :classify answer (%s)" % str(got[:1])[:300])
 
 md = g.metadata()
 sigs = m["get_model_metadata"].SignatureDefMap()

@@ -3,8 +3,9 @@
 # good call answers after each, and serve exits 0 at SIGTERM): unknown model, version or
 # version label (NOT_FOUND); a wrong shape, dtype, value count, tensor_content length,
 # input name, number of inputs, a NaN, an unknown signature or output filter, bytes that
-# are no PredictRequest, GetModelMetadata without or with an unknown metadata_field
-# (INVALID_ARGUMENT, naming the input or field); an unknown method, a compressed message
+# are no PredictRequest, GetModelMetadata without or with an unknown metadata_field,
+# Classify examples with a wrong feature, none, or a context (INVALID_ARGUMENT, naming the
+# input, example or field); an unknown method, a compressed message
 # (UNIMPLEMENTED); a message over --max-body-bytes (RESOURCE_EXHAUSTED). Clients that
 # would hold a connection: a call whose message never comes is answered DEADLINE_EXCEEDED
 # at its grpc-timeout by the server (its log says so), or without one at
@@ -18,7 +19,7 @@ PYTHONPATH=scripts timeout -k 5 120 /usr/bin/python3 - "$grpc_port" "$tmp" <<'PY
 import socket, sys, threading, time
 import grpc
 import numpy as np
-from serve_load import GrpcClient, grpc_messages, test_images, PREDICT, METADATA
+from serve_load import GrpcClient, grpc_messages, test_images, CLASSIFY, PREDICT, METADATA
 
 gport, tmp = int(sys.argv[1]), sys.argv[2]
 m = grpc_messages(tmp)
@@ -78,6 +79,26 @@ raw = g.channel.unary_unary(PREDICT)
 expect("not a PredictRequest", C.INVALID_ARGUMENT, ["PredictRequest"], lambda: raw(b"\xff\xff\xff", timeout=30))
 expect("metadata without a field", C.INVALID_ARGUMENT, ["metadata_field"], lambda: g.metadata(fields=()))
 expect("metadata field foo", C.INVALID_ARGUMENT, ["foo"], lambda: g.metadata(fields=("foo",)))
+def classify_with(edit):
+    req = m["classification"].ClassificationRequest()
+    req.model_spec.name = "lenet"
+    f = req.input.example_list.examples.add().features.feature["image"]
+    f.float_list.value.extend(x[0].reshape(-1).tolist())
+    edit(req, f)
+    return lambda: g.call(CLASSIFY, req, m["classification"].ClassificationResponse)
+def short_list(r, f): f.float_list.value.pop()
+def int_feature(r, f): f.int64_list.value.append(1)
+def no_examples(r, f): del r.input.example_list.examples[:]
+def context(r, f):
+    first = type(r.input.example_list.examples[0])()
+    first.CopyFrom(r.input.example_list.examples[0])
+    ex = r.input.example_list_with_context
+    ex.examples.add().CopyFrom(first)
+    ex.context.features.feature["x"].float_list.value.append(1)
+expect("classify, 783 floats", C.INVALID_ARGUMENT, ["example 0", "image", "783"], classify_with(short_list))
+expect("classify, an int64 feature", C.INVALID_ARGUMENT, ["example 0", "image"], classify_with(int_feature))
+expect("classify, no examples", C.INVALID_ARGUMENT, ["no examples"], classify_with(no_examples))
+expect("classify, a context feature", C.INVALID_ARGUMENT, ["context"], classify_with(context))
 regress = g.channel.unary_unary("/tensorflow.serving.PredictionService/Regress")
 expect("unknown method", C.UNIMPLEMENTED, ["Regress"], lambda: regress(b"", timeout=30))
 gz = grpc.insecure_channel("127.0.0.1:%d" % gport, compression=grpc.Compression.Gzip)
