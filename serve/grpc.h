@@ -8,7 +8,7 @@
    Threads: one per connection (its HTTP/2 session and socket) and one per call while
    it runs (decoding, the batcher, encoding), so the calls of one connection batch
    together. Limits: max_message_bytes per message (RESOURCE_EXHAUSTED, said as soon as
-   the length prefix is in), max_connections, 100 concurrent calls per connection
+   the length prefix is in), max_inflight_bytes for all of them, max_connections, 100 concurrent calls per connection
    (SETTINGS_MAX_CONCURRENT_STREAMS), a call's grpc-timeout (DEADLINE_EXCEEDED at the
    deadline, even while its batch runs), request_timeout_s for a call's message to
    arrive, idle_timeout_s for a connection with nothing to do or whose peer reads
@@ -24,6 +24,8 @@ typedef struct {
   int port;                  /* 0: any free port (serve_grpc_port says which)          */
   serve_grpc_env_t env;      /* the model, its shape, the version labels               */
   size_t max_message_bytes;  /* a request message's bytes (else RESOURCE_EXHAUSTED)    */
+  size_t max_inflight_bytes; /* request messages held at once, all calls (else
+                                RESOURCE_EXHAUSTED: "server busy")                     */
   int max_connections;
   int idle_timeout_s;
   int request_timeout_s;

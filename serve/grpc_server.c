@@ -38,6 +38,7 @@ struct serve_grpc {
   gconn_t *conns;
   int nconns;
   int calls;                  /* calls begun (HEADERS in), not yet closed               */
+  size_t held;                /* bytes of request messages held now, all calls          */
   int draining, stopping;
 };
 
@@ -51,6 +52,7 @@ struct call {
   double t0, deadline;        /* deadline 0: none (no grpc-timeout)                     */
   uint8_t *buf;               /* the length prefix and message as they arrive           */
   size_t len, cap, extra;     /* extra: bytes past the first message (not kept)         */
+  size_t reserved;            /* bytes of s->held taken for buf                         */
   int state;
   int working;                /* a call thread has it                                   */
   int closed;                 /* nghttp2 closed its stream                              */
@@ -179,6 +181,12 @@ static void answer_ok(gconn_t *c, call_t *k) {
 /* ---- calls ---- */
 
 static void free_call(call_t *k) {
+  if (k->reserved) {
+    serve_grpc_t *s = k->c->s;
+    lock(&s->mu);
+    s->held -= k->reserved;
+    unlock(&s->mu);
+  }
   free(k->buf);
   free(k->ans.body);
   free(k);
@@ -375,6 +383,18 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
       size_t cap = k->cap ? k->cap : 4096;
       while (cap < k->len + n) cap *= 2;
       if (cap > want) cap = want;
+      serve_grpc_t *s = c->s;
+      lock(&s->mu);
+      int room = s->held + (cap - k->cap) <= s->cfg.max_inflight_bytes;
+      if (room) s->held += cap - k->cap;
+      unlock(&s->mu);
+      if (!room) {
+        answer_error(c, k, SERVE_GRPC_RESOURCE_EXHAUSTED, "server busy: request messages in "
+                     "memory over %zu bytes (--max-inflight-body-bytes); retry",
+                     s->cfg.max_inflight_bytes);
+        return 0;
+      }
+      k->reserved += cap - k->cap;
       uint8_t *b = realloc(k->buf, cap);
       if (!b) {
         answer_error(c, k, SERVE_GRPC_RESOURCE_EXHAUSTED, "out of memory for a %zu-byte "

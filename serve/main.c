@@ -110,7 +110,8 @@ int main(int argc, char **argv) {
        .help = "largest request body (413 above) and gRPC request message "
                "(RESOURCE_EXHAUSTED above)"},
       {"max-inflight-body-bytes", UTIL_FLAG_SIZE, &max_inflight, .min = 4096, .max = INFINITY,
-       .help = "request bodies held in memory at once, all connections (503 above)"},
+       .help = "request bodies held in memory at once, all connections (503 above); gRPC "
+               "request messages the same, apart (RESOURCE_EXHAUSTED above)"},
       {"max-instances", UTIL_FLAG_INT, &max_instances, .min = 1, .max = 1 << 20,
        .help = "samples in one request (400 above)"},
       {"max-connections", UTIL_FLAG_INT, &max_conn, .min = 1, .max = 65536,
@@ -218,7 +219,8 @@ int main(int argc, char **argv) {
     serve_grpc_config_t gc = {.port = grpc_port < 0 ? 0 : grpc_port,
                               .env = {.models = models, .model_name = model_name,
                                       .input = hc.input, .labels = &labels},
-                              .max_message_bytes = max_body, .max_connections = max_conn,
+                              .max_message_bytes = max_body, .max_inflight_bytes = max_inflight,
+                              .max_connections = max_conn,
                               .idle_timeout_s = idle_timeout,
                               .request_timeout_s = request_timeout, .log = print_line};
     if (serve_grpc_start(&grpc, &gc, err, sizeof err) != 0) {

@@ -6,14 +6,16 @@
 # are no PredictRequest, GetModelMetadata without or with an unknown metadata_field,
 # Classify examples with a wrong feature, none, or a context (INVALID_ARGUMENT, naming the
 # input, example or field); an unknown method, a compressed message
-# (UNIMPLEMENTED); a message over --max-body-bytes (RESOURCE_EXHAUSTED). Clients that
+# (UNIMPLEMENTED); a message over --max-body-bytes, or over what
+# --max-inflight-body-bytes leaves (RESOURCE_EXHAUSTED). Clients that
 # would hold a connection: a call whose message never comes is answered DEADLINE_EXCEEDED
 # at its grpc-timeout by the server (its log says so), or without one at
 # --request-timeout; a connection that sends nothing is closed after --idle-timeout; one
 # that is not HTTP/2 is closed.
 set -u
 . "$(dirname "$0")/serve_prelude.sh"
-serve_start --max-body-bytes 100000 --request-timeout 2 --idle-timeout 2
+serve_start --max-body-bytes 100000 --max-inflight-body-bytes 60000 --request-timeout 2 \
+  --idle-timeout 2
 
 PYTHONPATH=scripts timeout -k 5 120 /usr/bin/python3 - "$grpc_port" "$tmp" <<'PY' || exit 1
 import socket, sys, threading, time
@@ -107,6 +109,8 @@ expect("a compressed message", C.UNIMPLEMENTED, ["compressed"],
        lambda: zpredict(g.predict_request(x[:1]).SerializeToString(), timeout=30))
 expect("64 images (200704 bytes) over --max-body-bytes 100000", C.RESOURCE_EXHAUSTED,
        ["100000"], lambda: g.predict(x))
+expect("24 images (75264 bytes) over --max-inflight-body-bytes 60000", C.RESOURCE_EXHAUSTED,
+       ["server busy", "60000"], lambda: g.predict(x[:24]))
 if g.predict(x[:16]).shape != (16, 10):
     fails.append("16 images (under --max-body-bytes): not answered")
 
