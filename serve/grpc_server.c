@@ -68,7 +68,8 @@ struct gconn {
   serve_grpc_t *s;
   int fd, efd;                /* the socket; an eventfd the call threads ring           */
   nghttp2_session *h2;
-  double last_io;
+  double last_io;             /* bytes last read or written                             */
+  double last_call;           /* a call last began or ended (or the connection opened) */
   int goaway;
   call_t *open;
   pthread_mutex_t mu;         /* workers, done                                          */
@@ -310,7 +311,7 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *u
   if (!k) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
   k->c = c;
   k->id = f->hd.stream_id;
-  k->t0 = util_now_s();
+  k->t0 = c->last_call = util_now_s();
   k->next = c->open;
   if (k->next) k->next->prev = k;
   c->open = k;
@@ -445,6 +446,7 @@ static int on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *user) {
 }
 
 static void forget_call(gconn_t *c, call_t *k) {
+  c->last_call = util_now_s();
   if (k->prev) k->prev->next = k->next;
   else c->open = k->next;
   if (k->next) k->next->prev = k->prev;
@@ -507,10 +509,25 @@ static void serve_connection(gconn_t *c) {
     int working = c->workers > 0 || c->done;
     unlock(&c->mu);
     if (!wr && !ww && !working) return;
-    if (!working && util_now_s() - c->last_io > s->cfg.idle_timeout_s) {
-      logf_(s, "info: gRPC: closed a connection idle for %d s (--idle-timeout)",
+    /* Idle: no call for --idle-timeout (PINGs do not count: they would hold the
+       connection for ever), or calls whose client reads nothing for that long. The
+       first time a GOAWAY, so that the client opens another connection for its next
+       call; a client that ignores it is cut after one more period. */
+    double now = util_now_s();
+    if (!working && now - (c->open ? c->last_io : c->last_call) > s->cfg.idle_timeout_s) {
+      if (c->goaway || c->open) {
+        logf_(s, "info: gRPC: closed a connection idle for %d s (--idle-timeout)",
+              s->cfg.idle_timeout_s);
+        return;
+      }
+      c->goaway = 1;
+      c->last_call = now;
+      nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                            nghttp2_session_get_last_proc_stream_id(c->h2), NGHTTP2_NO_ERROR,
+                            NULL, 0);
+      logf_(s, "info: gRPC: closing a connection idle for %d s (--idle-timeout): GOAWAY sent",
             s->cfg.idle_timeout_s);
-      return;
+      continue;
     }
     struct pollfd p[2] = {{c->fd, (short)((wr ? POLLIN : 0) | (ww ? POLLOUT : 0)), 0},
                           {c->efd, POLLIN, 0}};
@@ -561,7 +578,7 @@ static int conn_open(serve_grpc_t *s, int fd, gconn_t **out, const char **why) {
   if (!c) return *why = "out of memory", -1;
   c->s = s;
   c->fd = fd;
-  c->last_io = util_now_s();
+  c->last_io = c->last_call = util_now_s();
   c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (c->efd < 0) return *why = strerror(errno), -1;
   int one = 1; /* an answer is one small write: do not wait for more */
