@@ -64,9 +64,9 @@ def out_filter(r): r.output_filter.append("scores")
 expect("unknown model", C.NOT_FOUND, ["other"], lambda: g.predict(x[:1], model="other"))
 expect("unknown version", C.NOT_FOUND, ["lenet, 2"], lambda: g.predict(x[:1], version=2))
 expect("unknown label", C.NOT_FOUND, ["nolabel"], lambda: g.predict(x[:1], label="nolabel"))
-expect("shape [1,27,28,1]", C.INVALID_ARGUMENT, ["input", "shape", "[1,27,28,1]"],
+expect("shape [1,27,28,1]", C.INVALID_ARGUMENT, ["input input has shape [1,27,28,1]", "[n,28,28,1]"],
        lambda: g.predict(np.zeros((1, 27, 28, 1))))
-expect("shape [2,28,28,3]", C.INVALID_ARGUMENT, ["input", "shape"], lambda: g.predict(np.zeros((2, 28, 28, 3))))
+expect("shape [2,28,28,3]", C.INVALID_ARGUMENT, ["input input has shape [2,28,28,3]", "[n,28,28,1]"], lambda: g.predict(np.zeros((2, 28, 28, 3))))
 expect("dtype DT_DOUBLE", C.INVALID_ARGUMENT, ["input", "DT_FLOAT"], predict_with(set_dtype))
 expect("783 float_val", C.INVALID_ARGUMENT, ["input", "783 float_val"], predict_with(drop_value))
 expect("short tensor_content", C.INVALID_ARGUMENT, ["input", "tensor_content"],
