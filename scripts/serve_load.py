@@ -456,7 +456,7 @@ def run_calls(clients, requests, make_worker):
 
 def rest_worker(port, bodies, per_call):
     def make(k):
-        c = Client(port)
+        c = Client(port, timeout=600)  # a loaded machine: slow, not failed
 
         def call(j):
             status, doc = c.request("POST", "/v1/models/lenet:predict", bodies[(k + j) % len(bodies)],
@@ -476,7 +476,7 @@ def grpc_worker(port, msgs, requests_bytes, per_call):
         f = g.channel.unary_unary(PREDICT)  # bytes in, bytes out: encoded once, up front
 
         def call(j):
-            r = response.FromString(f(requests_bytes[(k + j) % len(requests_bytes)], timeout=120))
+            r = response.FromString(f(requests_bytes[(k + j) % len(requests_bytes)], timeout=600))
             if len(r.outputs["predictions"].float_val) != per_call * 10:
                 raise RuntimeError("%d scores" % len(r.outputs["predictions"].float_val))
             return per_call
