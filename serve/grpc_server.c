@@ -703,6 +703,11 @@ static int make_callbacks(serve_grpc_t *s) {
 int serve_grpc_start(serve_grpc_t **out, const serve_grpc_config_t *cfg, char *err,
                      size_t errlen) {
   *out = NULL;
+#ifdef HVD_NO_PROTOBUF
+  (void)cfg;
+  return serve_fail(err, errlen, "this serve was built without protobuf-c (make PROTOBUF=none): "
+                    "no gRPC; run it with --grpc-port 0, or rebuild with PROTOBUF=system");
+#endif
   serve_grpc_t *s = calloc(1, sizeof *s);
   if (!s) return serve_fail(err, errlen, "out of memory");
   s->cfg = *cfg;
