@@ -173,7 +173,7 @@ grpc-shape-height-unchecked|serve/grpc_calls.c|s#(nd == 4 \&\& d\[1\] == sp->h \
 grpc-normalise-rounded-otherwise|serve/grpc_calls.c|s#(float)(x \* 255.0) \* scale - shift#(float)(x * 255.0 * scale - shift)#|test_serve_grpc.sh
 grpc-version-normalisation-dropped|serve/grpc_calls.c|/memcpy(spec.std, v->info.std, sizeof spec.std);/d|test_serve_grpc.sh
 grpc-inflight-budget-off|serve/grpc_server.c|s#int room = s->held + (cap - k->cap) <= s->cfg.max_inflight_bytes;#int room = 1;#|test_serve_grpc_errors.sh
-version-label-unloaded-accepted|serve/main.c|s#serve_models_acquire(models, labels.version\[i\]);#serve_models_acquire(models, 0);#|test_serve_grpc.sh
+version-label-unloaded-accepted|serve/main.c|s#serve_models_acquire(models, labels->version\[i\]);#serve_models_acquire(models, 0);#|test_serve_grpc.sh
 image-pixel-scale-off|serve/image_input.c|s#spec->w, spec->h) / 255.0;#spec->w, spec->h) / 256.0;#|test_serve_grpc_images.sh
 EOF
 )

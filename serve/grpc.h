@@ -8,8 +8,8 @@
    Threads: one per connection (its HTTP/2 session and socket) and one per call while
    it runs (decoding, the batcher, encoding), so the calls of one connection batch
    together. Limits: max_message_bytes per message (RESOURCE_EXHAUSTED, said as soon as
-   the length prefix is in), max_inflight_bytes for all of them, max_connections, 100 concurrent calls per connection
-   (SETTINGS_MAX_CONCURRENT_STREAMS), a call's grpc-timeout (DEADLINE_EXCEEDED at the
+   the length prefix is in), max_inflight_bytes for all of them, max_connections, 100
+   concurrent calls per connection (SETTINGS_MAX_CONCURRENT_STREAMS), a call's grpc-timeout (DEADLINE_EXCEEDED at the
    deadline, even while its batch runs), request_timeout_s for a call's message to
    arrive, idle_timeout_s for a connection with nothing to do or whose peer reads
    nothing. Nothing is printed: one line per call through cfg.log. */

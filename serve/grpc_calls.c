@@ -114,7 +114,8 @@ static int choose_version(const Tensorflow__Serving__ModelSpec *ms, const char *
 
 /* The samples of shape dims[0..ndim), when it is one the model takes: [n,h,w,c],
    [n,h,w] with c 1, [n,h*w*c]; else -1. */
-static long tensor_samples(const Tensorflow__TensorShapeProto *shape, const serve_input_spec_t *sp) {
+static long tensor_samples(const Tensorflow__TensorShapeProto *shape,
+                           const serve_input_spec_t *sp) {
   if (!shape || shape->unknown_rank) return -1;
   size_t nd = shape->n_dim;
   int64_t d[4] = {0};
@@ -562,7 +563,8 @@ static void get_status(const serve_grpc_env_t *env, const uint8_t *msg, size_t l
     not_served(out, env->model_name, number);
     return;
   }
-  Tensorflow__Serving__GetModelStatusResponse r = TENSORFLOW__SERVING__GET_MODEL_STATUS_RESPONSE__INIT;
+  Tensorflow__Serving__GetModelStatusResponse r =
+      TENSORFLOW__SERVING__GET_MODEL_STATUS_RESPONSE__INIT;
   r.n_model_version_status = (size_t)k;
   r.model_version_status = sts;
   answer_message(out, &r.base);
@@ -674,7 +676,8 @@ static void answer_classes(serve_grpc_answer_t *out, const serve_version_t *v, c
     }
     answer_spec_t as;
     fill_spec(&as, name, v->number);
-    Tensorflow__Serving__ClassificationResult res = TENSORFLOW__SERVING__CLASSIFICATION_RESULT__INIT;
+    Tensorflow__Serving__ClassificationResult res =
+        TENSORFLOW__SERVING__CLASSIFICATION_RESULT__INIT;
     res.n_classifications = (size_t)n;
     res.classifications = listp;
     Tensorflow__Serving__ClassificationResponse r =

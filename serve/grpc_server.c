@@ -582,7 +582,8 @@ static int conn_open(serve_grpc_t *s, int fd, gconn_t **out, const char **why) {
   c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (c->efd < 0) return *why = strerror(errno), -1;
   int one = 1; /* an answer is one small write: do not wait for more */
-  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) return *why = strerror(errno), -1;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
+    return *why = strerror(errno), -1;
   if (pthread_mutex_init(&c->mu, NULL) != 0 || pthread_cond_init(&c->cv, NULL) != 0)
     return *why = "pthread init failed", -1;
   if (nghttp2_session_server_new(&c->h2, s->callbacks, c) != 0)

@@ -9,7 +9,8 @@
 #include <turbojpeg.h>
 
 /* serve_fail's twin: instances.c calls this file, so this file does not call it back. */
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -80,7 +81,8 @@ static double sample(const uint8_t *px, int w, int h, int c, int ch, int x, int 
   int x1 = x0 + 1 < w ? x0 + 1 : x0, y1 = y0 + 1 < h ? y0 + 1 : y0;
   double ax = fx - x0, ay = fy - y0;
 #define P(xx, yy) ((double)px[((size_t)(yy) * w + (xx)) * c + ch])
-  return (1 - ay) * ((1 - ax) * P(x0, y0) + ax * P(x1, y0)) + ay * ((1 - ax) * P(x0, y1) + ax * P(x1, y1));
+  return (1 - ay) * ((1 - ax) * P(x0, y0) + ax * P(x1, y0)) +
+         ay * ((1 - ax) * P(x0, y1) + ax * P(x1, y1));
 #undef P
 }
 
