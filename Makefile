@@ -450,10 +450,38 @@ fuzzers: $(FUZZERS)
 SERVE_SRC     := $(wildcard serve/*.c)
 SERVE_CFLAGS  := $(shell pkg-config --cflags libmicrohttpd jansson 2>/dev/null)
 SERVE_LDLIBS  := $(shell pkg-config --libs libmicrohttpd jansson 2>/dev/null || echo -lmicrohttpd -ljansson)
+# gRPC (serve/grpc_*.c, docs/serve.md): nghttp2 for HTTP/2 and TF Serving's messages
+# from proto/ with protobuf-c (PROTOBUF=none: serve refuses --grpc-port, saying so).
+SERVE_PROTO   := $(addprefix proto/,google/protobuf/any.proto google/protobuf/wrappers.proto \
+                   tensorflow/core/framework/types.proto tensorflow/core/framework/tensor_shape.proto \
+                   tensorflow/core/framework/tensor.proto tensorflow/core/protobuf/meta_graph.proto \
+                   tensorflow/core/protobuf/error_codes.proto tensorflow_serving/util/status.proto \
+                   tensorflow_serving/apis/model.proto tensorflow_serving/apis/predict.proto \
+                   tensorflow_serving/apis/get_model_metadata.proto \
+                   tensorflow_serving/apis/get_model_status.proto \
+                   tensorflow/core/example/feature.proto tensorflow/core/example/example.proto \
+                   tensorflow_serving/apis/input.proto tensorflow_serving/apis/classification.proto)
+SERVE_PROTO_OBJ := $(call obj,$(call proto_c,$(SERVE_PROTO)))
+# Encoded images (serve/image_input.c): TurboJPEG and libpng.
+SERVE_CFLAGS  += $(shell pkg-config --cflags libnghttp2 libturbojpeg libpng 2>/dev/null)
+SERVE_LDLIBS  += $(shell pkg-config --libs libnghttp2 2>/dev/null || echo -lnghttp2) $(PROTOBUF_LDLIBS) \
+                 $(shell pkg-config --libs libturbojpeg libpng 2>/dev/null || echo -lturbojpeg -lpng)
+$(call obj,$(SERVE_SRC)): | $(call proto_h,$(SERVE_PROTO))
 $(call obj,$(SERVE_SRC)): CFLAGS += $(SERVE_CFLAGS)
-$(BUILD)/serve: $(call obj,$(SERVE_SRC)) $(LIBNN) $(LIBUTIL)
+$(BUILD)/serve: $(call obj,$(SERVE_SRC)) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(call obj,$(SERVE_SRC)) $(LIBNN) $(LIBUTIL) $(SERVE_LDLIBS) $(BLAS_LDFLAGS) \
+	$(CC) $(CFLAGS) $(call obj,$(SERVE_SRC)) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL) $(SERVE_LDLIBS) $(BLAS_LDFLAGS) \
+	  $(if $(filter 1,$(USE_CUDA)),$(CUDA_LDLIBS) -ldl -lrt -lstdc++) -lm -lpthread -o $@
+
+# The fuzz harness of the gRPC request decoding (tests/fuzz/fuzz_grpc_predict.c): serve's
+# objects but main.c and http.c.
+SERVE_FUZZ_OBJ := $(call obj,$(filter-out serve/main.c serve/http.c,$(SERVE_SRC)))
+$(call obj,tests/fuzz/fuzz_grpc_predict.c): | $(call proto_h,$(SERVE_PROTO))
+$(BUILD)/fuzz/fuzz_grpc_predict: $(call obj,tests/fuzz/fuzz_grpc_predict.c) $(filter %.o,$(FUZZ_MAIN)) \
+                                 $(SERVE_FUZZ_OBJ) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(FUZZ_MAIN) $(SERVE_FUZZ_OBJ) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL) \
+	  $(SERVE_LDLIBS) $(BLAS_LDFLAGS) \
 	  $(if $(filter 1,$(USE_CUDA)),$(CUDA_LDLIBS) -ldl -lrt -lstdc++) -lm -lpthread -o $@
 
 # The GPU check's bare training loop (its fallback throughput run); built on demand by

@@ -86,6 +86,8 @@ nobj=0
 while IFS= read -r o; do
   rel=${o#"$build/obj/"}
   case "$rel" in tests/*) continue ;; esac
+  # protobuf-c's code for proto/ (the Makefile's $(GEN)): a library, not a module
+  case "$rel" in "$build"/gen/*) continue ;; esac
   base=${rel%.o}
   s=
   case "$base" in

@@ -169,6 +169,17 @@ flight-not-deferred|hvd/device_flight.c|s/  for (int i = 0; i < n; i++) reqs\[i\
 flight-hold-kept|hvd/device_flight.c|s/    if (!g.reqs\[i\]->phantom) hvd_request_release(g.reqs\[i\]);/    (void)0;/|test_hvd_device_flight
 flight-failure-completes-ok|hvd/device_flight.c|s/hvd_request_complete(g.reqs\[i\], s, text)/hvd_request_complete(g.reqs[i], HVD_OK, text)/|test_hvd_device_flight
 flight-stall-unchecked|hvd/device_flight.c|s/      if (s == HVD_OK) return HVD_OK;/      return HVD_OK;/|test_hvd_device_flight
+grpc-drain-skipped|serve/main.c|s#  if (grpc) left += serve_grpc_drain(grpc, #  if (0) left += serve_grpc_drain(grpc, #|test_serve_grpc_sigterm.sh
+grpc-timeout-ignored|serve/grpc_server.c|s#if (t >= 0) k->deadline = k->t0 + t;#(void)t;#|test_serve_grpc_errors.sh
+grpc-max-message-unchecked|serve/grpc_server.c|s#if (declared > c->s->cfg.max_message_bytes) {#if (declared > 1000 * c->s->cfg.max_message_bytes) {#|test_serve_grpc_errors.sh
+grpc-request-timeout-off|serve/grpc_server.c|s#else if (k->state == READING \&\& now - k->t0 > c->s->cfg.request_timeout_s)#else if (0)#|test_serve_grpc_errors.sh
+grpc-idle-connection-kept|serve/grpc_server.c|s#if (!working \&\& now - (c->open ? c->last_io : c->last_call) > s->cfg.idle_timeout_s) {#if (0) {#|test_serve_grpc_errors.sh
+grpc-shape-height-unchecked|serve/grpc_calls.c|s#(nd == 4 \&\& d\[1\] == sp->h \&\&#(nd == 4 \&\&#|test_serve_grpc_errors.sh
+grpc-normalise-rounded-otherwise|serve/grpc_calls.c|s#(float)(x \* 255.0) \* scale - shift#(float)(x * 255.0 * scale - shift)#|test_serve_grpc.sh
+grpc-version-normalisation-dropped|serve/grpc_calls.c|/memcpy(spec.std, v->info.std, sizeof spec.std);/d|test_serve_grpc.sh
+grpc-inflight-budget-off|serve/grpc_server.c|s#int room = s->held + (cap - k->cap) <= s->cfg.max_inflight_bytes;#int room = 1;#|test_serve_grpc_errors.sh
+version-label-unloaded-accepted|serve/main.c|s#serve_models_acquire(models, labels->version\[i\]);#serve_models_acquire(models, 0);#|test_serve_grpc.sh
+image-pixel-scale-off|serve/image_input.c|s#spec->w, spec->h) / 255.0;#spec->w, spec->h) / 256.0;#|test_serve_grpc_images.sh
 EOF
 )
 

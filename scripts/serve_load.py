@@ -9,6 +9,13 @@ scripts/serve_torch_peer.py, and the helpers the tests/test_serve_*.sh tests imp
     prints requests/sec and latency percentiles, and checks every answer against the
     answer the server gave the same image alone before the run ("wrong" column).
 
+  serve_load.py protocols --serve build/serve --weights FILE [--clients 64] [--requests 100]
+    One build/serve (REST and gRPC) and the PyTorch peer (REST) on the same weights: for
+    each protocol, requests of 1 and of 64 images, as floats (REST JSON; gRPC
+    tensor_content) and as JPEG bytes (REST {"b64"}; gRPC DT_STRING), N clients (threads,
+    a connection each, requests encoded before the clock starts; a 64-image case makes
+    --requests/64 calls per client, at least 2): requests/sec, images/sec, p50, p99.
+
   serve_load.py compare --serve build/serve --weights FILE [--clients 64] [--requests 100]
     Starts, one after the other, build/serve with batching on, build/serve with batching
     off, and scripts/serve_torch_peer.py on the same weights (each on a free port, the
@@ -19,6 +26,7 @@ Also for the tests: Client.classify (TF Serving's Classify API), st_metadata and
 (a safetensors file's "__metadata__", which train --export writes: read, replace, drop).
 """
 import argparse
+import base64
 import gzip
 import http.client
 import json
@@ -101,6 +109,148 @@ class Client:
         if self.conn is not None:
             self.conn.close()
         self.conn = None
+
+
+# ---- gRPC (TF Serving's PredictionService and ModelService) ----
+
+GRPC_PROTOS = ["tensorflow/core/framework/types.proto", "tensorflow/core/framework/tensor_shape.proto",
+               "tensorflow/core/framework/tensor.proto", "tensorflow/core/protobuf/meta_graph.proto",
+               "tensorflow/core/protobuf/error_codes.proto", "tensorflow_serving/util/status.proto",
+               "tensorflow_serving/apis/model.proto", "tensorflow_serving/apis/predict.proto",
+               "tensorflow_serving/apis/get_model_metadata.proto",
+               "tensorflow_serving/apis/get_model_status.proto", "tensorflow/core/example/feature.proto",
+               "tensorflow/core/example/example.proto", "tensorflow_serving/apis/input.proto",
+               "tensorflow_serving/apis/classification.proto"]
+PREDICT = "/tensorflow.serving.PredictionService/Predict"
+METADATA = "/tensorflow.serving.PredictionService/GetModelMetadata"
+STATUS = "/tensorflow.serving.ModelService/GetModelStatus"
+CLASSIFY = "/tensorflow.serving.PredictionService/Classify"
+
+
+def grpc_messages(out_dir, proto_dir=None):
+    """The message classes of the repo's TF Serving .proto files (proto/), compiled with
+    grpc_tools.protoc into out_dir (a scratch folder) and imported: a dict by file stem
+    ("predict", "tensor", ...). The well-known google/protobuf types come from protobuf."""
+    import importlib
+    import grpc_tools
+    from grpc_tools import protoc
+    proto_dir = proto_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "proto")
+    well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
+    rc = protoc.main(["protoc", "-I" + well_known, "-I" + proto_dir, "--python_out=" + out_dir]
+                     + [os.path.join(proto_dir, p) for p in GRPC_PROTOS])
+    if rc != 0:
+        raise RuntimeError("grpc_tools.protoc failed on %s (exit %d)" % (proto_dir, rc))
+    if out_dir not in sys.path:
+        sys.path.insert(0, out_dir)
+    mods = {}
+    for p in GRPC_PROTOS:
+        name = p[:-len(".proto")].replace("/", ".") + "_pb2"
+        mods[os.path.basename(p)[:-len(".proto")]] = importlib.import_module(name)
+    return mods
+
+
+class GrpcClient:
+    """One gRPC channel (its own HTTP/2 connection) to serve's --grpc-port."""
+
+    def __init__(self, port, msgs, host="127.0.0.1"):
+        import grpc
+        self.grpc, self.m = grpc, msgs
+        self.channel = grpc.insecure_channel(
+            "%s:%d" % (host, port), options=[("grpc.use_local_subchannel_pool", 1),
+                                             ("grpc.max_send_message_length", 1 << 30),
+                                             ("grpc.max_receive_message_length", 1 << 30)])
+
+    def call(self, method, request, response_class, timeout=60):
+        """Returns the response message; raises grpc.RpcError (.code(), .details())."""
+        f = self.channel.unary_unary(method, request_serializer=lambda r: r.SerializeToString(),
+                                     response_deserializer=response_class.FromString)
+        return f(request, timeout=timeout)
+
+    def spec(self, ms, model="lenet", version=None, label=None):
+        ms.name = model
+        if version is not None:
+            ms.version.value = version
+        if label is not None:
+            ms.version_label = label
+
+    def predict_request(self, images, content=False, **spec):
+        """images: float array [n, 28, 28, 1] in [0, 1] -> a PredictRequest of DT_FLOAT
+        (tensor_content when content, else float_val)."""
+        req = self.m["predict"].PredictRequest()
+        self.spec(req.model_spec, **spec)
+        x = np.asarray(images, dtype=np.float32)
+        t = req.inputs["input"]
+        t.dtype = self.m["types"].DT_FLOAT
+        for d in x.shape:
+            t.tensor_shape.dim.add().size = d
+        if content:
+            t.tensor_content = x.astype("<f4").tobytes()
+        else:
+            t.float_val.extend(x.reshape(-1).tolist())
+        return req
+
+    def image_request(self, encoded, **spec):
+        """encoded: JPEG/PNG bytes, one per image -> a PredictRequest of DT_STRING [n]."""
+        req = self.m["predict"].PredictRequest()
+        self.spec(req.model_spec, **spec)
+        t = req.inputs["input"]
+        t.dtype = self.m["types"].DT_STRING
+        t.tensor_shape.dim.add().size = len(encoded)
+        t.string_val.extend(encoded)
+        return req
+
+    def predict_images(self, encoded, timeout=60, **spec):
+        r = self.call(PREDICT, self.image_request(encoded, **spec),
+                      self.m["predict"].PredictResponse, timeout)
+        t = r.outputs["predictions"]
+        return np.array(t.float_val, dtype=np.float32).reshape([d.size for d in t.tensor_shape.dim])
+
+    def predict(self, images, content=False, timeout=60, **spec):
+        """The "predictions" output as float32 [n, classes]."""
+        r = self.call(PREDICT, self.predict_request(images, content, **spec),
+                      self.m["predict"].PredictResponse, timeout)
+        t = r.outputs["predictions"]
+        return np.array(t.float_val, dtype=np.float32).reshape([d.size for d in t.tensor_shape.dim])
+
+    def classify(self, images=None, encoded=None, **spec):
+        """Classify: examples of one feature "image", float_list of [28,28,1] pixels (images)
+        or bytes_list of one encoded image each (encoded). Returns the response."""
+        req = self.m["classification"].ClassificationRequest()
+        self.spec(req.model_spec, **spec)
+        for im in (images if images is not None else encoded):
+            f = req.input.example_list.examples.add().features.feature["image"]
+            if images is not None:
+                f.float_list.value.extend(np.asarray(im, dtype=np.float32).reshape(-1).tolist())
+            else:
+                f.bytes_list.value.append(im)
+        return self.call(CLASSIFY, req, self.m["classification"].ClassificationResponse)
+
+    def metadata(self, fields=("signature_def",), **spec):
+        req = self.m["get_model_metadata"].GetModelMetadataRequest()
+        self.spec(req.model_spec, **spec)
+        req.metadata_field.extend(fields)
+        return self.call(METADATA, req, self.m["get_model_metadata"].GetModelMetadataResponse)
+
+    def status(self, **spec):
+        req = self.m["get_model_status"].GetModelStatusRequest()
+        self.spec(req.model_spec, **spec)
+        return self.call(STATUS, req, self.m["get_model_status"].GetModelStatusResponse)
+
+    def close(self):
+        self.channel.close()
+
+
+def encode_image(img, fmt="JPEG", size=None, quality=95):
+    """A float image [28][28] in [0, 1] as JPEG or PNG bytes (grey; resized to size, a
+    (w, h), when given), with PIL."""
+    import io
+    from PIL import Image
+    im = Image.fromarray(np.round(np.asarray(img).reshape(28, 28) * 255).astype(np.uint8), "L")
+    if size:
+        im = im.resize(size, Image.BILINEAR)
+    buf = io.BytesIO()
+    im.save(buf, fmt, **({"quality": quality} if fmt == "JPEG" else {}))
+    return buf.getvalue()
 
 
 def raw_exchange(port, data, timeout=10, done=None):
@@ -266,9 +416,135 @@ def compare(a):
     return rc
 
 
+def run_calls(clients, requests, make_worker):
+    """clients threads x requests calls. make_worker(k) -> (call, close): call(j) makes
+    call j and returns the images answered (raises on a failure). Returns figures."""
+    lat, errors, images = [], [], [0]
+    lock = threading.Lock()
+    gate = threading.Barrier(clients + 1)
+
+    def worker(k):
+        call, close = make_worker(k)
+        mine, n = [], 0
+        gate.wait()
+        for j in range(requests):
+            t0 = time.perf_counter()
+            try:
+                n += call(j)
+            except Exception as e:  # noqa: BLE001: every failure is counted
+                with lock:
+                    errors.append("client %d: %r" % (k, e))
+                continue
+            mine.append(time.perf_counter() - t0)
+        close()
+        with lock:
+            lat.extend(mine)
+            images[0] += n
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    gate.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    lat.sort()
+    return {"ok": len(lat), "errors": errors, "rps": len(lat) / wall, "ips": images[0] / wall,
+            "p50_ms": 1e3 * percentile(lat, 50), "p99_ms": 1e3 * percentile(lat, 99)}
+
+
+def rest_worker(port, bodies, per_call):
+    def make(k):
+        c = Client(port, timeout=600)  # a loaded machine: slow, not failed
+
+        def call(j):
+            status, doc = c.request("POST", "/v1/models/lenet:predict", bodies[(k + j) % len(bodies)],
+                                    {"Content-Type": "application/json"})
+            if status != 200 or len(doc["predictions"]) != per_call:
+                raise RuntimeError("status %d %s" % (status, str(doc)[:200]))
+            return per_call
+        return call, c.close
+    return make
+
+
+def grpc_worker(port, msgs, requests_bytes, per_call):
+    response = msgs["predict"].PredictResponse
+
+    def make(k):
+        g = GrpcClient(port, msgs)
+        f = g.channel.unary_unary(PREDICT)  # bytes in, bytes out: encoded once, up front
+
+        def call(j):
+            r = response.FromString(f(requests_bytes[(k + j) % len(requests_bytes)], timeout=600))
+            if len(r.outputs["predictions"].float_val) != per_call * 10:
+                raise RuntimeError("%d scores" % len(r.outputs["predictions"].float_val))
+            return per_call
+        return call, g.close
+    return make
+
+
+def protocols(a):
+    """REST vs gRPC on one build/serve, and the PyTorch peer's REST, one table."""
+    import tempfile
+    here = os.path.dirname(os.path.abspath(__file__))
+    images, _ = test_images(a.data_dir, a.images)
+    msgs = grpc_messages(tempfile.mkdtemp(prefix="serve_load_"))
+    probe = GrpcClient(0, msgs)  # request builders only; its channel is never used
+    jpegs = [encode_image(im) for im in images]
+    x = images.reshape(-1, 28, 28, 1)
+    cases = []  # (label, per_call, REST bodies, gRPC request bytes)
+    for per in (1, 64):
+        groups = [list(range(i, i + per)) for i in range(0, len(images) - per + 1, per)][:50]
+        cases.append(("float", per, [json.dumps({"instances": [instance(images[i]) for i in g]}) for g in groups],
+                      [probe.predict_request(x[g], content=True).SerializeToString() for g in groups]))
+        cases.append(("JPEG", per,
+                      [json.dumps({"instances": [{"b64": base64.b64encode(jpegs[i]).decode()} for i in g]})
+                       for g in groups],
+                      [probe.image_request([jpegs[i] for i in g]).SerializeToString() for g in groups]))
+    probe.close()
+    common = ["--model", "lenet", "--weights", a.weights, "--port", "0", "--threads", str(a.threads)]
+    rows = []
+
+    def measure(label, make, per):
+        run_calls(min(a.clients, 8), 2, make)  # warm-up
+        reqs = max(2, a.requests // per) if per > 1 else a.requests
+        r = run_calls(a.clients, reqs, make)
+        rows.append((label, r))
+        print("%-34s %8.1f req/s %9.1f img/s  p50 %8.2f ms  p99 %8.2f ms  errors %d"
+              % (label, r["rps"], r["ips"], r["p50_ms"], r["p99_ms"], len(r["errors"])), flush=True)
+        for e in r["errors"][:3]:
+            print("  error: " + e)
+
+    p, port = start_server([a.serve] + common + ["--log-level", "warning", "--max-batch-size", "64",
+                                                 "--batch-timeout-micros", str(a.timeout_us)])
+    try:
+        gport = None
+        for line in p.stdout:
+            if line.startswith("serve: gRPC port "):
+                gport = int(line.split()[-1])
+                break
+        for kind, per, bodies, reqs in cases:
+            measure("serve REST, %s, %d/request" % (kind, per), rest_worker(port, bodies, per), per)
+            measure("serve gRPC, %s, %d/request" % (kind, per), grpc_worker(gport, msgs, reqs, per), per)
+    finally:
+        p.terminate()
+        p.wait()
+    p, port = start_server(["/usr/bin/python3", os.path.join(here, "serve_torch_peer.py")] + common)
+    try:
+        for kind, per, bodies, _ in cases:
+            if kind == "float":
+                measure("PyTorch + http.server REST, float, %d/request" % per,
+                        rest_worker(port, bodies, per), per)
+    finally:
+        p.terminate()
+        p.wait()
+    return 1 if any(r["errors"] for _, r in rows) else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=["bench", "compare"])
+    ap.add_argument("mode", choices=["bench", "compare", "protocols"])
     ap.add_argument("--port", type=int, help="bench: the server's port")
     ap.add_argument("--serve", default="build/serve", help="compare: the serve binary")
     ap.add_argument("--weights", help="compare: the safetensors file (train --export)")
@@ -282,10 +558,10 @@ def main():
     ap.add_argument("--data-dir", default=DATA_DIR)
     ap.add_argument("--label", default="", help="a name printed with the figures")
     a = ap.parse_args()
-    if a.mode == "compare":
+    if a.mode in ("compare", "protocols"):
         if not a.weights:
-            ap.error("compare needs --weights")
-        return compare(a)
+            ap.error("%s needs --weights" % a.mode)
+        return compare(a) if a.mode == "compare" else protocols(a)
     if a.port is None:
         ap.error("bench needs --port")
     return bench(a, a.port, a.label or "port %d" % a.port)

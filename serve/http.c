@@ -142,6 +142,7 @@ static enum MHD_Result reply_error(serve_http_t *s, struct MHD_Connection *c, re
 typedef struct {
   char name[128];
   long version;               /* 0: the newest                                        */
+  char label[64];             /* /labels/LABEL ("": none), resolved by route          */
   const char *what;           /* "status", "metadata", "predict", "classify"          */
 } route_t;
 
@@ -157,7 +158,15 @@ static int parse_route(const char *url, route_t *rt) {
   rt->name[n] = '\0';
   p += n;
   rt->version = 0;
-  if (strncmp(p, "/versions/", 10) == 0) {
+  rt->label[0] = '\0';
+  if (strncmp(p, "/labels/", 8) == 0) {
+    p += 8;
+    size_t l = strcspn(p, "/:");
+    if (l == 0 || l >= sizeof rt->label) return -1;
+    memcpy(rt->label, p, l);
+    rt->label[l] = '\0';
+    p += l;
+  } else if (strncmp(p, "/versions/", 10) == 0) {
     p += 10;
     char *end;
     if (*p < '1' || *p > '9') return -1;
@@ -254,7 +263,9 @@ static enum MHD_Result get_metadata(serve_http_t *s, struct MHD_Connection *c, r
   return reply_json(s, c, r, 200, doc);
 }
 
-/* {"predictions": [[p, ...], ...]} (or "outputs"), built by hand: n * classes floats. */
+/* {"predictions": [[p, ...], ...]} (or "outputs"), built by hand: n * classes floats, each
+   with 9 significant digits, which read back as the same float (gRPC answers the float
+   itself: both protocols give the same numbers). */
 static char *format_predictions(const float *probs, int n, int classes, int columnar) {
   size_t cap = 32 + (size_t)n * ((size_t)classes * 16 + 4);
   char *out = malloc(cap);
@@ -263,7 +274,7 @@ static char *format_predictions(const float *probs, int n, int classes, int colu
   for (int i = 0; i < n; i++) {
     out[at++] = '[';
     for (int j = 0; j < classes; j++)
-      at += (size_t)snprintf(out + at, cap - at, "%s%.7g", j ? ", " : "",
+      at += (size_t)snprintf(out + at, cap - at, "%s%.9g", j ? ", " : "",
                              (double)probs[(size_t)i * classes + j]);
     at += (size_t)snprintf(out + at, cap - at, "]%s", i + 1 < n ? ", " : "");
   }
@@ -273,7 +284,8 @@ static char *format_predictions(const float *probs, int n, int classes, int colu
 
 /* {"result": [[["label", score], ...], ...]}: every class of each example, the highest
    score first (ties in class order); labels are the recorded class names, else the
-   class index as a string (TF Serving's labels are strings). */
+   class index as a string (TF Serving's labels are strings); scores with 9 significant
+   digits, as predictions. */
 static char *format_classes(const float *probs, int n, int classes, char *const *labels) {
   size_t cap = 32, width = 0;
   for (int j = 0; j < classes; j++) {
@@ -310,7 +322,7 @@ static char *format_classes(const float *probs, int n, int classes, char *const 
         else if (*q < 0x20) at += (size_t)snprintf(out + at, cap - at, "\\u%04x", *q);
         else out[at++] = (char)*q;
       }
-      at += (size_t)snprintf(out + at, cap - at, "\", %.7g]", (double)p[order[j]]);
+      at += (size_t)snprintf(out + at, cap - at, "\", %.9g]", (double)p[order[j]]);
     }
     at += (size_t)snprintf(out + at, cap - at, "]%s", i + 1 < n ? ", " : "");
   }
@@ -392,6 +404,9 @@ static enum MHD_Result route(serve_http_t *s, struct MHD_Connection *c, request_
   if (ok) ok = strcmp(rt.what, "predict") == 0 || strcmp(rt.what, "classify") == 0 ? post : get;
   if (!ok) return reply_error(s, c, r, 404, "Malformed request: %.16s %.256s", method, url);
   if (strcmp(rt.name, s->cfg.model_name) != 0) return not_served(s, c, r, &rt);
+  if (rt.label[0] && !(rt.version = serve_labels_find(s->cfg.labels, rt.label)))
+    return reply_error(s, c, r, 404, "Unrecognized servable version label: %s "
+                       "(--version-labels)", rt.label);
   if (strcmp(rt.what, "status") == 0) return get_status(s, c, r, &rt);
   serve_version_t *v = serve_models_acquire(s->models, rt.version);
   if (!v) return not_served(s, c, r, &rt);

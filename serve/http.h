@@ -1,5 +1,6 @@
 /* serve/http.h: TF Serving's REST API over libmicrohttpd, in front of serve_models.
      GET  /v1/models/NAME[/versions/N]             model_version_status
+          (/labels/LABEL in place of /versions/N everywhere: the version labelled so)
      GET  /v1/models/NAME[/versions/N]/metadata    signature_def of serving_default, and
                                                    hvd_export (what the file records)
      POST /v1/models/NAME[/versions/N]:predict     {"instances"|"inputs": ...} ->
@@ -24,6 +25,7 @@
 #define SERVE_HTTP_H
 
 #include "serve/instances.h"
+#include "serve/labels.h"
 #include "serve/versions.h"
 
 #include <stddef.h>
@@ -42,6 +44,7 @@ typedef struct {
                                 connection's opening or previous response, its headers
                                 and body within this of that line                      */
   serve_input_spec_t input;  /* shape, normalisation, max_instances                    */
+  const serve_labels_t *labels; /* --version-labels: /v1/models/NAME/labels/LABEL; NULL  */
   serve_log_fn log;          /* one line per request and libmicrohttpd's errors; NULL  */
   void *log_ctx;
 } serve_http_config_t;

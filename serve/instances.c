@@ -1,6 +1,8 @@
 /* serve/instances.c: parsing and checking the instances of a predict request. */
 #include "serve/instances.h"
 
+#include "serve/image_input.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -85,14 +87,34 @@ static int flatten(const json_t *s, const int *dims, int ndim, double *out, size
 
 /* One sample -> x[c][h][w], normalised. hwc: scratch of c*h*w doubles (a pixel k/255
    times 255 rounds back to exactly k). */
+/* {"b64": "..."}: TF Serving's binary value, here an encoded image (serve/image_input.c). */
+static int read_image(const json_t *b64, const serve_input_spec_t *sp, const char *what, int inst,
+                      float *x, char *err, size_t errlen) {
+  if (!json_is_string(b64))
+    return serve_fail(err, errlen, "%s %d: \"b64\" is %s: expected a base64 string", what, inst,
+                      json_kind(b64));
+  uint8_t *bytes;
+  size_t len;
+  if (serve_base64_decode(json_string_value(b64), json_string_length(b64), &bytes, &len) != 0)
+    return serve_fail(err, errlen, "%s %d: \"b64\" is not base64", what, inst);
+  char why[400];
+  int rc = serve_image_decode(bytes, len, sp, x, why, sizeof why);
+  free(bytes);
+  return rc == 0 ? 0 : serve_fail(err, errlen, "%s %d: %s", what, inst, why);
+}
+
 static int read_sample(const json_t *s, const serve_input_spec_t *sp, const char *what, int inst,
                        double *hwc, float *x, char *err, size_t errlen) {
+  const json_t *b64 = json_is_object(s) && json_object_size(s) == 1 ? json_object_get(s, "b64") : NULL;
+  if (b64) return read_image(b64, sp, what, inst, x, err, errlen);
   if (json_is_object(s)) { /* {"NAME": S}: the one named input */
     if (json_object_size(s) != 1)
       return serve_fail(err, errlen, "%s %d: an object with %zu keys: the model has one input%s",
                   what, inst, json_object_size(s),
                   strcmp(what, "example") == 0 ? " (one feature, the image)" : "");
     s = json_object_iter_value(json_object_iter((json_t *)s));
+    b64 = json_is_object(s) && json_object_size(s) == 1 ? json_object_get(s, "b64") : NULL;
+    if (b64) return read_image(b64, sp, what, inst, x, err, errlen);
   }
   int dims[4], ndim;
   sample_dims(s, dims, &ndim);

@@ -7,7 +7,9 @@
      optional         "signature_name": "serving_default"
    A sample S of a model with input (c, h, w), in the shapes a Keras client sends:
      [h][w][c] (channels last), [h][w] when c == 1, or flat [h*w*c] in that order;
-   numbers are pixel values in [0, 1] (others are served as given, after normalising).
+   numbers are pixel values in [0, 1] (others are served as given, after normalising);
+   or {"b64": "..."} (TF Serving's binary convention), an encoded JPEG or PNG image,
+   resized to (h, w) (serve/image_input.c).
    The batch written is NCHW, normalised as train normalised its data set:
      x = (255 v) * 1/(255 std) - mean/std   (train/data.c's arithmetic, so a pixel k/255
    gives bit for bit the float train fed the model).

@@ -13,8 +13,8 @@ timeout -k 5 120 "$build/train" --model lenet --max-train 500 --max-test 100 --e
   || { echo "FAIL train:"; cat "$tmp/train.out"; exit 1; }
 
 # serve_start FLAG...: serve on that model, port 0 and one thread, with the flags given;
-# output in $tmp/serve.out and serve.err. Sets pid and port once it listens (60 s at
-# most: the machine may be loaded), or fails the test.
+# output in $tmp/serve.out and serve.err. Sets pid, port and grpc_port (gRPC's, "" when
+# off) once it listens (60 s at most: the machine may be loaded), or fails the test.
 serve_start() {
   "$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --port 0 --threads 1 \
     "$@" >"$tmp/serve.out" 2>"$tmp/serve.err" &
@@ -22,6 +22,7 @@ serve_start() {
   for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
   port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
   [ -n "$port" ] || { echo "FAIL serve did not start:"; cat "$tmp/serve.err"; exit 1; }
+  grpc_port=$(sed -n 's/^serve: gRPC port \([0-9]*\)$/\1/p' "$tmp/serve.out")
 }
 
 # serve_stop: SIGTERM to the server; it must exit 0 (or the test fails).
