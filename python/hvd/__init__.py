@@ -47,6 +47,11 @@ def _shutdown_at_exit():
         lib.hvd_shutdown()
 
 
+def library():
+    """The path of the libhvd this package loaded."""
+    return _lib.library_path
+
+
 def shutdown():
     _lib.check(lib.hvd_shutdown(), "shutdown")
 
