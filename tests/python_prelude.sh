@@ -21,10 +21,11 @@ command -v mpirun >/dev/null || { echo "FAIL: mpirun is not installed"; exit 1; 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_orte_tmpdir_base=$tmp
-export HVD_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python OMP_NUM_THREADS=1
+# GLOO_SOCKET_IFNAME: PyTorch DDP (gloo) talks over loopback only.
+export HVD_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
 run_np() {
   local n=$1
   shift
   timeout -k 5 300 mpirun --oversubscribe --bind-to none -np "$n" -x HVD_LIBRARY -x PYTHONPATH \
-    -x OMP_NUM_THREADS "$py" "$@"
+    -x OMP_NUM_THREADS -x GLOO_SOCKET_IFNAME "$py" "$@"
 }
