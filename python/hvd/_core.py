@@ -136,8 +136,8 @@ def allreduce_async(A, x, inplace, op, prescale_factor, postscale_factor, name):
             src = A.clone(x)
         A.scale_(src, prescale_factor)
     out = x if inplace else A.empty_like(x)
-    sptr = A.describe(src, "allreduce", False)[0]
-    optr = A.describe(out, "allreduce", True)[0]
+    sptr = ptr if src is x else A.describe(src, "allreduce", False)[0]
+    optr = ptr if out is x else A.describe(out, "allreduce", True)[0]
 
     def finish():
         if postscale_factor != 1.0:
