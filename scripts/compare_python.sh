@@ -5,7 +5,7 @@
 # hvd.torch's), run in turns (A B C A B C ...) in one invocation, and the median of each:
 # training images/sec and the latency of an 8-byte allreduce from Python.
 # Usage: scripts/compare_python.sh [REPS (3)] [STEPS (20)]
-# Environment: HVD_BUILD (default build: its lib/libhvd.so.0), MODEL (resnet20), BATCH (64),
+# Environment: HVD_BACKGROUND_NICE (passed on to the ranks when set), HVD_BUILD (default build: its lib/libhvd.so.0), MODEL (resnet20), BATCH (64),
 #   HOROVOD_PYTHON: a python whose `import horovod.torch` works (default $HOME/hvenv/bin/python,
 #   built as docs/python.md says); without one Horovod's column is left out, saying so.
 set -u
@@ -25,12 +25,12 @@ if "$horovod_py" -c 'import horovod.torch' 2>/dev/null; then
 else
   echo "note: no Horovod ($horovod_py cannot import horovod.torch; set HOROVOD_PYTHON): hvd.torch vs DDP only"
 fi
-echo "np 2, $model, batch $batch, 1 thread per rank, $steps timed steps, $reps runs each, in turns; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "np 2, $model, batch $batch, 1 thread per rank, $steps timed steps, $reps runs each, in turns; $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((i = 1; i <= reps; i++)); do
   for b in "${backends[@]}"; do
     py=/usr/bin/python3
     [ "$b" = horovod ] && py=$horovod_py
-    out=$(timeout -k 5 600 mpirun --oversubscribe --bind-to none -np 2 -x HVD_LIBRARY -x PYTHONPATH \
+    out=$(timeout -k 5 600 mpirun --oversubscribe --bind-to none -np 2 -x HVD_LIBRARY -x PYTHONPATH ${HVD_BACKGROUND_NICE:+-x HVD_BACKGROUND_NICE} \
           -x GLOO_SOCKET_IFNAME -x OMP_NUM_THREADS "$py" scripts/bench_python.py --backend "$b" \
           --model "$model" --batch-size "$batch" --steps "$steps" --init-file "$tmp/init.$b.$i" 2>&1)
     ips=$(sed -nE 's/.*total images\/sec: ([0-9.]+).*/\1/p' <<<"$out")
