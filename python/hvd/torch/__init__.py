@@ -36,7 +36,7 @@ class _TorchTensors:
         if not isinstance(t, torch.Tensor):
             raise TypeError("hvd.torch.%s: expected a torch.Tensor, got %s"
                             % (what, type(t).__name__))
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             raise ValueError("hvd.torch.%s: the tensor is on %s; GPU tensors are not "
                              "supported yet (CPU tensors only: .cpu() first)" % (what, t.device))
         code = self.CODES.get(t.dtype)
@@ -114,7 +114,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     _core.check_process_set(process_set)
-    return _core.allreduce_async(_A, tensor.detach(), True, _core.resolve_op(op, average),
+    return _core.allreduce_async(_A, tensor, True, _core.resolve_op(op, average),
                                  prescale_factor, postscale_factor, name)
 
 
@@ -146,7 +146,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     _core.check_process_set(process_set)
-    return _core.grouped_allreduce_async(_A, [t.detach() for t in tensors], True,
+    return _core.grouped_allreduce_async(_A, list(tensors), True,
                                          _core.resolve_op(op, average), prescale_factor,
                                          postscale_factor, name)
 
@@ -176,7 +176,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     _core.check_process_set(process_set)
-    return _core.broadcast_async(_A, tensor.detach(), True, root_rank, name)
+    return _core.broadcast_async(_A, tensor, True, root_rank, name)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
