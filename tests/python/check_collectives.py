@@ -171,6 +171,24 @@ except ValueError as e:
     if "contiguous" not in str(e):
         failures.append("non-contiguous: unclear message %s" % e)
 
+# Topology against Open MPI's own view (mpirun on one host), then shutdown: a call after
+# it raises hvd's error instead of crashing.
+import os  # noqa: E402
+check("is_initialized, rank, size, local_rank, local_size, cross_rank, cross_size",
+      [hvd.is_initialized(), ht.rank(), ht.size(), ht.local_rank(), ht.local_size(),
+       ht.cross_rank(), ht.cross_size()],
+      [True, int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"]),
+       int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]),
+       int(os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"]), 0, 1])
+hvd.shutdown()
+try:
+    ht.allreduce(torch.ones(1))
+    failures.append("allreduce after shutdown did not raise")
+except hvd.HorovodInternalError as e:
+    if "HVD_ERR_" not in str(e):
+        failures.append("allreduce after shutdown: %s" % e)
+check("is_initialized after shutdown", [hvd.is_initialized()], [False])
+
 if failures:
     print("rank %d: %d FAILED\n%s" % (R, len(failures), "\n".join(failures[:30])))
     sys.exit(1)
