@@ -124,6 +124,15 @@ check("broadcast_optimizer_state: lr", [opt.param_groups[0]["lr"]], [0.25])
 buf = torch.cat([opt.state[p]["momentum_buffer"].reshape(-1) for p in m.parameters()])
 check("broadcast_optimizer_state: momentum", hvd.allreduce(buf, op=hvd.Max), buf)
 
+# allreduce is differentiable, as Horovod's: d/dx of sum(allreduce(x)) is the same
+# allreduce of ones (Sum: N everywhere; Average: 1).
+for op, want in ((hvd.Sum, float(N)), (hvd.Average, 1.0)):
+    xg = torch.full((3,), float(R + 1), requires_grad=True)
+    y = hvd.allreduce(xg, op=op, name="grad.%d" % op)
+    y.sum().backward()
+    check("allreduce op %d: gradient" % op, xg.grad, torch.full((3,), want))
+    check("allreduce op %d: requires_grad" % op, [y.requires_grad], [True])
+
 if failures:
     print("rank %d: %d FAILED\n%s" % (R, len(failures), "\n".join(failures)))
     sys.exit(1)

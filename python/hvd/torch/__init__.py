@@ -102,12 +102,34 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                                  postscale_factor, name)
 
 
+class _Allreduce(torch.autograd.Function):
+    """Horovod's differentiable allreduce: the gradient is reduced the same way."""
+
+    @staticmethod
+    def forward(ctx, tensor, op, prescale_factor, postscale_factor, name):
+        ctx.args = (op, prescale_factor, postscale_factor)
+        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
+                                           postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        op, pre, post = ctx.args
+        grad = synchronize(allreduce_async(grad_output, None, None, op, pre, post))
+        return grad, None, None, None, None
+
+
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """A new tensor: tensor reduced over all ranks (op default Average)."""
+    """A new tensor: tensor reduced over all ranks (op default Average). Differentiable
+    (as Horovod's): the gradient is allreduced with the same op and factors."""
+    _core.check_process_set(process_set)
+    op = _core.resolve_op(op, average)
     compressed, ctx = compression.compress(tensor)
-    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor,
-                                      postscale_factor, process_set))
+    if torch.is_grad_enabled() and compressed.requires_grad:
+        out = _Allreduce.apply(compressed, op, prescale_factor, postscale_factor, name)
+    else:
+        out = synchronize(allreduce_async(compressed, None, name, op, prescale_factor,
+                                          postscale_factor))
     return compression.decompress(out, ctx)
 
 
