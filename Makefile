@@ -396,6 +396,30 @@ uninstall:
 	  $(INSTALL_DIR)/lib/libnn.so $(addprefix $(INSTALL_DIR)/lib/,$(foreach n,hvd nn hvd_cuda nn_cuda,lib$(n).so.$(SOVERSION) lib$(n).so.$(VERSION)))
 	-rmdir $(INSTALL_DIR)/include/hvd $(INSTALL_DIR)/include/nn 2>/dev/null
 
+# ---- the Python package hvd (python/hvd, docs/python.md) in make install ----
+# Installed where PYTHON finds the modules of PREFIX (scripts/python_site.py: /usr/local
+# -> Debian's dist-packages, $HOME/.local -> the user site), with hvd/libhvd.so.0 a
+# symlink to PREFIX/lib's, which the package loads. Without PYTHON it is left out, saying so.
+PYTHON      ?= /usr/bin/python3
+PYTHON_SITE ?= $(shell $(PYTHON) scripts/python_site.py $(PREFIX) 2>/dev/null)
+PY_PACKAGE  := $(wildcard python/hvd/*.py) $(wildcard python/hvd/torch/*.py)
+install: install-python
+uninstall: uninstall-python
+.PHONY: install-python uninstall-python
+install-python:
+	@site='$(PYTHON_SITE)'; if [ -z "$$site" ]; then \
+	  echo "make install: $(PYTHON) not found: the Python package hvd is not installed (set PYTHON=)"; \
+	else set -e; d='$(DESTDIR)'"$$site/hvd"; \
+	  install -d "$$d/torch"; \
+	  install -m 644 $(filter python/hvd/%,$(filter-out python/hvd/torch/%,$(PY_PACKAGE))) "$$d/"; \
+	  install -m 644 $(filter python/hvd/torch/%,$(PY_PACKAGE)) "$$d/torch/"; \
+	  ln -sf '$(PREFIX)/lib/libhvd.so.$(SOVERSION)' "$$d/libhvd.so.$(SOVERSION)"; \
+	  echo "installed the Python package hvd in $$site (for $(PYTHON))"; fi
+
+uninstall-python:
+	@site='$(PYTHON_SITE)'; if [ -n "$$site" ] && [ -f '$(DESTDIR)'"$$site/hvd/_lib.py" ]; then \
+	  rm -rf '$(DESTDIR)'"$$site/hvd"; fi
+
 $(LIBTRAIN): $(call obj,$(TRAIN_LIB_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^

@@ -180,6 +180,17 @@ grpc-version-normalisation-dropped|serve/grpc_calls.c|/memcpy(spec.std, v->info.
 grpc-inflight-budget-off|serve/grpc_server.c|s#int room = s->held + (cap - k->cap) <= s->cfg.max_inflight_bytes;#int room = 1;#|test_serve_grpc_errors.sh
 version-label-unloaded-accepted|serve/main.c|s#serve_models_acquire(models, labels->version\[i\]);#serve_models_acquire(models, 0);#|test_serve_grpc.sh
 image-pixel-scale-off|serve/image_input.c|s#spec->w, spec->h) / 255.0;#spec->w, spec->h) / 256.0;#|test_serve_grpc_images.sh
+py-postscale-ignored|python/hvd/_core.py|s#            A.scale_(out, postscale_factor)#            pass#|test_python.sh
+py-reducescatter-uneven-rows|python/hvd/_core.py|s#mine = q + (1 if me < e else 0)#mine = q + (1 if me <= e else 0)#|test_python.sh
+py-alltoall-splits-in-elements|python/hvd/_core.py|s#return out, \[s // row if row else 0 for s in recv_splits\]#return out, list(recv_splits)#|test_python.sh
+py-error-not-raised|python/hvd/_core.py|s#            if self._status != _lib.OK:#            if False:#|test_python.sh
+py-opt-reduce-every-pass|python/hvd/torch/optimizer.py|s#if self._allreduce_delay\[p\] == 0:#if self._allreduce_delay[p] <= 1:#|test_python.sh
+py-opt-predivide-not-undone|python/hvd/torch/optimizer.py|s#            postscale = self.gradient_predivide_factor#            postscale = 1.0#|test_python.sh
+py-opt-sum-not-average|python/hvd/torch/optimizer.py|s#name=name, op=self.op,#name=name, op=0,#|test_python_mnist.sh test_python.sh
+py-fp16-not-compressed|python/hvd/torch/compression.py|s#return tensor.type(torch.float16), tensor.dtype#return tensor, None#|test_python.sh
+py-opt-state-not-loaded|python/hvd/torch/functions.py|s#        optimizer.load_state_dict(state)#        pass#|test_python.sh
+py-uninstall-keeps-package|Makefile|s#  rm -rf '\$(DESTDIR)'"\$\$site/hvd"; fi#  true; fi#|test_install.sh
+py-allreduce-grad-not-reduced|python/hvd/torch/__init__.py|s#        grad = synchronize(allreduce_async(grad_output, None, None, op, pre, post))#        grad = grad_output#|test_python.sh
 EOF
 )
 

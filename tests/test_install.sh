@@ -16,6 +16,8 @@
 #     with HOME a temporary folder: make install PREFIX=$HOME/.local, then cc with
 #     pkg-config; the program it builds starts alone and under mpirun with nothing else
 #     (no LD_LIBRARY_PATH, no -rpath of the test's own).
+#  7. the Python package hvd is installed for /usr/bin/python3 (imported from PREFIX's
+#     site, and from $HOME/.local's user site without PYTHONPATH); make uninstall removes it.
 # In a CUDA build also: the backends libnn_cuda.so.0 and libhvd_cuda.so.0 are installed
 # beside the libraries, export their entry point alone and are loaded only on use: a
 # device query loads libnn_cuda (it says "no device" on a machine without a GPU), a
@@ -320,6 +322,38 @@ EOF
     echo "note: no stub libcuda at $stub (or a driver is installed): hvd's backend loading not exercised here"
   fi
   [ $failures -eq 0 ] && echo "ok: the CUDA backends are separate libraries, loaded on use"
+fi
+
+# ---- 7. the Python package: installed for /usr/bin/python3, found without PYTHONPATH
+#         from $HOME/.local (the recipe of 5.), and removed by make uninstall ----
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  site=$(/usr/bin/python3 scripts/python_site.py "$prefix")
+  if [ -f "$site/hvd/__init__.py" ] && [ -f "$site/hvd/torch/optimizer.py" ] &&
+     [ "$(readlink "$site/hvd/libhvd.so.0")" = "$prefix/lib/libhvd.so.0" ]; then
+    out=$(cd "$tmp/user" && PYTHONPATH=$site timeout -k 5 60 mpirun --oversubscribe --bind-to none \
+          -x PYTHONPATH -np 2 /usr/bin/python3 -c '
+import numpy as np, hvd
+hvd.init()
+print("python rank %d of %d: sum %s from %s" % (hvd.rank(), hvd.size(),
+      hvd.allreduce(np.ones(2), op=hvd.Sum).tolist(), hvd.library()))' 2>&1); rc=$?
+    grep -qx "python rank 0 of 2: sum \[2.0, 2.0\] from $site/hvd/libhvd.so.0" <<<"$out" && [ $rc -eq 0 ] ||
+      fail "the installed Python package on 2 ranks: exit $rc: $out"
+    grep '^python rank 0' <<<"$out"
+  else
+    fail "make install did not put the Python package in $site (with hvd/libhvd.so.0 -> $prefix/lib/libhvd.so.0)"
+  fi
+  out=$(cd "$tmp" && HOME=$tmp/home timeout -k 5 60 /usr/bin/python3 -c 'import hvd; print(hvd.library())' 2>&1)
+  [ "$out" = "$(HOME=$tmp/home /usr/bin/python3 -c 'import site; print(site.getusersitepackages())')/hvd/libhvd.so.0" ] ||
+    fail "after the README recipe, python3 does not import hvd from \$HOME/.local: $out"
+  if make -j2 BUILD="$build" "${conf[@]}" PREFIX="$prefix" uninstall > "$tmp/uninstall.log" 2>&1; then
+    [ -e "$site/hvd" ] && fail "make uninstall left the Python package in $site/hvd"
+    [ -e "$prefix/lib/libhvd.so.0" ] && fail "make uninstall left lib/libhvd.so.0"
+  else
+    tail -n 20 "$tmp/uninstall.log"; fail "make uninstall failed"
+  fi
+  [ $failures -eq 0 ] && echo "ok: the Python package installs, imports and uninstalls"
+else
+  fail "/usr/bin/python3 with numpy is missing (scripts/install-deps.sh installs it)"
 fi
 
 echo "$failures failures"

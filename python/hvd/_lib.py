@@ -1,0 +1,117 @@
+"""hvd._lib: finds and loads libhvd with ctypes, declares the C signatures of hvd/hvd.h
+and turns a failed call's status into HorovodInternalError carrying hvd's message.
+
+Where the library comes from, first found wins:
+  1. $HVD_LIBRARY (a path to libhvd.so);
+  2. libhvd.so.0 beside this package (make install links it there);
+  3. build/lib/libhvd.so.0 of the source tree this package sits in (PYTHONPATH=python);
+  4. libhvd.so.0 on the loader's search path (ldconfig, LD_LIBRARY_PATH).
+ctypes rather than a C extension: the C API takes plain pointers and counts, so nothing
+needs Python's headers, and one package works with every Python 3 and every build of hvd.
+"""
+import ctypes
+import os
+
+__all__ = ["HorovodInternalError", "lib", "check", "library_path"]
+
+
+class HorovodInternalError(RuntimeError):
+    """A collective or the runtime failed; the message is hvd's (hvd_last_error)."""
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_CANDIDATES = [
+    os.path.join(_HERE, "libhvd.so.0"),
+    os.path.join(os.path.dirname(os.path.dirname(_HERE)), "build", "lib", "libhvd.so.0"),
+]
+
+
+def _find():
+    env = os.environ.get("HVD_LIBRARY")
+    if env:
+        if not os.path.exists(env):
+            raise ImportError("HVD_LIBRARY=%s: no such file (point it at libhvd.so, e.g. "
+                              "build/lib/libhvd.so after `make shared`)" % env)
+        return env
+    for path in _CANDIDATES:
+        if os.path.exists(path):
+            return path
+    return "libhvd.so.0"
+
+
+library_path = _find()
+try:
+    # RTLD_GLOBAL: Open MPI loads its components with dlopen, and they look for libmpi's
+    # symbols in the global scope.
+    lib = ctypes.CDLL(library_path, mode=ctypes.RTLD_GLOBAL)
+except OSError as e:
+    raise ImportError("hvd: cannot load %s (%s); build it with `make shared` (build/lib), "
+                      "install it with `make install`, or set HVD_LIBRARY to its path"
+                      % (library_path, e)) from None
+
+_libc = ctypes.CDLL(None)
+free = _libc.free
+free.argtypes = [ctypes.c_void_p]
+free.restype = None
+
+# Status values of hvd_status_t (hvd/hvd.h).
+OK = 0
+
+# hvd_dtype_t and hvd_op_t, in the header's order.
+FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64 = range(8)
+SUM, AVERAGE, MIN, MAX, PRODUCT = range(5)
+
+_vp, _sz, _int, _st = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int
+_str = ctypes.c_char_p
+_req_p = ctypes.POINTER(ctypes.c_void_p)
+_SIGNATURES = {
+    "hvd_init": ([], _st),
+    "hvd_shutdown": ([], _st),
+    "hvd_initialized": ([], _int),
+    "hvd_rank": ([], _int), "hvd_size": ([], _int),
+    "hvd_local_rank": ([], _int), "hvd_local_size": ([], _int),
+    "hvd_cross_rank": ([], _int), "hvd_cross_size": ([], _int),
+    "hvd_status_string": ([_st], _str),
+    "hvd_last_error": ([], _str),
+    "hvd_allreduce_async": ([_str, _vp, _vp, _sz, _int, _int, _req_p], _st),
+    "hvd_grouped_allreduce_async": ([_sz, ctypes.POINTER(_str), ctypes.POINTER(_vp),
+                                     ctypes.POINTER(_vp), ctypes.POINTER(_sz), _int, _int,
+                                     _req_p], _st),
+    "hvd_broadcast_async": ([_str, _vp, _sz, _int, _int, _req_p], _st),
+    "hvd_allgather": ([_str, _vp, _sz, _int, ctypes.POINTER(_vp), ctypes.POINTER(_sz)], _st),
+    "hvd_alltoall_async": ([_str, _vp, _sz, ctypes.POINTER(_sz), _int, ctypes.POINTER(_vp),
+                            ctypes.POINTER(_sz), ctypes.POINTER(_sz), _req_p], _st),
+    "hvd_reducescatter_async": ([_str, _vp, _sz, _int, _int, _vp, ctypes.POINTER(_sz),
+                                 _req_p], _st),
+    "hvd_barrier": ([], _st),
+    "hvd_join": ([ctypes.POINTER(_int)], _st),
+    "hvd_wait": ([_vp], _st),
+    "hvd_test": ([_vp, ctypes.POINTER(_int)], _st),
+    "hvd_dtype_size": ([_int], _sz),
+}
+for _name, (_args, _res) in _SIGNATURES.items():
+    _f = getattr(lib, _name)
+    _f.argtypes = _args
+    _f.restype = _res
+
+
+def error_message(status):
+    """"HVD_ERR_MISMATCH: <hvd's detailed message>" for a failed status."""
+    name = lib.hvd_status_string(status).decode("utf-8", "replace")
+    detail = lib.hvd_last_error().decode("utf-8", "replace")
+    return "%s: %s" % (name, detail) if detail else name
+
+
+def check(status, what):
+    """Raises HorovodInternalError naming the call (what) and hvd's message."""
+    if status != OK:
+        raise HorovodInternalError("%s failed: %s" % (what, error_message(status)))
+
+
+def encode_name(name):
+    """A tensor name as the C API takes it (None: the runtime's automatic name)."""
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise TypeError("name must be a str or None, not %s" % type(name).__name__)
+    return name.encode("utf-8")
