@@ -58,7 +58,7 @@ EOF
 # launcher) are appended here.
 MUTATIONS+=$'\n'$(cat <<'EOF'
 ring-segment-off-by-one|collectives/ring_allreduce.c|s/((size_t)g < count % (size_t)N ? 1 : 0)/((size_t)g <= count % (size_t)N ? 1 : 0)/|test_coll_mpi.sh test_hvd_allreduce
-average-divides-by-size-1|hvd/host_backend.c|s/send, recv, count, dt, hvd_g.size);/send, recv, count, dt, hvd_g.size - 1);/|test_hvd_fusion
+average-divides-by-size-1|hvd/host_backend.c|s/send, recv, count, dt, v->size);/send, recv, count, dt, v->size - 1);/|test_hvd_fusion
 timeline-allreduce-fused-only|hvd/host_backend.c|s/      timeline(&resp\[i\], reqs\[i\]->key, "ALLREDUCE", t1, t2, bytes);/      if (n > 1) timeline(\&resp[i], reqs[i]->key, "ALLREDUCE", t1, t2, bytes);/|test_hvd_timeline
 check-build-gpu-always-present|launcher/check_build.c|s/have ? 'X' : ' '/have ? 'X' : 'X'/|test_hvdrun_check_build.sh
 cross-comm-wrong-color|hvd/init.c|s/MPI_Comm_split(hvd_g.ctrl, hvd_g.local_rank, hvd_g.rank, &hvd_g.cross_comm)/MPI_Comm_split(hvd_g.ctrl, hvd_g.rank, hvd_g.rank, \&hvd_g.cross_comm)/|test_netns_hvd.sh
@@ -164,6 +164,12 @@ child-exited-consumes-status|launcher/children.c|s#WNOHANG . WNOWAIT)#WNOHANG)#|
 stall-bytes-base-not-reset-on-turn|hvd/watchdog.c|s/^      base_bytes = transport_bytes();$//|test_hvd_stall
 alloc-failure-size-named-by-wrong-rank|hvd/host_backend.c|s/if (failed == hvd_g.rank)/if (failed != hvd_g.rank)/|test_hvd_errors
 liveness-gap-full-timeout|hvd/liveness.c|s/timeout_us \/ 2 < GAP_US ? timeout_us \/ 2 : GAP_US/timeout_us \/ 2 < GAP_US ? timeout_us : GAP_US/|test_hvd_liveness_gap
+pset-average-divides-by-world|hvd/host_backend.c|s/send, recv, count, dt, v->size);/send, recv, count, dt, hvd_g.size);/|test_hvd_process_sets
+pset-outsider-runs-response|hvd/execute.c|s/if (reqs\[i\] == NULL \&\& resp\[i\].set != 0) continue;/(void)0;/|test_hvd_process_sets
+pset-allgather-world-counts|hvd/host_backend.c|s/hvd_response_count(resp, v.ranks ? v.ranks\[i\] : i)/hvd_response_count(resp, i)/|test_hvd_process_sets
+pset-fuse-across-sets|hvd/negotiation.c|s/b->count > 0 \&\& b->set == a->set \&\&/b->count > 0 \&\&/|test_hvd_process_sets
+pset-outsider-not-refused|hvd/process_sets.c|s/  if (!in)$/  if (0)/|test_hvd_process_sets
+pset-postscale-dropped|hvd/host_backend.c|s/    if (cs == COLL_OK) scale(reqs\[0\]->recvbuf, reqs\[0\]->count, dtype, post);//|test_hvd_process_sets
 EOF
 )
 
