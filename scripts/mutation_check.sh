@@ -168,8 +168,11 @@ pset-average-divides-by-world|hvd/host_backend.c|s/send, recv, count, dt, v->siz
 pset-outsider-runs-response|hvd/execute.c|s/if (reqs\[i\] == NULL \&\& resp\[i\].set != 0) continue;/(void)0;/|test_hvd_process_sets
 pset-allgather-world-counts|hvd/host_backend.c|s/hvd_response_count(resp, v.ranks ? v.ranks\[i\] : i)/hvd_response_count(resp, i)/|test_hvd_process_sets
 pset-fuse-across-sets|hvd/negotiation.c|s/b->count > 0 \&\& b->set == a->set \&\&/b->count > 0 \&\&/|test_hvd_process_sets
-pset-outsider-not-refused|hvd/process_sets.c|s/  if (!in)$/  if (0)/|test_hvd_process_sets
+pset-outsider-not-refused|hvd/process_set_registry.c|s/  if (!in)$/  if (0)/|test_hvd_process_sets
 pset-postscale-dropped|hvd/host_backend.c|s/    if (cs == COLL_OK) scale(reqs\[0\]->recvbuf, reqs\[0\]->count, dtype, post);//|test_hvd_process_sets
+range-stash-skips-input|nn/model_range.c|s/  else add_region(r, m->layers\[first - 1\].out,/  else add_region(r, NULL,/|test_nn_model_range
+range-backward-ignores-dy|nn/model_range.c|s/s = b->copy(top->dout, dy ? dy : m->dlogits,/s = b->copy(top->dout, m->dlogits,/|test_nn_model_range
+range-cut-across-residual|nn/model_range.c|s/      if (in < k - 1) return 0;/      if (in < -1) return 0;/|test_nn_model_range
 EOF
 )
 
