@@ -173,6 +173,9 @@ pset-postscale-dropped|hvd/host_backend.c|s/    if (cs == COLL_OK) scale(reqs\[0
 range-stash-skips-input|nn/model_range.c|s/  else add_region(r, m->layers\[first - 1\].out,/  else add_region(r, NULL,/|test_nn_model_range
 range-backward-ignores-dy|nn/model_range.c|s/s = b->copy(top->dout, dy ? dy : m->dlogits,/s = b->copy(top->dout, m->dlogits,/|test_nn_model_range
 range-cut-across-residual|nn/model_range.c|s/      if (in < k - 1) return 0;/      if (in < -1) return 0;/|test_nn_model_range
+pipe-weights-unscaled|train/pipeline_step.c|s/(float)st->weight) != NN_OK)/1.0f) != NN_OK)/|test_train_pipeline
+pipe-no-stage-allreduce|train/pipeline_step.c|s/  if (p->R > 1 \&\& p->pend > p->pbegin) {/  if (0) {/|test_train_pipeline
+pipe-no-unstash|train/pipeline_step.c|s/  if (nn_model_range_unstash(p->m, first, last, p->stash\[k\]) != NN_OK)/  if (0)/|test_train_pipeline
 EOF
 )
 
