@@ -176,6 +176,7 @@ range-cut-across-residual|nn/model_range.c|s/      if (in < k - 1) return 0;/   
 pipe-weights-unscaled|train/pipeline_step.c|s/(float)st->weight) != NN_OK)/1.0f) != NN_OK)/|test_train_pipeline
 pipe-no-stage-allreduce|train/pipeline_step.c|s/  if (p->R > 1 \&\& p->pend > p->pbegin) {/  if (0) {/|test_train_pipeline
 pipe-no-unstash|train/pipeline_step.c|s/  if (nn_model_range_unstash(p->m, first, last, p->stash\[k\]) != NN_OK)/  if (0)/|test_train_pipeline
+train-pipe-no-gather|train/main.c|s/^  pipeline_gather(t);$/  (void)0;/|test_train_pipeline.sh
 EOF
 )
 

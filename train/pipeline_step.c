@@ -11,7 +11,8 @@
 typedef struct {
   const float *x;
   const int32_t *y;
-  int n;
+  int n, M;                       /* M: micro-batches of this step (fewer than the
+                                     pipeline's when n is smaller: an epoch's tail) */
   int size[1024], off[1024];      /* micro-batch k: samples [off, off + size) */
   double loss_sum, weight;        /* weight: of the gradients summed so far (0: none) */
   long long correct;
@@ -121,7 +122,7 @@ static int backward(train_pipeline_t *p, step_t *st, int k) {
 
 /* Every receive of the step, at its start. */
 static int post_receives(train_pipeline_t *p, step_t *st) {
-  for (int k = 0; k < p->M; k++) {
+  for (int k = 0; k < st->M; k++) {
     if (p->stage > 0 &&
         MPI_Irecv(p->act_in[k], (int)((size_t)st->size[k] * p->in_floats * sizeof(float)), MPI_BYTE,
                   p->rank - 1, TAG_ACT + k, p->comm, &p->recv_act[k]) != MPI_SUCCESS)
@@ -136,7 +137,7 @@ static int post_receives(train_pipeline_t *p, step_t *st) {
 
 /* The schedule (train/pipeline.c draws both). */
 static int run_schedule(train_pipeline_t *p, step_t *st) {
-  int M = p->M, rc = 0;
+  int M = st->M, rc = 0;
   if (p->schedule == TRAIN_PIPE_GPIPE) {
     for (int k = 0; k < M && rc == 0; k++) rc = forward(p, st, k);
     for (int k = 0; k < M && rc == 0; k++) rc = backward(p, st, k);
@@ -154,7 +155,7 @@ static int run_schedule(train_pipeline_t *p, step_t *st) {
 
 /* The sends of the step, done. */
 static int finish_sends(train_pipeline_t *p, step_t *st) {
-  for (int k = 0; k < p->M; k++) {
+  for (int k = 0; k < st->M; k++) {
     if (p->send_act[k] != MPI_REQUEST_NULL &&
         train_pipeline_wait_peer(p, &p->send_act[k], p->rank + 1, "receipt of activations",
                                  st->err, st->errlen) != 0)
@@ -202,15 +203,18 @@ int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, i
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  *st = (step_t){.x = x, .y = y, .n = n, .err = err, .errlen = errlen};
+  /* Every stage of a replica sees the same n, so all agree on the micro-batches. A
+     replica without samples (a shard's tail) still reduces (zeros) and steps. */
+  *st = (step_t){.x = x, .y = y, .n = n, .M = n < p->M ? n : p->M, .err = err,
+                 .errlen = errlen};
   int rc = 0;
-  if (n < p->M || p->M > 1024 || (n + p->M - 1) / p->M > p->micro_n) {
+  if (n < 0 || p->M > 1024 || (st->M > 0 && (n + st->M - 1) / st->M > p->micro_n)) {
     snprintf(err, errlen, "a batch of %d samples cannot make %d micro-batches of at most %d",
              n, p->M, p->micro_n);
     rc = -1;
   }
-  for (int k = 0, off = 0; rc == 0 && k < p->M; k++) {
-    st->size[k] = n / p->M + (k < n % p->M);
+  for (int k = 0, off = 0; rc == 0 && k < st->M; k++) {
+    st->size[k] = n / st->M + (k < n % st->M);
     st->off[k] = off;
     off += st->size[k];
   }
@@ -230,17 +234,24 @@ int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, i
   return rc;
 }
 
+/* The parameters, and the optimizer's state laid out as they are (one or more arrays of
+   param_len floats: SGD's momentum, Adam's m and v), from each stage's first rank. */
 int train_pipeline_gather(train_pipeline_t *p, char *err, size_t errlen) {
-  float *params = nn_model_params(p->m);
-  for (int s = 0; s < p->S; s++) {
-    size_t b, e;
-    nn_model_range_params(p->m, p->bounds[s], p->bounds[s + 1], &b, &e);
-    if (e == b) continue;
-    char name[64];
-    snprintf(name, sizeof(name), "pipe.gather.%d", s);
-    if (hvd_broadcast(name, params + b, e - b, HVD_FLOAT32, s) != HVD_OK) {
-      snprintf(err, errlen, "gathering stage %d's parameters: %s", s, hvd_last_error());
-      return -1;
+  size_t plen = nn_model_param_len(p->m), nstate = 0;
+  float *state = nn_model_optim_state(p->m, &nstate);
+  size_t arrays = state && nstate % plen == 0 ? nstate / plen : 0;
+  for (size_t a = 0; a <= arrays; a++) {
+    float *base = a == 0 ? nn_model_params(p->m) : state + (a - 1) * plen;
+    for (int s = 0; s < p->S; s++) {
+      size_t b, e;
+      nn_model_range_params(p->m, p->bounds[s], p->bounds[s + 1], &b, &e);
+      if (e == b) continue;
+      char name[64];
+      snprintf(name, sizeof(name), "pipe.gather.%zu.%d", a, s);
+      if (hvd_broadcast(name, base + b, e - b, HVD_FLOAT32, s) != HVD_OK) {
+        snprintf(err, errlen, "gathering stage %d's parameters: %s", s, hvd_last_error());
+        return -1;
+      }
     }
   }
   return 0;
