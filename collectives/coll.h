@@ -137,6 +137,12 @@ coll_status_t coll_inproc_run(int size, coll_rank_fn fn, void *arg);
    from the calling thread. */
 coll_status_t coll_transport_mpi_create(const void *mpi_comm, coll_transport_t **out);
 
+/* A transport over the parent's ranks ranks[0..n) (ascending, distinct, the parent's own
+   rank among them): rank i here is ranks[i] there (collectives/transport_subset.c).
+   Sends, receives and waits are the parent's; the parent must outlive it. */
+coll_status_t coll_transport_subset_create(coll_transport_t *parent, const int *ranks, int n,
+                                           coll_transport_t **out);
+
 /* ---- algorithms ---- */
 /* Allreduce, choosing by size: recursive doubling (latency-bound) below the small-message
    threshold, else the pipelined ring. sendbuf == recvbuf means in place. */

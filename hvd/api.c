@@ -74,12 +74,7 @@ static hvd_status_t submit(struct hvd_request *r, const char *name) {
     pthread_mutex_unlock(&hvd_g.mu);
     return s;
   }
-  if (name != NULL) {
-    snprintf(r->key, sizeof(r->key), "%s", name);
-  } else {
-    snprintf(r->key, sizeof(r->key), "%c%s.%llu", HVD_AUTO_KEY_MARK,
-             hvd_kind_name(r->kind), (unsigned long long)hvd_g.auto_seq[r->kind]++);
-  }
+  hvd_call_options_apply(r, name);   /* the key, and an _ex call's set and factors */
   if (hvd_inflight_find(r->key) != NULL) {
     hvd_status_t s = hvd_set_error(HVD_ERR_DUPLICATE_NAME,
                                    "%s: tensor \"%s\" is already in flight on rank %d; "
@@ -178,10 +173,10 @@ hvd_status_t hvd_broadcast_async(const char *name, void *buf, size_t count,
   *req = NULL;
   hvd_status_t s = check_common(name, dtype, count, buf, buf, "hvd_broadcast");
   if (s != HVD_OK) return s;
-  if (root < 0 || root >= hvd_g.size)
+  if (root < 0 || root >= hvd_call_size())
     return hvd_set_error(HVD_ERR_INVALID_ARGUMENT,
                          "hvd_broadcast: root %d is not a rank (size is %d)", root,
-                         hvd_g.size);
+                         hvd_call_size());
   struct hvd_request *r = hvd_request_new(HVD_KIND_BROADCAST);
   if (r == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_broadcast: out of memory");
   r->sendbuf = buf;
@@ -232,7 +227,7 @@ hvd_status_t hvd_alltoall_async(const char *name, const void *sendbuf, size_t co
   *recvcount = 0;
   hvd_status_t s = check_common(name, dtype, count, sendbuf, sendbuf, "hvd_alltoall");
   if (s != HVD_OK) return s;
-  const int N = hvd_g.size;
+  const int N = hvd_call_size();   /* of the process set, in an _ex call */
   size_t *own = malloc((size_t)N * sizeof(*own));
   if (own == NULL) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_alltoall: out of memory");
   /* Each split, and the sum so far, is checked against count before the next one is

@@ -317,7 +317,8 @@ static int run_hits(hvd_cache_rounds_t *cr, const int *slots, int n) {
     ok = wire && hvd_decode_responses(wire, len, 1, cr->cfg.size, &one[i]);
     if (ok)
       items[i] = (hvd_plan_item_t){one[i].kind, one[i].dtype, one[i].op,
-                                   one[i].device >= 0, one[i].count, one[i].status};
+                                   one[i].device >= 0, one[i].count, one[i].status,
+                                   0, 1.0, 1.0};   /* the cache has the world's only */
   }
   if (ok) hvd_plan(items, n, cr->cfg.fusion_threshold, order, fuse);
   for (int k = 0; ok && k < n; k++) ok = hvd_encode_response(&msg, &one[order[k]], fuse[k]);
@@ -501,6 +502,9 @@ int hvd_cache_rounds_turn(hvd_cache_rounds_t *cr, int recent_progress, int *prog
 int hvd_cache_rounds_submit(hvd_cache_rounds_t *cr, const struct hvd_request *r) {
   if (!cacheable_kind(r->kind) || cr->joined_seen || cr->hooks.self_joined(cr->hooks.arg))
     return 0;
+  /* A process set's names, and scaled reductions, always go to the coordinator: the
+     rounds agree among every rank, and the cached signature has no factors. */
+  if (r->set != 0 || HVD_SCALES(r->prescale) || HVD_SCALES(r->postscale)) return 0;
   size_t kl = strlen(r->key);
   hvd_cache_sig_t want = sig_of_request(r), have;
   int slot = hvd_cache_lookup(cr->cache, r->key, kl, &have);
@@ -514,7 +518,7 @@ int hvd_cache_rounds_learn(hvd_cache_rounds_t *cr, const hvd_response_t *resp, i
   hvd_buf_t w = {0};
   for (int i = 0; i < n; i++) {
     const hvd_response_t *r = &resp[i];
-    if (r->status != HVD_OK || !cacheable_kind(r->kind)) continue;
+    if (r->status != HVD_OK || !cacheable_kind(r->kind) || r->set != 0) continue;
     hvd_cache_sig_t g = sig_of_response(r);
     w.len = 0;
     if (!hvd_encode_response(&w, r, 0) ||

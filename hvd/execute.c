@@ -166,6 +166,9 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
       return broken_list(reqs, phantoms, i);
     }
     if (reqs[i]) reqs[i]->held = 1;
+    /* A process set's name comes to every rank; those outside the set skip it. (A rank
+       of the set has submitted it before the coordinator could answer it.) */
+    if (reqs[i] == NULL && resp[i].set != 0) continue;
     /* The coordinator answers a name without this rank's request only when this rank
        has joined; a failed one needs no stand-in (the others only complete it). */
     if (reqs[i] == NULL && hvd_g.joined && resp[i].status == HVD_OK)
@@ -180,7 +183,8 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
 
   hvd_status_t fatal = HVD_OK;
   for (int i = 0; i < n && fatal == HVD_OK;) {
-    if (reqs[i] == NULL) {   /* a failed response of a name this joined rank lacks */
+    if (reqs[i] == NULL) {   /* a failed response of a name this joined rank lacks, or
+                                another process set's name */
       i++;
       continue;
     }
@@ -210,6 +214,13 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
     static const hvd_backend_ops_t no_grouped = {.name = "device memory (grouped)"};
     for (int k = i; k < j && ops == &hvd_device_ops; k++)
       if (reqs[k]->nmembers > 0) ops = &no_grouped;
+    /* Process sets and scale factors: host memory only; every rank of the set sees the
+       same memory kind and options (negotiated), so all refuse alike. */
+    static const hvd_backend_ops_t no_sets = {.name = "device memory (process sets, "
+                                                      "scale factors)"};
+    for (int k = i; k < j && ops == &hvd_device_ops; k++)
+      if (resp[k].set != 0 || HVD_SCALES(reqs[k]->prescale) || HVD_SCALES(reqs[k]->postscale))
+        ops = &no_sets;
     fatal = run_group(ops, &reqs[i], &resp[i], j - i, msg, len, fatal_agreed);
     /* A deferred request belongs to the device path from now on: a later group of this
        list may complete and let go of it (a buffer that grows waits for the queued

@@ -59,22 +59,33 @@ hvd_status_t hvd_fusion_reserve(size_t bytes, char *msg, size_t len) {
   return HVD_OK;
 }
 
-static coll_status_t allreduce(const void *send, void *recv, size_t count,
-                               hvd_dtype_t dtype, hvd_op_t op) {
+/* The view of the process set a request addresses (0: the world). The set is known here:
+   this rank submitted the request after adding it, and sets are never freed before
+   hvd_shutdown. */
+static hvd_set_view_t view_of(const struct hvd_request *r) {
+  hvd_set_view_t v;
+  if (!hvd_set_view(r->set, &v)) hvd_set_view(0, &v);
+  return v;
+}
+
+static coll_status_t allreduce(const hvd_set_view_t *v, const void *send, void *recv,
+                               size_t count, hvd_dtype_t dtype, hvd_op_t op) {
   if (count == 0) return COLL_OK;
   coll_dtype_t dt = (coll_dtype_t)dtype;
+  /* Hierarchical allreduce is the world's only (a set spans hosts as it likes). */
+  int flat = !hvd_g.hierarchical || v->ranks != NULL;
   /* An average: the ring divides each segment once, on the rank that owns it. */
-  if (!hvd_g.hierarchical && op == HVD_AVERAGE)
-    return coll_allreduce_divided(hvd_g.world, send, recv, count, dt, hvd_g.size);
-  if (!hvd_g.hierarchical)
-    return coll_allreduce(hvd_g.world, send, recv, count, dt, hvd_coll_op(op));
+  if (flat && op == HVD_AVERAGE)
+    return coll_allreduce_divided(v->t, send, recv, count, dt, v->size);
+  if (flat) return coll_allreduce(v->t, send, recv, count, dt, hvd_coll_op(op));
   coll_status_t s = coll_hierarchical_allreduce(hvd_g.local, hvd_g.cross, send, recv, count,
                                                 dt, hvd_coll_op(op));
   if (s == COLL_OK && op == HVD_AVERAGE) coll_divide(recv, count, dt, hvd_g.size);
   return s;
 }
 
-static const char *transport_error(void) {
+static const char *transport_error(const hvd_set_view_t *v) {
+  if (v->ranks) return v->t->error;
   if (hvd_g.hierarchical) {
     if (hvd_g.local->error[0]) return hvd_g.local->error;
     if (hvd_g.cross->error[0]) return hvd_g.cross->error;
@@ -86,6 +97,22 @@ static void timeline(const hvd_response_t *resp, const char *key, const char *ev
                      double t0, double t1, size_t bytes) {
   (void)resp;
   hvd_timeline_op(key, event, t0, t1, bytes);
+}
+
+/* buf[0..count) *= f (floating-point dtypes: the _ex forms refuse the others). */
+static void scale(void *buf, size_t count, hvd_dtype_t dtype, double f) {
+  if (!HVD_SCALES(f)) return;
+  if (dtype == HVD_FLOAT32) {
+    float *p = buf;
+    for (size_t i = 0; i < count; i++) p[i] = (float)(p[i] * f);
+  } else if (dtype == HVD_FLOAT64) {
+    double *p = buf;
+    for (size_t i = 0; i < count; i++) p[i] *= f;
+  } else {
+    for (size_t i = 0; i < count; i++)
+      coll_element_set(buf, i, (coll_dtype_t)dtype,
+                       coll_element_get(buf, i, (coll_dtype_t)dtype) * f);
+  }
 }
 
 /* Copies every tensor of reqs[0..n) (a grouped request's members one by one) into the
@@ -113,8 +140,17 @@ static hvd_status_t run_allreduce(struct hvd_request **reqs, const hvd_response_
   double t0 = util_now_us();
   coll_status_t cs;
   double t1 = t0, t2, t3;
+  hvd_set_view_t v = view_of(reqs[0]);   /* a fused group is of one set (the plan) */
+  double pre = reqs[0]->prescale, post = reqs[0]->postscale;
   if (n == 1 && reqs[0]->nmembers == 0) {
-    cs = allreduce(reqs[0]->sendbuf, reqs[0]->recvbuf, reqs[0]->count, dtype, op);
+    const void *send = reqs[0]->sendbuf;
+    if (HVD_SCALES(pre)) {   /* the input is the caller's: scale a copy, in recvbuf */
+      if (send != reqs[0]->recvbuf) coll_copy(reqs[0]->recvbuf, send, reqs[0]->count * es);
+      scale(reqs[0]->recvbuf, reqs[0]->count, dtype, pre);
+      send = reqs[0]->recvbuf;
+    }
+    cs = allreduce(&v, send, reqs[0]->recvbuf, reqs[0]->count, dtype, op);
+    if (cs == COLL_OK) scale(reqs[0]->recvbuf, reqs[0]->count, dtype, post);
     t2 = t3 = util_now_us();
   } else {
     size_t total = 0;
@@ -123,9 +159,11 @@ static hvd_status_t run_allreduce(struct hvd_request **reqs, const hvd_response_
     if (rs != HVD_OK) return rs;
     char *fb = hvd_g.fusion_buf;
     fusion_copy(reqs, n, fb, es, 0);
+    scale(fb, total, dtype, pre);
     t1 = util_now_us();
-    cs = allreduce(fb, fb, total, dtype, op);
+    cs = allreduce(&v, fb, fb, total, dtype, op);
     t2 = util_now_us();
+    if (cs == COLL_OK) scale(fb, total, dtype, post);
     if (cs == COLL_OK) fusion_copy(reqs, n, fb, es, 1);
     t3 = util_now_us();
   }
@@ -145,14 +183,16 @@ static hvd_status_t run_allreduce(struct hvd_request **reqs, const hvd_response_
   hvd_status_t s = hvd_status_from_coll(cs);
   if (s != HVD_OK)
     snprintf(msg, len, "allreduce of tensor \"%s\"%s failed on rank %d: %s", reqs[0]->key,
-             n > 1 ? " (fused with others)" : "", hvd_g.rank, transport_error());
+             n > 1 ? " (fused with others)" : "", hvd_g.rank, transport_error(&v));
   return s;
 }
 
 hvd_status_t hvd_host_allreduce(void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
                                 char *msg, size_t len) {
-  hvd_status_t s = hvd_status_from_coll(allreduce(buf, buf, count, dtype, op));
-  if (s != HVD_OK) snprintf(msg, len, "rank %d: %s", hvd_g.rank, transport_error());
+  hvd_set_view_t v;
+  hvd_set_view(0, &v);
+  hvd_status_t s = hvd_status_from_coll(allreduce(&v, buf, buf, count, dtype, op));
+  if (s != HVD_OK) snprintf(msg, len, "rank %d: %s", hvd_g.rank, transport_error(&v));
   return s;
 }
 
@@ -165,8 +205,8 @@ static hvd_status_t agree_allocation(int ok, const struct hvd_request *r,
                                      size_t len, int *agreed) {
   int32_t failed = ok ? -1 : hvd_g.rank;   /* the highest failing rank, or -1 */
   *cs = COLL_OK;
-  if (hvd_g.size > 1)
-    *cs = coll_allreduce(hvd_g.world, &failed, &failed, 1, COLL_INT32, COLL_MAX);
+  hvd_set_view_t v = view_of(r);
+  if (v.size > 1) *cs = coll_allreduce(v.t, &failed, &failed, 1, COLL_INT32, COLL_MAX);
   if (*cs != COLL_OK || failed < 0) return HVD_OK;
   /* Only the failing rank knows its size: the others would name their own. */
   if (failed == hvd_g.rank)
@@ -183,7 +223,8 @@ static hvd_status_t agree_allocation(int ok, const struct hvd_request *r,
    rank), so every rank knows what it receives from whom before the data moves. */
 static hvd_status_t run_alltoall(struct hvd_request *r, const hvd_response_t *resp,
                                  char *msg, size_t len, int *agreed) {
-  const int N = hvd_g.size;
+  hvd_set_view_t v = view_of(r);
+  const int N = v.size;
   size_t es = hvd_dtype_size(r->dtype), total = 0;
   double t0 = util_now_us();
   size_t *recv = malloc((size_t)N * sizeof(*recv));
@@ -192,7 +233,7 @@ static hvd_status_t run_alltoall(struct hvd_request *r, const hvd_response_t *re
     return HVD_ERR_NO_MEMORY;
   }
   _Static_assert(sizeof(size_t) == 8, "splits travel as 8-byte integers");
-  coll_status_t cs = coll_alltoall(hvd_g.world, r->splits, recv, 1, COLL_INT64);
+  coll_status_t cs = coll_alltoall(v.t, r->splits, recv, 1, COLL_INT64);
   void *out = NULL;
   if (cs == COLL_OK) {
     /* Every sender checked its splits against its count, but what all of them send
@@ -214,12 +255,12 @@ static hvd_status_t run_alltoall(struct hvd_request *r, const hvd_response_t *re
     }
   }
   if (cs == COLL_OK)
-    cs = coll_alltoallv(hvd_g.world, r->sendbuf, r->splits, out, recv, (coll_dtype_t)r->dtype);
+    cs = coll_alltoallv(v.t, r->sendbuf, r->splits, out, recv, (coll_dtype_t)r->dtype);
   timeline(resp, r->key, "ALLTOALL", t0, util_now_us(), total * es);
   hvd_status_t s = hvd_status_from_coll(cs);
   if (s != HVD_OK) {
     snprintf(msg, len, "alltoall of tensor \"%s\" failed on rank %d: %s", r->key,
-             hvd_g.rank, hvd_g.world->error);
+             hvd_g.rank, v.t->error);
     free(out);
     free(recv);
   } else {
@@ -235,7 +276,8 @@ static hvd_status_t run_alltoall(struct hvd_request *r, const hvd_response_t *re
    segments one element longer. */
 static hvd_status_t run_reducescatter(struct hvd_request *r, const hvd_response_t *resp,
                                       char *msg, size_t len) {
-  const int N = hvd_g.size;
+  hvd_set_view_t v = view_of(r);
+  const int N = v.size;
   double t0 = util_now_us();
   size_t *counts = malloc((size_t)N * sizeof(*counts));
   if (!counts) {
@@ -245,19 +287,35 @@ static hvd_status_t run_reducescatter(struct hvd_request *r, const hvd_response_
   for (int j = 0; j < N; j++)
     counts[j] = r->count / (size_t)N + ((size_t)j < r->count % (size_t)N);
   coll_status_t cs = COLL_OK;
+  const void *send = r->sendbuf;
+  void *scaled = NULL;   /* the input is the caller's: prescale a copy */
+  if (HVD_SCALES(r->prescale) && r->count > 0) {
+    size_t bytes = r->count * hvd_dtype_size(r->dtype);
+    if ((scaled = malloc(bytes)) == NULL) {
+      free(counts);
+      snprintf(msg, len, "rank %d: out of memory for reducescatter \"%s\"", hvd_g.rank,
+               r->key);
+      return HVD_ERR_NO_MEMORY;
+    }
+    coll_copy(scaled, send, bytes);
+    scale(scaled, r->count, r->dtype, r->prescale);
+    send = scaled;
+  }
   if (r->count > 0)
-    cs = coll_reduce_scatter(hvd_g.world, r->sendbuf, r->recvbuf, counts,
-                             (coll_dtype_t)r->dtype, hvd_coll_op(r->op));
-  size_t mine = counts[hvd_g.rank];
+    cs = coll_reduce_scatter(v.t, send, r->recvbuf, counts, (coll_dtype_t)r->dtype,
+                             hvd_coll_op(r->op));
+  free(scaled);
+  size_t mine = counts[v.rank];
   if (cs == COLL_OK && r->op == HVD_AVERAGE && mine > 0)
     coll_divide(r->recvbuf, mine, (coll_dtype_t)r->dtype, N);
+  if (cs == COLL_OK && mine > 0) scale(r->recvbuf, mine, r->dtype, r->postscale);
   free(counts);
   timeline(resp, r->key, "REDUCESCATTER", t0, util_now_us(),
            r->count * hvd_dtype_size(r->dtype));
   hvd_status_t s = hvd_status_from_coll(cs);
   if (s != HVD_OK)
     snprintf(msg, len, "reducescatter of tensor \"%s\" failed on rank %d: %s", r->key,
-             hvd_g.rank, hvd_g.world->error);
+             hvd_g.rank, v.t->error);
   else {
     r->result_count = mine;
     r->results = HVD_RESULT_COUNT;
@@ -269,10 +327,13 @@ static hvd_status_t run_allgather(struct hvd_request *r, const hvd_response_t *r
                                   char *msg, size_t len, int *agreed) {
   size_t es = hvd_dtype_size(r->dtype);
   size_t total = (size_t)resp->count;
-  size_t *counts = malloc((size_t)hvd_g.size * sizeof(size_t));
+  hvd_set_view_t v = view_of(r);
+  size_t *counts = malloc((size_t)v.size * sizeof(size_t));
   void *out = NULL;
   if (counts) {
-    for (int i = 0; i < hvd_g.size; i++) counts[i] = (size_t)hvd_response_count(resp, i);
+    /* The response counts every world rank (0 outside the set). */
+    for (int i = 0; i < v.size; i++)
+      counts[i] = (size_t)hvd_response_count(resp, v.ranks ? v.ranks[i] : i);
     out = malloc(total * es > 0 ? total * es : 1);
   }
   char need[64];
@@ -285,15 +346,14 @@ static hvd_status_t run_allgather(struct hvd_request *r, const hvd_response_t *r
     return fs;
   }
   double t0 = util_now_us();
-  if (cs == COLL_OK) cs = coll_allgatherv(hvd_g.world, r->sendbuf, out, counts,
-                                          (coll_dtype_t)r->dtype);
+  if (cs == COLL_OK) cs = coll_allgatherv(v.t, r->sendbuf, out, counts, (coll_dtype_t)r->dtype);
   double t1 = util_now_us();
   free(counts);
   timeline(resp, r->key, "ALLGATHER", t0, t1, total * es);
   hvd_status_t s = hvd_status_from_coll(cs);
   if (s != HVD_OK) {
     snprintf(msg, len, "allgather of tensor \"%s\" failed on rank %d: %s", r->key,
-             hvd_g.rank, hvd_g.world->error);
+             hvd_g.rank, v.t->error);
     free(out);
   } else {
     r->result = out;
@@ -307,23 +367,25 @@ static hvd_status_t run_broadcast(struct hvd_request *r, const hvd_response_t *r
                                   char *msg, size_t len) {
   double t0 = util_now_us();
   coll_status_t cs = COLL_OK;
+  hvd_set_view_t v = view_of(r);
   if (r->count > 0)
-    cs = coll_broadcast(hvd_g.world, r->recvbuf, r->count, (coll_dtype_t)r->dtype, r->root);
+    cs = coll_broadcast(v.t, r->recvbuf, r->count, (coll_dtype_t)r->dtype, r->root);
   timeline(resp, r->key, "BROADCAST", t0, util_now_us(), r->count * hvd_dtype_size(r->dtype));
   hvd_status_t s = hvd_status_from_coll(cs);
   if (s != HVD_OK)
     snprintf(msg, len, "broadcast of tensor \"%s\" failed on rank %d: %s", r->key,
-             hvd_g.rank, hvd_g.world->error);
+             hvd_g.rank, v.t->error);
   return s;
 }
 
 static hvd_status_t run_barrier(struct hvd_request *r, const hvd_response_t *resp,
                                 char *msg, size_t len) {
   double t0 = util_now_us();
-  hvd_status_t s = hvd_status_from_coll(coll_barrier(hvd_g.world));
+  hvd_set_view_t v = view_of(r);
+  hvd_status_t s = hvd_status_from_coll(coll_barrier(v.t));
   timeline(resp, r->key, "BARRIER", t0, util_now_us(), 0);
   if (s != HVD_OK)
-    snprintf(msg, len, "barrier failed on rank %d: %s", hvd_g.rank, hvd_g.world->error);
+    snprintf(msg, len, "barrier failed on rank %d: %s", hvd_g.rank, v.t->error);
   return s;
 }
 

@@ -110,6 +110,76 @@ hvd_status_t hvd_wait(hvd_request_t req);            /* blocks; frees req; its s
 hvd_status_t hvd_test(hvd_request_t req, int *done); /* never blocks; when *done, the
                                                         request is freed as by hvd_wait */
 
+/* Process sets and per-call options (Horovod's process sets).
+   A process set is a subset of the ranks; its collectives involve only its ranks.
+   Set 0 is the world. hvd_process_set_add is collective over the world: every rank
+   calls it with the same sorted, distinct ranks (different lists: HVD_ERR_MISMATCH on
+   every rank; a bad list: HVD_ERR_INVALID_ARGUMENT), including the ranks outside the new
+   set, and every rank gets the same id. hvd_process_set_remove is collective too; call
+   it with no collective of the set in flight. */
+typedef int32_t hvd_process_set_t;
+hvd_status_t hvd_process_set_add(const int *ranks, int n, hvd_process_set_t *set);
+hvd_status_t hvd_process_set_remove(hvd_process_set_t set);
+int hvd_process_set_rank(hvd_process_set_t set);   /* this rank's index in the set; -1
+                                                      if not in it (or unknown)     */
+int hvd_process_set_size(hvd_process_set_t set);   /* -1 for an unknown set           */
+
+typedef struct {
+  hvd_process_set_t process_set;   /* 0 = every rank                                     */
+  double prescale_factor;          /* multiply the input before reducing; 0 means 1       */
+  double postscale_factor;         /* multiply the result after reducing; 0 means 1       */
+} hvd_options_t;                   /* zero-initialised = today's behaviour; may grow at the end */
+
+/* Each collective's _ex form: the same arguments, then opts (NULL = the plain form).
+   Inside a set, roots, splits and the order of results are the set's own ranks (root 0 =
+   the set's first rank), as with MPI sub-communicators; AVERAGE divides by the set's
+   size. A call on a set this rank is not in, or an unknown set: HVD_ERR_INVALID_ARGUMENT
+   at the call. The factors apply to the reductions (allreduce, grouped allreduce,
+   reducescatter) of floating-point data (another dtype: HVD_ERR_INVALID_ARGUMENT) and
+   are ignored by the other collectives; ranks that pass different factors or sets for a
+   name get HVD_ERR_MISMATCH. A set's collectives, and the factors, work on host memory
+   (device memory: HVD_ERR_INVALID_ARGUMENT on every rank of the set, at execution);
+   hvd_join concerns the world only. */
+hvd_status_t hvd_allreduce_ex(const char *name, const void *sendbuf, void *recvbuf,
+                              size_t count, hvd_dtype_t dtype, hvd_op_t op,
+                              const hvd_options_t *opts);
+hvd_status_t hvd_allreduce_async_ex(const char *name, const void *sendbuf, void *recvbuf,
+                                    size_t count, hvd_dtype_t dtype, hvd_op_t op,
+                                    const hvd_options_t *opts, hvd_request_t *req);
+hvd_status_t hvd_broadcast_ex(const char *name, void *buf, size_t count, hvd_dtype_t dtype,
+                              int root, const hvd_options_t *opts);
+hvd_status_t hvd_broadcast_async_ex(const char *name, void *buf, size_t count,
+                                    hvd_dtype_t dtype, int root, const hvd_options_t *opts,
+                                    hvd_request_t *req);
+hvd_status_t hvd_allgather_ex(const char *name, const void *sendbuf, size_t count,
+                              hvd_dtype_t dtype, void **recvbuf, size_t *recvcount,
+                              const hvd_options_t *opts);
+hvd_status_t hvd_alltoall_ex(const char *name, const void *sendbuf, size_t count,
+                             const size_t *splits, hvd_dtype_t dtype, void **recvbuf,
+                             size_t *recvcount, size_t *recv_splits,
+                             const hvd_options_t *opts);
+hvd_status_t hvd_alltoall_async_ex(const char *name, const void *sendbuf, size_t count,
+                                   const size_t *splits, hvd_dtype_t dtype, void **recvbuf,
+                                   size_t *recvcount, size_t *recv_splits,
+                                   const hvd_options_t *opts, hvd_request_t *req);
+hvd_status_t hvd_reducescatter_ex(const char *name, const void *sendbuf, size_t count,
+                                  hvd_dtype_t dtype, hvd_op_t op, void *recvbuf,
+                                  size_t *recvcount, const hvd_options_t *opts);
+hvd_status_t hvd_reducescatter_async_ex(const char *name, const void *sendbuf, size_t count,
+                                        hvd_dtype_t dtype, hvd_op_t op, void *recvbuf,
+                                        size_t *recvcount, const hvd_options_t *opts,
+                                        hvd_request_t *req);
+hvd_status_t hvd_grouped_allreduce_ex(size_t n, const char *const *names,
+                                      const void *const *sendbufs, void *const *recvbufs,
+                                      const size_t *counts, hvd_dtype_t dtype, hvd_op_t op,
+                                      const hvd_options_t *opts);
+hvd_status_t hvd_grouped_allreduce_async_ex(size_t n, const char *const *names,
+                                            const void *const *sendbufs,
+                                            void *const *recvbufs, const size_t *counts,
+                                            hvd_dtype_t dtype, hvd_op_t op,
+                                            const hvd_options_t *opts, hvd_request_t *req);
+hvd_status_t hvd_barrier_ex(const hvd_options_t *opts);
+
 /* ---- extensions ---- */
 
 /* Async forms of alltoall and reducescatter: the outputs (*recvbuf, *recvcount,

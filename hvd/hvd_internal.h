@@ -17,6 +17,10 @@
    (runs a plan) -> the backend tables: host_backend.c (host memory: the fusion buffer
    and the collectives over MPI) and device.c (CUDA device memory: NCCL), which uses
    the host backend to stage. The shared state (hvd_g) lives in state.c.
+   Process sets: api_ex.c (the _ex forms) -> call_options.c (this call's set and
+   factors, which api.c reads) -> process_set_registry.c (the sets, which the coordinator
+   does not need and host_backend.c and execute.c read); process_sets.c (add/remove)
+   -> api.c and the registry.
 
    This header holds what nearly every file uses: the request, the response, the shared
    state, the names (names.c), the log (env.c), the backend tables and the device
@@ -37,7 +41,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-#define HVD_KEY_MAX (HVD_NAME_MAX + 2)   /* a name, or the key of an unnamed call  */
+#define HVD_KEY_MAX (HVD_NAME_MAX + 16)  /* a name, or the key of an unnamed call,
+                                            with a process set's prefix          */
 #define HVD_ERROR_MAX 512
 #define HVD_INFLIGHT_BUCKETS 1024
 #define HVD_HOST_MAX 64
@@ -60,6 +65,10 @@ const char *hvd_op_name(hvd_op_t op);              /* "sum", ...                
    hvd_display_name writes the key as a person reads it. */
 #define HVD_AUTO_KEY_MARK '\x01'
 const char *hvd_display_name(const char *key, char *buf, size_t len);
+/* A collective of process set s != 0 has the key "\x02<s>\x1f<name or unnamed key>",
+   so the same name in two sets is two tensors (hvd/call_options.c). */
+#define HVD_SET_KEY_MARK '\x02'
+#define HVD_SET_KEY_SEP '\x1f'
 
 /* One asynchronous operation, from submission until hvd_wait/hvd_test frees it. */
 struct hvd_request {
@@ -78,6 +87,10 @@ struct hvd_request {
   size_t *splits;           /* alltoall: elements to each rank (size entries, owned) */
   size_t *recv_splits;      /* alltoall: the caller's array for what came from each */
   int *last_rank;           /* join: where the last rank to join goes (may be NULL)  */
+  /* Process set (0: the world) and its size; root and splits are in the set's ranks.
+     prescale/postscale: the factors of hvd_options_t (1: none). */
+  int32_t set, set_size;
+  double prescale, postscale;   /* 0 is taken as 1 too (HVD_SCALES)                  */
   /* A stand-in on a rank that has joined: zeros of the response's size, in buffers it
      owns; never in flight, freed by the executor. */
   int phantom;
@@ -171,6 +184,7 @@ typedef struct {
   int device;                 /* -1: host memory, else device memory (rank 0's ordinal) */
   int fuse_with_prev;         /* the coordinator's plan: this response runs in the same
                                  collective as the one before it                      */
+  int set;                    /* process set (0: the world); ranks outside it skip it */
   int64_t count;              /* elements; allgather: the total                      */
   const char *key;            /* key_len bytes, not 0-terminated (points into a message) */
   const char *msg;            /* msg_len bytes, likewise                                */
@@ -337,6 +351,34 @@ void hvd_device_buffer_free(void *p);
 hvd_status_t hvd_allreduce_async_fp16(const char *name, const float *src, uint16_t *half,
                                       float *dst, size_t count, hvd_op_t op, float div,
                                       hvd_request_t *req);
+
+/* hvd/process_set_registry.c. The transport, size and this rank's index of set s (0: the
+   world; hierarchical allreduce only there); 0 when this rank is not in s. */
+typedef struct {
+  coll_transport_t *t;
+  int size, rank;
+  const int *ranks;           /* the set's world ranks; NULL for the world */
+} hvd_set_view_t;
+int hvd_set_view(int32_t set, hvd_set_view_t *v);
+/* api.c, under hvd_g.mu: the per-call options of the _ex form running on this thread
+   (set, size, factors) go into r, and r's key gets the set's prefix. */
+void hvd_call_options_apply(struct hvd_request *r, const char *name);
+/* The size of the set the call on this thread addresses (hvd_g.size outside _ex). */
+int hvd_call_size(void);
+/* Whether this rank may address set (0, or a set it is in); *size gets its size.
+   Otherwise HVD_ERR_INVALID_ARGUMENT, with the message set for the caller. */
+hvd_status_t hvd_process_set_check(int32_t set, int *size, const char *what);
+/* The number of the next unnamed call of kind in set (each set counts its own). */
+uint64_t hvd_process_set_next_auto(int32_t set, hvd_kind_t kind);
+/* Records a set every rank agreed on (its id: the next one); marks one removed (0 when
+   unknown); the number of the next add/remove call (names of their agreement). */
+hvd_status_t hvd_process_set_register(const int *ranks, int n, hvd_process_set_t *set);
+int hvd_process_set_unregister(hvd_process_set_t set);
+uint64_t hvd_process_set_next_call(void);
+/* Whether a factor of hvd_options_t changes the data (0 and 1 do not). */
+#define HVD_SCALES(f) ((f) != 0.0 && (f) != 1.0)
+/* Frees the process sets (hvd_shutdown). */
+void hvd_process_sets_free(void);
 
 /* Sets hvd_g.cancel from any thread. */
 #define hvd_g_cancel_set() __atomic_store_n(&hvd_g.cancel, 1, __ATOMIC_RELAXED)

@@ -531,6 +531,7 @@ hvd_status_t hvd_shutdown(void) {
   pthread_mutex_unlock(&hvd_g.mu);
   pthread_join(hvd_g.thread, NULL);   /* it released the device state as it ended */
   hvd_watchdog_stop();
+  hvd_process_sets_free();
   /* From here on calls return HVD_ERR_NOT_INITIALIZED. */
   atomic_store(&hvd_g_initialized, 0);
   pthread_cond_destroy(&hvd_g.work_cv);

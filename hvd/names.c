@@ -64,6 +64,15 @@ const char *hvd_kind_name(hvd_kind_t k) {
 }
 
 const char *hvd_display_name(const char *key, char *buf, size_t len) {
+  if (key[0] == HVD_SET_KEY_MARK) {
+    /* "\x02" "3" "\x1f" "w1" -> "w1 (process set 3)" */
+    const char *sep = strchr(key, HVD_SET_KEY_SEP);
+    if (sep == NULL) return key + 1;
+    char inner[HVD_KEY_MAX + 32];
+    const char *name = hvd_display_name(sep + 1, inner, sizeof(inner));
+    snprintf(buf, len, "%s (process set %.*s)", name, (int)(sep - key - 1), key + 1);
+    return buf;
+  }
   if (key[0] != HVD_AUTO_KEY_MARK) return key;
   /* "\x01allreduce.3" -> "unnamed allreduce #3" */
   const char *dot = strrchr(key, '.');

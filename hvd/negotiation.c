@@ -38,13 +38,15 @@ typedef struct {
   int32_t kind, dtype, op, root, device;
   uint32_t key_len;
   int64_t count;
+  int32_t set, set_size;       /* process set (0: the world) and its size */
+  double prescale, postscale;
 } wire_request_t;
 
 typedef struct {
   int32_t kind, dtype, op, root, status;
   uint32_t key_len, msg_len;
   int32_t device;              /* -1 host, else a CUDA device ordinal (rank 0's)  */
-  int32_t fuse_with_prev, pad;
+  int32_t fuse_with_prev, set;
   int64_t count;
 } wire_response_t;
 
@@ -70,7 +72,8 @@ void hvd_buf_free(hvd_buf_t *b) {
 
 int hvd_encode_request(hvd_buf_t *b, const struct hvd_request *r) {
   wire_request_t w = {r->kind, r->dtype, r->op, r->root, r->device,
-                      (uint32_t)strlen(r->key), (int64_t)r->count};
+                      (uint32_t)strlen(r->key), (int64_t)r->count, r->set, r->set_size,
+                      r->prescale, r->postscale};
   return hvd_buf_put(b, &w, sizeof(w)) && hvd_buf_put(b, r->key, w.key_len);
 }
 
@@ -160,14 +163,23 @@ static entry_t *entry_new(const hvd_coordinator_t *c, const char *key, size_t ke
   return e;
 }
 
-/* Whether every rank has submitted pending[idx] or joined; if so it moves to the ready
-   list (pending keeps arrival order: it is also the stall report's order). 0 when out
-   of memory. */
+/* The ranks that must submit e: its process set's (only the ranks of the set submit
+   its names), else every rank. */
+static int entry_need(const hvd_coordinator_t *c, const entry_t *e) {
+  const wire_request_t *w = &e->req[e->ref];
+  return w->set != 0 ? w->set_size : c->size;
+}
+
+/* Whether every rank has submitted pending[idx] or joined (joins count for the world's
+   names only); if so it moves to the ready list (pending keeps arrival order: it is also
+   the stall report's order). 0 when out of memory. */
 static int promote_if_ready(hvd_coordinator_t *c, int idx, double now_us) {
   entry_t *e = c->pending[idx];
   int have = e->nhave;
-  for (int r = 0; r < c->size && c->njoined > 0; r++) have += c->joined[r] && !e->have[r];
-  if (have < c->size) return 1;
+  int world = e->req[e->ref].set == 0;
+  for (int r = 0; r < c->size && c->njoined > 0 && world; r++)
+    have += c->joined[r] && !e->have[r];
+  if (have < entry_need(c, e)) return 1;
   memmove(&c->pending[idx], &c->pending[idx + 1],
           (size_t)(c->npending - idx - 1) * sizeof(entry_t *));
   c->npending--;
@@ -273,6 +285,21 @@ static hvd_status_t check_mismatch(const hvd_coordinator_t *c, const entry_t *e,
                "sent %s.", name, kind, hvd_kind_name((hvd_kind_t)b->kind));
       return HVD_ERR_MISMATCH;
     }
+    if (a->set != b->set || a->set_size != b->set_size) {
+      snprintf(msg, HVD_ERROR_MAX,
+               "Mismatched %s process sets for tensor \"%s\": one rank sent set %d of %d "
+               "ranks, another rank sent set %d of %d ranks.", kind, name, a->set,
+               a->set_size, b->set, b->set_size);
+      return HVD_ERR_MISMATCH;
+    }
+    if ((a->kind == HVD_KIND_ALLREDUCE || a->kind == HVD_KIND_REDUCESCATTER) &&
+        (a->prescale != b->prescale || a->postscale != b->postscale)) {
+      snprintf(msg, HVD_ERROR_MAX,
+               "Mismatched %s scale factors for tensor \"%s\": one rank sent prescale %g "
+               "postscale %g, another rank sent prescale %g postscale %g.", kind, name,
+               a->prescale, a->postscale, b->prescale, b->postscale);
+      return HVD_ERR_MISMATCH;
+    }
     if (a->dtype != b->dtype) {
       snprintf(msg, HVD_ERROR_MAX,
                "Mismatched %s data types for tensor \"%s\": one rank sent %s, another "
@@ -323,7 +350,7 @@ static hvd_status_t check_mismatch(const hvd_coordinator_t *c, const entry_t *e,
       return HVD_ERR_MISMATCH;
     }
   }
-  if (e->nhave < c->size) {
+  if (e->nhave < entry_need(c, e)) {
     /* Some rank joined. Zeros stand in for it only where they mean "no contribution"
        to a reduction; Horovod refuses the other collectives under join alike. */
     int unsupported = a->kind != HVD_KIND_ALLREDUCE && a->kind != HVD_KIND_REDUCESCATTER &&
@@ -344,7 +371,8 @@ static hvd_status_t check_mismatch(const hvd_coordinator_t *c, const entry_t *e,
 /* Whether item b may run in the same fused allreduce as a. */
 static int fusable(const hvd_plan_item_t *a, const hvd_plan_item_t *b) {
   return b->kind == HVD_KIND_ALLREDUCE && b->dtype == a->dtype && b->op == a->op &&
-         b->on_device == a->on_device && b->count > 0;
+         b->on_device == a->on_device && b->count > 0 && b->set == a->set &&
+         b->prescale == a->prescale && b->postscale == a->postscale;
 }
 
 static size_t item_bytes(const hvd_plan_item_t *it) {
@@ -391,7 +419,8 @@ static int plan(const hvd_coordinator_t *c, const hvd_status_t *status, int *ord
   for (int i = 0; i < n; i++) {
     const wire_request_t *w = &c->ready[i]->req[c->ready[i]->ref];
     items[i] = (hvd_plan_item_t){(hvd_kind_t)w->kind, (hvd_dtype_t)w->dtype,
-                                 (hvd_op_t)w->op, w->device >= 0, w->count, status[i]};
+                                 (hvd_op_t)w->op, w->device >= 0, w->count, status[i],
+                                 w->set, w->prescale, w->postscale};
   }
   hvd_plan(items, n, hvd_g.cfg.fusion_threshold, order, fuse);
   free(items);
@@ -426,7 +455,7 @@ int hvd_coordinator_emit(hvd_coordinator_t *c, hvd_buf_t *msg) {
       for (int r = 0; r < c->size; r++) total += e->req[r].count;
     }
     wire_response_t w = {a->kind, a->dtype, a->op, a->root, s, (uint32_t)strlen(e->key),
-                         (uint32_t)strlen(text), a->device, fuse[k], 0, total};
+                         (uint32_t)strlen(text), a->device, fuse[k], a->set, total};
     ok = hvd_buf_put(msg, &w, sizeof(w)) && hvd_buf_put(msg, e->key, w.key_len) &&
          hvd_buf_put(msg, text, w.msg_len);
     if (ok && a->kind == HVD_KIND_ALLGATHER && s == HVD_OK)
@@ -447,7 +476,7 @@ int hvd_coordinator_emit(hvd_coordinator_t *c, hvd_buf_t *msg) {
 
 int hvd_encode_response(hvd_buf_t *b, const hvd_response_t *r, int fuse_with_prev) {
   wire_response_t w = {r->kind, r->dtype, r->op, r->root, r->status, r->key_len,
-                       r->msg_len, r->device, fuse_with_prev, 0, r->count};
+                       r->msg_len, r->device, fuse_with_prev, r->set, r->count};
   int ok = hvd_buf_put(b, &w, sizeof(w)) && hvd_buf_put(b, r->key, r->key_len) &&
            (r->msg_len == 0 || hvd_buf_put(b, r->msg, r->msg_len));
   if (ok && r->kind == HVD_KIND_ALLGATHER && r->status == HVD_OK && r->counts)
@@ -476,6 +505,7 @@ int hvd_decode_responses(const char *payload, size_t len, int n, int size,
     r->status = (hvd_status_t)w.status;
     r->device = w.device;
     r->fuse_with_prev = w.fuse_with_prev != 0;
+    r->set = w.set;
     r->count = w.count;
     if (off + w.key_len + w.msg_len > len) return 0;
     r->key = payload + off;

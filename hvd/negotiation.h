@@ -43,6 +43,8 @@ typedef struct {
   int on_device;
   int64_t count;
   hvd_status_t status;
+  int32_t set;                 /* only the same process set and factors fuse */
+  double prescale, postscale;
 } hvd_plan_item_t;
 void hvd_plan(const hvd_plan_item_t *items, int n, size_t threshold, int *order,
               unsigned char *fuse);

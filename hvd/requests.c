@@ -70,7 +70,7 @@ static void request_hand_over(struct hvd_request *r) {
   }
   if (r->results & HVD_RESULT_COUNT) *r->gather_count = r->result_count;
   if (r->results & HVD_RESULT_SPLITS)
-    memcpy(r->recv_splits, r->result_splits, (size_t)hvd_g.size * sizeof(*r->recv_splits));
+    memcpy(r->recv_splits, r->result_splits, (size_t)r->set_size * sizeof(*r->recv_splits));
   if ((r->results & HVD_RESULT_LAST_RANK) && r->last_rank) *r->last_rank = r->result_last_rank;
   hvd_request_free_results(r);
 }

@@ -310,6 +310,36 @@ nn_status_t nn_model_set_precision(nn_model_t *m, const nn_precision_config_t *c
 nn_precision_t nn_model_precision(const nn_model_t *m);
 const char *nn_precision_name(nn_precision_t p);    /* "fp32", "fp16", "bf16" */
 
+/* ---- layer ranges (nn/model_range.c): a pipeline stage runs layers [first, last) of
+   the same model ----
+   forward_range reads x, the output of layer first - 1 for n samples (the model input
+   when first is 0), and runs the range; the result is nn_model_layer_out(m, last - 1).
+   backward_range goes back from dy, the gradient of that output (NULL: the loss's, for
+   a range that ends with the last layer, after nn_model_loss), ADDS the range's
+   parameter gradients (zero them once per step: nn_model_zero_grads) and leaves the
+   gradient of its input in nn_model_range_input_grad(m, first) (NULL when first is 0 or
+   nobody wants it). Models on the CPU only (NN_ERR_UNSUPPORTED on a GPU). A range of a
+   model gives exactly what the same layers give inside nn_model_forward/backward. */
+nn_status_t nn_model_forward_range(nn_model_t *m, int first, int last, const float *x, int n,
+                                   int training);
+nn_status_t nn_model_backward_range(nn_model_t *m, int first, int last, const float *dy,
+                                    nn_grad_ready_fn on_ready, void *ctx);
+float *nn_model_layer_out(nn_model_t *m, int i);        /* host; NULL on a GPU */
+size_t nn_model_layer_out_size(const nn_model_t *m, int i);  /* floats per sample */
+float *nn_model_range_input_grad(nn_model_t *m, int first);
+/* Whether the model may be cut before layer k (0 < k < layers): no layer from k on reads
+   a layer before k - 1 (a residual connection across k forbids it). */
+int nn_model_range_cut_ok(const nn_model_t *m, int k);
+/* The parameters of layers [first, last): params[*begin .. *end) (empty: both 0). */
+void nn_model_range_params(const nn_model_t *m, int first, int last, size_t *begin,
+                           size_t *end);
+/* Activation stashing: what the range's backward reads after the last forward (n
+   samples) goes to buf (stash_bytes(n) bytes) and comes back with unstash, so several
+   micro-batches can be in flight on one model. */
+size_t nn_model_range_stash_bytes(nn_model_t *m, int first, int last, int n);
+nn_status_t nn_model_range_stash(nn_model_t *m, int first, int last, void *buf);
+nn_status_t nn_model_range_unstash(nn_model_t *m, int first, int last, const void *buf);
+
 /* Per-layer timing (seconds of the last forward/backward), for profiles. */
 int nn_model_num_layers(const nn_model_t *m);
 const char *nn_model_layer_name(const nn_model_t *m, int i);

@@ -58,7 +58,7 @@ EOF
 # launcher) are appended here.
 MUTATIONS+=$'\n'$(cat <<'EOF'
 ring-segment-off-by-one|collectives/ring_allreduce.c|s/((size_t)g < count % (size_t)N ? 1 : 0)/((size_t)g <= count % (size_t)N ? 1 : 0)/|test_coll_mpi.sh test_hvd_allreduce
-average-divides-by-size-1|hvd/host_backend.c|s/send, recv, count, dt, hvd_g.size);/send, recv, count, dt, hvd_g.size - 1);/|test_hvd_fusion
+average-divides-by-size-1|hvd/host_backend.c|s/send, recv, count, dt, v->size);/send, recv, count, dt, v->size - 1);/|test_hvd_fusion
 timeline-allreduce-fused-only|hvd/host_backend.c|s/      timeline(&resp\[i\], reqs\[i\]->key, "ALLREDUCE", t1, t2, bytes);/      if (n > 1) timeline(\&resp[i], reqs[i]->key, "ALLREDUCE", t1, t2, bytes);/|test_hvd_timeline
 check-build-gpu-always-present|launcher/check_build.c|s/have ? 'X' : ' '/have ? 'X' : 'X'/|test_hvdrun_check_build.sh
 cross-comm-wrong-color|hvd/init.c|s/MPI_Comm_split(hvd_g.ctrl, hvd_g.local_rank, hvd_g.rank, &hvd_g.cross_comm)/MPI_Comm_split(hvd_g.ctrl, hvd_g.rank, hvd_g.rank, \&hvd_g.cross_comm)/|test_netns_hvd.sh
@@ -191,6 +191,19 @@ py-fp16-not-compressed|python/hvd/torch/compression.py|s#return tensor.type(torc
 py-opt-state-not-loaded|python/hvd/torch/functions.py|s#        optimizer.load_state_dict(state)#        pass#|test_python.sh
 py-uninstall-keeps-package|Makefile|s#  rm -rf '\$(DESTDIR)'"\$\$site/hvd"; fi#  true; fi#|test_install.sh
 py-allreduce-grad-not-reduced|python/hvd/torch/__init__.py|s#        grad = synchronize(allreduce_async(grad_output, None, None, op, pre, post))#        grad = grad_output#|test_python.sh
+pset-average-divides-by-world|hvd/host_backend.c|s/send, recv, count, dt, v->size);/send, recv, count, dt, hvd_g.size);/|test_hvd_process_sets
+pset-outsider-runs-response|hvd/execute.c|s/if (reqs\[i\] == NULL \&\& resp\[i\].set != 0) continue;/(void)0;/|test_hvd_process_sets
+pset-allgather-world-counts|hvd/host_backend.c|s/hvd_response_count(resp, v.ranks ? v.ranks\[i\] : i)/hvd_response_count(resp, i)/|test_hvd_process_sets
+pset-fuse-across-sets|hvd/negotiation.c|s/b->count > 0 \&\& b->set == a->set \&\&/b->count > 0 \&\&/|test_hvd_process_sets
+pset-outsider-not-refused|hvd/process_set_registry.c|s/  if (!in)$/  if (0)/|test_hvd_process_sets
+pset-postscale-dropped|hvd/host_backend.c|s/    if (cs == COLL_OK) scale(reqs\[0\]->recvbuf, reqs\[0\]->count, dtype, post);//|test_hvd_process_sets
+range-stash-skips-input|nn/model_range.c|s/  else add_region(r, m->layers\[first - 1\].out,/  else add_region(r, NULL,/|test_nn_model_range
+range-backward-ignores-dy|nn/model_range.c|s/s = b->copy(top->dout, dy ? dy : m->dlogits,/s = b->copy(top->dout, m->dlogits,/|test_nn_model_range
+range-cut-across-residual|nn/model_range.c|s/      if (in < k - 1) return 0;/      if (in < -1) return 0;/|test_nn_model_range
+pipe-weights-unscaled|train/pipeline_step.c|s/(float)st->weight) != NN_OK)/1.0f) != NN_OK)/|test_train_pipeline
+pipe-no-stage-allreduce|train/pipeline_step.c|s/  if (p->R > 1 \&\& p->pend > p->pbegin) {/  if (0) {/|test_train_pipeline
+pipe-no-unstash|train/pipeline_step.c|s/  if (nn_model_range_unstash(p->m, first, last, p->stash\[k\]) != NN_OK)/  if (0)/|test_train_pipeline
+train-pipe-no-gather|train/main.c|s/^  pipeline_gather(t);$/  (void)0;/|test_train_pipeline.sh
 EOF
 )
 

@@ -60,6 +60,7 @@ pooled=(
   test_hvd_device_flight
   test_serve_grpc.sh test_serve_grpc_errors.sh test_serve_grpc_images.sh
   test_python.sh test_python_mnist.sh
+  test_hvd_process_sets test_nn_model_range test_train_pipeline test_train_pipeline.sh
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build

@@ -28,6 +28,9 @@ void train_flags_defaults(train_opts_t *o) {
   o->batches_per_allreduce = 1;
   o->predivide = 1.0f;
   o->lr_scaling = 1;
+  o->pipeline_stages = 1;
+  o->micro_batches = 1;
+  strcpy(o->pipeline_schedule, "1f1b");
 }
 
 static const char *const DATASETS[] = {"fashion-mnist", "mnist", "cifar10", "synthetic", "idx",
@@ -36,11 +39,12 @@ static const char *const OPTIMIZERS[] = {"sgd", "adam", "adamw", NULL};
 static const char *const SCHEDULES[] = {"constant", "step", "cosine", NULL};
 static const char *const MONITORS[] = {"val_loss", "val_accuracy", NULL};
 static const char *const DEVICES[] = {"cpu", "gpu", NULL};
+static const char *const PIPE_SCHEDULES[] = {"gpipe", "1f1b", NULL};
 
 /* The flags, writing into o. A function, not a static table: the destinations are o's
    fields, and --help shows the defaults by building it over train_flags_defaults. */
 #define BUF(field) o->field, .dest_size = sizeof o->field
-enum { NFLAGS = 51 };
+enum { NFLAGS = 54 };
 static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
   const util_flag_t t[] = {
       {"model", UTIL_FLAG_STRING, BUF(model), .metavar = "NAME",
@@ -158,6 +162,17 @@ static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
       {"test-labels", UTIL_FLAG_STRING, &o->test_labels, .metavar = "FILE",
        .help = "--dataset idx: test labels"},
       {"quiet", UTIL_FLAG_BOOL, &o->quiet, .help = "print only the summary"},
+      {"pipeline-stages", UTIL_FLAG_INT, &o->pipeline_stages, .min = 1, .max = 64,
+       .help = "cut the model into S stages on consecutive ranks (np/S replicas of the "
+               "pipeline; CPU, models without batch norm); --batch-size is then per "
+               "replica"},
+      {"micro-batches", UTIL_FLAG_INT, &o->micro_batches, .min = 1, .max = 1024,
+       .help = "micro-batches per replica batch in a pipeline (batch norm would normalise "
+               "per micro-batch, as PyTorch's pipeline does)"},
+      {"pipeline-schedule", UTIL_FLAG_CHOICE, BUF(pipeline_schedule),
+       .choices = PIPE_SCHEDULES, .metavar = "NAME",
+       .help = "gpipe (all forwards, then all backwards) or 1f1b (one forward one backward: "
+               "at most S micro-batches' activations per stage)"},
   };
   _Static_assert(sizeof t / sizeof t[0] == NFLAGS, "NFLAGS is the number of flags");
   memcpy(table, t, sizeof t);

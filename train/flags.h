@@ -51,6 +51,10 @@ typedef struct {
   int tb_update_freq;          /* TensorBoard batch_* scalars every N batches (0: epochs only) */
   int histogram_freq;          /* TensorBoard weight histograms every N epochs (0: none) */
   int quiet;
+  /* Pipeline model parallelism (train/pipeline.h): stages S (1: none), micro-batches M
+     per replica batch, "gpipe" or "1f1b". */
+  int pipeline_stages, micro_batches;
+  char pipeline_schedule[8];
 } train_opts_t;
 
 void train_flags_defaults(train_opts_t *o);

@@ -46,6 +46,7 @@
 #include "train/data.h"
 #include "train/flags.h"
 #include "train/outputs.h"
+#include "train/pipeline.h"
 #include "train/progress.h"
 #include "train/replica.h"
 #include "train/resume.h"
@@ -298,6 +299,10 @@ typedef struct {
   long long kill_at;               /* test knob: SIGKILL rank 0 at this global step */
   double last_lr;
   int stopped_early;
+  /* --pipeline-stages S > 1 (train/pipeline.h): the pipeline, and this rank's replica
+     among dp_size = size / S; without it dp_rank = rank and dp_size = size. */
+  train_pipeline_t *pipe;
+  int dp_rank, dp_size;
 } trainer_t;
 
 /* Flag combinations that cannot work, found before any data is loaded. */
@@ -305,6 +310,13 @@ static void check_flags(trainer_t *t) {
   const train_opts_t *o = &t->o;
   t->gpu = g_gpu = strcmp(o->device, "gpu") == 0;
   if (o->use_fp16 && o->use_bf16) die("--use-fp16 and --use-bf16 together: choose one precision");
+  if (o->pipeline_stages > 1 && (t->gpu || o->batches_per_allreduce > 1))
+    die_usage("--pipeline-stages %d: a pipeline runs on the CPU (--device cpu) without "
+              "--batches-per-allreduce (got --device %s, --batches-per-allreduce %d)",
+              o->pipeline_stages, o->device, o->batches_per_allreduce);
+  if (o->pipeline_stages > 1 && o->micro_batches > o->batch)
+    die_usage("--micro-batches %d is more than --batch-size %d (samples per replica)",
+              o->micro_batches, o->batch);
   /* On the CPU nn computes in float32 only: stop before any data is loaded. */
   if (!t->gpu && (o->use_fp16 || o->use_bf16))
     die("%s: mixed precision needs --device gpu (on the CPU nn computes in float32; "
@@ -415,10 +427,18 @@ static void start_runtime(trainer_t *t) {
   if (!getenv("HVD_FUSION_THRESHOLD") && !getenv("HOROVOD_FUSION_THRESHOLD") &&
       setenv("HVD_FUSION_THRESHOLD", "0", 1) != 0)
     die("setenv: %s", strerror(errno));
+  char perr[512];
+  if (t->o.pipeline_stages > 1 && train_pipeline_mpi_init(perr, sizeof perr) != 0)
+    die("--pipeline-stages: %s", perr);
   hvd_check(hvd_init(), "hvd_init");
   g_hvd_up = 1;
   t->rank = g_rank = hvd_rank();
   t->size = hvd_size();
+  if (t->size % t->o.pipeline_stages != 0)
+    die_usage("--pipeline-stages %d does not divide the %d ranks (np must be replicas x "
+              "stages)", t->o.pipeline_stages, t->size);
+  t->dp_size = t->size / t->o.pipeline_stages;
+  t->dp_rank = t->rank / t->o.pipeline_stages;
   const train_agree_data_t sizes = {t->train.n, t->val_is_test ? 0 : t->val.n, t->test.n};
   check_ranks_agree(&t->o, &sizes, t->size);
   if (t->train.n < t->size) die("%d training samples cannot feed %d ranks", t->train.n, t->size);
@@ -619,7 +639,7 @@ static void set_up_replica(trainer_t *t) {
   /* Linear scaling (Horovod): the global batch is batch x batches_per_allreduce x ranks. */
   run->o = o;
   run->ranks = t->size;
-  run->lr_scale = o->lr_scaling ? (double)t->size * o->batches_per_allreduce : 1.0;
+  run->lr_scale = o->lr_scaling ? (double)t->dp_size * o->batches_per_allreduce : 1.0;
   run->warn = warn_line;
   if (o->restore_best) {
     run->best_params = malloc(t->np * sizeof(float));
@@ -658,6 +678,82 @@ static void set_up_replica(trainer_t *t) {
 /* The schedule, the batch buffers, rank 0's outputs (opened or probed now; every rank
    learns the verdict, so a bad path ends the run before any training with rank 0's one
    line), and where the loop starts. */
+static void set_up_loop(trainer_t *t);
+
+/* --pipeline-stages: the stages (printed), on the model every rank holds. Batch norm is
+   refused: its running statistics live on one stage and are not gathered yet. */
+static void set_up_pipeline(trainer_t *t) {
+  const train_opts_t *o = &t->o;
+  char err[4096];
+  if (t->nb > 0)
+    die_usage("--pipeline-stages with %s: models with batch norm are not supported in a "
+              "pipeline yet (their running statistics stay on one stage); try mlp or lenet",
+              o->model);
+  train_pipeline_opts_t po = {.stages = o->pipeline_stages, .micro_batches = o->micro_batches,
+                              .schedule = strcmp(o->pipeline_schedule, "gpipe") == 0
+                                              ? TRAIN_PIPE_GPIPE : TRAIN_PIPE_1F1B};
+  int micro = (o->batch + o->micro_batches - 1) / o->micro_batches;
+  if (train_pipeline_create(&t->pipe, t->rep.model, &po, micro, err, sizeof err) != 0)
+    die("%s", err);
+  if (t->rank == 0 && !o->quiet) {
+    train_pipeline_describe(t->pipe, err, sizeof err);
+    printf("pipeline: %d stages x %d replicas, %d micro-batches of %d, %s\n%s", po.stages,
+           t->dp_size, o->micro_batches, micro, o->pipeline_schedule, err);
+    fflush(stdout);
+  }
+}
+
+/* One pipeline step; rank 0 alone counts the step's metrics (every rank has the sums of
+   all replicas), so the epoch's allreduce of the sums counts them once. */
+static void pipeline_pass(trainer_t *t, int n, int total, double sums[3]) {
+  char err[1024];
+  double loss_sum = 0;
+  long long correct = 0;
+  if (train_pipeline_step(t->pipe, t->x, t->y, n, (float)t->last_lr, &loss_sum, &correct,
+                          err, sizeof err) != 0) {
+    fprintf(stderr, "train: rank %d: %s\n", t->rank, err);
+    fflush(stderr);
+    if (g_hvd_up) hvd_shutdown();
+    exit(1);
+  }
+  if (t->rank == 0) {
+    sums[0] += loss_sum;
+    sums[1] += (double)correct;
+    sums[2] += total;
+  }
+}
+
+/* The stages' measured idle time (the bubble, beside its theory (S-1)/(M+S-1)) and
+   their peak activation stash, printed by rank 0 at the end. */
+static void pipeline_report(trainer_t *t) {
+  if (!t->pipe) return;
+  train_pipeline_stats_t st;
+  train_pipeline_stats(t->pipe, &st);
+  double mine[3] = {st.wall_s, st.busy_s, (double)st.peak_stash_bytes}, *all = NULL;
+  size_t got = 0;
+  hvd_check(hvd_allgather("pipe.report", mine, 3, HVD_FLOAT64, (void **)&all, &got),
+            "allgather of the pipeline's times");
+  int S = t->o.pipeline_stages, M = t->o.micro_batches;
+  if (t->rank == 0 && !t->o.quiet)
+    for (int s = 0; s < S; s++)   /* replica 0's ranks are stages 0..S-1 */
+      printf("pipeline stage %d: idle %.1f%% of the steps (bubble theory %.1f%%), peak "
+             "activation stash %.2f MiB\n", s,
+             all[3 * s] > 0 ? 100.0 * (1.0 - all[3 * s + 1] / all[3 * s]) : 0.0,
+             100.0 * (S - 1) / (M + S - 1), all[3 * s + 2] / 1048576.0);
+  if (t->rank == 0 && !t->o.quiet)
+    printf("unsplit model: activations of a %d-sample batch %.2f MiB\n", t->o.batch,
+           nn_model_range_stash_bytes(t->rep.model, 0, nn_model_num_layers(t->rep.model),
+                                      t->o.batch) / 1048576.0);
+  free(all);
+}
+
+/* Every rank gets the whole model from the stages (checkpoints, evaluation, --export). */
+static void pipeline_gather(trainer_t *t) {
+  char err[1024];
+  if (t->pipe && train_pipeline_gather(t->pipe, err, sizeof err) != 0)
+    die("%s", err);
+}
+
 static void set_up_loop(trainer_t *t) {
   const train_opts_t *o = &t->o;
   char err[8192];
@@ -688,7 +784,7 @@ static void set_up_loop(trainer_t *t) {
   if (!outputs_ok) die("%s", err);
 
   train_progress_init(&t->prog, t->rank == 0 && !o->quiet, g_launched);
-  t->steps = train_steps_per_epoch(t->train.n, t->size, o->batch);
+  t->steps = train_steps_per_epoch(t->train.n, t->dp_size, o->batch);
   /* Gradient accumulation: the batches of an epoch form windows of K (the last one may be
      shorter), each one optimizer step. Windows restart every epoch. */
   t->accum = o->batches_per_allreduce;
@@ -697,6 +793,7 @@ static void set_up_loop(trainer_t *t) {
   if (getenv("HVD_TRAIN_TEST_KILL_AT_STEP")) t->kill_at = atoll(getenv("HVD_TRAIN_TEST_KILL_AT_STEP"));
   t->step = (train_step_t){.model = t->rep.model, .buckets = t->rep.buckets, .size = t->size,
                            .predivide = o->predivide};
+  if (o->pipeline_stages > 1) set_up_pipeline(t);
 }
 
 /* Where a resumed run goes on. A mid-epoch checkpoint: the step to go on from. With the
@@ -737,7 +834,7 @@ static void print_banner(const trainer_t *t) {
     snprintf(accum_note, sizeof accum_note, " x %d batches per allreduce", t->accum);
   printf("train: %s on %s, %d rank(s), batch %d per rank%s (%d global), %d train / %d val / "
          "%d test samples, %zu parameters, lr %.5g x %g, %s, %d steps per epoch",
-         o->model, o->dataset, t->size, o->batch, accum_note, o->batch * t->size * t->accum,
+         o->model, o->dataset, t->size, o->batch, accum_note, o->batch * t->dp_size * t->accum,
          t->train.n, t->val_is_test ? 0 : t->val.n, t->test.n,
          nn_model_num_params(t->rep.model), o->lr, t->run.lr_scale, o->optimizer, t->steps);
   if (t->accum > 1) printf(" (%d optimizer steps)", t->windows);
@@ -774,10 +871,10 @@ static void log_batch(trainer_t *t, const double sums[3], long long global_batch
    0 starts with what a mid-epoch checkpoint held); t0: the epoch's clock start. */
 static void train_steps(trainer_t *t, int epoch, int first, double sums[3], double t0) {
   const train_opts_t *o = &t->o;
-  const int steps = t->steps, accum = t->accum, rank = t->rank, size = t->size;
+  const int steps = t->steps, accum = t->accum, rank = t->dp_rank, size = t->dp_size;
   int window_total = 0;  /* samples of the current window over all ranks */
   for (int s = first; s < steps; s++) {
-    if (t->kill_at >= 0 && rank == 0 && (long long)epoch * steps + s == t->kill_at) raise(SIGKILL);
+    if (t->kill_at >= 0 && t->rank == 0 && (long long)epoch * steps + s == t->kill_at) raise(SIGKILL);
     const int window = s / accum, window_start = window * accum;
     const int window_end = window_start + accum < steps ? window_start + accum : steps;
     const int last_pass = s + 1 == window_end;
@@ -791,11 +888,14 @@ static void train_steps(trainer_t *t, int epoch, int first, double sums[3], doub
     if (n > 0) train_make_batch(&t->train, t->perm + offset, n, &t->bo, t->x, t->y);
     t->last_lr = nn_lr_at(&t->sched, epoch + (double)window_start / steps);
     int flags = TRAIN_STEP_FETCH_LOSS | (last_pass ? 0 : TRAIN_STEP_ACCUMULATE);
-    if (train_step_run(&t->step, t->x, t->y, n, window_total, (float)t->last_lr, flags) != 0) {
+    if (t->pipe) {
+      pipeline_pass(t, n, window_total, sums);
+    } else if (train_step_run(&t->step, t->x, t->y, n, window_total, (float)t->last_lr,
+                              flags) != 0) {
       if (t->step.hvd_status != HVD_OK) hvd_check(t->step.hvd_status, t->step.failed);
       nn_check_model(t->step.nn_status, t->step.failed);
     }
-    if (n > 0) {
+    if (n > 0 && !t->pipe) {
       sums[0] += (double)t->step.loss * n;
       sums[1] += t->step.correct;
       sums[2] += n;
@@ -803,14 +903,16 @@ static void train_steps(trainer_t *t, int epoch, int first, double sums[3], doub
     if (t->prog.tty && sums[2] > 0) {
       double el = util_now_s() - t0;
       train_progress_step(&t->prog, s + 1, sums[0] / sums[2], sums[1] / sums[2],
-                          el > 0 ? sums[2] * size / el : 0);
+                          el > 0 ? sums[2] * (t->pipe ? 1 : size) / el : 0);
     }
     log_batch(t, sums, (long long)epoch * steps + s + 1);
     /* Mid-epoch checkpoints at a window's end, counted in optimizer steps. */
     long long global_step = (long long)epoch * t->windows + window + 1;
     if (last_pass && o->checkpoint_every_steps > 0 && s + 1 < steps &&
-        global_step % o->checkpoint_every_steps == 0)
-      save_mid_epoch(&t->run, rank, s + 1, steps, sums, util_now_s() - t0);
+        global_step % o->checkpoint_every_steps == 0) {
+      pipeline_gather(t);
+      save_mid_epoch(&t->run, t->rank, s + 1, steps, sums, util_now_s() - t0);
+    }
   }
 }
 
@@ -900,6 +1002,7 @@ static void run_epoch(trainer_t *t, int epoch) {
             "allreduce of metrics");
   double loss = sums[2] > 0 ? sums[0] / sums[2] : 0, acc = sums[2] > 0 ? sums[1] / sums[2] : 0;
   double ips = train_s > 0 ? sums[2] / train_s : 0; /* all ranks together */
+  pipeline_gather(t);
   sync_replicas(t);
   eval_t v = evaluate(model, &t->val, &t->bo, o->batch, t->rank, t->size, t->x, t->y, t->idx,
                       "val.metrics");
@@ -985,6 +1088,7 @@ static void finish(trainer_t *t) {
 }
 
 static void free_all(trainer_t *t) {
+  train_pipeline_free(t->pipe);
   train_replica_free(&t->rep);
   free(t->run.best_params);
   free(t->run.best_buffers);
@@ -1025,8 +1129,10 @@ int main(int argc, char **argv) {
   print_banner(&t);
   for (int epoch = t.start_epoch; epoch < t.o.epochs && !t.stopped_early; epoch++)
     run_epoch(&t, epoch);
+  pipeline_report(&t);
   finish(&t);
   free_all(&t);
   hvd_check(hvd_shutdown(), "hvd_shutdown");
+  if (t.o.pipeline_stages > 1) train_pipeline_mpi_finalize();   /* MPI is train's then */
   return 0;
 }

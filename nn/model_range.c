@@ -1,0 +1,251 @@
+/* nn/model_range.c: forward and backward over a contiguous range of a model's layers,
+   so that a pipeline stage runs the same model code as the whole model (nn.h, "layer
+   ranges").
+
+   A range [first, last) reads the output of layer first - 1 (the model input when first
+   is 0) and produces the output of layer last - 1; its backward takes the gradient of
+   that output (the loss's when last is the number of layers) and leaves the gradient of
+   its input in layer first - 1's gradient buffer. Parameter gradients are added to, as
+   nn_model_backward_accumulate does: a pipeline zeroes them once per step and sums its
+   micro-batches. The walk is model_walk.c's, limited to the range; the CPU backend only
+   (its buffers are host memory the caller reads and writes).
+
+   A stage keeps several micro-batches in flight, but a model has one set of activation
+   buffers: nn_model_range_stash saves what the range's backward reads (its input, every
+   output it owns, the batch-norm statistics, the pooling and dropout masks, and the
+   gradient of the loss) and nn_model_range_unstash puts it back (PipeDream's activation
+   stashing). Its size is the activation memory one micro-batch holds on that stage. */
+#include "nn/model_internal.h"
+#include "util/clock.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static nn_status_t check_range(const nn_model_t *m, int first, int last, const char *what) {
+  if (!m) return nn_set_error(NN_ERR_ARG, "%s: NULL model", what);
+  if (first < 0 || last > m->num_layers || first >= last)
+    return nn_set_error(NN_ERR_ARG, "%s: layer range [%d, %d) is not a non-empty part of "
+                        "the model's %d layers", what, first, last, m->num_layers);
+  if (m->backend->device != NN_DEVICE_CPU)
+    return nn_set_error(NN_ERR_UNSUPPORTED, "%s: layer ranges run on the CPU only (the "
+                        "model is on %s)", what, m->backend->name);
+  return NN_OK;
+}
+
+int nn_model_range_cut_ok(const nn_model_t *m, int k) {
+  if (!m || k <= 0 || k >= m->num_layers) return 0;
+  /* Every layer from k on reads only layers from k - 1 on: nothing else crosses. */
+  for (int j = k; j < m->num_layers; j++)
+    for (int t = 0; t < 2; t++) {
+      int in = m->layers[j].in[t];
+      if (t == 1 && m->layers[j].kind != NN_LAYER_ADD) continue;
+      if (in < k - 1) return 0;   /* NN_MODEL_INPUT (-1) included */
+    }
+  return 1;
+}
+
+size_t nn_model_layer_out_size(const nn_model_t *m, int i) {
+  return m && i >= 0 && i < m->num_layers ? nn_layer_sample_size(&m->layers[i]) : 0;
+}
+
+float *nn_model_layer_out(nn_model_t *m, int i) {
+  return m && i >= 0 && i < m->num_layers && m->backend->device == NN_DEVICE_CPU
+             ? m->layers[i].out : NULL;
+}
+
+float *nn_model_range_input_grad(nn_model_t *m, int first) {
+  if (!m || first <= 0 || first >= m->num_layers || m->backend->device != NN_DEVICE_CPU)
+    return NULL;
+  return nn_layer_dx(m, first);
+}
+
+void nn_model_range_params(const nn_model_t *m, int first, int last, size_t *begin,
+                           size_t *end) {
+  size_t b = SIZE_MAX, e = 0;
+  for (int i = first; m && i < last && i < m->num_layers; i++) {
+    const nn_layer_t *l = &m->layers[i];
+    if (l->param_end <= l->param_begin) continue;
+    if (l->param_begin < b) b = l->param_begin;
+    if (l->param_end > e) e = l->param_end;
+  }
+  *begin = b == SIZE_MAX ? 0 : b;
+  *end = b == SIZE_MAX ? 0 : e;
+}
+
+nn_status_t nn_model_forward_range(nn_model_t *m, int first, int last, const float *x, int n,
+                                   int training) {
+  const char *what = "nn_model_forward_range";
+  nn_status_t s = check_range(m, first, last, what);
+  if (s != NN_OK) return s;
+  if (!x) return nn_set_error(NN_ERR_ARG, "%s: NULL input", what);
+  if (n <= 0 || n > m->cfg.batch)
+    return nn_set_error(NN_ERR_ARG, "%s: batch of %d samples, the model was created for "
+                        "1..%d", what, n, m->cfg.batch);
+  const nn_backend_t *b = m->backend;
+  m->have_loss = 0;
+  m->last_n = 0;
+  if (first == 0) s = b->load_input(m, x, n);
+  else if (m->layers[first - 1].out != x)
+    s = b->copy(m->layers[first - 1].out, x,
+                (size_t)n * nn_layer_sample_size(&m->layers[first - 1]) * sizeof(float));
+  for (int i = first; s == NN_OK && i < last; i++) {
+    nn_layer_t *l = &m->layers[i];
+    double t0 = util_now_s();
+    s = b->layer[l->kind].forward(m, i, n, training);
+    l->forward_s = util_now_s() - t0;
+  }
+  if (s != NN_OK) return s;
+  if (training) m->dropout_step++;
+  m->last_n = n;
+  m->last_training = training;
+  return NN_OK;
+}
+
+nn_status_t nn_model_backward_range(nn_model_t *m, int first, int last, const float *dy,
+                                    nn_grad_ready_fn on_ready, void *ctx) {
+  const char *what = "nn_model_backward_range";
+  nn_status_t s = check_range(m, first, last, what);
+  if (s != NN_OK) return s;
+  if (m->last_n == 0 || !m->last_training)
+    return nn_set_error(NN_ERR_ARG, "%s: no training-mode forward of the range (or its "
+                        "unstash) to go back through", what);
+  if (!dy && !(last == m->num_layers && m->have_loss))
+    return nn_set_error(NN_ERR_ARG, "%s: NULL output gradient: only the range that ends "
+                        "with the last layer, after nn_model_loss, starts from the loss",
+                        what);
+  const nn_backend_t *b = m->backend;
+  const int n = m->last_n;
+  /* As begin_backward in model_walk.c, for this range: the gradients nobody in it
+     stores first start at zero; the top layer's is the given one. */
+  for (int i = first; s == NN_OK && i < last; i++) {
+    const nn_layer_t *l = &m->layers[i];
+    if (l->own_dout && (!b->writes_first_dx || l->dout_unwritten))
+      s = b->zero(l->dout, (size_t)n * nn_layer_sample_size(l) * sizeof(float));
+  }
+  if (s == NN_OK && first == 0 && m->dinput && (!b->writes_first_dx || m->dinput_unwritten))
+    s = b->zero(m->dinput, (size_t)n * nn_model_input_size(m) * sizeof(float));
+  const nn_layer_t *top = &m->layers[last - 1];
+  if (s == NN_OK)
+    s = b->copy(top->dout, dy ? dy : m->dlogits,
+                (size_t)n * nn_layer_sample_size(top) * sizeof(float));
+  size_t ready = SIZE_MAX;
+  for (int i = last - 1; s == NN_OK && i >= first; i--) {
+    nn_layer_t *l = &m->layers[i];
+    double t0 = util_now_s();
+    s = b->layer[l->kind].backward(m, i, n);
+    l->backward_s = util_now_s() - t0;
+    if (s == NN_OK && l->param_end > l->param_begin && l->param_begin < ready) {
+      ready = l->param_begin;
+      if (on_ready) on_ready(ctx, ready);
+    }
+  }
+  if (s == NN_OK) m->have_loss = 0;
+  return s;
+}
+
+/* ---- stashing one micro-batch's activations ---- */
+
+typedef struct {
+  void **p;
+  size_t *bytes;
+  int n, cap;
+} regions_t;
+
+static void regions_free(regions_t *r) {
+  free(r->p);
+  free(r->bytes);
+  r->p = NULL;
+  r->bytes = NULL;
+}
+
+static void add_region(regions_t *r, void *p, size_t bytes) {
+  if (!p || bytes == 0) return;
+  for (int i = 0; i < r->n; i++)
+    if (r->p[i] == p) {   /* a view's alias: the larger extent */
+      if (bytes > r->bytes[i]) r->bytes[i] = bytes;
+      return;
+    }
+  r->p[r->n] = p;   /* cap: every buffer of every layer (collect) */
+  r->bytes[r->n++] = bytes;
+}
+
+/* What the range's backward reads, for n samples. */
+static nn_status_t collect(nn_model_t *m, int first, int last, int n, regions_t *r,
+                           const char *what) {
+  r->p = NULL;
+  r->bytes = NULL;
+  nn_status_t s = check_range(m, first, last, what);
+  if (s != NN_OK) return s;
+  r->n = 0;
+  r->cap = 5 * (last - first) + 2;
+  r->p = malloc((size_t)r->cap * sizeof(*r->p));
+  r->bytes = malloc((size_t)r->cap * sizeof(*r->bytes));
+  if (!r->p || !r->bytes) {
+    regions_free(r);
+    return nn_set_error(NN_ERR_NO_MEMORY, "%s: out of memory", what);
+  }
+  if (first == 0) add_region(r, m->input, (size_t)n * nn_model_input_size(m) * 4);
+  else add_region(r, m->layers[first - 1].out,
+                  (size_t)n * nn_layer_sample_size(&m->layers[first - 1]) * 4);
+  for (int i = first; i < last; i++) {
+    nn_layer_t *l = &m->layers[i];
+    size_t elems = (size_t)n * nn_layer_sample_size(l);
+    add_region(r, l->out, elems * 4);
+    add_region(r, l->save_mean, (size_t)l->c * 4);
+    add_region(r, l->save_invstd, (size_t)l->c * 4);
+    add_region(r, l->argmax, elems * sizeof(int32_t));
+    add_region(r, l->mask, elems);
+  }
+  if (last == m->num_layers) add_region(r, m->dlogits, (size_t)n * m->num_classes * 4);
+  return NN_OK;
+}
+
+size_t nn_model_range_stash_bytes(nn_model_t *m, int first, int last, int n) {
+  regions_t r;
+  if (collect(m, first, last, n, &r, "nn_model_range_stash_bytes") != NN_OK) return 0;
+  size_t total = sizeof(int32_t) * 2;
+  for (int i = 0; i < r.n; i++) total += r.bytes[i];
+  regions_free(&r);
+  return total;
+}
+
+nn_status_t nn_model_range_stash(nn_model_t *m, int first, int last, void *buf) {
+  regions_t r;
+  int n = m ? m->last_n : 0;
+  if (n == 0) return nn_set_error(NN_ERR_ARG, "nn_model_range_stash: no forward to stash");
+  nn_status_t s = collect(m, first, last, n, &r, "nn_model_range_stash");
+  if (s != NN_OK) return s;
+  char *p = buf;
+  int32_t head[2] = {n, m->have_loss};
+  memcpy(p, head, sizeof(head));
+  p += sizeof(head);
+  for (int i = 0; i < r.n; i++) {
+    memcpy(p, r.p[i], r.bytes[i]);
+    p += r.bytes[i];
+  }
+  regions_free(&r);
+  return NN_OK;
+}
+
+nn_status_t nn_model_range_unstash(nn_model_t *m, int first, int last, const void *buf) {
+  if (!m || !buf) return nn_set_error(NN_ERR_ARG, "nn_model_range_unstash: NULL argument");
+  const char *p = buf;
+  int32_t head[2];
+  memcpy(head, p, sizeof(head));
+  p += sizeof(head);
+  if (head[0] <= 0 || head[0] > m->cfg.batch)
+    return nn_set_error(NN_ERR_ARG, "nn_model_range_unstash: the stash holds %d samples, "
+                        "the model takes 1..%d", (int)head[0], m->cfg.batch);
+  regions_t r;
+  nn_status_t s = collect(m, first, last, head[0], &r, "nn_model_range_unstash");
+  if (s != NN_OK) return s;
+  for (int i = 0; i < r.n; i++) {
+    memcpy(r.p[i], p, r.bytes[i]);
+    p += r.bytes[i];
+  }
+  regions_free(&r);
+  m->last_n = head[0];
+  m->last_training = 1;
+  m->have_loss = head[1];
+  return NN_OK;
+}

@@ -1,0 +1,180 @@
+/* test_nn_model_range: a model cut into contiguous layer ranges gives exactly what the
+   whole model gives (CPU). For mlp, lenet and resnet20 (batch norm, residual blocks:
+   only the cuts nn_model_range_cut_ok allows), every allowed cut into two ranges and
+   lenet's cut into three: the ranges chained forward (each reading the previous one's
+   output, copied to a buffer as a pipeline receives it) give bit-identical logits, and
+   the ranges chained backward (each from the copied gradient of the next) give
+   bit-identical parameter gradients, for two micro-batches in flight at once through
+   activation stashing (forward 0, forward 1, then backward 0 and backward 1 after
+   unstashing each), against nn_model_forward/nn_model_backward_accumulate of the same
+   micro-batches one after the other. A cut across a residual connection is refused. */
+#include "nn/nn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/check.h"
+
+enum { MB = 3, NMB = 2 };
+
+static float *input_batch(const nn_model_t *m, int n, unsigned seed) {
+  int c, h, w;
+  nn_model_input_shape(m, &c, &h, &w);
+  size_t k = (size_t)n * c * h * w;
+  float *x = malloc(k * sizeof(float));
+  for (size_t i = 0; i < k; i++) {
+    seed = seed * 1103515245u + 12345u;
+    x[i] = (float)((seed >> 16) % 2001) / 1000.0f - 1.0f;
+  }
+  return x;
+}
+
+static nn_model_t *make(const char *name) {
+  nn_model_t *m = NULL;
+  nn_model_config_t cfg = {.batch = MB, .seed = 7};
+  CHECK(nn_model_create(&m, name, &cfg) == NN_OK, "create %s: %s", name, nn_last_error());
+  return m;
+}
+
+/* The reference: whole-model passes of the micro-batches one after the other. */
+static void reference(nn_model_t *m, float *const *x, const int32_t (*labels)[MB],
+                      float *logits) {
+  int k = nn_model_num_classes(m);
+  CHECK(nn_model_zero_grads(m) == NN_OK, "zero");
+  for (int b = 0; b < NMB; b++) {
+    CHECK(nn_model_forward(m, x[b], MB, 1) == NN_OK, "forward: %s", nn_last_error());
+    memcpy(logits + (size_t)b * MB * k, nn_model_logits(m), (size_t)MB * k * sizeof(float));
+    CHECK(nn_model_loss(m, labels[b], NULL, NULL) == NN_OK, "loss: %s", nn_last_error());
+    CHECK(nn_model_backward_accumulate(m, NULL, NULL) == NN_OK, "backward: %s",
+          nn_last_error());
+  }
+}
+
+/* The same through the ranges cut at cuts[0..ncuts), stage by stage, two micro-batches
+   in flight per stage. */
+static void staged(nn_model_t *m, const int *cuts, int ncuts, float *const *x,
+                   const int32_t (*labels)[MB], float *logits) {
+  int L = nn_model_num_layers(m), k = nn_model_num_classes(m);
+  int bounds[8];
+  int S = ncuts + 1;
+  bounds[0] = 0;
+  for (int i = 0; i < ncuts; i++) bounds[i + 1] = cuts[i];
+  bounds[S] = L;
+  float *acts[8][NMB] = {{0}}, *grads[8][NMB] = {{0}};
+  void *stash[8][NMB];
+  CHECK(nn_model_zero_grads(m) == NN_OK, "zero");
+  for (int s = 0; s < S; s++)
+    for (int b = 0; b < NMB; b++) {
+      const float *in = s == 0 ? x[b] : acts[s - 1][b];
+      CHECK(nn_model_forward_range(m, bounds[s], bounds[s + 1], in, MB, 1) == NN_OK,
+            "forward range %d: %s", s, nn_last_error());
+      size_t out = (size_t)MB * nn_model_layer_out_size(m, bounds[s + 1] - 1);
+      acts[s][b] = malloc(out * sizeof(float));
+      memcpy(acts[s][b], nn_model_layer_out(m, bounds[s + 1] - 1), out * sizeof(float));
+      if (s == S - 1) {
+        memcpy(logits + (size_t)b * MB * k, acts[s][b], (size_t)MB * k * sizeof(float));
+        CHECK(nn_model_loss(m, labels[b], NULL, NULL) == NN_OK, "loss: %s", nn_last_error());
+      }
+      size_t bytes = nn_model_range_stash_bytes(m, bounds[s], bounds[s + 1], MB);
+      CHECK(bytes > 0, "stash size");
+      stash[s][b] = malloc(bytes);
+      CHECK(nn_model_range_stash(m, bounds[s], bounds[s + 1], stash[s][b]) == NN_OK,
+            "stash: %s", nn_last_error());
+    }
+  for (int s = S - 1; s >= 0; s--)
+    for (int b = 0; b < NMB; b++) {
+      CHECK(nn_model_range_unstash(m, bounds[s], bounds[s + 1], stash[s][b]) == NN_OK,
+            "unstash: %s", nn_last_error());
+      const float *dy = s == S - 1 ? NULL : grads[s + 1][b];
+      /* Nobody wants the gradient of a flatten of the input (mlp cut after it): that
+         range has no parameters and no backward to run. */
+      if (s < S - 1 && dy == NULL) continue;
+      CHECK(nn_model_backward_range(m, bounds[s], bounds[s + 1], dy, NULL, NULL) == NN_OK,
+            "backward range %d: %s", s, nn_last_error());
+      const float *dx = nn_model_range_input_grad(m, bounds[s]);
+      if (s > 0 && dx != NULL) {
+        size_t in = (size_t)MB * nn_model_layer_out_size(m, bounds[s] - 1);
+        grads[s][b] = malloc(in * sizeof(float));
+        memcpy(grads[s][b], dx, in * sizeof(float));
+      }
+    }
+  for (int s = 0; s < S; s++)
+    for (int b = 0; b < NMB; b++) {
+      free(acts[s][b]);
+      free(grads[s][b]);
+      free(stash[s][b]);
+    }
+}
+
+static void compare(const char *name, const int *cuts, int ncuts) {
+  nn_model_t *whole = make(name), *cut = make(name);
+  if (!whole || !cut) return;
+  int k = nn_model_num_classes(whole);
+  float *x[NMB];
+  int32_t labels[NMB][MB];
+  for (int b = 0; b < NMB; b++) {
+    x[b] = input_batch(whole, MB, 11u + (unsigned)b);
+    for (int i = 0; i < MB; i++) labels[b][i] = (int32_t)((b * MB + i * 3) % k);
+  }
+  float *l1 = calloc((size_t)NMB * MB * k, sizeof(float));
+  float *l2 = calloc((size_t)NMB * MB * k, sizeof(float));
+  reference(whole, x, labels, l1);
+  staged(cut, cuts, ncuts, x, labels, l2);
+  char where[64] = "";
+  for (int i = 0; i < ncuts; i++)
+    snprintf(where + strlen(where), sizeof(where) - strlen(where), " %d", cuts[i]);
+  CHECK(memcmp(l1, l2, (size_t)NMB * MB * k * sizeof(float)) == 0,
+        "%s cut before layers%s: logits differ from the whole model's", name, where);
+  size_t n = nn_model_param_len(whole), bad = 0, first = 0;
+  const float *g1 = nn_model_grads(whole), *g2 = nn_model_grads(cut);
+  for (size_t i = 0; i < n; i++)
+    if (g1[i] != g2[i] && bad++ == 0) first = i;
+  CHECK(bad == 0, "%s cut before layers%s: %zu of %zu gradients differ (first at %zu: %g "
+        "vs %g)", name, where, bad, n, first, bad ? g2[first] : 0.0, bad ? g1[first] : 0.0);
+  const float *b1 = nn_model_buffers(whole), *b2 = nn_model_buffers(cut);
+  CHECK(memcmp(b1, b2, nn_model_num_buffers(whole) * sizeof(float)) == 0,
+        "%s cut before layers%s: running statistics differ", name, where);
+  for (int b = 0; b < NMB; b++) free(x[b]);
+  free(l1);
+  free(l2);
+  nn_model_free(whole);
+  nn_model_free(cut);
+}
+
+int main(void) {
+  const char *models[] = {"mlp", "lenet", "resnet20"};
+  for (int i = 0; i < 3; i++) {
+    nn_model_t *m = make(models[i]);
+    if (!m) continue;
+    int L = nn_model_num_layers(m), tried = 0;
+    for (int c = 1; c < L; c++) {
+      if (!nn_model_range_cut_ok(m, c)) continue;
+      /* resnet20: a few cuts suffice (each is a full model's pass) */
+      if (i == 2 && tried >= 3 && c != L - 1) continue;
+      compare(models[i], &c, 1);
+      tried++;
+    }
+    CHECK(tried > 0, "%s: no allowed cut", models[i]);
+    if (i == 2) {
+      /* Inside a residual block (the first block's second convolution reads its
+         first's output, the add reads the block's input): no cut there. */
+      int refused = 0;
+      for (int c = 1; c < L; c++) refused += !nn_model_range_cut_ok(m, c);
+      CHECK(refused > 0, "resnet20: every cut allowed, residual connections ignored");
+    }
+    printf("%s: %d layers, %d cuts checked\n", models[i], L, tried);
+    nn_model_free(m);
+  }
+  int three[2] = {3, 7};
+  compare("lenet", three, 2);
+  /* Errors */
+  nn_model_t *m = make("mlp");
+  float x[4] = {0};
+  CHECK(nn_model_forward_range(m, 2, 1, x, 1, 1) == NN_ERR_ARG, "empty range accepted");
+  CHECK(nn_model_backward_range(m, 0, 2, NULL, NULL, NULL) == NN_ERR_ARG,
+        "backward without a forward accepted");
+  nn_model_free(m);
+  printf("%s\n", failures ? "FAILED" : "layer ranges equal the whole model");
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,258 @@
+/* train/pipeline_step.c: one pipeline step (the schedules and the weights: see
+   train/pipeline.c) and the gather of the whole model. */
+#include "train/pipeline_internal.h"
+#include "util/clock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What one step carries between its micro-batches. */
+typedef struct {
+  const float *x;
+  const int32_t *y;
+  int n, M;                       /* M: micro-batches of this step (fewer than the
+                                     pipeline's when n is smaller: an epoch's tail) */
+  int size[1024], off[1024];      /* micro-batch k: samples [off, off + size) */
+  double loss_sum, weight;        /* weight: of the gradients summed so far (0: none) */
+  long long correct;
+  char *err;
+  size_t errlen;
+} step_t;
+
+static int nn_fail(step_t *st, const char *what) {
+  snprintf(st->err, st->errlen, "%s: %s", what, nn_last_error());
+  return -1;
+}
+
+static int mpi_fail(step_t *st, const char *what, int peer) {
+  snprintf(st->err, st->errlen, "%s (rank %d) failed", what, peer);
+  return -1;
+}
+
+static int take_stash(train_pipeline_t *p, int k) {
+  void *b = p->npool > 0 ? p->pool[--p->npool] : malloc(p->stash_bytes);
+  if (!b) return 0;
+  p->stash[k] = b;
+  if (++p->inflight > p->peak_inflight) p->peak_inflight = p->inflight;
+  return 1;
+}
+
+static void give_stash(train_pipeline_t *p, int k) {
+  p->pool[p->npool++] = p->stash[k];
+  p->stash[k] = NULL;
+  p->inflight--;
+}
+
+static int forward(train_pipeline_t *p, step_t *st, int k) {
+  int first = p->bounds[p->stage], last = p->bounds[p->stage + 1], nk = st->size[k];
+  const float *in = NULL;
+  if (p->stage == 0) {
+    int c, h, w;
+    nn_model_input_shape(p->m, &c, &h, &w);
+    in = st->x + (size_t)st->off[k] * c * h * w;
+  } else {
+    if (train_pipeline_wait_peer(p, &p->recv_act[k], p->rank - 1, "activations", st->err,
+                                 st->errlen) != 0)
+      return -1;
+    in = p->act_in[k];
+  }
+  double t0 = util_now_s();
+  if (nn_model_forward_range(p->m, first, last, in, nk, 1) != NN_OK)
+    return nn_fail(st, "pipeline forward");
+  if (p->stage == p->S - 1) {
+    float loss = 0;
+    int correct = 0;
+    if (nn_model_loss(p->m, st->y + st->off[k], &loss, &correct) != NN_OK)
+      return nn_fail(st, "pipeline loss");
+    st->loss_sum += (double)loss * nk;
+    st->correct += correct;
+  } else {
+    size_t floats = (size_t)nk * p->out_floats;
+    memcpy(p->act_out[k], nn_model_layer_out(p->m, last - 1), floats * sizeof(float));
+    if (MPI_Isend(p->act_out[k], (int)(floats * sizeof(float)), MPI_BYTE, p->rank + 1, TAG_ACT + k, p->comm,
+                  &p->send_act[k]) != MPI_SUCCESS)
+      return mpi_fail(st, "MPI_Isend of activations", p->rank + 1);
+  }
+  if (!take_stash(p, k)) {
+    snprintf(st->err, st->errlen, "out of memory stashing a micro-batch (%zu bytes)",
+             p->stash_bytes);
+    return -1;
+  }
+  if (nn_model_range_stash(p->m, first, last, p->stash[k]) != NN_OK)
+    return nn_fail(st, "pipeline stash");
+  p->stats.busy_s += util_now_s() - t0;
+  return 0;
+}
+
+static int backward(train_pipeline_t *p, step_t *st, int k) {
+  int first = p->bounds[p->stage], last = p->bounds[p->stage + 1];
+  int last_stage = p->stage == p->S - 1;
+  /* A stage whose output gradient nobody computes (a flatten of the input alone) has
+     no parameters: nothing to do but let the stash go. */
+  if (!last_stage && !p->next_sends_dx) {
+    give_stash(p, k);
+    return 0;
+  }
+  if (!last_stage && train_pipeline_wait_peer(p, &p->recv_grad[k], p->rank + 1, "gradients",
+                                              st->err, st->errlen) != 0)
+    return -1;
+  double t0 = util_now_s();
+  if (nn_model_range_unstash(p->m, first, last, p->stash[k]) != NN_OK)
+    return nn_fail(st, "pipeline unstash");
+  give_stash(p, k);
+  double w = (double)st->size[k] / st->n;
+  if (st->weight != 0 && w != st->weight &&
+      nn_model_scale_grads(p->m, p->pbegin, p->pend, (float)(st->weight / w)) != NN_OK)
+    return nn_fail(st, "pipeline gradient weights");
+  st->weight = w;
+  if (nn_model_backward_range(p->m, first, last, last_stage ? NULL : p->grad_in[k], NULL,
+                              NULL) != NN_OK)
+    return nn_fail(st, "pipeline backward");
+  if (p->wants_dx) {
+    size_t floats = (size_t)st->size[k] * p->in_floats;
+    memcpy(p->grad_out[k], nn_model_range_input_grad(p->m, first), floats * sizeof(float));
+    if (MPI_Isend(p->grad_out[k], (int)(floats * sizeof(float)), MPI_BYTE, p->rank - 1, TAG_GRAD + k, p->comm,
+                  &p->send_grad[k]) != MPI_SUCCESS)
+      return mpi_fail(st, "MPI_Isend of gradients", p->rank - 1);
+  }
+  p->stats.busy_s += util_now_s() - t0;
+  return 0;
+}
+
+/* Every receive of the step, at its start. */
+static int post_receives(train_pipeline_t *p, step_t *st) {
+  for (int k = 0; k < st->M; k++) {
+    if (p->stage > 0 &&
+        MPI_Irecv(p->act_in[k], (int)((size_t)st->size[k] * p->in_floats * sizeof(float)), MPI_BYTE,
+                  p->rank - 1, TAG_ACT + k, p->comm, &p->recv_act[k]) != MPI_SUCCESS)
+      return mpi_fail(st, "MPI_Irecv of activations", p->rank - 1);
+    if (p->next_sends_dx &&
+        MPI_Irecv(p->grad_in[k], (int)((size_t)st->size[k] * p->out_floats * sizeof(float)), MPI_BYTE,
+                  p->rank + 1, TAG_GRAD + k, p->comm, &p->recv_grad[k]) != MPI_SUCCESS)
+      return mpi_fail(st, "MPI_Irecv of gradients", p->rank + 1);
+  }
+  return 0;
+}
+
+/* The schedule (train/pipeline.c draws both). */
+static int run_schedule(train_pipeline_t *p, step_t *st) {
+  int M = st->M, rc = 0;
+  if (p->schedule == TRAIN_PIPE_GPIPE) {
+    for (int k = 0; k < M && rc == 0; k++) rc = forward(p, st, k);
+    for (int k = 0; k < M && rc == 0; k++) rc = backward(p, st, k);
+    return rc;
+  }
+  int warm = p->S - 1 - p->stage < M ? p->S - 1 - p->stage : M;
+  for (int k = 0; k < warm && rc == 0; k++) rc = forward(p, st, k);
+  for (int i = 0; i < M - warm && rc == 0; i++) {
+    rc = forward(p, st, warm + i);
+    if (rc == 0) rc = backward(p, st, i);
+  }
+  for (int k = M - warm; k < M && rc == 0; k++) rc = backward(p, st, k);
+  return rc;
+}
+
+/* The sends of the step, done. */
+static int finish_sends(train_pipeline_t *p, step_t *st) {
+  for (int k = 0; k < st->M; k++) {
+    if (p->send_act[k] != MPI_REQUEST_NULL &&
+        train_pipeline_wait_peer(p, &p->send_act[k], p->rank + 1, "receipt of activations",
+                                 st->err, st->errlen) != 0)
+      return -1;
+    if (p->send_grad[k] != MPI_REQUEST_NULL &&
+        train_pipeline_wait_peer(p, &p->send_grad[k], p->rank - 1, "receipt of gradients",
+                                 st->err, st->errlen) != 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* The stage's gradients averaged over the replicas, the update, and the loss sums. */
+static int reduce_and_update(train_pipeline_t *p, step_t *st, float lr) {
+  if (st->weight != 0 && nn_model_scale_grads(p->m, p->pbegin, p->pend, (float)st->weight) != NN_OK)
+    return nn_fail(st, "pipeline gradient weights");
+  hvd_status_t hs = HVD_OK;
+  if (p->R > 1 && p->pend > p->pbegin) {
+    hvd_options_t o = {.process_set = p->sets[p->stage]};
+    float *g = nn_model_grads(p->m) + p->pbegin;
+    hs = hvd_allreduce_ex("pipe.grads", g, g, p->pend - p->pbegin, HVD_FLOAT32, HVD_AVERAGE, &o);
+  }
+  if (hs != HVD_OK) {
+    snprintf(st->err, st->errlen, "stage %d's gradient allreduce: %s", p->stage, hvd_last_error());
+    return -1;
+  }
+  if (nn_model_optim_step(p->m, lr) != NN_OK) return nn_fail(st, "optimizer step");
+  double sums[2] = {p->stage == p->S - 1 ? st->loss_sum : 0.0,
+                    p->stage == p->S - 1 ? (double)st->correct : 0.0};
+  hs = hvd_allreduce("pipe.loss", sums, sums, 2, HVD_FLOAT64, HVD_SUM);
+  if (hs != HVD_OK) {
+    snprintf(st->err, st->errlen, "the loss's allreduce: %s", hvd_last_error());
+    return -1;
+  }
+  st->loss_sum = sums[0];
+  st->correct = (long long)sums[1];
+  return 0;
+}
+
+int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, int n,
+                        float lr, double *loss_sum, long long *correct, char *err,
+                        size_t errlen) {
+  step_t *st = calloc(1, sizeof(*st));
+  if (!st) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  /* Every stage of a replica sees the same n, so all agree on the micro-batches. A
+     replica without samples (a shard's tail) still reduces (zeros) and steps. */
+  *st = (step_t){.x = x, .y = y, .n = n, .M = n < p->M ? n : p->M, .err = err,
+                 .errlen = errlen};
+  int rc = 0;
+  if (n < 0 || p->M > 1024 || (st->M > 0 && (n + st->M - 1) / st->M > p->micro_n)) {
+    snprintf(err, errlen, "a batch of %d samples cannot make %d micro-batches of at most %d",
+             n, p->M, p->micro_n);
+    rc = -1;
+  }
+  for (int k = 0, off = 0; rc == 0 && k < st->M; k++) {
+    st->size[k] = n / st->M + (k < n % st->M);
+    st->off[k] = off;
+    off += st->size[k];
+  }
+  double t0 = util_now_s();
+  if (rc == 0) rc = nn_model_zero_grads(p->m) == NN_OK ? 0 : nn_fail(st, "zeroing gradients");
+  if (rc == 0) rc = post_receives(p, st);
+  if (rc == 0) rc = run_schedule(p, st);
+  if (rc == 0) rc = finish_sends(p, st);
+  if (rc == 0) {
+    p->stats.wall_s += util_now_s() - t0;
+    p->stats.steps++;
+    rc = reduce_and_update(p, st, lr);
+  }
+  if (rc == 0 && loss_sum) *loss_sum = st->loss_sum;
+  if (rc == 0 && correct) *correct = st->correct;
+  free(st);
+  return rc;
+}
+
+/* The parameters, and the optimizer's state laid out as they are (one or more arrays of
+   param_len floats: SGD's momentum, Adam's m and v), from each stage's first rank. */
+int train_pipeline_gather(train_pipeline_t *p, char *err, size_t errlen) {
+  size_t plen = nn_model_param_len(p->m), nstate = 0;
+  float *state = nn_model_optim_state(p->m, &nstate);
+  size_t arrays = state && nstate % plen == 0 ? nstate / plen : 0;
+  for (size_t a = 0; a <= arrays; a++) {
+    float *base = a == 0 ? nn_model_params(p->m) : state + (a - 1) * plen;
+    for (int s = 0; s < p->S; s++) {
+      size_t b, e;
+      nn_model_range_params(p->m, p->bounds[s], p->bounds[s + 1], &b, &e);
+      if (e == b) continue;
+      char name[64];
+      snprintf(name, sizeof(name), "pipe.gather.%zu.%d", a, s);
+      if (hvd_broadcast(name, base + b, e - b, HVD_FLOAT32, s) != HVD_OK) {
+        snprintf(err, errlen, "gathering stage %d's parameters: %s", s, hvd_last_error());
+        return -1;
+      }
+    }
+  }
+  return 0;
+}
