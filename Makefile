@@ -226,6 +226,13 @@ $(shell echo '$(CONFIG_FLAGS)' | cmp -s - $(BUILD)/config.flags || echo '$(CONFI
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
 
+# ---- ONNX models in nn (nn/onnx_import.c, nn/onnx_export.c) ----
+# ONNX's messages compiled into libnn; everything linking libnn links protobuf-c.
+ONNX_PROTO := proto/onnx/onnx.proto
+NN_SRC     += $(call proto_c,$(ONNX_PROTO))
+LDLIBS     += $(PROTOBUF_LDLIBS)
+$(call obj,nn/onnx_import.c nn/onnx_export.c): $(call proto_h,$(ONNX_PROTO))
+
 LIBNN  := $(BUILD)/libnn.a
 LIBHVD := $(BUILD)/libhvd.a
 LIBUTIL := $(BUILD)/libutil.a
