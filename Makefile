@@ -232,6 +232,8 @@ ONNX_PROTO := proto/onnx/onnx.proto
 NN_SRC     += $(call proto_c,$(ONNX_PROTO))
 LDLIBS     += $(PROTOBUF_LDLIBS)
 $(call obj,nn/onnx_import.c nn/onnx_export.c): $(call proto_h,$(ONNX_PROTO))
+$(BUILD)/serve: SERVE_LDLIBS += $(PROTOBUF_LDLIBS)
+$(BUILD)/lib/libnn.so.0.1: BLAS_LDFLAGS += $(PROTOBUF_LDLIBS)
 
 LIBNN  := $(BUILD)/libnn.a
 LIBHVD := $(BUILD)/libhvd.a

@@ -386,6 +386,15 @@ nn_status_t nn_model_save_safetensors_meta(const nn_model_t *m, const char *path
 nn_status_t nn_model_from_onnx(nn_model_t **out, const char *path,
                                const nn_model_config_t *cfg);
 nn_status_t nn_model_save_onnx(const nn_model_t *m, const char *path);
+/* The same with metadata_props (key, value strings: what a reader needs to feed the
+   model, as nn_model_save_safetensors_meta records). */
+nn_status_t nn_model_save_onnx_meta(const nn_model_t *m, const char *path,
+                                    const nn_st_meta_t *meta, int meta_count);
+/* A model from a built-in name (nn_model_create) or, for a name ending in ".onnx", from
+   that file (nn_model_from_onnx): what --model and --model-file name. */
+nn_status_t nn_model_create_from(nn_model_t **out, const char *model,
+                                 const nn_model_config_t *cfg);
+int nn_model_source_is_onnx(const char *model);
 
 /* ---- optimizers ---- */
 typedef enum { NN_OPTIM_SGD, NN_OPTIM_ADAM, NN_OPTIM_ADAMW, NN_OPTIM_RMSPROP } nn_optim_kind_t;

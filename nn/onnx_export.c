@@ -15,8 +15,9 @@
 
 #ifdef HVD_NO_PROTOBUF
 
-nn_status_t nn_model_save_onnx(const nn_model_t *m, const char *path) {
-  (void)m;
+nn_status_t nn_model_save_onnx_meta(const nn_model_t *m, const char *path,
+                                    const nn_st_meta_t *meta, int meta_count) {
+  (void)m, (void)meta, (void)meta_count;
   return nn_set_error(NN_ERR_UNSUPPORTED, "nn_model_save_onnx(\"%s\"): built without "
                       "protobuf-c (PROTOBUF=none): ONNX files cannot be written; rebuild "
                       "with PROTOBUF=system", path ? path : "(null)");
@@ -366,7 +367,8 @@ static void free_exporter(exporter_t *e) {
 }
 
 /* The model message around the graph's nodes and initializers, packed and written. */
-static nn_status_t write_model(exporter_t *e, const char *path) {
+static nn_status_t write_model(exporter_t *e, const char *path, const nn_st_meta_t *meta,
+                               int meta_count) {
   const nn_model_t *m = e->m;
   Onnx__ValueInfoProto vin, vout, *vinp = &vin, *voutp = &vout;
   Onnx__TypeProto tin, tout;
@@ -400,6 +402,15 @@ static nn_status_t write_model(exporter_t *e, const char *path) {
   mp.n_opset_import = 1;
   mp.producer_name = (char *)"hvd";
   mp.graph = &g;
+  Onnx__StringStringEntryProto props[16], *propp[16];
+  for (int i = 0; i < meta_count && i < 16; i++) {
+    onnx__string_string_entry_proto__init(&props[i]);
+    props[i].key = (char *)meta[i].key;
+    props[i].value = (char *)meta[i].value;
+    propp[i] = &props[i];
+  }
+  mp.metadata_props = propp;
+  mp.n_metadata_props = (size_t)(meta_count < 16 ? meta_count : 16);
   size_t len = onnx__model_proto__get_packed_size(&mp);
   uint8_t *buf = malloc(len ? len : 1);
   if (!buf)
@@ -413,8 +424,11 @@ static nn_status_t write_model(exporter_t *e, const char *path) {
   return s;
 }
 
-nn_status_t nn_model_save_onnx(const nn_model_t *m, const char *path) {
-  if (!m || !path) return nn_set_error(NN_ERR_ARG, "nn_model_save_onnx: NULL argument");
+nn_status_t nn_model_save_onnx_meta(const nn_model_t *m, const char *path,
+                                    const nn_st_meta_t *meta, int meta_count) {
+  if (!m || !path || meta_count < 0 || meta_count > 16 || (meta_count && !meta))
+    return nn_set_error(NN_ERR_ARG, "nn_model_save_onnx: NULL argument, or metadata "
+                        "entries outside 0..16");
   exporter_t e = {0};
   nn_status_t s = alloc_exporter(&e, m);
   for (int i = 0; s == NN_OK && i < m->num_layers; i++) s = export_layer(&e, i);
@@ -428,10 +442,14 @@ nn_status_t nn_model_save_onnx(const nn_model_t *m, const char *path) {
     } else {
       add_input(add_node(&e, "Identity", "logits", "logits"), last);
     }
-    s = write_model(&e, path);
+    s = write_model(&e, path, meta, meta_count);
   }
   free_exporter(&e);
   return s;
 }
 
 #endif /* HVD_NO_PROTOBUF */
+
+nn_status_t nn_model_save_onnx(const nn_model_t *m, const char *path) {
+  return nn_model_save_onnx_meta(m, path, NULL, 0);
+}

@@ -59,7 +59,7 @@ static int serve_until_signal(serve_models_t *models, const sigset_t *sigs, int 
 
 int main(int argc, char **argv) {
   const char *arch = "lenet", *model_name = NULL, *weights = NULL, *base_path = NULL;
-  const char *device = "cpu", *normalize = NULL, *level = "info";
+  const char *device = "cpu", *normalize = NULL, *level = "info", *model_file = NULL;
   int port = 8501, batching = 1, max_batch = 32, max_instances = 1024, max_conn = 256;
   int idle_timeout = 30, request_timeout = 30, max_per_client = 128, threads = 0, poll_s = 1;
   long timeout_us = 1000;
@@ -68,6 +68,9 @@ int main(int argc, char **argv) {
   const util_flag_t table[] = {
       {"model", UTIL_FLAG_CHOICE, &arch, .choices = nn_model_names(), .metavar = "NAME",
        .help = "the network the weights are for (train's --model)"},
+      {"model-file", UTIL_FLAG_STRING, &model_file, .metavar = "FILE.onnx", .def = "",
+       .help = "instead of --model and --weights: an ONNX graph with its weights (train "
+               "--export-onnx, torch.onnx.export), served as version 1 (docs/onnx.md)"},
       {"model-name", UTIL_FLAG_STRING, &model_name, .def = "--model",
        .help = "the NAME in /v1/models/NAME"},
       {"weights", UTIL_FLAG_STRING, &weights, .metavar = "FILE", .def = "",
@@ -135,6 +138,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "serve: %s\n", err);
     return 2;
   }
+  if (model_file && (weights || base_path || !nn_model_source_is_onnx(model_file))) {
+    fprintf(stderr, "serve: --model-file %s: give an ONNX file (FILE.onnx), without "
+                    "--weights or --model-base-path; see serve --help\n", model_file);
+    return 2;
+  }
+  if (model_file) arch = weights = model_file;   /* the graph and its weights */
   if (!weights == !base_path) {
     fprintf(stderr, "serve: give --weights FILE or --model-base-path DIR (one of them); "
                     "see serve --help\n");
