@@ -44,6 +44,9 @@ nn_status_t nn_model_from_onnx(nn_model_t **out, const char *path,
 #define ONNX_FLOAT 1      /* TensorProto.DataType FLOAT */
 #define ONNX_INT64 7
 #define ONNX_MAX_BYTES ((size_t)2 << 30)  /* protobuf's limit for one message */
+/* The activations of one sample, all layers together: 8 GiB of floats, far beyond any
+   image classifier, so that a small file cannot make nn allocate the impossible. */
+#define ONNX_MAX_SAMPLE_FLOATS ((size_t)1 << 31)
 
 static const char *const supported_ops =
     "Conv, Gemm, MatMul (+ Add of a bias), BatchNormalization, Relu, LeakyRelu, Sigmoid, "
@@ -904,6 +907,12 @@ static nn_status_t import(importer_t *im, const nn_model_config_t *cfg, nn_model
     if (!im->skip[i] && (s = import_node(im, i)) != NN_OK) return s;
   if (im->m->num_layers == 0)
     return file_error(im, NN_ERR_UNSUPPORTED, "the graph computes nothing nn trains");
+  size_t floats = (size_t)c * h * w;
+  for (int i = 0; i < im->m->num_layers; i++)
+    floats += nn_layer_sample_size(&im->m->layers[i]);
+  if (floats > ONNX_MAX_SAMPLE_FLOATS)
+    return file_error(im, NN_ERR_UNSUPPORTED, "the graph's activations take %zu floats per "
+                      "sample, more than nn's limit of %zu", floats, ONNX_MAX_SAMPLE_FLOATS);
   if ((s = check_output(im, &classes)) != NN_OK ||
       (s = check_config(im, cfg, c, h, w, classes)) != NN_OK)
     return s;

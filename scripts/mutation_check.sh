@@ -164,6 +164,16 @@ child-exited-consumes-status|launcher/children.c|s#WNOHANG . WNOWAIT)#WNOHANG)#|
 stall-bytes-base-not-reset-on-turn|hvd/watchdog.c|s/^      base_bytes = transport_bytes();$//|test_hvd_stall
 alloc-failure-size-named-by-wrong-rank|hvd/host_backend.c|s/if (failed == hvd_g.rank)/if (failed != hvd_g.rank)/|test_hvd_errors
 liveness-gap-full-timeout|hvd/liveness.c|s/timeout_us \/ 2 < GAP_US ? timeout_us \/ 2 : GAP_US/timeout_us \/ 2 < GAP_US ? timeout_us : GAP_US/|test_hvd_liveness_gap
+onnx-bn-momentum-not-inverted|nn/onnx_import.c|s#im->m->layers\[idx\].momentum = 1.0f - mom;#im->m->layers[idx].momentum = mom;#|test_onnx_models
+onnx-matmul-weight-untransposed|nn/onnx_import.c|s#load_slice(im, n, first, wt, !trans_b)#load_slice(im, n, first, wt, 0)#|test_onnx_models
+onnx-input-rank-unchecked|nn/onnx_import.c|s#  if (sh->n_dim != 4)#  if (sh->n_dim < 4)#|test_onnx_models
+gconv-dilation-ignored|nn/graph_kernels.c|s#- s->pad_h + ki \* s->dil_h;#- s->pad_h + ki;#|test_nn_graph_kernels test_onnx_models
+leaky-relu-grad-unscaled|nn/graph_kernels.c|s#x\[i\] > 0.0f ? g : alpha \* g;#g;#|test_nn_graph_kernels test_onnx_models
+concat-grad-halves-swapped|nn/graph_kernels.c|s#db\[i \* b_size + k\] += d\[a_size + k\];#db[i * b_size + k] += d[k];#|test_nn_graph_kernels test_onnx_models
+mul-channel-grad-halved|nn/graph_kernels.c|s#      db\[p\] += (float)sum;#      db[p] += 0.5f * (float)sum;#|test_nn_graph_kernels
+gconv-width-stride-as-height|nn/graph_kernels.c|s#int iw = ow \* s->stride_w#int iw = ow * s->stride_h#|test_nn_graph_kernels
+onnx-export-gemm-untransposed|nn/onnx_export.c|s#attr_int(n, "transB", 1);#attr_int(n, "transB", 0);#|test_onnx_train_serve.sh
+serve-onnx-weights-from-safetensors|serve/versions.c|s#  if (!onnx \&\& nn_model_load_safetensors(model, path) != NN_OK) {#  if (nn_model_load_safetensors(model, path) != NN_OK) {#|test_onnx_train_serve.sh
 EOF
 )
 
