@@ -205,16 +205,17 @@ static size_t tensor_numel(const Onnx__TensorProto *t) {
   return n;
 }
 
-/* Element i of a float or int64 tensor as a double; 0 when it has none (the caller
-   checked the count with tensor_numel and tensor_count). */
+/* The values a float or int64 tensor holds (raw or typed); SIZE_MAX for raw bytes that
+   are no whole number of values, 0 for another type. */
 static size_t tensor_count(const Onnx__TensorProto *t) {
-  if (t->data_type == ONNX_FLOAT)
-    return t->has_raw_data ? t->raw_data.len / 4 : t->n_float_data;
-  if (t->data_type == ONNX_INT64)
-    return t->has_raw_data ? t->raw_data.len / 8 : t->n_int64_data;
-  return 0;
+  size_t size = t->data_type == ONNX_FLOAT ? 4 : t->data_type == ONNX_INT64 ? 8 : 0;
+  if (!size) return 0;
+  if (t->has_raw_data) return t->raw_data.len % size ? SIZE_MAX : t->raw_data.len / size;
+  return size == 4 ? t->n_float_data : t->n_int64_data;
 }
 
+/* Element i of a float or int64 tensor as a double (the caller checked i against
+   tensor_count). */
 static double tensor_at(const Onnx__TensorProto *t, size_t i) {
   if (t->data_type == ONNX_FLOAT) {
     float f;
