@@ -41,9 +41,10 @@ for ((r = 0; r < rounds; r++)); do
     runs[$name]+="$(speed ${c#*|}) "
   done
 done
-printf '%-28s %12s   (batch %d, %d timed batches, median of %d rounds; %s)\n' model images/sec \
-  "$batch" "$batches" "$rounds" "$(date -u +%Y-%m-%d)"
+printf '%-28s %12s   %s\n' model images/sec "(batch $batch, $batches timed batches, median of \
+$rounds rounds; each round's in brackets; $(date -u +%Y-%m-%d))"
 for c in "${cases[@]}"; do
   name=${c%%|*}
-  printf '%-28s %12s\n' "$name" "$(tr ' ' '\n' <<<"${runs[$name]}" | grep . | median)"
+  printf '%-28s %12s   [%s]\n' "$name" "$(tr ' ' '\n' <<<"${runs[$name]}" | grep . | median)" \
+    "${runs[$name]% }"
 done
