@@ -246,6 +246,15 @@ FUZZ_SECONDS ?= 30
 all: $(LIBNN) $(LIBHVD) $(LIBUTIL) $(LIBTRAIN) $(BUILD)/hvd.pc $(TESTS) $(BENCHES) $(EXAMPLES) $(TRAIN) $(HVDRUN) \
      $(FUZZERS) $(BUILD)/serve
 
+# ---- ONNX models in nn (nn/onnx_import.c, nn/onnx_export.c) ----
+# ONNX's messages compiled into libnn; everything linking libnn links protobuf-c.
+ONNX_PROTO := proto/onnx/onnx.proto
+NN_SRC     += $(call proto_c,$(ONNX_PROTO))
+LDLIBS     += $(PROTOBUF_LDLIBS)
+$(call obj,nn/onnx_import.c nn/onnx_export.c): $(call proto_h,$(ONNX_PROTO))
+$(BUILD)/serve: SERVE_LDLIBS += $(PROTOBUF_LDLIBS)
+$(BUILD)/lib/libnn.so.0.1: BLAS_LDFLAGS += $(PROTOBUF_LDLIBS)
+
 $(BUILD)/obj/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@

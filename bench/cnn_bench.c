@@ -119,11 +119,14 @@ static const char *const DATA_NAMES[] = {"synthetic", "fashion_mnist", "fashion-
 
 /* The flags (tf_cnn_benchmarks' names, '_' spelling), writing into o: --help builds the
    table over default_options() to show the defaults. */
-enum { NFLAGS = 33 };
+enum { NFLAGS = 34 };
 static void flag_table(options_t *o, util_flag_t table[NFLAGS]) {
   const util_flag_t t[] = {
       {"model", UTIL_FLAG_CHOICE, &o->model, .choices = nn_model_names(), .metavar = "NAME",
        .help = "the network"},
+      {"model_file", UTIL_FLAG_STRING, &o->model, .metavar = "FILE.onnx", .def = "none",
+       .help = "instead of --model: an ONNX graph (torch.onnx.export), its input shape and "
+               "classes from the graph (docs/onnx.md)"},
       {"batch_size", UTIL_FLAG_INT, &o->batch_size, .min = 1, .max = 1e9,
        .help = "images per device (rank) per step"},
       {"num_batches", UTIL_FLAG_INT, &o->num_batches, .min = 1, .max = 1e9,

@@ -303,6 +303,18 @@ int nn_model_add_add(nn_model_t *m, const char *name, int a, int b) {
   return layer_index(m);
 }
 
+/* The builders' helpers, for the graph kinds' builders (nn/model_graph_layers.c). */
+nn_layer_t *nn_model_push_layer(nn_model_t *m, nn_layer_kind_t kind, const char *name,
+                                int in) {
+  return push_layer(m, kind, name, in);
+}
+size_t nn_model_add_slice(nn_model_t *m, const char *layer, const char *suffix,
+                          nn_slice_kind_t kind, int ndim, const int *shape) {
+  return add_slice(m, layer, suffix, kind, ndim, shape);
+}
+int nn_model_fail(nn_model_t *m, nn_status_t s, const char *what) { return fail(m, s, what); }
+int nn_model_layer_done(nn_model_t *m) { return layer_index(m); }
+
 /* ---- allocation and initialisation ---- */
 
 /* PyTorch's default for Conv2d and Linear: kaiming_uniform_(a=sqrt(5)) for the weight,
@@ -357,7 +369,7 @@ static int grad_owner(const nn_model_t *m, const char *view, int j) {
 static int writes_input_grad(const nn_model_t *m, const char *view, int i, int k) {
   const nn_layer_t *l = &m->layers[i];
   if (view[i]) return 0;
-  if (k == 1) return l->kind == NN_LAYER_ADD;
+  if (k == 1) return nn_layer_kind_has_two_inputs(l->kind);
   if (l->kind == NN_LAYER_FLATTEN) return l->in[0] != NN_MODEL_INPUT;
   if ((l->kind == NN_LAYER_CONV2D || l->kind == NN_LAYER_LINEAR) &&
       !nn_layer_input_grad_wanted(m, l->in[0]))

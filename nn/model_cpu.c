@@ -11,6 +11,7 @@
    need their inputs, not their outputs), and flatten is a view. */
 #include "nn/model_internal.h"
 #include "nn/backward_store_internal.h"
+#include "nn/graph_kernels_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +190,90 @@ static nn_status_t add_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
   nn_add_backward_ex(count, l->dout, nn_layer_dx(m, i), !l->dx_first[0],
                      nn_layer_in_grad(m, l->in[1]), !l->dx_first[1]);
+  return NN_OK;
+}
+
+/* ---- the graph kinds (nn/graph_kernels.c) ----
+   Their kernels add into gradients: a gradient this layer writes first is cleared
+   first (both before either is added into: a * a reads one gradient twice). */
+
+static float *dx1_to_add_into(nn_model_t *m, int i, int n) {
+  const nn_layer_t *l = &m->layers[i], *b = &m->layers[l->in[1]];
+  float *db = b->dout;
+  if (l->dx_first[1]) memset(db, 0, sizeof(float) * (size_t)n * nn_layer_sample_size(b));
+  return db;
+}
+
+static nn_gconv_shape_t gconv_shape(const nn_layer_t *l, int n) {
+  nn_gconv_shape_t s = {n, l->in_c, l->in_h, l->in_w, l->c, l->kh, l->kw, l->groups,
+                        l->stride, l->stride_w, l->pad, l->pad_w, l->dil_h, l->dil_w,
+                        l->h, l->w};
+  return s;
+}
+
+static nn_status_t gconv_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  nn_gconv_shape_t s = gconv_shape(l, n);
+  nn_gconv_forward(&s, x, P + l->w_off, l->has_bias ? P + l->b_off : NULL, l->out);
+  return NN_OK;
+}
+
+static nn_status_t gconv_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  nn_gconv_shape_t s = gconv_shape(l, n);
+  /* The gradient of the model input is wanted by nobody. */
+  float *dx = l->in[0] == NN_MODEL_INPUT ? NULL : dx_to_add_into(m, i, n);
+  nn_gconv_backward(&s, x, P + l->w_off, l->dout, dx, G + l->w_off,
+                    l->has_bias ? G + l->b_off : NULL);
+  return NN_OK;
+}
+
+static nn_status_t act_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  nn_act_forward(l->act, l->alpha, l->lo, l->hi, count, x, l->out);
+  return NN_OK;
+}
+
+static nn_status_t act_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  nn_act_backward(l->act, l->alpha, l->lo, l->hi, count, x, l->dout,
+                  dx_to_add_into(m, i, n));
+  return NN_OK;
+}
+
+static nn_status_t mul_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  const nn_layer_t *b = &m->layers[l->in[1]];
+  nn_mul_forward(n, l->c, l->h * l->w, b->h * b->w, x, b->out, l->out);
+  return NN_OK;
+}
+
+static nn_status_t mul_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  const nn_layer_t *b = &m->layers[l->in[1]];
+  float *da = dx_to_add_into(m, i, n), *db = dx1_to_add_into(m, i, n);
+  nn_mul_backward(n, l->c, l->h * l->w, b->h * b->w, x, b->out, l->dout, da, db);
+  return NN_OK;
+}
+
+static nn_status_t concat_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  const nn_layer_t *b = &m->layers[l->in[1]];
+  nn_concat_forward(n, (size_t)l->in_c * l->in_h * l->in_w, nn_layer_sample_size(b), x,
+                    b->out, l->out);
+  return NN_OK;
+}
+
+static nn_status_t concat_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  const nn_layer_t *b = &m->layers[l->in[1]];
+  float *da = dx_to_add_into(m, i, n), *db = dx1_to_add_into(m, i, n);
+  nn_concat_backward(n, (size_t)l->in_c * l->in_h * l->in_w, nn_layer_sample_size(b),
+                     l->dout, da, db);
   return NN_OK;
 }
 

@@ -25,7 +25,17 @@
   X(NN_LAYER_LINEAR, linear)        \
   X(NN_LAYER_DROPOUT, dropout)      \
   X(NN_LAYER_FLATTEN, flatten)      \
-  X(NN_LAYER_ADD, add)
+  X(NN_LAYER_ADD, add)              \
+  NN_LAYER_GRAPH_KIND_LIST(X)
+/* The kinds that imported graphs (nn/onnx_import.c) need beyond the built-in models:
+   a convolution with groups, dilations or unequal strides and pads (depthwise in
+   MobileNet), elementwise activations, an elementwise product and a channel concat
+   (nn/model_graph_layers.c builds them, nn/graph_kernels.c computes them on the CPU). */
+#define NN_LAYER_GRAPH_KIND_LIST(X) \
+  X(NN_LAYER_GCONV, gconv)          \
+  X(NN_LAYER_ACT, act)              \
+  X(NN_LAYER_MUL, mul)              \
+  X(NN_LAYER_CONCAT, concat)
 #define NN_LAYER_ENUM_ENTRY(kind, stem) kind,
 #define NN_LAYER_OPS_ENTRY(kind, stem) [kind] = {stem##_forward, stem##_backward},
 
@@ -40,7 +50,7 @@ typedef enum {
 typedef struct {
   nn_layer_kind_t kind;
   char name[96];          /* PyTorch module path ("layer1.0.conv1") or a descriptive one */
-  int in[2];              /* producing layers; NN_MODEL_INPUT; in[1] only for add      */
+  int in[2];              /* producing layers; NN_MODEL_INPUT; in[1]: add, mul, concat */
   int c, h, w;            /* output shape of one sample                                 */
   int in_c, in_h, in_w;   /* input shape of one sample                                  */
 
@@ -49,6 +59,12 @@ typedef struct {
   int has_bias;           /* conv, linear                                               */
   float eps, momentum;    /* batch norm                                                 */
   float p;                /* dropout                                                    */
+  /* graph kinds (NN_LAYER_GRAPH_KIND_LIST): a grouped convolution's groups, dilations
+     and width stride and pad (stride, pad above are the height's); an activation's
+     function (nn_act_t) and its constants (leaky relu slope; clip bounds) */
+  int groups, dil_h, dil_w, stride_w, pad_w;
+  int act;
+  float alpha, lo, hi;
 
   /* parameters: offsets into params[]/grads[] and buffers[] (SIZE_MAX when absent) */
   size_t w_off, b_off;    /* conv/linear weight and bias; batch norm gamma and beta    */
@@ -259,6 +275,10 @@ static inline nn_batchnorm2d_shape_t nn_layer_bn_shape(const nn_layer_t *l, int 
   nn_batchnorm2d_shape_t s = {n, l->c, l->h, l->w, l->eps, l->momentum};
   return s;
 }
+/* Whether layers of this kind read a second input (in[1]). */
+static inline int nn_layer_kind_has_two_inputs(nn_layer_kind_t kind) {
+  return kind == NN_LAYER_ADD || kind == NN_LAYER_MUL || kind == NN_LAYER_CONCAT;
+}
 /* The output of layer `in` (NN_MODEL_INPUT: the input copy) and its gradient. */
 static inline void *nn_layer_in(const nn_model_t *m, int in) {
   return in == NN_MODEL_INPUT ? m->input : m->layers[in].out;
@@ -320,6 +340,27 @@ int nn_model_add_flatten(nn_model_t *m, const char *name, int in);
 int nn_model_add_linear(nn_model_t *m, const char *name, int in, int out, int bias);
 int nn_model_add_dropout(nn_model_t *m, const char *name, int in, float p);
 int nn_model_add_add(nn_model_t *m, const char *name, int a, int b);
+/* The graph kinds (nn/model_graph_layers.c). gconv: weight [c_out][in_c/groups][kh][kw]
+   (and a bias of c_out when bias), pads and strides per axis, symmetric; act: one of
+   nn_act_t with alpha (leaky relu) or lo, hi (clip); mul: a * b, b of a's shape or one
+   value per channel ([c][1][1]); concat: a's channels then b's (same height and width). */
+int nn_model_add_gconv(nn_model_t *m, const char *name, int in, int c_out, int kh, int kw,
+                       const int stride[2], const int pad[2], const int dil[2], int groups,
+                       int bias);
+int nn_model_add_act(nn_model_t *m, const char *name, int in, int act, float alpha,
+                     float lo, float hi);
+int nn_model_add_mul(nn_model_t *m, const char *name, int a, int b);
+int nn_model_add_concat(nn_model_t *m, const char *name, int a, int b);
+/* What model.c's builders use, for the builders of other files: append a layer reading
+   `in` (NULL after an error), register a state_dict entry of the layer being built,
+   record a build error (returns NN_LAYER_ERROR), and close the layer being built
+   (returns its index). */
+nn_layer_t *nn_model_push_layer(nn_model_t *m, nn_layer_kind_t kind, const char *name,
+                                int in);
+size_t nn_model_add_slice(nn_model_t *m, const char *layer, const char *suffix,
+                          nn_slice_kind_t kind, int ndim, const int *shape);
+int nn_model_fail(nn_model_t *m, nn_status_t s, const char *what);
+int nn_model_layer_done(nn_model_t *m);
 /* Allocates parameters, buffers and activations, initialises the weights as PyTorch's
    defaults from cfg.seed. On failure frees m (also after a build error). */
 nn_status_t nn_model_finish(nn_model_t *m);

@@ -72,8 +72,9 @@ static void call_backward_hook(nn_model_t *m, int i, int n) {
   size_t count = (size_t)n * l->in_c * l->in_h * l->in_w;
   void *dx = nn_layer_dx(m, i);
   m->hook(m->hook_ctx, m, NN_HOOK_BACKWARD, i, dx, dx ? count : 0);
-  if (l->kind == NN_LAYER_ADD)
-    m->hook(m->hook_ctx, m, NN_HOOK_BACKWARD, i, nn_layer_in_grad(m, l->in[1]), count);
+  if (nn_layer_kind_has_two_inputs(l->kind))
+    m->hook(m->hook_ctx, m, NN_HOOK_BACKWARD, i, nn_layer_in_grad(m, l->in[1]),
+            (size_t)n * nn_layer_sample_size(&m->layers[l->in[1]]));
 }
 
 /* Backward kernels add into gradients: start every gradient the pass writes at zero

@@ -401,6 +401,31 @@ size_t nn_st_dtype_size(nn_st_dtype_t dtype);
 nn_status_t nn_model_save_safetensors_meta(const nn_model_t *m, const char *path,
                                            const nn_st_meta_t *meta, int meta_count);
 
+/* ---- ONNX models (nn/onnx_import.c, nn/onnx_export.c; protobuf-c) ----
+   nn_model_from_onnx builds a model from an ONNX file (opsets 11 to 17): one float
+   input [N, C, H, W], one output [N, classes] (the logits; a Softmax or LogSoftmax that
+   ends the graph is left out, as nn trains with a softmax cross-entropy). The ops of
+   image classifiers are supported (docs/onnx.md lists them); an unsupported op or
+   attribute is NN_ERR_UNSUPPORTED naming the node, a corrupt file NN_ERR_FORMAT. The
+   initializers are the starting weights and the tensors keep their names. cfg: batch
+   and seed as for nn_model_create; in_* and num_classes 0 (or the graph's). A build
+   without protobuf-c (PROTOBUF=none) returns NN_ERR_UNSUPPORTED.
+   nn_model_save_onnx writes m as an inference graph (opset 13; batch norm with its
+   running statistics, dropout left out) with the tensors' names, the input "input"
+   [N, C, H, W] and the output "logits" [N, classes]. On the GPU sync to host first. */
+nn_status_t nn_model_from_onnx(nn_model_t **out, const char *path,
+                               const nn_model_config_t *cfg);
+nn_status_t nn_model_save_onnx(const nn_model_t *m, const char *path);
+/* The same with metadata_props (key, value strings: what a reader needs to feed the
+   model, as nn_model_save_safetensors_meta records). */
+nn_status_t nn_model_save_onnx_meta(const nn_model_t *m, const char *path,
+                                    const nn_st_meta_t *meta, int meta_count);
+/* A model from a built-in name (nn_model_create) or, for a name ending in ".onnx", from
+   that file (nn_model_from_onnx): what --model and --model-file name. */
+nn_status_t nn_model_create_from(nn_model_t **out, const char *model,
+                                 const nn_model_config_t *cfg);
+int nn_model_source_is_onnx(const char *model);
+
 /* ---- optimizers ---- */
 typedef enum { NN_OPTIM_SGD, NN_OPTIM_ADAM, NN_OPTIM_ADAMW, NN_OPTIM_RMSPROP } nn_optim_kind_t;
 

@@ -37,12 +37,21 @@ check_torch() {
   return 1
 }
 
+# onnxruntime (the ONNX tests' reference runtime) has no Debian package: pip, without
+# its dependencies (numpy and protobuf are Debian's; pip's newer protobuf would shadow
+# Debian's under /usr/local and break python3-onnx's and grpc's generated modules).
+install_onnxruntime() {
+  /usr/bin/python3 -c 'import onnxruntime' 2>/dev/null && return 0
+  /usr/bin/python3 -m pip install --break-system-packages --no-deps onnxruntime flatbuffers
+}
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   check_torch
+  install_onnxruntime
   exit
 fi
 
@@ -56,3 +65,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq </dev/null
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
 check_torch
+install_onnxruntime

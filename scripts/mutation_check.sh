@@ -204,6 +204,16 @@ pipe-weights-unscaled|train/pipeline_step.c|s/(float)st->weight) != NN_OK)/1.0f)
 pipe-no-stage-allreduce|train/pipeline_step.c|s/  if (p->R > 1 \&\& p->pend > p->pbegin) {/  if (0) {/|test_train_pipeline
 pipe-no-unstash|train/pipeline_step.c|s/  if (nn_model_range_unstash(p->m, first, last, p->stash\[k\]) != NN_OK)/  if (0)/|test_train_pipeline
 train-pipe-no-gather|train/main.c|s/^  pipeline_gather(t);$/  (void)0;/|test_train_pipeline.sh
+onnx-bn-momentum-not-inverted|nn/onnx_import.c|s#im->m->layers\[idx\].momentum = 1.0f - mom;#im->m->layers[idx].momentum = mom;#|test_onnx_models
+onnx-matmul-weight-untransposed|nn/onnx_import.c|s#load_slice(im, n, first, wt, !trans_b)#load_slice(im, n, first, wt, 0)#|test_onnx_models
+onnx-input-rank-unchecked|nn/onnx_import.c|s#  if (sh->n_dim != 4)#  if (sh->n_dim > 4)#|test_onnx_models
+gconv-dilation-ignored|nn/graph_kernels.c|s#- s->pad_h + ki \* s->dil_h;#- s->pad_h + ki;#|test_nn_graph_kernels test_onnx_models
+leaky-relu-grad-unscaled|nn/graph_kernels.c|s#x\[i\] > 0.0f ? g : alpha \* g;#g;#|test_nn_graph_kernels test_onnx_models
+concat-grad-halves-swapped|nn/graph_kernels.c|s#db\[i \* b_size + k\] += d\[a_size + k\];#db[i * b_size + k] += d[k];#|test_nn_graph_kernels test_onnx_models
+mul-channel-grad-halved|nn/graph_kernels.c|s#      db\[p\] += (float)sum;#      db[p] += 0.5f * (float)sum;#|test_nn_graph_kernels
+gconv-width-stride-as-height|nn/graph_kernels.c|s#int iw = ow \* s->stride_w#int iw = ow * s->stride_h#|test_nn_graph_kernels
+onnx-export-gemm-untransposed|nn/onnx_export.c|s#attr_int(n, "transB", 1);#attr_int(n, "transB", 0);#|test_onnx_train_serve.sh
+serve-onnx-weights-from-safetensors|serve/versions.c|s#  if (!onnx \&\& nn_model_load_safetensors(model, path) != NN_OK) {#  if (nn_model_load_safetensors(model, path) != NN_OK) {#|test_onnx_train_serve.sh
 EOF
 )
 

@@ -118,6 +118,7 @@ static int drain(serve_http_t *http, serve_grpc_t *grpc, double drain_s) {
 /* serve's flags (serve --help). */
 typedef struct {
   const char *arch, *model_name, *weights, *base_path, *device, *normalize, *level;
+  const char *model_file;     /* --model-file: an ONNX graph with its weights             */
   const char *version_labels;
   int port, batching, max_batch, max_instances, max_conn, idle_timeout, request_timeout;
   int max_per_client, threads, poll_s;
@@ -141,6 +142,9 @@ static int parse_flags(int argc, char **argv, opts_t *o) {
   const util_flag_t table[] = {
       {"model", UTIL_FLAG_CHOICE, &o->arch, .choices = nn_model_names(), .metavar = "NAME",
        .help = "the network the weights are for (train's --model)"},
+      {"model-file", UTIL_FLAG_STRING, &o->model_file, .metavar = "FILE.onnx", .def = "",
+       .help = "instead of --model and --weights: an ONNX graph with its weights (train "
+               "--export-onnx, torch.onnx.export), served as version 1 (docs/onnx.md)"},
       {"model-name", UTIL_FLAG_STRING, &o->model_name, .def = "--model",
        .help = "the NAME in /v1/models/NAME"},
       {"weights", UTIL_FLAG_STRING, &o->weights, .metavar = "FILE", .def = "",
@@ -218,6 +222,13 @@ static int parse_flags(int argc, char **argv, opts_t *o) {
     fprintf(stderr, "serve: %s\n", err);
     return 2;
   }
+  if (o->model_file &&
+      (o->weights || o->base_path || !nn_model_source_is_onnx(o->model_file))) {
+    fprintf(stderr, "serve: --model-file %s: give an ONNX file (FILE.onnx), without "
+                    "--weights or --model-base-path; see serve --help\n", o->model_file);
+    return 2;
+  }
+  if (o->model_file) o->arch = o->weights = o->model_file;   /* the graph and its weights */
   if (!o->weights == !o->base_path) {
     fprintf(stderr, "serve: give --weights FILE or --model-base-path DIR (one of them); "
                     "see serve --help\n");

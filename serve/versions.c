@@ -222,11 +222,19 @@ static int load_version(serve_models_t *m, long number, const char *path, serve_
                         char *err, size_t errlen) {
   serve_version_info_t info;
   int shape[4];
-  if (read_info(m, path, &info, shape, err, errlen) != 0) return -1;
+  /* An ONNX file (serve --model-file) is its own graph and weights; it records no
+     normalisation serve reads (--normalize, else the default). */
+  const int onnx = nn_model_source_is_onnx(path);
+  if (onnx) {
+    memset(&info, 0, sizeof info);
+    memset(shape, 0, sizeof shape);
+  } else if (read_info(m, path, &info, shape, err, errlen) != 0) {
+    return -1;
+  }
   nn_model_config_t mc = {.batch = m->cfg.batching.max_batch, .in_channels = shape[0],
                           .in_height = shape[1], .in_width = shape[2], .num_classes = shape[3]};
   nn_model_t *model = NULL;
-  if (nn_model_create(&model, m->cfg.arch, &mc) != NN_OK) {
+  if (nn_model_create_from(&model, m->cfg.arch, &mc) != NN_OK) {
     snprintf(err, errlen, "model %s%s: %s", m->cfg.arch,
              info.recorded ? " of the shape its file records" : "", nn_last_error());
     free_labels(info.labels);
@@ -247,7 +255,7 @@ static int load_version(serve_models_t *m, long number, const char *path, serve_
     free_labels(info.labels);
     return -1;
   }
-  if (nn_model_load_safetensors(model, path) != NN_OK) {
+  if (!onnx && nn_model_load_safetensors(model, path) != NN_OK) {
     snprintf(err, errlen, "%s: %s", path, nn_last_error());
     nn_model_free(model);
     free_labels(info.labels);

@@ -61,6 +61,7 @@ pooled=(
   test_serve_grpc.sh test_serve_grpc_errors.sh test_serve_grpc_images.sh
   test_python.sh test_python_mnist.sh
   test_hvd_process_sets test_nn_model_range test_train_pipeline test_train_pipeline.sh
+  test_onnx_models test_onnx_train_serve.sh test_nn_graph_kernels
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build

@@ -44,11 +44,17 @@ static const char *const PIPE_SCHEDULES[] = {"gpipe", "1f1b", NULL};
 /* The flags, writing into o. A function, not a static table: the destinations are o's
    fields, and --help shows the defaults by building it over train_flags_defaults. */
 #define BUF(field) o->field, .dest_size = sizeof o->field
-enum { NFLAGS = 54 };
+enum { NFLAGS = 56 };
 static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
   const util_flag_t t[] = {
       {"model", UTIL_FLAG_STRING, BUF(model), .metavar = "NAME",
        .help = "model name: lenet, mlp, resnet20, ..."},
+      {"model-file", UTIL_FLAG_STRING, BUF(model), .metavar = "FILE.onnx", .def = "none",
+       .help = "instead of --model: an ONNX graph (torch.onnx.export, tf2onnx) with its "
+               "initial weights; input shape and classes from the graph (docs/onnx.md)"},
+      {"export-onnx", UTIL_FLAG_STRING, &o->export_onnx_path, .metavar = "FILE.onnx",
+       .help = "write the trained model as an ONNX inference graph (opset 13) for "
+               "onnxruntime, TensorRT or serve --model-file"},
       {"dataset", UTIL_FLAG_CHOICE, BUF(dataset), .choices = DATASETS, .metavar = "NAME",
        .help = "data set; idx: your own IDX files (--train-images, --train-labels, "
                "--test-images, --test-labels)"},

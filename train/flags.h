@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 typedef struct {
-  char model[64];
+  char model[1024];            /* a built-in name, or --model-file's ONNX path */
   char dataset[32];
   const char *data_dir;        /* NULL: the data set's default */
   int epochs;
@@ -18,6 +18,7 @@ typedef struct {
   uint64_t seed;
   int threads;                 /* 0: nn's default */
   const char *export_path;
+  const char *export_onnx_path; /* --export-onnx */
   float warmup_epochs;
   char lr_schedule[16];        /* constant | step | cosine */
   float lr_step_epochs, lr_gamma, min_lr;

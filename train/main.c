@@ -44,6 +44,7 @@
 #include "train/callbacks.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/export_onnx.h"
 #include "train/flags.h"
 #include "train/outputs.h"
 #include "train/pipeline.h"
@@ -351,7 +352,7 @@ static void load_data(trainer_t *t) {
   /* Probe the model's input shape (synthetic data takes it; real data must match it). */
   nn_model_config_t probe_cfg = {.batch = 1, .seed = o->seed};
   nn_model_t *probe = NULL;
-  if (nn_model_create(&probe, o->model, &probe_cfg) != NN_OK) die("--model: %s", nn_last_error());
+  if (nn_model_create_from(&probe, o->model, &probe_cfg) != NN_OK) die("--model: %s", nn_last_error());
   int mc, mh, mw;
   nn_model_input_shape(probe, &mc, &mh, &mw);
   nn_model_free(probe);
@@ -390,7 +391,7 @@ static void load_init_weights(trainer_t *t) {
   nn_model_config_t icfg = {.batch = 1, .seed = o->seed, .num_classes = t->train.num_classes,
                             .in_channels = t->train.c, .in_height = t->train.h,
                             .in_width = t->train.w};
-  if (nn_model_create(&t->init, o->model, &icfg) != NN_OK)
+  if (nn_model_create_from(&t->init, o->model, &icfg) != NN_OK)
     die("--model %s with %s (%dx%dx%d): %s", o->model, o->dataset, t->train.c, t->train.h,
         t->train.w, nn_last_error());
   if (nn_model_load_safetensors(t->init, o->init_weights) != NN_OK)
@@ -1058,6 +1059,11 @@ static void finish(trainer_t *t) {
     if (train_export(model, o, &t->train, t->norm_mean, t->norm_std, err, sizeof err) != 0)
       die("%s", err);
   }
+  if (o->export_onnx_path) {
+    nn_check_model(nn_model_sync_to_host(model), "copying the model to the host");
+    if (train_export_onnx(model, o, &t->train, t->norm_mean, t->norm_std, err, sizeof err) != 0)
+      die("%s", err);
+  }
   const int size = t->size;
   double secs = run->st[ST_TRAIN_SECONDS];
   double total_ips = secs > 0 ? run->st[ST_TRAIN_IMAGES] / secs : 0; /* all ranks */
@@ -1081,6 +1087,7 @@ static void finish(trainer_t *t) {
            "overlapped)\n", hvd_grad_buckets_num(buckets), largest_bucket_mib(buckets),
            bs.comm_s, bs.blocked_s, bs.comm_s > 0 ? 100.0 * (1.0 - bs.blocked_s / bs.comm_s) : 0.0);
   if (o->export_path) printf("exported weights to %s\n", o->export_path);
+  if (o->export_onnx_path) printf("exported the ONNX model to %s\n", o->export_onnx_path);
   printf("test loss: %.4f\n", e.loss);
   printf("test accuracy: %.2f%%\n", 100.0 * e.acc);
   if (fflush(stdout) != 0 || ferror(stdout))

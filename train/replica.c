@@ -28,7 +28,7 @@ int train_replica_create(train_replica_t *r, const train_replica_opts_t *o) {
   r->nn_status = NN_OK;
   r->hvd_status = HVD_OK;
   r->err[0] = '\0';
-  nn_status_t s = nn_model_create(&r->model, o->model, &o->cfg);
+  nn_status_t s = nn_model_create_from(&r->model, o->model, &o->cfg);
   if (s != NN_OK) return nn_failed(r, TRAIN_REPLICA_CREATE, s);
   if (o->optimizer && (s = nn_model_optim_create(r->model, &o->optim)) != NN_OK)
     return nn_failed(r, TRAIN_REPLICA_OPTIMIZER, s);

@@ -88,6 +88,7 @@ typedef struct {
 } cuda_model_t;
 
 static const nn_backend_t cuda_backend;
+static nn_status_t graph_kinds_refused(nn_model_t *m);
 
 static cuda_model_t *CM(const nn_model_t *m) { return (cuda_model_t *)m->backend_state; }
 
@@ -279,6 +280,7 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
   int done;
   nn_status_t st = nn_model_to_device_args(m, device, &done);
   if (st != NN_OK || done) return st;
+  if ((st = graph_kinds_refused(m)) != NN_OK) return st;
   if (!nn_cuda_available())
     return nn_set_error(NN_ERR_UNSUPPORTED, "nn_model_to_device: %s", nn_cuda_info());
   nn_cuda_ctx_t *c;
@@ -809,6 +811,44 @@ static nn_status_t add_backward(nn_model_t *m, int i, int n) {
                                     !l->dx_first[1]));
   return NN_OK;
 }
+
+/* ---- the graph kinds (nn/model_internal.h, NN_LAYER_GRAPH_KIND_LIST) ----
+   Not on this backend yet: nn_model_to_device refuses a model with one (naming the
+   layer) before it moves anything, so these are never reached. */
+static nn_status_t graph_kind_refused(nn_model_t *m, int i) {
+  return nn_set_error(NN_ERR_UNSUPPORTED, "nn_model_to_device: layer %d \"%s\" (%s) has no "
+                      "CUDA kernels yet: train this model on the CPU (grouped or dilated "
+                      "convolutions, LeakyRelu, Sigmoid, Tanh, Clip, Mul and Concat run on "
+                      "the CPU only)", i, m->layers[i].name,
+                      m->layers[i].kind == NN_LAYER_GCONV    ? "grouped convolution"
+                      : m->layers[i].kind == NN_LAYER_ACT    ? "activation"
+                      : m->layers[i].kind == NN_LAYER_MUL    ? "elementwise product"
+                                                             : "concat");
+}
+
+static nn_status_t graph_kinds_refused(nn_model_t *m) {
+  for (int i = 0; i < m->num_layers; i++) {
+    nn_layer_kind_t k = m->layers[i].kind;
+    if (k == NN_LAYER_GCONV || k == NN_LAYER_ACT || k == NN_LAYER_MUL ||
+        k == NN_LAYER_CONCAT)
+      return graph_kind_refused(m, i);
+  }
+  return NN_OK;
+}
+
+#define GRAPH_KIND_REFUSED(stem)                                                   \
+  static nn_status_t stem##_forward(nn_model_t *m, int i, int n, int training) {   \
+    (void)n, (void)training;                                                       \
+    return graph_kind_refused(m, i);                                               \
+  }                                                                                \
+  static nn_status_t stem##_backward(nn_model_t *m, int i, int n) {                \
+    (void)n;                                                                       \
+    return graph_kind_refused(m, i);                                               \
+  }
+GRAPH_KIND_REFUSED(gconv)
+GRAPH_KIND_REFUSED(act)
+GRAPH_KIND_REFUSED(mul)
+GRAPH_KIND_REFUSED(concat)
 
 static const nn_backend_t cuda_backend = {
     .name = "CUDA",

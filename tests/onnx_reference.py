@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""tests/onnx_reference.py DIR [MODEL...]: the ONNX files and PyTorch references of
+tests/test_onnx_models.c.
+
+For each model, DIR/<model>.onnx is the model exported by torch.onnx.export (opset 13, in
+training mode, so batch norm stays a layer with its running statistics and the
+initializers keep the state_dict's names), and DIR/<model>.ref.safetensors holds:
+  x, y            a batch of inputs and labels (I64)
+  logits          PyTorch's eval-mode forward of x, from the exported weights
+  steps           how many training steps the reference took (I64)
+  after.<name>    every parameter and running statistic after those steps of
+                  torch.optim.SGD(lr=LR, momentum=0.9) on (x, y) with cross-entropy
+Steps: 5 for the custom CNN and vgg11; resnet18 and mobilenet_v2 are compared in their
+forward only. Their many batch norms make the steps ill-conditioned: at batch 4 and
+32x32 inputs PyTorch's own float32 and float64 runs of resnet18 differ by 7e-5 after one
+step and by 0.95 after five, those of mobilenet_v2 by 0.14 after one; and the batch-norm
+bias gradients are sums that nearly cancel, which PyTorch's CPU kernel accumulates in
+double and nn's in float (1e-4 to 2e-2 apart after one step of resnet18).
+The models: torchvision's resnet18 and mobilenet_v2 with 10 classes on 32x32 inputs
+(mobilenet_v2's dropout at p=0 so that both sides draw no masks), torchvision's vgg11
+convolutions with a classifier
+sized for 32x32 inputs (its 7x7 adaptive pool cannot be exported from a 1x1 map), and a
+small custom CNN on 1x28x28 inputs that uses every op nn imports beyond those.
+Also DIR/unsupported_op.onnx (a Resize node) and DIR/rank2_input.onnx (an [N, 784]
+input), for the error checks.
+"""
+import os
+import sys
+
+import onnx
+import onnx.numpy_helper
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchvision
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from hvd_models import save_file  # noqa: E402
+
+STEPS = {"custom": 5, "vgg11": 5, "resnet18": 0, "mobilenet_v2": 0}
+LR = 0.01
+BATCH = 4
+
+
+class Custom(nn.Module):
+    """Conv + batch norm + relu, max pool, a dilated depthwise conv with LeakyRelu, a
+    pointwise conv, a sigmoid channel gate (Mul), a 3x1 conv with Tanh, a channel concat,
+    average pool, flatten, a linear layer with ReLU6 (Clip), dropout p=0 and a MatMul + Add
+    head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.dw = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=8)
+        self.pw = nn.Conv2d(8, 16, 1)
+        self.gate = nn.Conv2d(16, 16, 1)
+        self.tall = nn.Conv2d(16, 8, (3, 1), padding=(1, 0))
+        self.fc1 = nn.Linear(24 * 7 * 7, 32)
+        self.drop = nn.Dropout(0.0)
+        self.head_w = nn.Parameter(torch.randn(32, 10) * 0.2)
+        self.head_b = nn.Parameter(torch.randn(10) * 0.1)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        y = self.pw(F.leaky_relu(self.dw(x), 0.1))
+        y = y * torch.sigmoid(self.gate(F.adaptive_avg_pool2d(y, 1)))
+        z = torch.tanh(self.tall(y))
+        x = F.avg_pool2d(torch.cat([y, z], 1), 2)
+        x = self.drop(F.relu6(self.fc1(torch.flatten(x, 1))))
+        return x @ self.head_w + self.head_b
+
+
+def vgg11_32():
+    m = torchvision.models.vgg11(num_classes=10)
+    m.avgpool = nn.AdaptiveAvgPool2d(1)
+    m.classifier = nn.Sequential(nn.Linear(512, 256), nn.ReLU(True), nn.Dropout(0.0),
+                                 nn.Linear(256, 256), nn.ReLU(True), nn.Dropout(0.0),
+                                 nn.Linear(256, 10))
+    return m
+
+
+def mobilenet_v2():
+    m = torchvision.models.mobilenet_v2(num_classes=10)
+    m.classifier[0].p = 0.0
+    return m
+
+
+MODELS = {
+    "custom": (Custom, (1, 28, 28)),
+    "resnet18": (lambda: torchvision.models.resnet18(num_classes=10), (3, 32, 32)),
+    "mobilenet_v2": (mobilenet_v2, (3, 32, 32)),
+    "vgg11": (vgg11_32, (3, 32, 32)),
+}
+
+
+def export(model, shape, path):
+    x = torch.randn(2, *shape)
+    torch.onnx.export(model, x, path, opset_version=13, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False, input_names=["input"], output_names=["logits"])
+    # Tracing in training mode ran a forward that moved the running statistics: start the
+    # reference from exactly the file's values.
+    inits = {t.name: torch.from_numpy(onnx.numpy_helper.to_array(t).copy())
+             for t in onnx.load(path).graph.initializer}
+    state = model.state_dict()
+    for name in state:
+        if name in inits:
+            state[name] = inits[name].reshape(state[name].shape)
+    model.load_state_dict(state)
+
+
+def reference(name, outdir):
+    make, shape = MODELS[name]
+    torch.manual_seed(1234)
+    model = make()
+    export(model, shape, os.path.join(outdir, name + ".onnx"))
+    g = torch.Generator().manual_seed(99)
+    x = torch.randn(BATCH, *shape, generator=g)
+    y = torch.randint(0, 10, (BATCH,), generator=g)
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    for _ in range(STEPS[name]):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    out = {"x": x, "y": y.to(torch.int64), "logits": logits,
+           "steps": torch.tensor([STEPS[name]], dtype=torch.int64)}
+    for k, v in model.state_dict().items():
+        if v.dtype == torch.float32:
+            out["after." + k] = v
+    save_file(out, os.path.join(outdir, name + ".ref.safetensors"))
+
+
+def error_models(outdir):
+    h = onnx.helper
+    x = h.make_tensor_value_info("input", onnx.TensorProto.FLOAT, [1, 3, 8, 8])
+    y = h.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1, 3, 16, 16])
+    scales = h.make_tensor("scales", onnx.TensorProto.FLOAT, [4], [1, 1, 2, 2])
+    node = h.make_node("Resize", ["input", "", "scales"], ["logits"], name="upsample")
+    g = h.make_graph([node], "g", [x], [y], [scales])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]),
+              os.path.join(outdir, "unsupported_op.onnx"))
+    x = h.make_tensor_value_info("input", onnx.TensorProto.FLOAT, [1, 784])
+    y = h.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1, 10])
+    w = h.make_tensor("fc.weight", onnx.TensorProto.FLOAT, [10, 784], [0.0] * 7840)
+    node = h.make_node("Gemm", ["input", "fc.weight"], ["logits"], name="fc", transB=1)
+    g = h.make_graph([node], "g", [x], [y], [w])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]),
+              os.path.join(outdir, "rank2_input.onnx"))
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit("usage: onnx_reference.py DIR [MODEL...] (models: %s)" % ", ".join(MODELS))
+    torch.set_num_threads(1)
+    for name in sys.argv[2:] or list(MODELS):
+        reference(name, sys.argv[1])
+    error_models(sys.argv[1])
+
+
+if __name__ == "__main__":
+    main()
