@@ -191,8 +191,9 @@ typedef struct {
   int in_height, in_width; /* 0: the model's default (28 lenet/mlp, 32 resnet20, 224)   */
 } nn_model_config_t;
 
-/* Builds a model by name: "mlp", "lenet", "resnet20", "resnet50", "resnet101",
-   "vgg16", "alexnet", "trivial". Unknown name: NN_ERR_ARG listing the known ones. */
+/* Builds a model by name: "mlp", "lenet", "resnet20", "resnet18", "resnet50",
+   "resnet101", "vgg16", "vgg16_bn", "alexnet", "trivial" (resnet18 to alexnet: torchvision's
+   layers and state_dict names). Unknown name: NN_ERR_ARG listing the known ones. */
 nn_status_t nn_model_create(nn_model_t **out, const char *name,
                             const nn_model_config_t *cfg);
 void nn_model_free(nn_model_t *m);
