@@ -57,7 +57,7 @@ pooled=(
   test_cuda_backward_store
   test_hvd_held test_coll_copy test_util_huge_pages test_hvd_background_nice test_source_limits.sh
   test_hvd_response_cache test_hvd_liveness_gap test_hvd_cache_rounds test_hvdrun_ignored_signals.sh
-  test_nn_torchvision test_nn_freeze test_train_freeze.sh test_train_transfer.sh
+  test_nn_torchvision test_nn_freeze test_train_freeze.sh test_train_transfer.sh test_cuda_freeze
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build
