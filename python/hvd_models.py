@@ -45,7 +45,7 @@ import torch
 import torch.nn as nn
 
 __all__ = ["MODEL_NAMES", "DEFAULTS", "TORCHVISION_MODELS", "get_model", "input_shape",
-           "load_file", "save_file", "from_torchvision", "to_torchvision"]
+           "load_file", "save_file", "from_torchvision", "to_torchvision", "ConversionError"]
 
 # name: (channels, height = width, classes), nn/models.c's defaults.
 DEFAULTS = {
