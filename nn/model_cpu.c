@@ -335,7 +335,8 @@ static nn_status_t cpu_scale_grads(nn_model_t *m, size_t from, size_t to, float 
 }
 
 static nn_status_t cpu_optim_step(nn_model_t *m, float lr) {
-  return nn_optim_step(m->optim, m->params, m->grads, lr);
+  /* The optimizer covers the trainable range (nn/model_freeze.c). */
+  return nn_optim_step(m->optim, m->params + m->train_from, m->grads + m->train_from, lr);
 }
 
 static void cpu_release(nn_model_t *m) {

@@ -71,6 +71,8 @@ typedef struct {
   size_t rm_off, rv_off;  /* batch norm running mean and var in buffers[]             */
   int counter;            /* batch norm num_batches_tracked index, -1 otherwise        */
   size_t param_begin, param_end; /* range of this layer's params in params[]           */
+  int frozen;             /* nn_model_set_frozen: no gradient, no update; batch norm in
+                             inference mode (nn/model_freeze.c)                        */
 
   /* The graph decides views: a flatten, and a relu that may overwrite its input
      (nn_model_finish), alias their input's activations instead of owning memory. */
@@ -139,8 +141,13 @@ struct nn_model {
      here (the host counts batch-norm steps on every backend). */
   float *params, *grads, *buffers;
   int64_t *counters;
-  nn_optim_t *optim;      /* nn_model_optim_create; on a GPU the host mirror of the
-                             device optimizer's state                                 */
+  /* Frozen layers (nn/model_freeze.c) are those below train_layer: backward walks only
+     layers train_layer.., and the optimizer covers params[train_from, param_len) (0 and
+     0 when nothing is frozen). */
+  int train_layer;
+  size_t train_from;
+  nn_optim_t *optim;      /* nn_model_optim_create, over params[train_from, param_len);
+                             on a GPU the host mirror of the device optimizer's state */
   nn_optim_config_t optim_cfg;
 
   /* Where the model lives and runs (model_cpu.c unless nn_model_to_device moved it),

@@ -35,7 +35,8 @@ nn_status_t nn_model_forward(nn_model_t *m, const float *x, int n, int training)
   for (int i = 0; i < m->num_layers; i++) {
     nn_layer_t *l = &m->layers[i];
     double t0 = util_now_s();   /* on a GPU: enqueue time, kernels run asynchronously */
-    s = b->layer[l->kind].forward(m, i, n, training);
+    /* A frozen layer runs as in inference (batch norm: its running statistics). */
+    s = b->layer[l->kind].forward(m, i, n, training && !l->frozen);
     l->forward_s = util_now_s() - t0;
     if (s != NN_OK) return s;
     if (hook_on(m))
@@ -112,7 +113,8 @@ static nn_status_t backward(nn_model_t *m, nn_grad_ready_fn on_ready, void *ctx,
   nn_status_t s = begin_backward(m, n, accumulate);
   if (s != NN_OK) return s;
   size_t ready = m->param_len;
-  for (int i = m->num_layers - 1; i >= 0; i--) {
+  /* Below the lowest trainable layer only frozen parameters lie (nn/model_freeze.c). */
+  for (int i = m->num_layers - 1; i >= m->train_layer; i--) {
     nn_layer_t *l = &m->layers[i];
     double t0 = util_now_s();
     s = m->backend->layer[l->kind].backward(m, i, n);
@@ -178,7 +180,7 @@ nn_status_t nn_model_scale_grads(nn_model_t *m, size_t from, size_t to, float fa
 nn_status_t nn_model_optim_create(nn_model_t *m, const nn_optim_config_t *cfg) {
   if (!m || !cfg) return nn_set_error(NN_ERR_ARG, "nn_model_optim_create: NULL argument");
   nn_optim_t *o = NULL;
-  nn_status_t s = nn_optim_create(&o, cfg, m->param_len);
+  nn_status_t s = nn_optim_create(&o, cfg, m->param_len - m->train_from);
   if (s != NN_OK) return s;
   nn_optim_t *old = m->optim;
   nn_optim_config_t old_cfg = m->optim_cfg;

@@ -1,6 +1,8 @@
 /* nn/models.c: the built-in models, built by name. Layer and tensor names follow the
    reference definitions: lenet and resnet20 as scripts/peers/torch_models.py;
-   resnet50, resnet101, vgg16 and alexnet as torchvision.models. Layers are added in
+   resnet18, resnet50, resnet101, vgg16, vgg16_bn and alexnet as torchvision.models
+   (the same layers, names, shapes and order: a torchvision state_dict loads as it is,
+   python/hvd_models.py from-torchvision checks and converts it). Layers are added in
    PyTorch's registration order, which is both the state_dict order and a valid forward
    order (torchvision computes a block's downsample after its main branch).
 
@@ -12,9 +14,9 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const model_names[] = {"mlp",      "lenet", "resnet20", "resnet50",
-                                          "resnet101", "vgg16", "alexnet",  "trivial",
-                                          NULL};
+static const char *const model_names[] = {"mlp",      "lenet",    "resnet20", "resnet18",
+                                          "resnet50", "resnet101", "vgg16",   "vgg16_bn",
+                                          "alexnet",  "trivial",  NULL};
 
 const char *const *nn_model_names(void) { return model_names; }
 
@@ -122,6 +124,27 @@ static int build_resnet_bottleneck(nn_model_t *m, const int blocks[4]) {
   return nn_model_add_linear(m, "fc", x, m->num_classes, 1);
 }
 
+/* torchvision's resnet18: the ImageNet stem, four stages of two BasicBlocks (64, 128,
+   256, 512 channels; the first block of stages 2-4 has stride 2 and a downsample). */
+static int build_resnet18(nn_model_t *m) {
+  int x = nn_model_add_conv2d(m, "conv1", NN_MODEL_INPUT, 64, 7, 2, 3, 0);
+  x = nn_model_add_batchnorm2d(m, "bn1", x);
+  x = nn_model_add_relu(m, "relu", x);
+  x = nn_model_add_maxpool2d(m, "maxpool", x, 3, 2, 1);
+  int cin = 64;
+  for (int s = 0; s < 4; s++) {
+    int planes = 64 << s;
+    for (int k = 0; k < 2; k++) {
+      char p[32];
+      snprintf(p, sizeof p, "layer%d.%d", s + 1, k);
+      x = basic_block(m, p, x, k == 0 ? cin : planes, planes, k == 0 && s > 0 ? 2 : 1);
+    }
+    cin = planes;
+  }
+  x = nn_model_add_global_avgpool(m, "avgpool", x);
+  return nn_model_add_linear(m, "fc", x, m->num_classes, 1);
+}
+
 /* torchvision's AdaptiveAvgPool2d(target): an identity when the feature map already has
    the target size (224x224 inputs), an average pool when it divides evenly. */
 static int adaptive_avgpool(nn_model_t *m, int x, int target) {
@@ -136,7 +159,9 @@ static int adaptive_avgpool(nn_model_t *m, int x, int target) {
   return NN_LAYER_ERROR;
 }
 
-static int build_vgg16(nn_model_t *m) {
+/* vgg16 and vgg16_bn (batch_norm: a BatchNorm2d after every convolution, which keeps
+   its bias, as torchvision's). */
+static int build_vgg16(nn_model_t *m, int batch_norm) {
   /* torchvision cfg "D": channels, 0 = max pool. features.N counts every module. */
   static const int cfg[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 0,
                             512, 512, 512, 0, 512, 512, 512, 0};
@@ -149,6 +174,10 @@ static int build_vgg16(nn_model_t *m) {
     } else {
       snprintf(b, sizeof b, "features.%d", idx++);
       x = nn_model_add_conv2d(m, b, x, cfg[i], 3, 1, 1, 1);
+      if (batch_norm) {
+        snprintf(b, sizeof b, "features.%d", idx++);
+        x = nn_model_add_batchnorm2d(m, b, x);
+      }
       snprintf(b, sizeof b, "features.%d", idx++);
       x = nn_model_add_relu(m, b, x);
     }
@@ -204,9 +233,10 @@ typedef struct {
 } model_defaults_t;
 
 static const model_defaults_t defaults[] = {
-    {"mlp", 1, 28, 10},        {"lenet", 1, 28, 10},     {"resnet20", 3, 32, 10},
-    {"resnet50", 3, 224, 1000}, {"resnet101", 3, 224, 1000}, {"vgg16", 3, 224, 1000},
-    {"alexnet", 3, 224, 1000}, {"trivial", 3, 227, 1000},
+    {"mlp", 1, 28, 10},         {"lenet", 1, 28, 10},       {"resnet20", 3, 32, 10},
+    {"resnet18", 3, 224, 1000}, {"resnet50", 3, 224, 1000}, {"resnet101", 3, 224, 1000},
+    {"vgg16", 3, 224, 1000},    {"vgg16_bn", 3, 224, 1000}, {"alexnet", 3, 224, 1000},
+    {"trivial", 3, 227, 1000},
 };
 
 nn_status_t nn_model_create(nn_model_t **out, const char *name,
@@ -219,7 +249,8 @@ nn_status_t nn_model_create(nn_model_t **out, const char *name,
     if (strcmp(defaults[i].name, name) == 0) d = &defaults[i];
   if (!d)
     return nn_set_error(NN_ERR_ARG, "nn_model_create: unknown model \"%s\"; known: mlp, "
-                        "lenet, resnet20, resnet50, resnet101, vgg16, alexnet, trivial",
+                        "lenet, resnet20, resnet18, resnet50, resnet101, vgg16, vgg16_bn, "
+                        "alexnet, trivial",
                         name);
   if (cfg->batch <= 0)
     return nn_set_error(NN_ERR_ARG, "nn_model_create(\"%s\"): batch %d, expected >= 1",
@@ -237,9 +268,11 @@ nn_status_t nn_model_create(nn_model_t **out, const char *name,
   if (strcmp(name, "mlp") == 0) build_mlp(m);
   else if (strcmp(name, "lenet") == 0) build_lenet(m);
   else if (strcmp(name, "resnet20") == 0) build_resnet20(m);
+  else if (strcmp(name, "resnet18") == 0) build_resnet18(m);
   else if (strcmp(name, "resnet50") == 0) build_resnet_bottleneck(m, (const int[4]){3, 4, 6, 3});
   else if (strcmp(name, "resnet101") == 0) build_resnet_bottleneck(m, (const int[4]){3, 4, 23, 3});
-  else if (strcmp(name, "vgg16") == 0) build_vgg16(m);
+  else if (strcmp(name, "vgg16") == 0) build_vgg16(m, 0);
+  else if (strcmp(name, "vgg16_bn") == 0) build_vgg16(m, 1);
   else if (strcmp(name, "alexnet") == 0) build_alexnet(m);
   else build_trivial(m);
   nn_status_t s = nn_model_finish(m);

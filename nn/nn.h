@@ -191,8 +191,9 @@ typedef struct {
   int in_height, in_width; /* 0: the model's default (28 lenet/mlp, 32 resnet20, 224)   */
 } nn_model_config_t;
 
-/* Builds a model by name: "mlp", "lenet", "resnet20", "resnet50", "resnet101",
-   "vgg16", "alexnet", "trivial". Unknown name: NN_ERR_ARG listing the known ones. */
+/* Builds a model by name: "mlp", "lenet", "resnet20", "resnet18", "resnet50",
+   "resnet101", "vgg16", "vgg16_bn", "alexnet", "trivial" (resnet18 to alexnet: torchvision's
+   layers and state_dict names). Unknown name: NN_ERR_ARG listing the known ones. */
 nn_status_t nn_model_create(nn_model_t **out, const char *name,
                             const nn_model_config_t *cfg);
 void nn_model_free(nn_model_t *m);
@@ -464,6 +465,30 @@ nn_status_t nn_model_optim_create(nn_model_t *m, const nn_optim_config_t *cfg);
 nn_status_t nn_model_optim_step(nn_model_t *m, float lr);
 float *nn_model_optim_state(nn_model_t *m, size_t *count);
 int64_t *nn_model_optim_step_count(nn_model_t *m);
+
+/* ---- frozen layers (transfer learning; nn/model_freeze.c) ----
+   A frozen layer keeps its parameters: backward computes no gradient for it, the
+   optimizer holds no state for it and never changes it, and a frozen batch norm
+   normalises with its running statistics (and leaves them as they are) in training too,
+   Keras' rule for trainable=False. nn freezes the bottom of a model: every frozen layer
+   comes before every trainable one, so backward stops below the lowest trainable layer
+   and the trainable parameters are one range, params[nn_model_trainable_from(m),
+   param_len): all the optimizer covers (nn_model_optim_state counts only it) and all a
+   training loop needs to allreduce (the gradients below it stay zero).
+   nn_model_set_frozen freezes exactly the layers that own a tensor matching one of the
+   glob patterns (fnmatch over state_dict names: "features.*", "layer[12].*") and
+   unfreezes every other; count 0 unfreezes all. An optimizer the model has is resized:
+   the state of layers that stay trainable is kept, that of newly trainable ones starts
+   at zero, the step count goes on (on a GPU: nn_model_sync_to_host first, the state is
+   taken from the host mirror). NN_ERR_ARG, with nothing changed, when a pattern matches
+   no tensor, a frozen layer would lie above a trainable one (the message names both)
+   or nothing would be left to train. */
+nn_status_t nn_model_set_frozen(nn_model_t *m, const char *const *patterns, int count);
+/* The same, freezing the layers whose parameters lie below params[from]: from is 0 or a
+   value of nn_model_trainable_from (how a checkpoint restores its frozen set). */
+nn_status_t nn_model_set_trainable_from(nn_model_t *m, size_t from);
+size_t nn_model_trainable_from(const nn_model_t *m);   /* 0: nothing frozen */
+int nn_model_slice_frozen(const nn_model_t *m, int i);  /* slice i's layer is frozen */
 
 /* ---- learning-rate schedules ---- */
 typedef enum { NN_LR_CONSTANT, NN_LR_STEP, NN_LR_COSINE } nn_lr_kind_t;

@@ -102,7 +102,7 @@ def reference_model(name):
     """The reference module; torchvision's own when installed, for the models it has."""
     try:
         import torchvision.models as tvm
-        if name in ("resnet50", "resnet101", "vgg16", "alexnet"):
+        if name in ("resnet18", "resnet50", "resnet101", "vgg16", "vgg16_bn", "alexnet"):
             return getattr(tvm, name)()
     except ImportError:
         pass

@@ -214,6 +214,18 @@ mul-channel-grad-halved|nn/graph_kernels.c|s#      db\[p\] += (float)sum;#      
 gconv-width-stride-as-height|nn/graph_kernels.c|s#int iw = ow \* s->stride_w#int iw = ow * s->stride_h#|test_nn_graph_kernels
 onnx-export-gemm-untransposed|nn/onnx_export.c|s#attr_int(n, "transB", 1);#attr_int(n, "transB", 0);#|test_onnx_train_serve.sh
 serve-onnx-weights-from-safetensors|serve/versions.c|s#  if (!onnx \&\& nn_model_load_safetensors(model, path) != NN_OK) {#  if (nn_model_load_safetensors(model, path) != NN_OK) {#|test_onnx_train_serve.sh
+resnet18-stride-in-layer1|nn/models.c|s/planes, planes, k == 0 \&\& s > 0 ? 2 : 1);/planes, planes, k == 0 ? 2 : 1);/|test_nn_torchvision
+torchvision-shape-unchecked|python/hvd_models.py|s/        if tuple(v.shape) != tuple(r.shape):/        if False:/|test_nn_torchvision
+frozen-bn-trains|nn/model_walk.c|s/training \&\& !l->frozen);/training);/|test_nn_freeze
+backward-walks-frozen|nn/model_walk.c|s/i >= m->train_layer; i--/i >= 0; i--/|test_nn_freeze
+optim-steps-frozen|nn/model_cpu.c|s/m->params + m->train_from, m->grads + m->train_from, lr/m->params, m->grads, lr/|test_nn_freeze
+unfrozen-state-not-zero|nn/model_freeze.c|s/(g - old_from)\] : 0.0f;/(g - old_from)] : 1.0f;/|test_nn_freeze
+frozen-gradients-allreduced|train/replica.c|s/const size_t from = nn_model_trainable_from(m), np/const size_t from = 0, np/|test_train_freeze.sh
+resume-forgets-frozen-set|train/resume.c|s/  if (file_from != own_from) {/  if (0) {/|test_train_freeze.sh
+freeze-flag-ignored|train/flags.c|s/  p->items\[p->count++\] = values\[0\];/  p->items[p->count] = values[0];/|test_train_freeze.sh
+never-unfreezes|train/main.c|s/  if (nn_model_trainable_from(model) == 0) return;/  return;/|test_train_freeze.sh
+init-skip-loads-head|train/transfer.c|s/    if (skipped(s->name, skip)) continue;/    if (0) continue;/|test_train_freeze.sh
+init-weights-ignored|train/main.c|s/  if (t->init \&\& !t->resumed) {/  if (0) {/|test_train_transfer.sh
 EOF
 )
 

@@ -41,14 +41,32 @@ static const char *const MONITORS[] = {"val_loss", "val_accuracy", NULL};
 static const char *const DEVICES[] = {"cpu", "gpu", NULL};
 static const char *const PIPE_SCHEDULES[] = {"gpipe", "1f1b", NULL};
 
+/* --freeze and --init-skip: each use adds a pattern. */
+static int add_pattern(const util_flag_t *flag, char **values, char *err, size_t errlen) {
+  train_patterns_t *p = flag->dest;
+  if (!values[0][0]) {
+    snprintf(err, errlen, "a glob pattern over tensor names, e.g. 'features.*'");
+    return UTIL_FLAG_BAD_VALUE;
+  }
+  if (p->count == TRAIN_MAX_PATTERNS) {
+    snprintf(err, errlen, "--%s: more than %d patterns; join them into fewer globs",
+             flag->name, TRAIN_MAX_PATTERNS);
+    return UTIL_FLAG_FAILED;
+  }
+  p->items[p->count++] = values[0];
+  return UTIL_FLAGS_OK;
+}
+
 /* The flags, writing into o. A function, not a static table: the destinations are o's
    fields, and --help shows the defaults by building it over train_flags_defaults. */
 #define BUF(field) o->field, .dest_size = sizeof o->field
-enum { NFLAGS = 56 };
+enum { NFLAGS = 61 };
 static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
   const util_flag_t t[] = {
       {"model", UTIL_FLAG_STRING, BUF(model), .metavar = "NAME",
-       .help = "model name: lenet, mlp, resnet20, ..."},
+       .help = "model name: lenet, mlp, resnet20, resnet18, resnet50, resnet101, vgg16, "
+               "vgg16_bn, alexnet, trivial; resnet18 to alexnet are torchvision's, layer for "
+               "layer (python/hvd_models.py from-torchvision converts their weights)"},
       {"model-file", UTIL_FLAG_STRING, BUF(model), .metavar = "FILE.onnx", .def = "none",
        .help = "instead of --model: an ONNX graph (torch.onnx.export, tf2onnx) with its "
                "initial weights; input shape and classes from the graph (docs/onnx.md)"},
@@ -179,6 +197,24 @@ static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
        .choices = PIPE_SCHEDULES, .metavar = "NAME",
        .help = "gpipe (all forwards, then all backwards) or 1f1b (one forward one backward: "
                "at most S micro-batches' activations per stage)"},
+      /* transfer learning (train/transfer.c) */
+      {"freeze", UTIL_FLAG_CUSTOM, &o->freeze, .metavar = "PATTERN", .parse = add_pattern,
+       .def = "",
+       .help = "keep the layers owning tensors that match this glob ('features.*'; "
+               "repeatable) at their weights: no gradient, no allreduce, no optimizer state, "
+               "batch norm in inference mode; they must be the bottom of the model"},
+      {"init-skip", UTIL_FLAG_CUSTOM, &o->init_skip, .metavar = "PATTERN", .parse = add_pattern,
+       .def = "",
+       .help = "--init-weights leaves tensors matching this glob ('fc.*', a new head; "
+               "repeatable) at their fresh initialisation, whatever their shape in the file"},
+      {"num-classes", UTIL_FLAG_INT, &o->num_classes, .min = 0, .max = 1 << 20,
+       .def = "the data's", .help = "classes of the model's head (at least the data's)"},
+      {"unfreeze-at-epoch", UTIL_FLAG_INT, &o->unfreeze_at_epoch, .min = 0, .max = 100000,
+       .def = "0: never",
+       .help = "after E epochs with --freeze, train every layer (Keras' fine-tuning phase); "
+               "the newly trainable layers' optimizer state starts at zero"},
+      {"fine-tune-lr", UTIL_FLAG_FLOAT, &o->fine_tune_lr, .min = 0, .max = 100,
+       .def = "--lr", .help = "learning rate after --unfreeze-at-epoch, scaled as --lr"},
   };
   _Static_assert(sizeof t / sizeof t[0] == NFLAGS, "NFLAGS is the number of flags");
   memcpy(table, t, sizeof t);
@@ -234,6 +270,21 @@ int train_flags_parse(int argc, char **argv, train_opts_t *o, char *err, size_t 
                "see train --help", idx_flags[i], o->dataset);
       return -1;
     }
+  }
+  if (o->unfreeze_at_epoch > 0 && o->freeze.count == 0) {
+    snprintf(err, errlen, "--unfreeze-at-epoch %d needs --freeze (the layers to unfreeze); "
+             "see train --help", o->unfreeze_at_epoch);
+    return -1;
+  }
+  if (o->fine_tune_lr > 0 && o->unfreeze_at_epoch == 0) {
+    snprintf(err, errlen, "--fine-tune-lr needs --unfreeze-at-epoch (when it starts); see "
+             "train --help");
+    return -1;
+  }
+  if (o->init_skip.count > 0 && !o->init_weights) {
+    snprintf(err, errlen, "--init-skip needs --init-weights (the file it skips tensors of); "
+             "see train --help");
+    return -1;
   }
   return 0;
 }

@@ -5,6 +5,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* A repeatable flag's values (--freeze, --init-skip): glob patterns over tensor names. */
+#define TRAIN_MAX_PATTERNS 32
+typedef struct {
+  const char *items[TRAIN_MAX_PATTERNS];
+  int count;
+} train_patterns_t;
+
 typedef struct {
   char model[1024];            /* a built-in name, or --model-file's ONNX path */
   char dataset[32];
@@ -56,6 +63,12 @@ typedef struct {
      per replica batch, "gpipe" or "1f1b". */
   int pipeline_stages, micro_batches;
   char pipeline_schedule[8];
+  /* Transfer learning (train/transfer.c). */
+  train_patterns_t freeze;     /* --freeze: layers that keep their weights */
+  train_patterns_t init_skip;  /* --init-skip: tensors --init-weights leaves at their init */
+  int num_classes;             /* 0: the data's */
+  int unfreeze_at_epoch;       /* 0: never; E: epochs E+1.. train every layer */
+  float fine_tune_lr;          /* lr from --unfreeze-at-epoch on (0: --lr) */
 } train_opts_t;
 
 void train_flags_defaults(train_opts_t *o);

@@ -53,6 +53,7 @@
 #include "train/resume.h"
 #include "train/step.h"
 #include "train/tfevents.h"
+#include "train/transfer.h"
 #include "hvd/hvd.h"
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
@@ -366,6 +367,10 @@ static void load_data(trainer_t *t) {
                                         o->synthetic_samples, synth_test, &t->train, &t->test,
                                         err, sizeof err);
   if (loaded != 0) die("%s", err);
+  if (o->num_classes > 0 && o->num_classes < t->train.num_classes)
+    die_usage("--num-classes %d: the data has %d classes (labels up to %d); give at least %d",
+              o->num_classes, t->train.num_classes, t->train.num_classes - 1,
+              t->train.num_classes);
   /* Normalisation: the named sets' published constants; a user's IDX files carry none, so
      their training images' own mean and std (before --max-train: a property of the file). */
   if (t->is_idx) train_norm_from_data(&t->train, t->norm_mean, t->norm_std);
@@ -382,20 +387,30 @@ static void load_data(trainer_t *t) {
   }
 }
 
+/* The classes of the model's head: --num-classes, else the data's. */
+static int model_classes(const trainer_t *t) {
+  return t->o.num_classes > 0 ? t->o.num_classes : t->train.num_classes;
+}
+
 /* --init-weights: read and checked against the model on every rank before the runtime is
    up, so a wrong file ends every rank alike with nothing written; copied into the model
    unless a checkpoint is resumed. */
 static void load_init_weights(trainer_t *t) {
   const train_opts_t *o = &t->o;
   if (!o->init_weights) return;
-  nn_model_config_t icfg = {.batch = 1, .seed = o->seed, .num_classes = t->train.num_classes,
+  nn_model_config_t icfg = {.batch = 1, .seed = o->seed, .num_classes = model_classes(t),
                             .in_channels = t->train.c, .in_height = t->train.h,
                             .in_width = t->train.w};
   if (nn_model_create_from(&t->init, o->model, &icfg) != NN_OK)
     die("--model %s with %s (%dx%dx%d): %s", o->model, o->dataset, t->train.c, t->train.h,
         t->train.w, nn_last_error());
-  if (nn_model_load_safetensors(t->init, o->init_weights) != NN_OK)
+  char err[8192];
+  if (o->init_skip.count > 0) {
+    if (train_load_init_skip(t->init, o->init_weights, &o->init_skip, err, sizeof err) != 0)
+      die_usage("%s", err);
+  } else if (nn_model_load_safetensors(t->init, o->init_weights) != NN_OK) {
     die_usage("--init-weights: %s", nn_last_error());
+  }
 }
 
 /* Every rank's shared settings and data set sizes, compared with rank 0's right after
@@ -468,7 +483,7 @@ static train_replica_opts_t replica_opts(const trainer_t *t) {
   train_replica_opts_t r = {.model = o->model, .optimizer = 1, .broadcast = 1, .gpu = t->gpu,
                             .tf32 = -1, .buckets = 1, .overlap = !o->no_overlap};
   r.cfg = (nn_model_config_t){.batch = o->batch, .seed = o->seed,
-                              .num_classes = t->train.num_classes, .in_channels = t->train.c,
+                              .num_classes = model_classes(t), .in_channels = t->train.c,
                               .in_height = t->train.h, .in_width = t->train.w};
   r.optim = (nn_optim_config_t){.momentum = o->momentum, .nesterov = o->nesterov,
                                 .weight_decay = o->weight_decay};
@@ -498,6 +513,8 @@ static void make_model(trainer_t *t) {
   train_replica_free(&t->rep);
   if (train_replica_create(&t->rep, &ro) == 0) {
     t->run.model = t->rep.model;
+    char err[8192];
+    if (train_freeze(t->rep.model, o, err, sizeof err) != 0) die_usage("%s", err);
     return;
   }
   if (t->rep.stage == TRAIN_REPLICA_CREATE)
@@ -588,6 +605,11 @@ static void find_checkpoint(trainer_t *t) {
 static void share_resumed(trainer_t *t) {
   nn_model_t *model = t->rep.model;
   train_run_t *run = &t->run;
+  /* The frozen set of the checkpoint (rank 0 took it on loading): the optimizer state
+     that follows is sized by it. */
+  int64_t from = (int64_t)nn_model_trainable_from(model);
+  bcast("resume.trainable_from", &from, 1, HVD_INT64);
+  nn_check(nn_model_set_trainable_from(model, (size_t)from), "the checkpoint's frozen layers");
   size_t optn = 0;
   float *ostate = nn_model_optim_state(model, &optn);
   bcast("resume.optim.state", ostate, optn, HVD_FLOAT32);
@@ -1035,6 +1057,35 @@ static void run_epoch(trainer_t *t, int epoch) {
     die("%s", err);
 }
 
+/* --unfreeze-at-epoch E: from epoch E + 1 on every layer trains (the optimizer state of
+   the newly trainable ones starts at zero), the buckets cover every gradient, and the lr
+   is --fine-tune-lr (scaled as --lr). Also after a resume past E (the checkpoint is
+   already unfrozen then: only the lr is set). */
+static void begin_phase(trainer_t *t, int epoch) {
+  const train_opts_t *o = &t->o;
+  if (o->unfreeze_at_epoch <= 0 || epoch < o->unfreeze_at_epoch) return;
+  nn_model_t *model = t->rep.model;
+  if (o->fine_tune_lr > 0) {
+    t->sched.base_lr = o->fine_tune_lr * (float)t->run.lr_scale;
+    t->sched.warmup_epochs = 0;
+  }
+  if (nn_model_trainable_from(model) == 0) return;
+  int tensors;
+  size_t params;
+  train_frozen_counts(model, &tensors, &params);
+  nn_check_model(nn_model_sync_to_host(model), "copying the optimizer state to the host");
+  nn_check_model(nn_model_set_frozen(model, NULL, 0), "unfreezing");
+  train_replica_opts_t ro = replica_opts(t);
+  if (train_replica_buckets(&t->rep, &ro) != 0) {
+    if (t->rep.stage == TRAIN_REPLICA_BUCKET_BOUNDS) die("%s", t->rep.err);
+    hvd_check(t->rep.hvd_status, "gradient buckets");
+  }
+  t->step.buckets = t->rep.buckets;
+  if (t->rank == 0 && !o->quiet)
+    printf("train: epoch %d: unfroze %d tensors (%zu parameters); every layer trains, lr %.5g\n",
+           epoch + 1, tensors, params, (double)t->sched.base_lr);
+}
+
 /* After the last epoch: the best weights restored (EarlyStopping's
    restore_best_weights), the test set, --export and rank 0's summary. */
 static void finish(trainer_t *t) {
@@ -1086,6 +1137,15 @@ static void finish(trainer_t *t) {
            "MiB, %.1f s in flight, %.1f s of it waited for after backward (%.0f%% "
            "overlapped)\n", hvd_grad_buckets_num(buckets), largest_bucket_mib(buckets),
            bs.comm_s, bs.blocked_s, bs.comm_s > 0 ? 100.0 * (1.0 - bs.blocked_s / bs.comm_s) : 0.0);
+  if (bs.steps > 0 && size > 1)
+    printf("gradient allreduce bytes per step: %.0f\n", (double)bs.bytes / (double)bs.steps);
+  int frozen_tensors;
+  size_t frozen_params;
+  train_frozen_counts(model, &frozen_tensors, &frozen_params);
+  if (frozen_tensors > 0)
+    printf("frozen: %d tensors (%zu parameters) kept; %zu gradient bytes per step not "
+           "allreduced\n", frozen_tensors, frozen_params,
+           nn_model_trainable_from(model) * (o->fp16_allreduce ? 2 : sizeof(float)));
   if (o->export_path) printf("exported weights to %s\n", o->export_path);
   if (o->export_onnx_path) printf("exported the ONNX model to %s\n", o->export_onnx_path);
   printf("test loss: %.4f\n", e.loss);
@@ -1134,8 +1194,10 @@ int main(int argc, char **argv) {
   set_up_loop(&t);
   plan_start(&t);
   print_banner(&t);
-  for (int epoch = t.start_epoch; epoch < t.o.epochs && !t.stopped_early; epoch++)
+  for (int epoch = t.start_epoch; epoch < t.o.epochs && !t.stopped_early; epoch++) {
+    begin_phase(&t, epoch);
     run_epoch(&t, epoch);
+  }
   pipeline_report(&t);
   finish(&t);
   free_all(&t);

@@ -76,8 +76,17 @@ int train_replica_start(train_replica_t *r, const train_replica_opts_t *o) {
     hvd_cuda_set_stream(nn_cuda_stream());
   }
   if (!o->buckets) return 0;
-  hvd_status_t h = hvd_grad_buckets_create(&r->buckets, nn_model_grads_home(m), np,
-                                           o->bucket_bytes, o->first_bucket_bytes,
+  return train_replica_buckets(r, o);
+}
+
+int train_replica_buckets(train_replica_t *r, const train_replica_opts_t *o) {
+  nn_model_t *m = r->model;
+  hvd_grad_buckets_free(r->buckets);
+  r->buckets = NULL;
+  /* Frozen layers (train --freeze) lie below `from`: their gradients are not sent. */
+  const size_t from = nn_model_trainable_from(m), np = nn_model_param_len(m);
+  hvd_status_t h = hvd_grad_buckets_create(&r->buckets, nn_model_grads_home(m) + from,
+                                           np - from, o->bucket_bytes, o->first_bucket_bytes,
                                            o->compression, o->op);
   if (h != HVD_OK) return hvd_failed(r, TRAIN_REPLICA_BUCKETS, "gradient buckets", h);
   if (train_buckets_at_params(r->buckets, m, r->err, sizeof r->err) != 0) {

@@ -64,6 +64,10 @@ int train_replica_create(train_replica_t *r, const train_replica_opts_t *o);
 /* Broadcast, precision, device, buckets (as o asks). */
 int train_replica_start(train_replica_t *r, const train_replica_opts_t *o);
 
+/* The gradient buckets (made anew) over the model's trainable gradients: from
+   nn_model_trainable_from on (train --freeze), after a change of the frozen set. */
+int train_replica_buckets(train_replica_t *r, const train_replica_opts_t *o);
+
 void train_replica_free(train_replica_t *r);
 
 /* How many counters (NN_SLICE_COUNTER: batch norm's num_batches_tracked, int64) m has. */

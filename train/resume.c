@@ -29,12 +29,12 @@ static void checkpoint_meta(const train_run_t *r, char *buf, size_t len) {
   train_flags_describe(r->o, r->ranks, settings, sizeof settings);
   snprintf(buf, len,
            "format=%s%d\n%sglobal_batch=%d\nlr_scale=%.17g\nepochs_done=%d\n"
-           "steps_done=%d\nmodel_params=%zu\nmodel_buffers=%zu\n"
+           "steps_done=%d\nmodel_params=%zu\nmodel_buffers=%zu\ntrainable_from=%zu\n"
            "rng=stateless splitmix64 of (seed, epoch, sample)\n",
            TRAIN_CKPT_FORMAT_PREFIX, TRAIN_CKPT_FORMAT, settings, r->o->batch * r->ranks,
            r->lr_scale, (int)r->st[ST_EPOCHS_DONE], (int)r->st[ST_STEPS_DONE],
            nn_model_num_params(r->model),
-           nn_model_num_buffers(r->model));
+           nn_model_num_buffers(r->model), nn_model_trainable_from(r->model));
 }
 
 int train_run_save(train_run_t *r, const char *path, const float *buffers,
@@ -263,6 +263,7 @@ static int check_checkpoint(const train_run_t *r, const train_ckpt_t *c, const c
 }
 
 int train_run_load(train_run_t *r, const char *path, int warn, char *err, size_t errlen) {
+  const size_t own_from = nn_model_trainable_from(r->model); /* put back on failure */
   train_ckpt_t c;
   if (train_ckpt_read(path, &c, err, errlen) != 0) return -1;
   int format;
@@ -289,6 +290,19 @@ int train_run_load(train_run_t *r, const char *path, int warn, char *err, size_t
     snprintf(err, errlen, "%s: checkpoint of optimizer %s, this run uses %s", path,
              opt ? opt : "(none)", r->o->optimizer);
     goto fail;
+  }
+  /* The frozen layers of the checkpoint's run (train --freeze, --unfreeze-at-epoch; none
+     before this field): they size the optimizer state, and the run goes on with them. */
+  const char *tf = train_ckpt_meta(&c, "trainable_from", v, sizeof v);
+  size_t file_from = tf ? (size_t)strtoull(tf, NULL, 10) : 0;
+  if (file_from != own_from) {
+    if (nn_model_set_trainable_from(r->model, file_from) != NN_OK) {
+      snprintf(err, errlen, "%s: its frozen layers: %s", path, nn_last_error());
+      goto fail;
+    }
+    if (warn && !(file_from == 0 && r->o->unfreeze_at_epoch > 0)) /* else: phase two */
+      say(r, "%s: resuming with the checkpoint's frozen layers (%s), not this run's "
+          "--freeze", path, file_from ? "parameters below the first trainable layer" : "none");
   }
   size_t optn = 0;
   float *ostate = nn_model_optim_state(r->model, &optn);
@@ -389,6 +403,8 @@ int train_run_load(train_run_t *r, const char *path, int warn, char *err, size_t
   return 0;
 fail:
   train_ckpt_free(&c);
+  if (nn_model_trainable_from(r->model) != own_from)
+    (void)nn_model_set_trainable_from(r->model, own_from); /* a set it had: cannot fail */
   return -1;
 }
 

@@ -22,7 +22,9 @@ static void grad_ready(void *ctx, size_t ready_from) {
   }
   if (ready_from < t->scaled_from) t->scaled_from = ready_from;
   if (t->buckets) {
-    hvd_status_t s = hvd_grad_buckets_ready(t->buckets, ready_from);
+    /* The buckets start at the trainable gradients (nn_model_trainable_from). */
+    size_t from = nn_model_trainable_from(t->model);
+    hvd_status_t s = hvd_grad_buckets_ready(t->buckets, ready_from > from ? ready_from - from : 0);
     if (s != HVD_OK && t->hvd_status == HVD_OK) t->hvd_status = s;
   }
 }
@@ -135,7 +137,11 @@ int train_buckets_at_params(hvd_grad_buckets_t *b, const nn_model_t *m, char *er
     return -1;
   }
   nn_model_param_starts(m, starts);
-  hvd_status_t s = hvd_grad_buckets_set_params(b, starts, n);
+  /* The buckets cover the trainable gradients only (from nn_model_trainable_from on). */
+  size_t from = nn_model_trainable_from(m), kept = 0;
+  for (size_t k = 0; k < n; k++)
+    if (starts[k] >= from) starts[kept++] = starts[k] - from;
+  hvd_status_t s = hvd_grad_buckets_set_params(b, starts, kept);
   free(starts);
   if (s != HVD_OK) {
     snprintf(err, errlen, "bucket boundaries at the parameters: %s", hvd_last_error());

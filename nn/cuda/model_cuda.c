@@ -186,7 +186,8 @@ static nn_status_t make_optim(const nn_model_t *m, nn_cuda_optim_t **out) {
   nn_cuda_optim_t *o = NULL;
   size_t count = 0;
   float *state = nn_optim_state(m->optim, &count);
-  nn_status_t s = nn_cuda_optim_create(&o, &m->optim_cfg, m->param_len);
+  /* Over the trainable range params[train_from, param_len) (nn/model_freeze.c). */
+  nn_status_t s = nn_cuda_optim_create(&o, &m->optim_cfg, m->param_len - m->train_from);
   if (s == NN_OK)
     s = nn_cuda_optim_state_to_device(o, state, count, *nn_optim_step_count(m->optim));
   if (s != NN_OK) {
@@ -211,17 +212,19 @@ static nn_status_t cuda_optim_attach(nn_model_t *m) {
    the loss scale: all enqueued, nothing waits. */
 static nn_status_t optim_step_amp(nn_model_t *m, nn_cuda_optim_t *o, float lr) {
   cuda_model_t *d = CM(m);
-  if (nn_cuda_optim_count(o) != m->param_len)
+  /* Frozen layers (nn/model_freeze.c): the optimizer covers params[from, param_len). */
+  const size_t from = m->train_from, count = m->param_len - from;
+  if (nn_cuda_optim_count(o) != count)
     return nn_set_error(NN_ERR_ARG, "nn_model_optim_step (CUDA): the optimizer was created "
-                        "for %zu parameters, the model has %zu", nn_cuda_optim_count(o),
-                        m->param_len);
-  if (!mixed(d)) return nn_cuda_optim_step(o, d->params, d->grads, lr);
+                        "for %zu parameters, the model trains %zu", nn_cuda_optim_count(o),
+                        count);
+  if (!mixed(d)) return nn_cuda_optim_step(o, d->params + from, d->grads + from, lr);
   nn_cuda_ctx_t *c;
   nn_status_t s = nn_cuda_ctx(&c);
   if (s != NN_OK) return s;
   const nn_precision_config_t *k = &m->precision;
-  NN_CUDA_CHECK(nn_cuk_amp_unscale(c->stream, m->param_len, d->grads, d->amp));
-  s = nn_cuda_optim_step_skip(o, d->params, d->grads, lr, &d->amp->found_inf);
+  NN_CUDA_CHECK(nn_cuk_amp_unscale(c->stream, count, d->grads + from, d->amp));
+  s = nn_cuda_optim_step_skip(o, d->params + from, d->grads + from, lr, &d->amp->found_inf);
   if (s != NN_OK) return s;
   NN_CUDA_CHECK(nn_cuk_amp_update(c->stream, d->amp, k->growth_factor, k->backoff_factor,
                                   k->growth_interval, k->static_scale));
