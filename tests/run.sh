@@ -59,6 +59,7 @@ pooled=(
   test_hvd_response_cache test_hvd_liveness_gap test_hvd_cache_rounds test_hvdrun_ignored_signals.sh
   test_hvd_device_flight
   test_serve_grpc.sh test_serve_grpc_errors.sh test_serve_grpc_images.sh
+  test_serve_grpc_threads.sh
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build
