@@ -181,6 +181,7 @@ grpc-inflight-budget-off|serve/grpc_server.c|s#int room = s->held + (cap - k->ca
 version-label-unloaded-accepted|serve/main.c|s#serve_models_acquire(models, labels->version\[i\]);#serve_models_acquire(models, 0);#|test_serve_grpc.sh
 image-pixel-scale-off|serve/image_input.c|s#spec->w, spec->h) / 255.0;#spec->w, spec->h) / 256.0;#|test_serve_grpc_images.sh
 grpc-call-threads-unbounded|serve/grpc_server.c|s#^\#define MAX_WORKERS MAX_STREAMS#\#define MAX_WORKERS 1000000#|test_serve_grpc_threads.sh
+jpeg-scans-unlimited|serve/image_input.c|s#TJFLAG_LIMITSCANS)#0)#|test_serve_grpc_images.sh
 EOF
 )
 
