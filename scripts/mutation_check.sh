@@ -226,6 +226,8 @@ freeze-flag-ignored|train/flags.c|s/  p->items\[p->count++\] = values\[0\];/  p-
 never-unfreezes|train/main.c|s/  if (nn_model_trainable_from(model) == 0) return;/  return;/|test_train_freeze.sh
 init-skip-loads-head|train/transfer.c|s/    if (skipped(s->name, skip)) continue;/    if (0) continue;/|test_train_freeze.sh
 init-weights-ignored|train/main.c|s/  if (t->init \&\& !t->resumed) {/  if (0) {/|test_train_transfer.sh
+grpc-call-threads-unbounded|serve/grpc_server.c|s#^\#define MAX_WORKERS MAX_STREAMS#\#define MAX_WORKERS 1000000#|test_serve_grpc_threads.sh
+jpeg-scans-unlimited|serve/image_input.c|s#TJFLAG_LIMITSCANS)#0)#|test_serve_grpc_images.sh
 EOF
 )
 

@@ -21,6 +21,11 @@
 #include <unistd.h>
 
 #define MAX_STREAMS 100          /* concurrent calls per connection                     */
+/* Call threads per connection. A call answered at its deadline or reset by the client
+   leaves nghttp2's count of open streams while its thread still runs, so the stream
+   limit alone lets a client that times out or cancels its calls start threads without
+   bound; a call over this limit is answered UNAVAILABLE instead. */
+#define MAX_WORKERS MAX_STREAMS
 #define TICK_MS 100              /* how often a connection checks deadlines and drain   */
 
 typedef struct call call_t;
@@ -233,15 +238,20 @@ static void request_complete(gconn_t *c, call_t *k) {
   if (k->deadline && util_now_s() >= k->deadline)
     return answer_error(c, k, SERVE_GRPC_DEADLINE_EXCEEDED, "Deadline Exceeded (grpc-timeout) "
                         "before the call ran");
+  k->state = RUNNING;
+  lock(&c->mu);
+  int busy = c->workers >= MAX_WORKERS;
+  if (!busy) c->workers++;
+  unlock(&c->mu);
+  if (busy)
+    return answer_error(c, k, SERVE_GRPC_UNAVAILABLE, "server busy: %d calls of this "
+                        "connection still running (cancelled or past their deadline ones "
+                        "included); retry", MAX_WORKERS);
+  k->working = 1;
   pthread_attr_t attr;
   pthread_t t;
   int rc = pthread_attr_init(&attr);
   if (rc == 0) rc = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  k->state = RUNNING;
-  k->working = 1;
-  lock(&c->mu);
-  c->workers++;
-  unlock(&c->mu);
   if (rc == 0) rc = pthread_create(&t, &attr, call_main, k);
   pthread_attr_destroy(&attr);
   if (rc != 0) {

@@ -19,7 +19,10 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
   return -1;
 }
 
-/* JPEG -> pixels[h][w][c] (c 1: grey, 3: RGB), malloc'ed; the size is checked first. */
+/* JPEG -> pixels[h][w][c] (c 1: grey, 3: RGB), malloc'ed; the size is checked first.
+   TJFLAG_LIMITSCANS: a progressive JPEG of more than 500 scans is refused (each scan
+   decodes the whole image again: a small message could ask for minutes of CPU), as
+   TurboJPEG advises for images from untrusted sources. */
 static int decode_jpeg(const uint8_t *b, size_t len, int c, uint8_t **px, int *w, int *h,
                        char *err, size_t errlen) {
   tjhandle tj = tjInitDecompress();
@@ -33,7 +36,7 @@ static int decode_jpeg(const uint8_t *b, size_t len, int c, uint8_t **px, int *w
   else if (!(*px = malloc((size_t)*w * *h * c)))
     rc = fail(err, errlen, "out of memory for a %dx%d image", *w, *h);
   else if (tjDecompress2(tj, b, (unsigned long)len, *px, *w, 0, *h, c == 1 ? TJPF_GRAY : TJPF_RGB,
-                         TJFLAG_ACCURATEDCT) != 0 && tjGetErrorCode(tj) == TJERR_FATAL) {
+                         TJFLAG_ACCURATEDCT | TJFLAG_LIMITSCANS) != 0 && tjGetErrorCode(tj) == TJERR_FATAL) {
     rc = fail(err, errlen, "JPEG decoding failed: %s", tjGetErrorStr2(tj));
     free(*px);
     *px = NULL;

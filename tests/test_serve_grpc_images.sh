@@ -4,8 +4,8 @@
 # and as REST {"b64": ...} (one image per call, and all 50 in one call); as PNG bytes
 # (lossless) they get exactly the predictions of the same images sent as floats. An
 # image of another size (56x56) is resized to the model's 28x28 and answered; bytes that
-# are no image get INVALID_ARGUMENT / 400 naming the input and the image, and the server
-# goes on.
+# are no image, and a progressive JPEG of more than 500 scans, get INVALID_ARGUMENT / 400
+# naming the input and the image, and the server goes on.
 set -u
 . "$(dirname "$0")/serve_prelude.sh"
 serve_start
@@ -77,6 +77,22 @@ if st != 400 or "instance 0" not in doc.get("error", ""):
 st, doc = rest([{"b64": "%%%"}])
 if st != 400 or "base64" not in doc.get("error", ""):
     fails.append("REST, not base64: %d %s" % (st, doc))
+# A progressive JPEG of 600 scans (its last scan repeated: libjpeg only warns about the
+# bogus progression): refused (TurboJPEG's TJFLAG_LIMITSCANS, 500 at most), since each scan
+# decodes the whole image again and a small message could ask for minutes of CPU.
+import io
+from PIL import Image
+buf = io.BytesIO()
+Image.fromarray((images[0].reshape(28, 28) * 255).astype(np.uint8)).save(buf, "JPEG", progressive=True)
+prog = buf.getvalue()
+last = prog.rfind(b"\xff\xda")
+many = prog[:last] + prog[last:-2] * 600 + b"\xff\xd9"
+try:
+    g.predict_images([many])
+    fails.append("gRPC, a JPEG of 600 scans: answered")
+except grpc.RpcError as e:
+    if e.code() != grpc.StatusCode.INVALID_ARGUMENT or "500 scans" not in e.details():
+        fails.append("gRPC, a JPEG of 600 scans: %s %s" % (e.code(), e.details()))
 if not same(g.predict_images([jpegs[3]]), g1[3:4]):
     fails.append("after the bad requests: a good one answers differently")
 
