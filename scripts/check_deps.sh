@@ -40,11 +40,13 @@ nn: util
 nn/cuda: nn util
 collectives: util
 hvd: collectives util
-train: hvd nn nn/cuda util
-bench: train hvd collectives nn nn/cuda util
+train: hvd nn nn/cuda util data
+bench: train hvd collectives nn nn/cuda util data
 launcher: util
 examples: hvd
-serve: nn nn/cuda util
+serve: nn nn/cuda util data
+data: proto
+proto:
 tests: *
 scripts: *
 '
@@ -124,6 +126,7 @@ cat "$tmp/skipped" > "$tmp/skipped.out"
 LC_ALL=C awk -v mode="$mode" -v allowed="$tmp/allowed" -v incs="$tmp/incs" -v skipped="$tmp/skipped" '
 function module(path,   d, n) {
   if (path !~ /\//) return "."
+  if (path ~ /^[^\/]+\/gen\//) return "proto"   # BUILD/gen: code protoc-c made of proto/
   d = path; sub(/\/[^\/]*$/, "", d)
   if (d == "nn/cuda" || index(d, "nn/cuda/") == 1) return "nn/cuda"
   n = index(d, "/"); return n ? substr(d, 1, n - 1) : d
