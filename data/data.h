@@ -151,6 +151,7 @@ typedef struct {
   int threads;            /* decode threads, >= 1 */
   int prefetch;           /* ready batches held at most, >= 1 */
   int skip_bad;           /* 1: a bad image is left out and counted; 0: an error */
+  int full_decode;        /* 1: no DCT scaling (every JPEG decoded at full size) */
   int shuffle;            /* 1: a permutation per epoch from (seed, epoch) */
   uint64_t seed;
   int batch, rank, size;  /* per-rank batch; this rank's slice of each global batch */
@@ -184,12 +185,26 @@ uint64_t data_pipeline_skipped(const data_pipeline_t *p);
 double data_pipeline_wait_seconds(const data_pipeline_t *p);
 void data_pipeline_stop(data_pipeline_t *p);
 
+/* Batches without end (epoch after epoch; seeds as the pipeline's): each call fills x
+   and y with exactly o->batch samples. For loops that count steps (cnn_bench). */
+typedef struct data_stream data_stream_t;
+data_stream_t *data_stream_open(const data_source_t *src, const data_pipeline_opts_t *o,
+                                char *err, size_t errlen);
+int data_stream_next(data_stream_t *s, float *x, int32_t *y, char *err, size_t errlen);
+double data_stream_wait_seconds(const data_stream_t *s);
+uint64_t data_stream_skipped(const data_stream_t *s);
+void data_stream_close(data_stream_t *s);
+/* ImageNet's layouts in dir: TFRecords dir/train-* (dir/validation-*) when there are
+   any, else the folder dir/train (dir/val). */
+int data_source_open_split(const char *dir, int validation, data_source_t *s, char *err,
+                           size_t errlen);
+
 /* The epoch's order and the slice scheme (the same as train's). */
 void data_epoch_permutation(uint32_t *perm, size_t n, uint64_t seed, int epoch);
 int data_steps_per_epoch(size_t n, int size, int batch);
 int data_step_slice(size_t n, int rank, int size, int batch, int step, size_t *offset);
 
-/* 1 when built with the image libraries and protobuf-c; else 0 and why in err. */
+/* 1 when built with the image libraries; else 0 and why in err. */
 int data_images_available(char *err, size_t errlen);
 
 #endif /* DATA_DATA_H */

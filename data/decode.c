@@ -159,7 +159,10 @@ static int decode_jpeg(const uint8_t *buf, size_t len, int channels, int min_w, 
   }
   int sw = TJSCALED(w, best), sh = TJSCALED(h, best);
   int cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
-  int pf = cmyk ? TJPF_CMYK : channels == 1 ? TJPF_GRAY : TJPF_RGB;
+  /* Grey from a colour JPEG goes through RGB, as PIL's convert("L"): libjpeg's own grey
+     output is the Y plane, which differs where RGB clips. */
+  int via_rgb = channels == 1 && cs != TJCS_GRAY && !cmyk;
+  int pf = cmyk ? TJPF_CMYK : channels == 1 && !via_rgb ? TJPF_GRAY : TJPF_RGB;
   if (grow(o, (size_t)sw * sh * tjPixelSize[pf], err, errlen) != 0) return -1;
   /* LIMITSCANS: a progressive JPEG with thousands of scans is refused, not decoded for
      minutes. Any warning (a truncated file, corrupt data) fails the image. */
@@ -168,10 +171,8 @@ static int decode_jpeg(const uint8_t *buf, size_t len, int channels, int min_w, 
     snprintf(err, errlen, "bad JPEG data (%s)", tjGetErrorStr2(o->tj));
     return -1;
   }
-  if (cmyk) {
-    cmyk_to_rgb(o->pixels, (size_t)sw * sh);
-    if (channels == 1) rgb_to_gray(o->pixels, (size_t)sw * sh);
-  }
+  if (cmyk) cmyk_to_rgb(o->pixels, (size_t)sw * sh);
+  if ((cmyk || via_rgb) && channels == 1) rgb_to_gray(o->pixels, (size_t)sw * sh);
   o->width = sw;
   o->height = sh;
   o->channels = channels;

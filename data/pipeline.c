@@ -13,6 +13,7 @@
      slots: s % K      (s+1) % K         ...                  K = prefetch */
 #include "data/data.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,9 +124,10 @@ static int make_sample(data_pipeline_t *p, size_t idx, data_read_buf_t *rb, data
     box = data_center_crop_box(info.width, info.height, o->resize, S);
   }
   /* The DCT scale must leave the box at least S x S pixels (as PIL's draft). */
-  int min_w = (int)((double)S * info.width / box.w + 1), min_h = (int)((double)S * info.height / box.h + 1);
-  if (min_w > info.width) min_w = info.width;
-  if (min_h > info.height) min_h = info.height;
+  int min_w = (int)ceil((double)S * info.width / box.w - 1e-6),
+      min_h = (int)ceil((double)S * info.height / box.h - 1e-6);
+  if (o->full_decode || min_w > info.width) min_w = info.width;
+  if (o->full_decode || min_h > info.height) min_h = info.height;
   if (data_image_decode(bytes, len, o->channels, min_w, min_h, px, why, sizeof why) != 0)
     goto bad;
   double fx = (double)px->width / info.width, fy = (double)px->height / info.height;

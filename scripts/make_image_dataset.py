@@ -7,8 +7,8 @@
       (ImageFolder), OUT/train.txt and OUT/val.txt (list files: "path label"), and
       TFRecords OUT/train-0000K-of-0000N and OUT/validation-* holding tf.train.Example
       records as tf_cnn_benchmarks reads ImageNet (image/encoded, image/class/label
-      1-based). The first N training and N test images (the IDX order), so a run on the
-      IDX files with the same counts sees the same images.
+      1-based), and OUT/idx/ the same images as IDX files (28x28, unchanged): the first
+      N training and N test images, all sources in one order (class by class).
   make_image_dataset.py photos OUT [--count N] [--seed X]
       Realistic photographs at ImageNet's typical size (about 500x375, portrait or
       landscape): random crops and rescales of the natural images that ship with
@@ -110,10 +110,10 @@ def write_split(out, folder, tf_prefix, shards, samples, class_names):
         lines.append("%s %d\n" % (name, label))
     with open(os.path.join(out, folder + ".txt"), "w") as f:
         f.writelines(lines)
-    for s in range(shards):
+    for s in range(shards):   # contiguous: the shards in name order hold the samples in order
         path = os.path.join(out, "%s-%05d-of-%05d" % (tf_prefix, s, shards))
         with open(path, "wb") as f:
-            for data, label, h, w in samples[s::shards]:
+            for data, label, h, w in samples[s * len(samples) // shards:(s + 1) * len(samples) // shards]:
                 write_record(f, example(data, label + 1, h, w))
 
 
@@ -129,16 +129,30 @@ FASHION_CLASSES = ["0-tshirt", "1-trouser", "2-pullover", "3-dress", "4-coat", "
                    "6-shirt", "7-sneaker", "8-bag", "9-boot"]
 
 
+def write_idx(path, arrays, labels):
+    with open(path + "-images-idx3-ubyte", "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, len(arrays), 28, 28) + np.stack(arrays).tobytes())
+    with open(path + "-labels-idx1-ubyte", "wb") as f:
+        f.write(struct.pack(">II", 0x801, len(labels)) + bytes(labels))
+
+
 def fashion(args):
     d = args.idx_dir
     sets = [("train", "train", "train", args.train), ("val", "validation", "t10k", args.val)]
+    os.makedirs(os.path.join(args.out, "idx"), exist_ok=True)
     for folder, tf_prefix, idx, count in sets:
         images = read_idx(os.path.join(d, idx + "-images-idx3-ubyte.gz"))[:count]
         labels = read_idx(os.path.join(d, idx + "-labels-idx1-ubyte.gz"))[:count]
+        # Class by class (stable), the order ImageFolder lists them: the list files, the
+        # TFRecords and OUT/idx/ (the same images as IDX files, unchanged) keep it too, so
+        # the four sources give train the same samples in the same order.
+        order = sorted(range(len(labels)), key=lambda i: int(labels[i]))
+        write_idx(os.path.join(args.out, "idx", idx), [images[i] for i in order],
+                  [int(labels[i]) for i in order])
         samples = []
-        for img, lab in zip(images, labels):
-            big = Image.fromarray(img, "L").resize((args.size, args.size), Image.BILINEAR)
-            samples.append((jpeg_bytes(big, args.quality), int(lab), args.size, args.size))
+        for i in order:
+            big = Image.fromarray(images[i], "L").resize((args.size, args.size), Image.NEAREST)   # each pixel 2x2: the DCT scaling to 1/2 gives it back
+            samples.append((jpeg_bytes(big, args.quality), int(labels[i]), args.size, args.size))
         write_split(args.out, folder, tf_prefix, args.shards if folder == "train" else 1,
                     samples, FASHION_CLASSES)
 

@@ -8,8 +8,9 @@
    With arguments it is the C half of tests/test_data_torch.sh:
      test_data_images decode FILE CHANNELS OUT   full-size pixels to OUT, "W H C" printed
      test_data_images crops W H N SEED           N RandomResizedCrop boxes, "x y w h"
-     test_data_images eval DIR SIZE OUT          the folder's samples in order, evaluation
-                                                 transform, float32 NCHW to OUT */
+     test_data_images eval DIR SIZE OUT [full]   the folder's samples in order, evaluation
+                                                 transform, float32 NCHW to OUT (full: no
+                                                 DCT scaling) */
 #include "data/data.h"
 
 #include <png.h>
@@ -450,7 +451,7 @@ static int tool(int argc, char **argv) {
     }
     return 0;
   }
-  if (argc == 5 && strcmp(argv[1], "eval") == 0) {
+  if ((argc == 5 || argc == 6) && strcmp(argv[1], "eval") == 0) {
     data_source_t s;
     if (data_source_imagefolder(argv[2], &s, err, sizeof err) != 0) {
       fprintf(stderr, "%s\n", err);
@@ -459,6 +460,7 @@ static int tool(int argc, char **argv) {
     data_pipeline_opts_t o;
     data_pipeline_defaults(&o);
     o.image_size = atoi(argv[3]), o.shuffle = 0, o.batch = 8, o.threads = 2;
+    o.full_decode = argc == 6 && strcmp(argv[5], "full") == 0;
     float *x;
     int32_t *y;
     int n;

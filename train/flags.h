@@ -51,6 +51,11 @@ typedef struct {
   int tb_update_freq;          /* TensorBoard batch_* scalars every N batches (0: epochs only) */
   int histogram_freq;          /* TensorBoard weight histograms every N epochs (0: none) */
   int quiet;
+  /* --dataset imagefolder | tfrecord | filelist (train/data_images.h) */
+  int image_size;              /* 0: the model's input size */
+  int channels;                /* 0: the model's input channels */
+  int data_threads, prefetch;
+  int skip_bad_images;
 } train_opts_t;
 
 void train_flags_defaults(train_opts_t *o);

@@ -44,6 +44,7 @@
 #include "train/callbacks.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/data_images.h"
 #include "train/flags.h"
 #include "train/outputs.h"
 #include "train/progress.h"
@@ -346,16 +347,23 @@ static void load_data(trainer_t *t) {
 
   int synth_test = o->synthetic_samples / 4 > 16 ? o->synthetic_samples / 4 : 16;
   t->is_idx = strcmp(o->dataset, "idx") == 0;
-  int loaded = t->is_idx
+  /* Image files (train/data_images.c): decoded once, then like any other set. */
+  int images = train_is_image_dataset(o->dataset);
+  uint64_t skipped = 0;
+  int loaded = images ? train_load_image_sets(o, mc, mh, mw, &t->train, &t->test, &skipped,
+                                              err, sizeof err)
+               : t->is_idx
                    ? train_load_idx_sets(o->train_images, o->train_labels, o->test_images,
                                          o->test_labels, &t->train, &t->test, err, sizeof err)
                    : train_load_dataset(o->dataset, o->data_dir, o->seed, mc, mh, mw,
                                         o->synthetic_samples, synth_test, &t->train, &t->test,
                                         err, sizeof err);
   if (loaded != 0) die("%s", err);
+  if (skipped > 0 && !o->quiet)
+    printf("--skip-bad-images: %llu bad image(s) left out\n", (unsigned long long)skipped);
   /* Normalisation: the named sets' published constants; a user's IDX files carry none, so
      their training images' own mean and std (before --max-train: a property of the file). */
-  if (t->is_idx) train_norm_from_data(&t->train, t->norm_mean, t->norm_std);
+  if (t->is_idx || images) train_norm_from_data(&t->train, t->norm_mean, t->norm_std);
   else train_norm_constants(o->dataset, t->norm_mean, t->norm_std);
   train_truncate(&t->train, o->max_train);
   train_truncate(&t->test, o->max_test);
