@@ -59,6 +59,8 @@ typedef struct {
   int width, height, channels;
   int scale_num, scale_denom;   /* the DCT scaling used (1/1 for PNG) */
   void *tj;                     /* the TurboJPEG handle, kept between images */
+  float *scratch;               /* data_resample's, kept between images */
+  size_t scratch_cap;
 } data_pixels_t;
 
 /* Decodes to `channels` (1 or 3), converting grey, CMYK/YCCK, palette, alpha (dropped)
@@ -93,8 +95,8 @@ data_box_t data_center_crop_box(int width, int height, int resize, int size);
 /* Resamples the box of src (in src's pixels) to out_w x out_h with PIL's bilinear filter
    (its support widened by the downscale factor: antialiased, as torchvision on PIL
    images), optionally mirrored, then writes (v/255 - mean[c]) / std[c] as float, NCHW
-   (nhwc 0) or NHWC (nhwc 1). -1: out of memory. */
-int data_resample(const data_pixels_t *src, data_box_t box, int out_w, int out_h, int flip,
+   (nhwc 0) or NHWC (nhwc 1). -1: out of memory. Its scratch memory stays in src. */
+int data_resample(data_pixels_t *src, data_box_t box, int out_w, int out_h, int flip,
                   const float mean[3], const float std[3], int nhwc, float *out);
 
 /* ---- sources ---- */

@@ -75,6 +75,7 @@ int data_image_decode(const uint8_t *buf, size_t len, int channels, int min_w, i
 }
 
 void data_pixels_free(data_pixels_t *p) {
+  free(p->scratch);
   free(p->pixels);
   memset(p, 0, sizeof *p);
 }
@@ -282,6 +283,7 @@ int data_image_decode(const uint8_t *buf, size_t len, int channels, int min_w, i
 
 void data_pixels_free(data_pixels_t *p) {
   if (p->tj) tjDestroy(p->tj);
+  free(p->scratch);
   free(p->pixels);
   memset(p, 0, sizeof *p);
 }

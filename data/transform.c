@@ -113,36 +113,58 @@ static void coeffs_free(coeffs_t *c) {
   free(c->k);
 }
 
-int data_resample(const data_pixels_t *src, data_box_t box, int out_w, int out_h, int flip,
-                  const float mean[3], const float std[3], int nhwc, float *out) {
-  const int C = src->channels, W = src->width;
-  coeffs_t cx = {0}, cy = {0};
-  float *tmp = NULL;
-  int rc = -1;
-  if (coeffs_make(&cx, src->width, box.x, box.x + box.w, out_w) != 0 ||
-      coeffs_make(&cy, src->height, box.y, box.y + box.h, out_h) != 0)
-    goto done;
-  /* Horizontal pass over the rows the vertical pass reads, then the vertical pass. */
-  int r0 = cy.lo[0], r1 = cy.lo[out_h - 1] + cy.n[out_h - 1];
-  for (int i = 0; i < out_h; i++) {
-    if (cy.lo[i] < r0) r0 = cy.lo[i];
-    if (cy.lo[i] + cy.n[i] > r1) r1 = cy.lo[i] + cy.n[i];
-  }
-  tmp = malloc(sizeof(float) * (size_t)(r1 - r0) * out_w * C);
-  if (!tmp) goto done;
-  for (int y = r0; y < r1; y++) {
-    const uint8_t *row = src->pixels + (size_t)y * W * C;
-    float *t = tmp + (size_t)(y - r0) * out_w * C;
-    for (int x = 0; x < out_w; x++) {
-      const float *k = cx.k + (size_t)x * cx.ksize;
-      const uint8_t *p = row + (size_t)cx.lo[x] * C;
+/* The horizontal pass for C channels (3 and 1 spelled out, so the compiler keeps the
+   sums in registers). */
+static void pass_h(const uint8_t *row, const coeffs_t *cx, int out_w, int C, float *t) {
+  for (int x = 0; x < out_w; x++) {
+    const float *k = cx->k + (size_t)x * cx->ksize;
+    const uint8_t *p = row + (size_t)cx->lo[x] * C;
+    const int n = cx->n[x];
+    if (C == 3) {
+      float s0 = 0, s1 = 0, s2 = 0;
+      for (int j = 0; j < n; j++) {
+        s0 += k[j] * p[3 * j];
+        s1 += k[j] * p[3 * j + 1];
+        s2 += k[j] * p[3 * j + 2];
+      }
+      t[3 * x] = s0, t[3 * x + 1] = s1, t[3 * x + 2] = s2;
+    } else {
       for (int c = 0; c < C; c++) {
         float s = 0;
-        for (int j = 0; j < cx.n[x]; j++) s += k[j] * p[j * C + c];
+        for (int j = 0; j < n; j++) s += k[j] * p[j * C + c];
         t[x * C + c] = s;
       }
     }
   }
+}
+
+int data_resample(data_pixels_t *src, data_box_t box, int out_w, int out_h, int flip,
+                  const float mean[3], const float std[3], int nhwc, float *out) {
+  const int C = src->channels, W = src->width;
+  coeffs_t cx = {0}, cy = {0};
+  int rc = -1;
+  if (coeffs_make(&cx, src->width, box.x, box.x + box.w, out_w) != 0 ||
+      coeffs_make(&cy, src->height, box.y, box.y + box.h, out_h) != 0)
+    goto done;
+  /* The horizontal pass over the rows the vertical pass reads, into the scratch kept
+     with the pixels (a thread's buffers are reused image after image), then the vertical
+     pass a whole output row at a time (contiguous: it vectorises). */
+  int r0 = cy.lo[0], r1 = cy.lo[0] + cy.n[0];
+  for (int i = 0; i < out_h; i++) {
+    if (cy.lo[i] < r0) r0 = cy.lo[i];
+    if (cy.lo[i] + cy.n[i] > r1) r1 = cy.lo[i] + cy.n[i];
+  }
+  const size_t row_f = (size_t)out_w * C;
+  const size_t need = (size_t)(r1 - r0 + 1) * row_f;
+  if (src->scratch_cap < need) {
+    float *g = realloc(src->scratch, sizeof(float) * need);
+    if (!g) goto done;
+    src->scratch = g;
+    src->scratch_cap = need;
+  }
+  float *tmp = src->scratch, *acc = tmp + (size_t)(r1 - r0) * row_f;
+  for (int y = r0; y < r1; y++)
+    pass_h(src->pixels + (size_t)y * W * C, &cx, out_w, C, tmp + (size_t)(y - r0) * row_f);
   float scale[3], shift[3];
   for (int c = 0; c < C; c++) {
     scale[c] = 1.0f / (255.0f * std[c]);
@@ -150,17 +172,21 @@ int data_resample(const data_pixels_t *src, data_box_t box, int out_w, int out_h
   }
   for (int y = 0; y < out_h; y++) {
     const float *k = cy.k + (size_t)y * cy.ksize;
-    const float *base = tmp + (size_t)(cy.lo[y] - r0) * out_w * C;
+    const float *base = tmp + (size_t)(cy.lo[y] - r0) * row_f;
+    for (size_t i = 0; i < row_f; i++) acc[i] = k[0] * base[i];
+    for (int j = 1; j < cy.n[y]; j++) {
+      const float *r = base + (size_t)j * row_f, kj = k[j];
+      for (size_t i = 0; i < row_f; i++) acc[i] += kj * r[i];
+    }
     for (int x = 0; x < out_w; x++) {
       int ox = flip ? out_w - 1 - x : x;
       for (int c = 0; c < C; c++) {
-        float s = 0;
-        for (int j = 0; j < cy.n[y]; j++) s += k[j] * base[((size_t)j * out_w + x) * C + c];
+        float v = acc[x * C + c];
         /* Pillow rounds each pass to 8 bits; clamping here keeps the range it has. */
-        s = s < 0 ? 0 : s > 255 ? 255 : s;
+        v = v < 0 ? 0 : v > 255 ? 255 : v;
         size_t o = nhwc ? ((size_t)y * out_w + ox) * C + c
                         : ((size_t)c * out_h + y) * out_w + ox;
-        out[o] = s * scale[c] - shift[c];
+        out[o] = v * scale[c] - shift[c];
       }
     }
   }
@@ -168,6 +194,5 @@ int data_resample(const data_pixels_t *src, data_box_t box, int out_w, int out_h
 done:
   coeffs_free(&cx);
   coeffs_free(&cy);
-  free(tmp);
   return rc;
 }

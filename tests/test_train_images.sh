@@ -18,7 +18,8 @@ common=(--epochs 2 --validation-split 0 --lr 0.01 --batch-size 32 --threads 1 --
 accuracy() {   # accuracy NAME ARGS...: trains, prints the test accuracy (percent)
   local name=$1
   shift
-  if ! mpi2 "$train" "$@" "${common[@]}" > "$tmp/$name.log" 2>&1; then
+  # A longer limit than mpi2's: on a loaded machine two epochs of lenet take a while.
+  if ! timeout -k 5 600 mpirun -np 2 --oversubscribe "$train" "$@" "${common[@]}" > "$tmp/$name.log" 2>&1; then
     echo "FAIL $name: train failed:" >&2; tail -5 "$tmp/$name.log" >&2; echo -1; return
   fi
   sed -n 's/^test accuracy: \([0-9.]*\)%$/\1/p' "$tmp/$name.log"
