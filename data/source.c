@@ -61,8 +61,9 @@ static int image_ext(const char *name) {
 }
 
 /* The entries of dir (names only, sorted) that pass keep(dir/name). */
-static int list_dir(const char *dir, int (*keep)(const char *dir, const char *name),
-                    strvec_t *out, char *err, size_t errlen) {
+static int list_dir(const char *dir,
+                    int (*keep)(const char *dir, const char *name, const char *prefix),
+                    const char *prefix, strvec_t *out, char *err, size_t errlen) {
   DIR *d = opendir(dir);
   if (!d) {
     snprintf(err, errlen, "%s: cannot open the folder (%s)", dir, strerror(errno));
@@ -71,7 +72,7 @@ static int list_dir(const char *dir, int (*keep)(const char *dir, const char *na
   struct dirent *e;
   while ((e = readdir(d))) {
     if (e->d_name[0] == '.') continue;
-    if (!keep(dir, e->d_name)) continue;
+    if (!keep(dir, e->d_name, prefix)) continue;
     if (sv_push(out, e->d_name, NULL) != 0) {
       closedir(d);
       snprintf(err, errlen, "%s: out of memory listing the folder", dir);
@@ -83,14 +84,15 @@ static int list_dir(const char *dir, int (*keep)(const char *dir, const char *na
   return 0;
 }
 
-static int keep_dir(const char *dir, const char *name) {
+static int keep_dir(const char *dir, const char *name, const char *prefix) {
+  (void)prefix;
   char p[4096];
   snprintf(p, sizeof p, "%s/%s", dir, name);
   return is_dir(p);
 }
 
-static int keep_image(const char *dir, const char *name) {
-  return image_ext(name) && !keep_dir(dir, name);
+static int keep_image(const char *dir, const char *name, const char *prefix) {
+  return image_ext(name) && !keep_dir(dir, name, prefix);
 }
 
 void data_source_free(data_source_t *s) {
@@ -113,7 +115,7 @@ int data_source_imagefolder(const char *dir, data_source_t *s, char *err, size_t
   strvec_t classes = {0}, paths = {0};
   int32_t *labels = NULL;
   size_t lcap = 0;
-  if (list_dir(dir, keep_dir, &classes, err, errlen) != 0) goto fail;
+  if (list_dir(dir, keep_dir, NULL, &classes, err, errlen) != 0) goto fail;
   if (classes.n == 0) {
     snprintf(err, errlen, "%s: no class folders (expected %s/CLASS/IMAGE.jpg, as ImageFolder)",
              dir, dir);
@@ -123,7 +125,7 @@ int data_source_imagefolder(const char *dir, data_source_t *s, char *err, size_t
     char cdir[4096];
     snprintf(cdir, sizeof cdir, "%s/%s", dir, classes.v[c]);
     strvec_t files = {0};
-    if (list_dir(cdir, keep_image, &files, err, errlen) != 0) goto fail;
+    if (list_dir(cdir, keep_image, NULL, &files, err, errlen) != 0) goto fail;
     for (size_t i = 0; i < files.n; i++) {
       if (sv_push(&paths, cdir, files.v[i]) != 0) goto oom;
       if (paths.n > lcap) {
@@ -234,9 +236,8 @@ fail:
   return -1;
 }
 
-static const char *g_prefix;   /* list_dir's filter has no user pointer; set under the call */
-static int keep_prefix(const char *dir, const char *name) {
-  return strncmp(name, g_prefix, strlen(g_prefix)) == 0 && !keep_dir(dir, name);
+static int keep_prefix(const char *dir, const char *name, const char *prefix) {
+  return strncmp(name, prefix, strlen(prefix)) == 0 && !keep_dir(dir, name, prefix);
 }
 
 int data_source_tfrecord(const char *dir, const char *prefix, data_source_t *s, char *err,
@@ -244,8 +245,7 @@ int data_source_tfrecord(const char *dir, const char *prefix, data_source_t *s, 
   memset(s, 0, sizeof *s);
   s->kind = DATA_TFRECORD;
   strvec_t names = {0};
-  g_prefix = prefix;
-  if (list_dir(dir, keep_prefix, &names, err, errlen) != 0) return -1;
+  if (list_dir(dir, keep_prefix, prefix, &names, err, errlen) != 0) return -1;
   if (names.n == 0) {
     snprintf(err, errlen, "%s: no TFRecord files %s* (tf_cnn_benchmarks' layout: %s/train-* "
              "and %s/validation-*)", dir, prefix, dir, dir);

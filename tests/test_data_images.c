@@ -414,6 +414,36 @@ static void test_tfrecord(void) {
   data_source_free(&s);
 }
 
+/* A list file: relative paths from its folder, labels as given; a bad line is named. */
+static void test_filelist(void) {
+  char p[600], err[4800];
+  snprintf(p, sizeof p, "%s/folder/list.txt", dir);
+  FILE *f = fopen(p, "w");
+  fprintf(f, "# comment\na/00.jpg 4\n\nb/01.jpg 2\n");
+  fclose(f);
+  data_source_t s;
+  CHECK(data_source_filelist(p, &s, err, sizeof err) == 0, "%s", err);
+  CHECK(s.n == 2 && s.num_classes == 5 && s.labels[0] == 4 && strstr(s.paths[1], "folder/b/01.jpg"),
+        "list: %zu samples, %d classes", s.n, s.num_classes);
+  if (s.n == 2) {
+    data_pipeline_opts_t o;
+    data_pipeline_defaults(&o);
+    o.image_size = 8, o.batch = 2, o.shuffle = 0;
+    float *x;
+    int32_t *y;
+    int n;
+    CHECK(run_epoch(&s, o, 0, &x, &y, &n, NULL, err, sizeof err) == 0 && n == 2 && y[0] == 4,
+          "list epoch: %s", err);
+    free(x), free(y);
+  }
+  data_source_free(&s);
+  f = fopen(p, "w");
+  fprintf(f, "a/00.jpg 1\na/02.png cat\n");
+  fclose(f);
+  CHECK(data_source_filelist(p, &s, err, sizeof err) != 0 && strstr(err, "line 2"),
+        "a bad line: '%s'", err);
+}
+
 static void test_crops(void) {
   data_rng_t r;
   data_rng_init(&r, 1, 2);
@@ -490,6 +520,7 @@ int main(int argc, char **argv) {
   test_bad_images();
   test_crops();
   test_pipeline();
+  test_filelist();
   test_pipeline_bad();
   test_tfrecord();
   char cmd[300];
