@@ -448,14 +448,14 @@ fuzzers: $(FUZZERS)
 # ---- image input (data/, docs/data.md) ----
 # build/libdata.a: data/*.c and TensorFlow's Example messages (protobuf-c): folders of
 # JPEG/PNG, list files, TFRecords, decode threads, torchvision's transforms. train, the
-# benches and the tests link it after libtrain. IMAGES=system (default): libjpeg-turbo's
-# TurboJPEG and libpng; IMAGES=none: neither (the GPU check's machine has none), data/ is
-# compiled with HVD_NO_IMAGES and image input fails at run time saying so. The setting is
+# benches and the tests link it after libtrain. IMAGES=system (default): libjpeg-turbo
+# (its TurboJPEG API, and its libjpeg API for decoding part of an image) and libpng;
+# IMAGES=none: neither (the GPU check's machine has none), data/ is compiled with HVD_NO_IMAGES and image input fails at run time saying so. The setting is
 # recorded in $(BUILD)/config.images so that changing it rebuilds data/.
 IMAGES ?= system
 ifeq ($(IMAGES),system)
-  IMAGES_CFLAGS := $(shell pkg-config --cflags libturbojpeg libpng 2>/dev/null)
-  IMAGES_LDLIBS := $(shell pkg-config --libs libturbojpeg libpng 2>/dev/null || echo -lturbojpeg -lpng)
+  IMAGES_CFLAGS := $(shell pkg-config --cflags libturbojpeg libjpeg libpng 2>/dev/null)
+  IMAGES_LDLIBS := $(shell pkg-config --libs libturbojpeg libjpeg libpng 2>/dev/null || echo -lturbojpeg -ljpeg -lpng)
 else ifeq ($(IMAGES),none)
   IMAGES_CFLAGS := -DHVD_NO_IMAGES
   IMAGES_LDLIBS :=

@@ -6,9 +6,11 @@
               processes (bench/data_bench_torch.py, /usr/bin/python3);
      decode   TurboJPEG's bare full-size decode of the same files to RGB, one thread per
               --threads (tjbench's measure): what decoding every pixel costs.
-   Each figure is the median of --repeats passes of --images images, after a warm-up.
-   Output: one line per (threads, method): images/sec, per thread, and the ratios the
-   goals name (hvd / torch per core, hvd / full decode). Data: scripts/make_image_dataset.py
+   Each figure is the median of --repeats passes of --images images, after a warm-up, in
+   images per second of wall time and per CPU second (the process's CPU time, all its
+   threads; the peer's workers' and main process's): on a shared, loaded machine the wall
+   figures swing with the load, the CPU figures much less. Output: one line per (threads,
+   method), and the ratios the goals name (hvd / torch per core, hvd / full decode). Data: scripts/make_image_dataset.py
    photos DIR (about 500x375 JPEGs); --data_dir DIR reads DIR/train (or DIR/train-*). */
 #include "data/data.h"
 #include "util/clock.h"
@@ -18,6 +20,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double cpu_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+typedef struct {
+  double wall, cpu;   /* images per second of wall time, per CPU second */
+} rate_t;
 
 typedef struct {
   const char *data_dir;
@@ -64,7 +77,7 @@ static double median(double *v, int n) {
 }
 
 /* hvd: the pipeline's images/sec at `threads` decode threads. */
-static double run_pipeline(const options_t *o, const data_source_t *src, int threads) {
+static rate_t run_pipeline(const options_t *o, const data_source_t *src, int threads) {
   data_pipeline_opts_t po;
   data_pipeline_defaults(&po);
   po.image_size = o->image_size;
@@ -79,19 +92,22 @@ static double run_pipeline(const options_t *o, const data_source_t *src, int thr
   size_t floats = (size_t)o->batch * 3 * o->image_size * o->image_size;
   float *x = malloc(sizeof(float) * floats);
   int32_t *y = malloc(sizeof(int32_t) * (size_t)o->batch);
-  double *rates = malloc(sizeof(double) * (size_t)o->repeats);
+  double *rates = malloc(sizeof(double) * 2 * (size_t)o->repeats);
   if (!x || !y || !rates) die("out of memory%s%s", "", "");
   if (data_stream_next(s, x, y, err, sizeof err) != 0) die("%s%s", err, "");   /* warm-up */
   for (int r = 0; r < o->repeats; r++) {
-    double t0 = util_now_s();
+    double t0 = util_now_s(), c0 = cpu_now();
     int n = 0;
     while (n < o->images) {
       if (data_stream_next(s, x, y, err, sizeof err) != 0) die("%s%s", err, "");
       n += o->batch;
     }
     rates[r] = n / (util_now_s() - t0);
+    rates[o->repeats + r] = n / (cpu_now() - c0);
   }
-  double m = median(rates, o->repeats);
+  /* The threads go on filling the queue past the last batch taken: the CPU figure counts
+     up to prefetch batches too many, in hvd's disfavour. */
+  rate_t m = {median(rates, o->repeats), median(rates + o->repeats, o->repeats)};
   data_stream_close(s);
   free(x), free(y), free(rates);
   return m;
@@ -123,13 +139,13 @@ static void *decode_files(void *arg) {
   return NULL;
 }
 
-static double run_decode(const options_t *o, const data_source_t *src, int threads) {
-  double *rates = malloc(sizeof(double) * (size_t)o->repeats);
+static rate_t run_decode(const options_t *o, const data_source_t *src, int threads) {
+  double *rates = malloc(sizeof(double) * 2 * (size_t)o->repeats);
   decode_job_t jobs[256];
   pthread_t tid[256];
   for (int r = -1; r < o->repeats; r++) {   /* r = -1: warm-up (files into the page cache) */
     size_t per = (size_t)(r < 0 ? o->batch : o->images) / threads + 1;
-    double t0 = util_now_s();
+    double t0 = util_now_s(), c0 = cpu_now();
     for (int t = 0; t < threads; t++) {
       jobs[t] = (decode_job_t){src, per * t, per, 0};
       if (pthread_create(&tid[t], NULL, decode_files, &jobs[t]) != 0) die("cannot start a thread%s%s", "", "");
@@ -139,28 +155,30 @@ static double run_decode(const options_t *o, const data_source_t *src, int threa
       if (jobs[t].fail) die("a file does not decode (run the pipeline alone for its name)%s%s", "", "");
     }
     if (r >= 0) rates[r] = per * threads / (util_now_s() - t0);
+    if (r >= 0) rates[o->repeats + r] = per * threads / (cpu_now() - c0);
   }
-  double m = median(rates, o->repeats);
+  rate_t m = {median(rates, o->repeats), median(rates + o->repeats, o->repeats)};
   free(rates);
   return m;
 }
 
 /* The peer, through bench/data_bench_torch.py; -1 when it fails (reason printed). */
-static double run_peer(const options_t *o, const data_source_t *src, int workers,
+static rate_t run_peer(const options_t *o, const data_source_t *src, int workers,
                        const char *listfile) {
   char cmd[8192];
   snprintf(cmd, sizeof cmd, "'%s' bench/data_bench_torch.py '%s' %d %d %d %d %d", o->python,
            listfile, o->image_size, workers, o->batch, o->images, o->repeats);
   (void)src;
+  rate_t rate = {-1, -1};
   FILE *p = popen(cmd, "r");
-  if (!p) return -1;
+  if (!p) return rate;
   char line[256];
-  double rate = -1;
-  while (fgets(line, sizeof line, p)) sscanf(line, "images/sec: %lf", &rate);
+  while (fgets(line, sizeof line, p))
+    sscanf(line, "images/sec: %lf cpu_images/sec: %lf", &rate.wall, &rate.cpu);
   int rc = pclose(p);
-  if (rc != 0 || rate < 0) {
+  if (rc != 0 || rate.wall < 0) {
     fprintf(stderr, "data_bench: the peer failed (exit %d): %s\n", rc, cmd);
-    return -1;
+    rate.wall = rate.cpu = -1;
   }
   return rate;
 }
@@ -203,16 +221,20 @@ int main(int argc, char **argv) {
   printf("data_bench: %zu images in %s, RandomResizedCrop(%d) + flip + normalise, batch %d, "
          "median of %d passes of %d images\n", src.n, o.data_dir, o.image_size, o.batch,
          o.repeats, o.images);
-  printf("%-8s %-7s %12s %12s\n", "threads", "method", "images/sec", "per thread");
+  printf("%-8s %-7s %12s %12s %14s\n", "threads", "method", "images/sec", "per thread",
+         "per CPU second");
   for (int t = 1; t <= o.max_threads; t++) {
-    double hvd = run_pipeline(&o, &src, t);
-    double dec = run_decode(&o, &src, t);
-    double tv = peer ? run_peer(&o, &src, t, listfile) : -1;
-    printf("%-8d %-7s %12.1f %12.1f\n", t, "hvd", hvd, hvd / t);
-    if (tv > 0) printf("%-8d %-7s %12.1f %12.1f\n", t, "torch", tv, tv / t);
-    printf("%-8d %-7s %12.1f %12.1f\n", t, "decode", dec, dec / t);
-    printf("%-8d hvd/torch %s  hvd/full-decode %.2fx\n", t,
-           tv > 0 ? (snprintf(err, sizeof err, "%.2fx", hvd / tv), err) : "-", hvd / dec);
+    rate_t hvd = run_pipeline(&o, &src, t);
+    rate_t dec = run_decode(&o, &src, t);
+    rate_t tv = peer ? run_peer(&o, &src, t, listfile) : (rate_t){-1, -1};
+    printf("%-8d %-7s %12.1f %12.1f %14.1f\n", t, "hvd", hvd.wall, hvd.wall / t, hvd.cpu);
+    if (tv.wall > 0)
+      printf("%-8d %-7s %12.1f %12.1f %14.1f\n", t, "torch", tv.wall, tv.wall / t, tv.cpu);
+    printf("%-8d %-7s %12.1f %12.1f %14.1f\n", t, "decode", dec.wall, dec.wall / t, dec.cpu);
+    char vs[64] = "-";
+    if (tv.wall > 0) snprintf(vs, sizeof vs, "%.2fx (per CPU second %.2fx)", hvd.wall / tv.wall, hvd.cpu / tv.cpu);
+    printf("%-8d hvd/torch %s; hvd/full-decode %.2fx (per CPU second %.2fx)\n", t, vs,
+           hvd.wall / dec.wall, hvd.cpu / dec.cpu);
     fflush(stdout);
   }
   if (peer) remove(listfile);

@@ -2,8 +2,10 @@
 """bench/data_bench_torch.py: the peer of bench/data_bench (which runs it): torchvision's
 DataLoader over the same images with the same transforms (RandomResizedCrop(S), horizontal
 flip, ToTensor, Normalize with ImageNet's constants; PIL decodes), the same number of
-worker processes and batch size. Prints one line: "images/sec: X" (the median of
---repeats passes, each over --images images after one warm-up batch).
+worker processes and batch size. Prints one line: "images/sec: X cpu_images/sec: Y" (the
+medians of REPEATS passes of IMAGES images after one warm-up batch; Y counts CPU
+seconds, the workers' per image plus the main process's, so it holds on a shared
+machine where wall time does not).
 
   data_bench_torch.py FILELIST SIZE WORKERS BATCH IMAGES REPEATS
 """
@@ -25,9 +27,11 @@ class Files(Dataset):
         return len(self.paths)
 
     def __getitem__(self, i):
+        t0 = time.process_time()   # this worker's CPU time: what the image cost
         with open(self.paths[i], "rb") as f:
             img = Image.open(f).convert("RGB")
-        return self.tf(img), 0
+        x = self.tf(img)
+        return x, time.process_time() - t0
 
 
 def main():
@@ -45,14 +49,17 @@ def main():
                         persistent_workers=workers > 0, prefetch_factor=4 if workers > 0 else 2)
     it = iter(loader)
     next(it)   # the workers are up
-    rates = []
+    rates, cpu_rates = [], []
     for _ in range(repeats):
-        n, t0 = 0, time.perf_counter()
+        n, cpu, t0, c0 = 0, 0.0, time.perf_counter(), time.process_time()
         while n < images:
-            x, _ = next(it)
+            x, costs = next(it)
             n += x.shape[0]
+            cpu += float(costs.sum())
         rates.append(n / (time.perf_counter() - t0))
-    print("images/sec: %.1f" % statistics.median(rates))
+        # CPU seconds: the workers' per image, plus the main process's (collation)
+        cpu_rates.append(n / (cpu + time.process_time() - c0))
+    print("images/sec: %.1f cpu_images/sec: %.1f" % (statistics.median(rates), statistics.median(cpu_rates)))
 
 
 if __name__ == "__main__":

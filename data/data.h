@@ -58,6 +58,8 @@ typedef struct {
   size_t cap;
   int width, height, channels;
   int scale_num, scale_denom;   /* the DCT scaling used (1/1 for PNG) */
+  int x0, y0;                   /* where pixels start in the whole (scaled) image */
+  int full_width, full_height;  /* the whole image at that scale */
   void *tj;                     /* the TurboJPEG handle, kept between images */
   float *scratch;               /* data_resample's, kept between images */
   size_t scratch_cap;
@@ -69,6 +71,15 @@ typedef struct {
 int data_image_decode(const uint8_t *buf, size_t len, int channels, int min_w, int min_h,
                       data_pixels_t *out, char *err, size_t errlen);
 void data_pixels_free(data_pixels_t *p);
+
+/* A JPEG's part that a resample of box (in stored pixels) to out_w x out_h reads, at the
+   smallest DCT scale that keeps the box at least out_w x out_h: libjpeg decodes only
+   those rows (the ones above are skipped, the ones below never decoded) and, cut at iMCU
+   boundaries, those columns (DALI's region decoding). out->x0, y0 and full_width,
+   full_height place the part in the scaled image. A PNG is decoded whole. */
+int data_image_decode_box(const uint8_t *buf, size_t len, int channels, double bx, double by,
+                          double bw, double bh, int out_w, int out_h, data_pixels_t *out,
+                          char *err, size_t errlen);
 
 /* ---- transforms (torchvision's) ---- */
 /* A crop box in the stored image's pixels (fractional after DCT scaling). */

@@ -13,7 +13,6 @@
      slots: s % K      (s+1) % K         ...                  K = prefetch */
 #include "data/data.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,15 +122,16 @@ static int make_sample(data_pipeline_t *p, size_t idx, data_read_buf_t *rb, data
   } else {
     box = data_center_crop_box(info.width, info.height, o->resize, S);
   }
-  /* The DCT scale must leave the box at least S x S pixels (as PIL's draft). */
-  int min_w = (int)ceil((double)S * info.width / box.w - 1e-6),
-      min_h = (int)ceil((double)S * info.height / box.h - 1e-6);
-  if (o->full_decode || min_w > info.width) min_w = info.width;
-  if (o->full_decode || min_h > info.height) min_h = info.height;
-  if (data_image_decode(bytes, len, o->channels, min_w, min_h, px, why, sizeof why) != 0)
-    goto bad;
-  double fx = (double)px->width / info.width, fy = (double)px->height / info.height;
-  data_box_t sb = {box.x * fx, box.y * fy, box.w * fx, box.h * fy};
+  /* Only the part of the JPEG the resample reads, at the smallest DCT scale that leaves
+     the box at least S x S pixels (as PIL's draft); full_decode: the whole image. */
+  int rc = o->full_decode
+               ? data_image_decode(bytes, len, o->channels, info.width, info.height, px, why,
+                                   sizeof why)
+               : data_image_decode_box(bytes, len, o->channels, box.x, box.y, box.w, box.h, S,
+                                       S, px, why, sizeof why);
+  if (rc != 0) goto bad;
+  double fx = (double)px->full_width / info.width, fy = (double)px->full_height / info.height;
+  data_box_t sb = {box.x * fx - px->x0, box.y * fy - px->y0, box.w * fx, box.h * fy};
   if (data_resample(px, sb, S, S, flip, o->mean, o->std, o->nhwc, out) != 0) {
     snprintf(why, sizeof why, "out of memory resampling");
     goto bad;

@@ -13,6 +13,7 @@
                                                  DCT scaling) */
 #include "data/data.h"
 
+#include <math.h>
 #include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +157,40 @@ static void test_decode(void) {
         "rgb.png as grey: %s", err);
   free(b);
   data_pixels_free(&px);
+}
+
+/* Decoding only the region a crop reads gives the crop the same pixels as decoding the
+   whole image at the same scale. */
+static void test_region(void) {
+  unsigned long jl;
+  unsigned char *j = make_jpeg(301, 203, TJPF_RGB, &jl);
+  const float mean[3] = {0, 0, 0}, std[3] = {1, 1, 1};
+  float a[3 * 24 * 24], b[3 * 24 * 24];
+  char err[512];
+  const double boxes[][4] = {{37, 21, 150, 120}, {0, 0, 301, 203}, {250, 150, 51, 53}, {3, 90, 40, 30}};
+  for (int k = 0; k < 4; k++) {
+    const double *bx = boxes[k];
+    data_pixels_t r = {0}, f = {0};
+    CHECK(data_image_decode_box(j, jl, 3, bx[0], bx[1], bx[2], bx[3], 24, 24, &r, err, sizeof err) == 0,
+          "region: %s", err);
+    CHECK(data_image_decode(j, jl, 3, r.full_width, r.full_height, &f, err, sizeof err) == 0 &&
+              f.width == r.full_width, "whole at the region's scale: %s", err);
+    double fx = (double)r.full_width / 301, fy = (double)r.full_height / 203;
+    data_box_t rb = {bx[0] * fx - r.x0, bx[1] * fy - r.y0, bx[2] * fx, bx[3] * fy};
+    data_box_t fb = {bx[0] * fx, bx[1] * fy, bx[2] * fx, bx[3] * fy};
+    data_resample(&r, rb, 24, 24, 0, mean, std, 0, a);
+    data_resample(&f, fb, 24, 24, 0, mean, std, 0, b);
+    double worst = 0;
+    for (int i = 0; i < 3 * 24 * 24; i++) worst = fmax(worst, fabs(a[i] - b[i]));
+    CHECK(worst < 1.0 / 255, "box %d (scale %d/8, region %dx%d at %d,%d): differs from the whole "
+          "decode by %g", k, r.scale_num, r.width, r.height, r.x0, r.y0, worst * 255);
+    if (k == 0)
+      CHECK(r.width < r.full_width && r.height < r.full_height, "box 0 decoded whole (%dx%d)",
+            r.width, r.height);
+    data_pixels_free(&r);
+    data_pixels_free(&f);
+  }
+  tjFree(j);
 }
 
 /* Bad inputs: each fails with a message naming the problem; nothing crashes. */
@@ -517,6 +552,7 @@ int main(int argc, char **argv) {
   }
   test_crc();
   test_decode();
+  test_region();
   test_bad_images();
   test_crops();
   test_pipeline();
