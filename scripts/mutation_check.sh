@@ -174,6 +174,7 @@ tfrecord-label-not-1-based|data/source.c|s#\*label = (int32_t)(lab - 1);#*label 
 crop-ratio-not-log-uniform|data/transform.c|s#double ar = exp(lr0 + (lr1 - lr0) \* data_rng_uniform(rng));#double ar = ratio_min + (ratio_max - ratio_min) * data_rng_uniform(rng); (void)lr1;#|test_data_torch.sh
 resample-without-antialias|data/transform.c|s#fscale = scale < 1.0 ? 1.0 : scale;#fscale = 1.0;#|test_data_torch.sh
 grey-jpeg-from-y-plane|data/decode.c|s#int via_rgb = channels == 1 \&\& cs != TJCS_GRAY \&\& !cmyk;#int via_rgb = 0;#|test_data_torch.sh
+region-size-unchecked-before-alloc|data/decode.c|s#if (check_size((int)ci.image_width, (int)ci.image_height, err, errlen) == 0) {#if (1) {#|test_data_images
 EOF
 )
 

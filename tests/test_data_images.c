@@ -219,6 +219,13 @@ static void test_bad_images(void) {
       break;
     }
   expect_bad(big, jl, "a 60000x60000 JPEG header", "60000x60000");
+  {   /* the region decoder checks the size too */
+    char err[512] = "";
+    data_pixels_t px = {0};
+    CHECK(data_image_decode_box(big, jl, 3, 0, 0, 100, 100, 16, 16, &px, err, sizeof err) != 0 &&
+              strstr(err, "60000x60000"), "60000x60000 JPEG, region decode: '%s'", err);
+    data_pixels_free(&px);
+  }
   free(big);
   tjFree(j);
   char path[512];
