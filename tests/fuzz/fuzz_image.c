@@ -23,6 +23,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     data_box_t b = data_random_resized_crop(px.width, px.height, 0.08, 1, 0.75, 4.0 / 3, &r);
     if (data_resample(&px, b, 24, 24, k & 1, mean, std, k >> 1, out) != 0) abort();
   }
+  /* The region decoder (libjpeg's API) on a random crop of the stored image, then the
+     resample of the crop from the region, as the pipeline does. */
+  data_rng_t r;
+  data_rng_init(&r, size, 9);
+  data_box_t b = data_random_resized_crop(info.width, info.height, 0.08, 1, 0.75, 4.0 / 3, &r);
+  if (data_image_decode_box(data, size, 3, b.x, b.y, b.w, b.h, 24, 24, &px, err, sizeof err) == 0) {
+    double fx = (double)px.full_width / info.width, fy = (double)px.full_height / info.height;
+    data_box_t rb = {b.x * fx - px.x0, b.y * fy - px.y0, b.w * fx, b.h * fy};
+    if (data_resample(&px, rb, 24, 24, 0, mean, std, 0, out) != 0) abort();
+  }
   free(out);
   data_pixels_free(&px);
   return 0;
