@@ -450,8 +450,10 @@ fuzzers: $(FUZZERS)
 # JPEG/PNG, list files, TFRecords, decode threads, torchvision's transforms. train, the
 # benches and the tests link it after libtrain. IMAGES=system (default): libjpeg-turbo
 # (its TurboJPEG API, and its libjpeg API for decoding part of an image) and libpng;
-# IMAGES=none: neither (the GPU check's machine has none), data/ is compiled with HVD_NO_IMAGES and image input fails at run time saying so. The setting is
-# recorded in $(BUILD)/config.images so that changing it rebuilds data/.
+# IMAGES=none: neither (the GPU check's machine has none): data/ (and the test that
+# makes its own JPEGs and PNGs) is compiled with HVD_NO_IMAGES and image input fails at
+# run time saying so. The setting is recorded in $(BUILD)/config.images so that changing
+# it rebuilds data/.
 IMAGES ?= system
 ifeq ($(IMAGES),system)
   IMAGES_CFLAGS := $(shell pkg-config --cflags libturbojpeg libjpeg libpng 2>/dev/null)
@@ -468,8 +470,8 @@ DATA_PROTOS := proto/tensorflow/core/example/example.proto proto/tensorflow/core
 DATA_OBJS   := $(call obj,$(DATA_SRC) $(call proto_c,$(DATA_PROTOS)))
 LIBDATA     := $(BUILD)/libdata.a
 DATA_LDLIBS := $(LIBDATA) $(IMAGES_LDLIBS) $(PROTOBUF_LDLIBS) -lm -lpthread
-$(call obj,$(DATA_SRC)): CFLAGS += $(IMAGES_CFLAGS)
-$(call obj,$(DATA_SRC)): $(call proto_h,$(DATA_PROTOS)) $(BUILD)/config.images
+$(call obj,$(DATA_SRC) tests/test_data_images.c): CFLAGS += $(IMAGES_CFLAGS)
+$(call obj,$(DATA_SRC) tests/test_data_images.c): $(call proto_h,$(DATA_PROTOS)) $(BUILD)/config.images
 $(LIBDATA): $(DATA_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
