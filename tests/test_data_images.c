@@ -320,6 +320,17 @@ static void test_pipeline(void) {
   CHECK(memcmp(x1, x2, sizeof(float) * per * 12) == 0 && memcmp(y1, y2, 4 * 12) == 0,
         "1 thread and 3 threads give different batches");
   free(x2), free(y2);
+  /* NHWC: the same values, transposed. */
+  o.nhwc = 1;
+  CHECK(run_epoch(&s, o, 3, &x2, &y2, &n2, NULL, err, sizeof err) == 0, "%s", err);
+  int transposed = n2 == 12;
+  for (int i = 0; i < 12 && transposed; i++)
+    for (int c = 0; c < 3; c++)
+      for (int p = 0; p < 256; p++)
+        if (x1[per * i + (size_t)c * 256 + p] != x2[per * i + (size_t)p * 3 + c]) transposed = 0;
+  CHECK(transposed, "NHWC output is not NCHW's transposed");
+  o.nhwc = 0;
+  free(x2), free(y2);
   /* Another epoch: another order and other crops. */
   CHECK(run_epoch(&s, o, 4, &x2, &y2, &n2, NULL, err, sizeof err) == 0, "%s", err);
   CHECK(memcmp(x1, x2, sizeof(float) * per * 12) != 0, "epochs 3 and 4 gave the same batches");
