@@ -15,6 +15,7 @@
 #   build/lib/                libhvd.so, libnn.so (and in a CUDA build their CUDA halves
 #                             libhvd_cuda.so, libnn_cuda.so): the shared libraries of
 #                             make install ("shared libraries" below)
+#   build/libdata.a           data/*.c: image input (folders, TFRecords, decode, augment)
 #   build/libtrain.a          train/*.c but main.c: the train program's parts (data, flags,
 #                             checkpoints, callbacks, event files, progress), which the
 #                             tests and cnn_bench link too
@@ -476,6 +477,41 @@ $(BUILD)/fuzz/%: $(call obj,tests/fuzz/%.c) $(filter %.o,$(FUZZ_MAIN)) $(LIBTRAI
 	  $(HWLOC_LDFLAGS) -o $@
 
 fuzzers: $(FUZZERS)
+
+# ---- image input (data/, docs/data.md) ----
+# build/libdata.a: data/*.c and TensorFlow's Example messages (protobuf-c): folders of
+# JPEG/PNG, list files, TFRecords, decode threads, torchvision's transforms. train, the
+# benches and the tests link it after libtrain. IMAGES=system (default): libjpeg-turbo
+# (its TurboJPEG API, and its libjpeg API for decoding part of an image) and libpng;
+# IMAGES=none: neither (the GPU check's machine has none): data/ (and the test that
+# makes its own JPEGs and PNGs) is compiled with HVD_NO_IMAGES and image input fails at
+# run time saying so. The setting is recorded in $(BUILD)/config.images so that changing
+# it rebuilds data/.
+IMAGES ?= system
+ifeq ($(IMAGES),system)
+  IMAGES_CFLAGS := $(shell pkg-config --cflags libturbojpeg libjpeg libpng 2>/dev/null)
+  IMAGES_LDLIBS := $(shell pkg-config --libs libturbojpeg libjpeg libpng 2>/dev/null || echo -lturbojpeg -ljpeg -lpng)
+else ifeq ($(IMAGES),none)
+  IMAGES_CFLAGS := -DHVD_NO_IMAGES
+  IMAGES_LDLIBS :=
+else
+  $(error IMAGES=$(IMAGES): use IMAGES=system (libjpeg-turbo and libpng) or IMAGES=none (no image decoding; for the GPU check))
+endif
+$(shell echo 'IMAGES=$(IMAGES)' | cmp -s - $(BUILD)/config.images || echo 'IMAGES=$(IMAGES)' > $(BUILD)/config.images)
+DATA_SRC    := $(wildcard data/*.c)
+DATA_PROTOS := proto/tensorflow/core/example/example.proto proto/tensorflow/core/example/feature.proto
+DATA_OBJS   := $(call obj,$(DATA_SRC) $(call proto_c,$(DATA_PROTOS)))
+LIBDATA     := $(BUILD)/libdata.a
+DATA_LDLIBS := $(LIBDATA) $(IMAGES_LDLIBS) $(PROTOBUF_LDLIBS) -lm -lpthread
+$(call obj,$(DATA_SRC) tests/test_data_images.c): CFLAGS += $(IMAGES_CFLAGS)
+$(call obj,$(DATA_SRC) tests/test_data_images.c): $(call proto_h,$(DATA_PROTOS)) $(BUILD)/config.images
+$(LIBDATA): $(DATA_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+DATA_USERS := $(TESTS) $(BENCHES) $(TRAIN) $(FUZZERS)
+$(DATA_USERS): $(LIBDATA)
+$(DATA_USERS): LDLIBS += $(DATA_LDLIBS)
+all: $(LIBDATA)
 
 # ---- serve (docs/serve.md): a trained model behind TF Serving's REST API ----
 # serve/*.c + libnn + libutil (never hvd: docs/architecture.md), libmicrohttpd and jansson

@@ -49,6 +49,7 @@
 #include "hvd/hvd.h"
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
+#include "data/data.h"
 #include "train/data.h"
 #include "train/replica.h"
 #include "train/step.h"
@@ -85,6 +86,7 @@ typedef struct {
   int print_training_accuracy;
   const char *data_name;     /* synthetic, or a real data set (train's loaders) */
   const char *data_dir;      /* NULL: train's default directory of data_name */
+  int data_threads;          /* --data_name imagenet: decode threads */
   int threads;               /* 0: nn's default */
   double bucket_mb;
   double first_bucket_mb;
@@ -105,7 +107,7 @@ static options_t default_options(void) {
       .rmsprop_epsilon = 1.0f, .num_gpus = 1, .forward_only = 0,
       .print_training_accuracy = 0, .data_name = "synthetic", .data_dir = NULL,
       .threads = 0, .bucket_mb = 25, .first_bucket_mb = 1, .overlap = 1,
-      .fp16_allreduce = 0, .seed = 1, .trace_file = NULL};
+      .fp16_allreduce = 0, .seed = 1, .trace_file = NULL, .data_threads = 2};
 }
 
 static const char *const DEVICES[] = {"cpu", "gpu", NULL};
@@ -113,13 +115,13 @@ static const char *const UPDATES[] = {"horovod", "none", "barrier", NULL};
 static const char *const FORMATS[] = {"NCHW", "NHWC", NULL};
 static const char *const OPTIMIZERS[] = {"momentum", "sgd", "rmsprop", "adam", NULL};
 /* --data_name: tf_cnn_benchmarks spells names with '_', train with '-'; both are taken.
-   imagenet is tf_cnn_benchmarks' default name, refused with a message (no reader). */
+   imagenet: JPEG files or TFRecords in --data_dir, streamed through data/'s pipeline. */
 static const char *const DATA_NAMES[] = {"synthetic", "fashion_mnist", "fashion-mnist",
                                          "mnist", "cifar10", "imagenet", NULL};
 
 /* The flags (tf_cnn_benchmarks' names, '_' spelling), writing into o: --help builds the
    table over default_options() to show the defaults. */
-enum { NFLAGS = 34 };
+enum { NFLAGS = 35 };
 static void flag_table(options_t *o, util_flag_t table[NFLAGS]) {
   const util_flag_t t[] = {
       {"model", UTIL_FLAG_CHOICE, &o->model, .choices = nn_model_names(), .metavar = "NAME",
@@ -201,6 +203,8 @@ static void flag_table(options_t *o, util_flag_t table[NFLAGS]) {
       {"fp16-allreduce", UTIL_FLAG_BOOL, &o->fp16_allreduce,
        .help = "cast gradients to float16 for the allreduce"},
       {"seed", UTIL_FLAG_U64, &o->seed, .help = "weights and synthetic data"},
+      {"datasets_num_private_threads", UTIL_FLAG_INT, &o->data_threads, .min = 1, .max = 256,
+       .help = "--data_name imagenet: image decode threads per rank"},
       {"trace_file", UTIL_FLAG_STRING, &o->trace_file, .metavar = "FILE",
        .help = "rank 0 writes its compute phases (forward, backward, allreduce wait, "
                "optimizer) of the timed steps as a Chrome trace (merge it with HVD_TIMELINE's "
@@ -255,10 +259,9 @@ static void parse_args(int argc, char **argv, options_t *o) {
                     "--device gpu (local rank i uses GPU i)\n", o->num_gpus);
     exit(2);
   }
-  if (strcmp(o->data_name, "imagenet") == 0) {
-    fprintf(stderr, "cnn_bench: --data_name imagenet: cnn_bench reads no ImageNet; real data "
-                    "sets are fashion_mnist, mnist and cifar10 (train's loaders), or use "
-                    "--data_name synthetic (the default)\n");
+  if (strcmp(o->data_name, "imagenet") == 0 && !o->data_dir) {
+    fprintf(stderr, "cnn_bench: --data_name imagenet needs --data_dir DIR (TFRecords "
+                    "DIR/train-* or JPEG folders DIR/train/CLASS/*: docs/data.md)\n");
     exit(2);
   }
   if (o->data_dir && strcmp(o->data_name, "synthetic") == 0) {
@@ -459,6 +462,10 @@ typedef struct {
   int batch;
   float lr;
   int barrier;                   /* --variable_update barrier: hvd_barrier after each step */
+  data_stream_t *feed;           /* --data_name imagenet: the batches, one per step */
+  float *feed_x;                 /* its batch in host memory (images: t->images) */
+  int32_t *feed_y;
+  double feed_s;                 /* seconds the steps waited for decoded batches */
   int64_t steps;                 /* steps taken (warm-up included) */
 } trainer_t;
 
@@ -470,12 +477,81 @@ static const int32_t *batch_labels(const int32_t *labels, const trainer_t *t, in
   return labels + (size_t)(k % t->nb) * (size_t)t->batch;
 }
 
+/* ---- --data_name imagenet: real images streamed through data/'s pipeline ----
+   Decode threads fill a bounded queue while the step computes; the step takes the next
+   batch from it (RandomResizedCrop, flip, ImageNet's normalisation, as torchvision's
+   ImageNet training) and the time it waits is the input pipeline's share of the step. */
+static data_source_t imagenet_src;
+
+static void feed_failed(const char *what, const char *err) {
+  fprintf(stderr, "cnn_bench: rank %d: --data_name imagenet: %s: %s\n", hvd_rank(), what, err);
+  exit(2);
+}
+
+static void feed_next(trainer_t *t) {
+  char err[4800];
+  const double t0 = util_now_s();
+  if (data_stream_next(t->feed, t->feed_x, t->feed_y, err, sizeof err) != 0)
+    feed_failed("reading a batch", err);
+  if (t->images != t->feed_x) {   /* --device gpu: the batch goes up every step */
+    nn_status_t s = nn_cuda_to_device((void *)t->images, t->feed_x,
+                                      t->image_floats * sizeof(float));
+    if (s == NN_OK)
+      s = nn_cuda_to_device((void *)t->labels, t->feed_y, sizeof(int32_t) * (size_t)t->batch);
+    if (s != NN_OK) fail_nn("copying the batch to the GPU", s);
+  }
+  t->feed_s += util_now_s() - t0;
+}
+
+/* The source and the model's input (3 x 224 x 224 unless the model says otherwise). */
+static void imagenet_open(const options_t *o, nn_model_config_t *cfg) {
+  char err[4800];
+  if (!data_images_available(err, sizeof err)) feed_failed("this build", err);
+  if (data_source_open_split(o->data_dir, 0, &imagenet_src, err, sizeof err) != 0)
+    feed_failed("opening the data", err);
+  /* TFRecords' classes are known only from their records: ImageNet's 1000. */
+  cfg->num_classes = imagenet_src.num_classes > 0 ? imagenet_src.num_classes : 1000;
+}
+
+static void imagenet_batches(const options_t *o, trainer_t *t, batches_t *bt, int c, int h,
+                             int rank, int size) {
+  char err[4800];
+  data_pipeline_opts_t po;
+  data_pipeline_defaults(&po);
+  po.image_size = h;
+  po.channels = c == 1 ? 1 : 3;
+  po.augment = 1;
+  po.threads = o->data_threads;
+  po.prefetch = 4;
+  po.seed = o->seed;
+  po.batch = o->batch_size, po.rank = rank, po.size = size;
+  t->feed = data_stream_open(&imagenet_src, &po, err, sizeof err);
+  if (!t->feed) feed_failed("starting the decode threads", err);
+  bt->nb = 1;
+  bt->image_floats = (size_t)o->batch_size * po.channels * h * h;
+  bt->images = malloc(bt->image_floats * sizeof(float));
+  bt->labels = malloc(sizeof(int32_t) * (size_t)o->batch_size);
+  if (!bt->images || !bt->labels) feed_failed("allocating a batch", "out of memory");
+  t->feed_x = bt->images;
+  t->feed_y = bt->labels;
+}
+
+static void imagenet_report(const trainer_t *t, double feed_before, double wall) {
+  double wait = t->feed_s - feed_before;
+  printf("input pipeline: %.1f%% of the step time (%.2f s of %.2f s waiting for decoded "
+         "batches, rank 0)\n", 100.0 * wait / wall, wait, wall);
+  if (data_stream_skipped(t->feed) > 0)
+    printf("--skip-bad-images: %llu bad image(s) left out\n",
+           (unsigned long long)data_stream_skipped(t->feed));
+}
+
 /* One training step, train's own (train/step.c); returns its loss when want_loss (else
    NAN on the GPU). On the GPU asking for the loss waits for forward's kernels, and
    wait_gpu waits for the whole step at its end: without either the step only queues
    kernels. The CPU always has its loss. */
 static float train_step(trainer_t *t, step_trace_t *tr, int want_loss, int wait_gpu) {
   int flags = (want_loss ? TRAIN_STEP_FETCH_LOSS : 0) | (wait_gpu ? TRAIN_STEP_SYNC : 0);
+  if (t->feed) feed_next(t);
   /* Every rank takes a full batch: the step is never uneven. */
   if (train_step_run(&t->step, batch_images(t, t->steps), batch_labels(t->labels, t, t->steps),
                      t->batch, t->batch * t->step.size, t->lr, flags) != 0) {
@@ -496,6 +572,7 @@ static float train_step(trainer_t *t, step_trace_t *tr, int want_loss, int wait_
    phase_train off. On the GPU it only queues kernels unless wait_gpu. In a trace the
    step is all forward: the other phases start and end with it. */
 static void forward_step(trainer_t *t, step_trace_t *tr, int wait_gpu) {
+  if (t->feed) feed_next(t);
   const double t0 = util_now_s();
   nn_status_t s = nn_model_forward(t->step.model, batch_images(t, t->steps), t->batch, 0);
   if (s != NN_OK) fail_nn("forward", s);
@@ -694,7 +771,14 @@ static void make_batches(const options_t *o, trainer_t *t, train_dataset_t *data
   int c, hh, w;
   nn_model_input_shape(t->step.model, &c, &hh, &w);
   const int classes = nn_model_num_classes(t->step.model);
-  if (real_data) {
+  if (strcmp(o->data_name, "imagenet") == 0) {
+    if (hh != w) {
+      fprintf(stderr, "cnn_bench: --model %s takes %dx%d images: --data_name imagenet makes "
+                      "square ones\n", o->model, hh, w);
+      exit(2);
+    }
+    imagenet_batches(o, t, bt, c, hh, rank, size);
+  } else if (real_data) {
     if (c != data->c || hh != data->h || w != data->w || classes != data->num_classes) {
       fprintf(stderr, "cnn_bench: --model %s takes %dx%dx%d images and %d classes, --data_name "
                       "%s has %dx%dx%d and %d\n", o->model, c, hh, w, classes, o->data_name,
@@ -856,7 +940,9 @@ int main(int argc, char **argv) {
   const int real_data = strcmp(o.data_name, "synthetic") != 0;
   train_dataset_t data = {0};
   nn_model_config_t cfg = {.batch = o.batch_size, .seed = o.seed};
-  if (real_data) load_real(&o, rank, &data, &cfg);
+  const int imagenet = strcmp(o.data_name, "imagenet") == 0;
+  if (imagenet) imagenet_open(&o, &cfg);
+  else if (real_data) load_real(&o, rank, &data, &cfg);
 
   trainer_t t = {0};
   t.step.size = size;
@@ -896,8 +982,10 @@ int main(int argc, char **argv) {
             o.num_batches);
     return 1;
   }
+  const double feed_before = t.feed_s;
   const double wall = timed_steps(&o, &t, rank, step_timed, show_accuracy, times, trace);
   report(&o, &t, rank, size, wall);
+  if (t.feed && rank == 0) imagenet_report(&t, feed_before, wall);
   if (trace) {
     if (write_trace(o.trace_file, trace, o.num_batches, anchor) != 0) return 1;
     free(trace);
@@ -906,6 +994,8 @@ int main(int argc, char **argv) {
   nn_cuda_free(bt.dev_images);
   nn_cuda_free(bt.dev_labels);
   free(times);
+  data_stream_close(t.feed);
+  data_source_free(&imagenet_src);
   free(bt.images);
   free(bt.labels);
   hvd_status_t h = hvd_shutdown();

@@ -41,11 +41,12 @@ nn: util proto
 nn/cuda: nn util
 collectives: util
 hvd: collectives util
-train: hvd nn nn/cuda util
-bench: train hvd collectives nn nn/cuda util
+train: hvd nn nn/cuda util data
+bench: train hvd collectives nn nn/cuda util data
 launcher: util
 examples: hvd
-serve: nn nn/cuda util
+serve: nn nn/cuda util data proto
+data: proto
 tests: *
 scripts: *
 '

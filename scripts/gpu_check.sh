@@ -403,7 +403,8 @@ CUDART_SO=$(find_lib cudart)
 SO_LIBS=""
 [ -n "$CUDART_SO" ] && SO_LIBS="$LIBS $CUDART_SO -Wl,-rpath,$(dirname "$CUDART_SO") -lstdc++"
 # PROTOBUF=none: the device machine has no protobuf-c (nothing the check runs parses
-# protobuf messages).
+# protobuf messages). IMAGES=none: nor libjpeg-turbo or libpng (nothing it runs reads
+# image files).
 # train needs zlib (crc32; gzip IDX files): the machine's when it has one, else the
 # GPU-check-only stand-in (make ZLIB=none: crc32, no gzip; the check trains on
 # synthetic data).
@@ -427,7 +428,7 @@ for f in tests/test_cuda_*.c tests/test_nn_layers_torch.c tests/test_nn_gradchec
   PROGS+=("$TB/$(basename "$f" .c)")
 done
 PROGS+=("$BLD/cnn_bench" "$BLD/train" "$BLD/train_bench")
-MAKE_CMD=(make -k -j "$JOBS" BUILD="$BLD" CUDA=1 MPI=stub BLAS=ref ZLIB="$ZLIB" PROTOBUF=none CC="$CC"
+MAKE_CMD=(make -k -j "$JOBS" BUILD="$BLD" CUDA=1 MPI=stub BLAS=ref ZLIB="$ZLIB" PROTOBUF=none IMAGES=none CC="$CC"
   NVCC="$NVCC" CUDA_HOME="$CUDA_HOME" CUDA_INC_DIRS="$INC_DIRS" CUDA_LDLIBS="$LIBS $CUDART"
   "CUDA_ARCH=-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90")
 [ -n "$SO_LIBS" ] && MAKE_CMD+=(CUDA_SO_LDLIBS="$SO_LIBS")

@@ -20,7 +20,7 @@ packages=(
   python3-torch python3-numpy  # the PyTorch interchange tests (see above)
   libmicrohttpd-dev libjansson-dev  # serve: HTTP server and JSON (TF Serving's REST API)
   slurm-wlm munge           # the SLURM tests' simulated cluster (scripts/slurm-cluster.sh)
-  libturbojpeg0-dev libpng-dev       # image input: JPEG (TurboJPEG API) and PNG decoding
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev  # image input: JPEG (TurboJPEG and libjpeg APIs) and PNG decoding
   libprotobuf-c-dev protobuf-c-compiler  # protobuf messages: TFRecord Examples, TF Serving's gRPC, ONNX
   libnghttp2-dev                    # serve: HTTP/2 under gRPC
   python3-torchvision python3-pil python3-skimage  # references: torchvision models and transforms, photographs

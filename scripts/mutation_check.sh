@@ -228,6 +228,17 @@ init-skip-loads-head|train/transfer.c|s/    if (skipped(s->name, skip)) continue
 init-weights-ignored|train/main.c|s/  if (t->init \&\& !t->resumed) {/  if (0) {/|test_train_transfer.sh
 grpc-call-threads-unbounded|serve/grpc_server.c|s#^\#define MAX_WORKERS MAX_STREAMS#\#define MAX_WORKERS 1000000#|test_serve_grpc_threads.sh
 jpeg-scans-unlimited|serve/image_input.c|s#TJFLAG_LIMITSCANS)#0)#|test_serve_grpc_images.sh
+tfrecord-length-crc-unchecked|data/tfrecord.c|s#if (data_crc32c_masked(h, 8) != le32(h + 8)) {#if (0) {#|test_data_images
+tfrecord-data-crc-unchecked|data/tfrecord.c|s#if (data_crc32c_masked(\*buf, (size_t)rec.length) != le32(\*buf + rec.length)) {#if (0) {#|test_data_images
+image-size-unchecked-before-alloc|data/decode.c|s#^  if (check_size(w, h, err, errlen) != 0) return -1;#  (void)check_size;#|test_data_images
+skipped-images-not-counted|data/pipeline.c|s#^        p->skipped++;#        ;#|test_data_images
+augment-seeded-by-thread|data/pipeline.c|s#data_rng_init(\&rng, o->seed, ((uint64_t)p->epoch << 40) ^ idx);#data_rng_init(\&rng, o->seed, (uint64_t)pthread_self());#|test_data_images
+rank-slice-from-zero|data/pipeline.c|s#^    b = (uint64_t)rank \* batch;#    b = 0;#|test_data_images
+tfrecord-label-not-1-based|data/source.c|s#\*label = (int32_t)(lab - 1);#*label = (int32_t)lab;#|test_data_images
+crop-ratio-not-log-uniform|data/transform.c|s#double ar = exp(lr0 + (lr1 - lr0) \* data_rng_uniform(rng));#double ar = ratio_min + (ratio_max - ratio_min) * data_rng_uniform(rng); (void)lr1;#|test_data_torch.sh
+resample-without-antialias|data/transform.c|s#fscale = scale < 1.0 ? 1.0 : scale;#fscale = 1.0;#|test_data_torch.sh
+grey-jpeg-from-y-plane|data/decode.c|s#int via_rgb = channels == 1 \&\& cs != TJCS_GRAY \&\& !cmyk;#int via_rgb = 0;#|test_data_torch.sh
+region-size-unchecked-before-alloc|data/decode.c|s#if (check_size((int)ci.image_width, (int)ci.image_height, err, errlen) == 0) {#if (1) {#|test_data_images
 EOF
 )
 

@@ -64,6 +64,7 @@ pooled=(
   test_onnx_models test_onnx_train_serve.sh test_nn_graph_kernels
   test_nn_torchvision test_nn_freeze test_train_freeze.sh test_train_transfer.sh test_cuda_freeze
   test_serve_grpc_threads.sh
+  test_train_images.sh test_data_torch.sh test_data_images
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build

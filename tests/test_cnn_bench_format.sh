@@ -155,7 +155,8 @@ expect_error "--batch_size" --batch_size 0
 expect_error "--data_format" --data_format NHWC
 expect_error "--num_gpus 2: hvd drives one GPU per process" --num_gpus 2
 expect_error "--num_gpus 0: hvd drives one GPU per process" --num_gpus 0
-expect_error "--data_name imagenet: cnn_bench reads no ImageNet" --data_name imagenet
+expect_error "--data_name imagenet needs --data_dir DIR" --data_name imagenet
+expect_error "--data_name imagenet: opening the data: $tmp/none: neither TFRecords" --data_name imagenet --data_dir "$tmp/none"
 expect_error "--data_name cifar10: .*: cannot open" --data_name cifar10 --data_dir "$tmp/none"
 expect_error "--data_dir $tmp: give the data set too" --data_dir "$tmp"
 expect_error "--optimizer rmsprop runs on the CPU only" --optimizer rmsprop --device gpu

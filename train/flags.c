@@ -31,10 +31,12 @@ void train_flags_defaults(train_opts_t *o) {
   o->pipeline_stages = 1;
   o->micro_batches = 1;
   strcpy(o->pipeline_schedule, "1f1b");
+  o->data_threads = 2;
+  o->prefetch = 4;
 }
 
 static const char *const DATASETS[] = {"fashion-mnist", "mnist", "cifar10", "synthetic", "idx",
-                                       NULL};
+                                       "imagefolder", "tfrecord", "filelist", NULL};
 static const char *const OPTIMIZERS[] = {"sgd", "adam", "adamw", NULL};
 static const char *const SCHEDULES[] = {"constant", "step", "cosine", NULL};
 static const char *const MONITORS[] = {"val_loss", "val_accuracy", NULL};
@@ -60,7 +62,7 @@ static int add_pattern(const util_flag_t *flag, char **values, char *err, size_t
 /* The flags, writing into o. A function, not a static table: the destinations are o's
    fields, and --help shows the defaults by building it over train_flags_defaults. */
 #define BUF(field) o->field, .dest_size = sizeof o->field
-enum { NFLAGS = 61 };
+enum { NFLAGS = 66 };
 static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
   const util_flag_t t[] = {
       {"model", UTIL_FLAG_STRING, BUF(model), .metavar = "NAME",
@@ -215,6 +217,19 @@ static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
                "the newly trainable layers' optimizer state starts at zero"},
       {"fine-tune-lr", UTIL_FLAG_FLOAT, &o->fine_tune_lr, .min = 0, .max = 100,
        .def = "--lr", .help = "learning rate after --unfreeze-at-epoch, scaled as --lr"},
+      /* image data sets (docs/data.md) */
+      {"image-size", UTIL_FLAG_INT, &o->image_size, .min = 0, .max = 4096,
+       .def = "the model's input", .help = "--dataset imagefolder|tfrecord|filelist: images "
+               "are resized (shorter side) and centre-cropped to S x S"},
+      {"channels", UTIL_FLAG_INT, &o->channels, .min = 0, .max = 3, .def = "the model's input",
+       .help = "1 (grey) or 3 (RGB): image files are converted to it"},
+      {"data-threads", UTIL_FLAG_INT, &o->data_threads, .min = 1, .max = 256,
+       .help = "image decode threads per rank"},
+      {"prefetch", UTIL_FLAG_INT, &o->prefetch, .min = 1, .max = 1024,
+       .help = "decoded batches held ready at most"},
+      {"skip-bad-images", UTIL_FLAG_BOOL, &o->skip_bad_images,
+       .help = "leave out (and count) images that cannot be read or decoded, instead of "
+               "stopping with the file's name"},
   };
   _Static_assert(sizeof t / sizeof t[0] == NFLAGS, "NFLAGS is the number of flags");
   memcpy(table, t, sizeof t);

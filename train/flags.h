@@ -69,6 +69,11 @@ typedef struct {
   int num_classes;             /* 0: the data's */
   int unfreeze_at_epoch;       /* 0: never; E: epochs E+1.. train every layer */
   float fine_tune_lr;          /* lr from --unfreeze-at-epoch on (0: --lr) */
+  /* --dataset imagefolder | tfrecord | filelist (train/data_images.h) */
+  int image_size;              /* 0: the model's input size */
+  int channels;                /* 0: the model's input channels */
+  int data_threads, prefetch;
+  int skip_bad_images;
 } train_opts_t;
 
 void train_flags_defaults(train_opts_t *o);

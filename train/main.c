@@ -45,6 +45,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/export_onnx.h"
+#include "train/data_images.h"
 #include "train/flags.h"
 #include "train/outputs.h"
 #include "train/pipeline.h"
@@ -360,7 +361,12 @@ static void load_data(trainer_t *t) {
 
   int synth_test = o->synthetic_samples / 4 > 16 ? o->synthetic_samples / 4 : 16;
   t->is_idx = strcmp(o->dataset, "idx") == 0;
-  int loaded = t->is_idx
+  /* Image files (train/data_images.c): decoded once, then like any other set. */
+  int images = train_is_image_dataset(o->dataset);
+  uint64_t skipped = 0;
+  int loaded = images ? train_load_image_sets(o, mc, mh, mw, &t->train, &t->test, &skipped,
+                                              err, sizeof err)
+               : t->is_idx
                    ? train_load_idx_sets(o->train_images, o->train_labels, o->test_images,
                                          o->test_labels, &t->train, &t->test, err, sizeof err)
                    : train_load_dataset(o->dataset, o->data_dir, o->seed, mc, mh, mw,
@@ -371,9 +377,11 @@ static void load_data(trainer_t *t) {
     die_usage("--num-classes %d: the data has %d classes (labels up to %d); give at least %d",
               o->num_classes, t->train.num_classes, t->train.num_classes - 1,
               t->train.num_classes);
+  if (skipped > 0 && !o->quiet)
+    printf("--skip-bad-images: %llu bad image(s) left out\n", (unsigned long long)skipped);
   /* Normalisation: the named sets' published constants; a user's IDX files carry none, so
      their training images' own mean and std (before --max-train: a property of the file). */
-  if (t->is_idx) train_norm_from_data(&t->train, t->norm_mean, t->norm_std);
+  if (t->is_idx || images) train_norm_from_data(&t->train, t->norm_mean, t->norm_std);
   else train_norm_constants(o->dataset, t->norm_mean, t->norm_std);
   train_truncate(&t->train, o->max_train);
   train_truncate(&t->test, o->max_test);
