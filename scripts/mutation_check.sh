@@ -164,6 +164,14 @@ child-exited-consumes-status|launcher/children.c|s#WNOHANG . WNOWAIT)#WNOHANG)#|
 stall-bytes-base-not-reset-on-turn|hvd/watchdog.c|s/^      base_bytes = transport_bytes();$//|test_hvd_stall
 alloc-failure-size-named-by-wrong-rank|hvd/host_backend.c|s/if (failed == hvd_g.rank)/if (failed != hvd_g.rank)/|test_hvd_errors
 liveness-gap-full-timeout|hvd/liveness.c|s/timeout_us \/ 2 < GAP_US ? timeout_us \/ 2 : GAP_US/timeout_us \/ 2 < GAP_US ? timeout_us : GAP_US/|test_hvd_liveness_gap
+ps-ssp-never-waits|hvd/ps_engine.c|s/    k->want\[w\] = S < 0 /    k->want[w] = S > -9 /|test_hvd_ps
+ps-sync-applies-first-push|hvd/ps_engine.c|s/if (k->arrived == ps->nworkers) {/if (k->arrived >= 1) {/|test_hvd_ps
+ps-push-not-averaged|hvd/ps_engine.c|s#float scale = 1.0f / (float)ps->nworkers;#float scale = 1.0f;#|test_hvd_ps
+ps-greedy-ignores-load|hvd/ps_placement.c|s/load\[s\] < load\[server\]/load[s] > load[server]/|test_hvd_ps
+ps-registration-count-unchecked|hvd/ps_api.c|s/if (x.count != y.count)/if (0 \&\& x.count != y.count)/|test_hvd_ps
+ps-request-not-failed-on-loss|hvd/ps_engine.c|s/^  hvd_inflight_insert(r);/  hvd_g.ninflight++;/|test_hvd_ps_faults
+train-ps-new-values-dropped|train/ps_update.c|s/^  memcpy(nn_model_params(p->model), p->fresh, p->np \* sizeof(float));/  (void)0;/|test_train_ps.sh
+train-ps-optim-state-not-resumed|train/ps_update.c|s/      memcpy(st + c \* count, full + c \* p->np + at, count \* sizeof(float));/      (void)at;/|test_train_ps.sh
 EOF
 )
 

@@ -35,8 +35,8 @@ static float init_value(size_t i) { return (float)(i % 13) * 0.1f; }
 static double coef(size_t i) { return (double)(i % 7 + 1) * 0.25; }
 
 /* Sync: 10 steps of gradient 0.5 v + (w + 1) c_i from the pulled values v. */
-static void run_sync(int num_ps, hvd_ps_placement_t placement) {
-  hvd_ps_config_t cfg = {HVD_PS_SYNC, num_ps, placement, 4096, -1, sgd, NULL};
+static void run_sync_as(hvd_ps_mode_t mode, int num_ps, hvd_ps_placement_t placement) {
+  hvd_ps_config_t cfg = {mode, num_ps, placement, 4096, 0, sgd, NULL};
   static float init[TOTAL], values[TOTAL], grads[TOTAL];
   for (size_t i = 0; i < TOTAL; i++) init[i] = init_value(i);
   hvd_ps_t *ps = NULL;
@@ -77,14 +77,22 @@ static void run_sync(int num_ps, hvd_ps_placement_t placement) {
   hvd_ps_stats(ps, &st);
   hvd_ps_free(ps);
   uint64_t pushes = st.pushes, all = 0;
-  CHECK(st.max_staleness == 0, "sync staleness %llu", (unsigned long long)st.max_staleness);
+  CHECK(st.max_staleness == 0, "staleness %llu", (unsigned long long)st.max_staleness);
   CHECK_OK(hvd_allreduce("pushes", &pushes, &all, 1, HVD_INT64, HVD_SUM));
   /* Every worker pushes each shard once a step. */
   CHECK(all > 0 && all % (uint64_t)(T * W) == 0, "%llu pushes in all",
         (unsigned long long)all);
-  if (R == 0) printf("sync num_ps %d placement %s: OK (%llu pushes)\n", num_ps,
+  if (R == 0) printf("%s num_ps %d placement %s: OK (%llu pushes)\n",
+                     mode == HVD_PS_SYNC ? "sync" : "async, max_staleness 0", num_ps,
                      placement == HVD_PS_GREEDY ? "greedy" : "round-robin",
                      (unsigned long long)all);
+}
+
+/* Async with max_staleness 0 runs in lockstep: each worker's gradient is applied alone
+   (divided by the workers), all computed on the same values: plain SGD then gives the
+   sync steps. */
+static void run_sync(int num_ps, hvd_ps_placement_t placement) {
+  run_sync_as(HVD_PS_SYNC, num_ps, placement);
 }
 
 static void run_async(int num_ps, int S) {
@@ -184,6 +192,8 @@ static int body(const char *mode) {
   } else if (strcmp(mode, "async") == 0) {
     run_async(0, 2);
     run_async(1, 1);
+    run_sync_as(HVD_PS_ASYNC, 0, HVD_PS_GREEDY);
+    run_sync_as(HVD_PS_ASYNC, 1, HVD_PS_ROUND_ROBIN);
   } else if (strcmp(mode, "mismatch") == 0) {
     run_mismatch();
   } else if (strcmp(mode, "placement") == 0) {
