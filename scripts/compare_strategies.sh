@@ -73,11 +73,16 @@ exec ip netns exec "$host" unshare --uts sh -c 'hostname "$1" && shift && eval "
 RSH
 chmod +x "$tmp/rsh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# vgg16's 553 MB of weights take seconds through a 1 Gbit/s link, during which a rank
+# busy in the broadcast answers no heartbeat: a long peer timeout (the default 10 s ended
+# every vgg16 run of 2026-12-05 in the initial broadcast).
+peer_timeout=${HVD_PEER_TIMEOUT_SECONDS:-300}
 run() {   # run LOG FLAGS...: cnn_bench on 2 hosts x 2 ranks
   local log=$1; shift
   timeout -k 5 1200 mpirun -np 4 -H hvdps1:2,hvdps2:2 --oversubscribe --bind-to none \
     --mca plm_rsh_agent "$tmp/rsh" --mca oob_tcp_if_include "$net.0/24" \
     --mca btl_tcp_if_include "$net.0/24" -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
+    -x HVD_PEER_TIMEOUT_SECONDS="$peer_timeout" \
     "$PWD/$bench" --batch_size "$batch" --num_batches "$batches" --num_warmup_batches 2 \
     --display_every 1000 --threads 1 "$@" >"$log" 2>&1 </dev/null
 }
