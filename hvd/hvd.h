@@ -226,8 +226,8 @@ void hvd_grad_buckets_reset_stats(hvd_grad_buckets_t *b);
    number of complete rounds (the slowest worker's count of pushes), and a push's
    staleness is its step (the version it would be applied to in sync mode) minus the
    version of the values the worker computed it on. max_staleness S >= 0 bounds it:
-   the answer to a worker's push of step t waits until the slowest worker has pushed
-   step t + 1 - S (stale-synchronous parallel); -1: never waits. Loss of a server or worker: every survivor's calls end
+   the answer to a worker's push of step t (from 0) waits until the slowest worker has
+   pushed its step t - S (stale-synchronous parallel); -1: never waits. Loss of a server or worker: every survivor's calls end
    with HVD_ERR_PEER_LOST naming it, as for collectives. One parameter-server set at a
    time per process. */
 typedef struct hvd_ps hvd_ps_t;

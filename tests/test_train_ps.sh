@@ -20,7 +20,7 @@ tmp=$(mktemp -d /tmp/test_train_ps.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 fails=0
-mpi() { local np=$1; shift; timeout -k 5 180 mpirun -np "$np" --oversubscribe "$@"; }
+mpi() { local np=$1; shift; timeout -k 5 600 mpirun -np "$np" --oversubscribe "$@"; }
 close() { /usr/bin/python3 tests/ps_weights_close.py "$@"; }
 
 # 640 synthetic samples, 2 workers x 16: 20 steps.
