@@ -8,7 +8,8 @@
 #    the server shard), whose server is killed in epoch 2, resumed from last.ckpt, ends
 #    with the weights of the uninterrupted run;
 #  - staleness: ps-async with a straggler (rank 1 sleeps 30 ms a step) and
-#    --max-staleness 2: no push more than 2 steps stale, some stale;
+#    --max-staleness 2: no push more than 2 steps stale, some stale; the histogram in
+#    TensorBoard too;
 #  - async: 4 ranks of ps-async on Fashion-MNIST end within 2 points of ps-sync's test
 #    accuracy.
 set -u
@@ -74,7 +75,7 @@ fi
 # step, --max-staleness 2: no push more than 2 steps stale, and some stale (the bound was
 # exercised).
 mpi 3 "$train" "${small[@]}" --variable-update ps-async --max-staleness 2 --straggler-rank 1 \
-  --straggler-delay-ms 30 >"$tmp/stale.log" 2>&1 ||
+  --straggler-delay-ms 30 --logdir "$tmp/tb" >"$tmp/stale.log" 2>&1 ||
   { echo "FAIL ps-async with a straggler:"; cat "$tmp/stale.log"; exit 1; }
 stale=$(sed -n 's/^parameter servers (ps-async.*staleness max \([0-9]*\),.*/\1/p' "$tmp/stale.log")
 if [ -z "$stale" ] || [ "$stale" -gt 2 ] || [ "$stale" -lt 1 ]; then
@@ -82,6 +83,22 @@ if [ -z "$stale" ] || [ "$stale" -gt 2 ] || [ "$stale" -lt 1 ]; then
   grep '^parameter servers' "$tmp/stale.log"; fails=$((fails + 1))
 else
   echo "ok   staleness: $(grep '^parameter servers' "$tmp/stale.log")"
+fi
+# The same histogram in TensorBoard (tag ps_staleness of the train run).
+pushes=$(sed -n 's/^parameter servers (ps-async, colocated): \([0-9]*\) pushes.*/\1/p' "$tmp/stale.log")
+if ! /usr/bin/python3 - "$tmp"/tb/train/events.* "$pushes" <<'PY'
+import sys
+sys.path.insert(0, "tests")
+import tfevents_reader
+h = [h for ev in tfevents_reader.read_events(sys.argv[1]) for tag, h in ev["histograms"]
+     if tag == "ps_staleness"]
+ok = len(h) == 1 and h[0]["num"] == float(sys.argv[2]) and h[0]["max"] <= 2
+print("ps_staleness:", [(x["num"], x["min"], x["max"]) for x in h])
+sys.exit(0 if ok else 1)
+PY
+then
+  echo "FAIL staleness: no ps_staleness histogram of $pushes pushes, max <= 2, in TensorBoard"
+  fails=$((fails + 1))
 fi
 
 # Async against sync on Fashion-MNIST: 4 ranks x 32, 2 epochs of 32 steps, plain SGD.

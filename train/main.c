@@ -383,6 +383,24 @@ static void ps_epoch_end(trainer_t *t) {
     hvd_check(train_ps_gather_state(t->ps), "gathering the servers' optimizer state");
 }
 
+/* --logdir: the pushes' staleness as a histogram of the train run (tag ps_staleness) at
+   the last epoch, one value per push (at most a million, in proportion beyond). */
+static void ps_staleness_to_tensorboard(trainer_t *t, const int64_t *hist) {
+  double total = 0;
+  for (int i = 0; i < HVD_PS_STALENESS_BINS; i++) total += (double)hist[i];
+  double keep = total > 1e6 ? 1e6 / total : 1.0;
+  size_t n = 0;
+  float *v = malloc((size_t)(total * keep + HVD_PS_STALENESS_BINS + 1) * sizeof(float));
+  if (!v) die("out of memory for the staleness histogram");
+  for (int i = 0; i < HVD_PS_STALENESS_BINS; i++)
+    for (int64_t k = 0; k < (int64_t)((double)hist[i] * keep + 0.5); k++) v[n++] = (float)i;
+  int rc = train_tfevents_histogram(&t->out.tb[TB_TRAIN], "ps_staleness", v, n,
+                                    (int64_t)t->run.st[ST_EPOCHS_DONE] - 1, train_wall_time());
+  free(v);
+  if (rc != 0) die("--logdir %s: writing the staleness histogram failed: %s", t->o.logdir,
+                   strerror(errno));
+}
+
 /* After the last epoch: the servers stop; rank 0 prints their traffic and staleness. */
 static void ps_end(trainer_t *t) {
   if (!t->ps) return;
@@ -415,6 +433,7 @@ static void ps_end(trainer_t *t) {
          sums[HVD_PS_STALENESS_BINS + 1] / 1e6, sums[HVD_PS_STALENESS_BINS + 2] / 1e6,
          busiest / 1e6);
   fflush(stdout);
+  if (t->o.logdir) ps_staleness_to_tensorboard(t, sums);
 }
 
 /* Flag combinations that cannot work, found before any data is loaded. */
