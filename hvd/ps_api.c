@@ -69,8 +69,7 @@ static hvd_status_t check_args(hvd_ps_t **out, const hvd_ps_config_t *cfg, size_
 
 /* The first difference between rank r's registration and rank 0's, as
    HVD_ERR_MISMATCH naming both; HVD_OK when they agree. */
-static hvd_status_t compare(const char *r0, const char *rr, size_t len0, size_t lenr,
-                            int r) {
+static hvd_status_t compare(const char *r0, const char *rr, int r) {
   reg_head_t a, b;
   memcpy(&a, r0, sizeof(a));
   memcpy(&b, rr, sizeof(b));
@@ -83,8 +82,6 @@ static hvd_status_t compare(const char *r0, const char *rr, size_t len0, size_t 
                          (long long)a.split_bytes, (long long)a.max_staleness, r,
                          mode_name(b.mode), (long long)b.num_ps, placement_name(b.placement),
                          (long long)b.split_bytes, (long long)b.max_staleness);
-  (void)len0;
-  (void)lenr;
   int64_t n = a.nvars < b.nvars ? a.nvars : b.nvars;
   for (int64_t v = 0; v < n; v++) {
     reg_var_t x, y;
@@ -128,9 +125,8 @@ static hvd_status_t agree(const hvd_ps_config_t *cfg, size_t nvars,
   hvd_status_t s = hvd_allgather("hvd.ps.registration", mine, len, HVD_UINT8, &all, &total);
   free(mine);
   if (s != HVD_OK) return s;
-  /* Every rank's length, to find where each begins: each starts with its header. */
+  /* Each rank's registration starts with its header, which gives its length. */
   const char *p = all, *end = (const char *)all + total, *r0 = all;
-  size_t len0 = 0;
   for (int r = 0; r < hvd_g.size && s == HVD_OK; r++) {
     reg_head_t b;
     if ((size_t)(end - p) < sizeof(b)) {
@@ -145,8 +141,7 @@ static hvd_status_t agree(const hvd_ps_config_t *cfg, size_t nvars,
                         "cut short", r);
       break;
     }
-    if (r == 0) len0 = lr;
-    else s = compare(r0, p, len0, lr, r);
+    if (r > 0) s = compare(r0, p, r);
     p += lr;
   }
   free(all);

@@ -36,19 +36,17 @@ bench=${HVD_BUILD:-build}/cnn_bench
 command -v tc >/dev/null || { echo "compare_strategies: tc not found (apt-get install iproute2)" >&2; exit 2; }
 
 net=10.232.7 br=hvdpsbr0
-tmp=$(mktemp -d /tmp/compare_strategies.XXXXXX)
-down() {
+hosts_down() {   # what an earlier run may have left, too
   for k in 1 2; do
     for pid in $(ip netns pids "hvdps$k" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
     ip netns del "hvdps$k" 2>/dev/null
     ip link del "hvdpsv$k" 2>/dev/null
   done
   ip link del "$br" 2>/dev/null
-  rm -rf "$tmp"
 }
-trap down EXIT
-down_quiet() { down; tmp=$(mktemp -d /tmp/compare_strategies.XXXXXX); }
-down_quiet
+hosts_down
+tmp=$(mktemp -d /tmp/compare_strategies.XXXXXX)
+trap 'hosts_down; rm -rf "$tmp"' EXIT
 set -e
 ip link add "$br" type bridge
 ip addr add "$net.254/24" dev "$br"
