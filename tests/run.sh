@@ -57,7 +57,7 @@ pooled=(
   test_cuda_backward_store
   test_hvd_held test_coll_copy test_util_huge_pages test_hvd_background_nice test_source_limits.sh
   test_hvd_response_cache test_hvd_liveness_gap test_hvd_cache_rounds test_hvdrun_ignored_signals.sh
-  test_hvd_ps test_train_ps.sh
+  test_hvd_ps test_train_ps.sh test_cnn_bench_ps.sh
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build
