@@ -52,6 +52,7 @@
 #include "data/data.h"
 #include "train/data.h"
 #include "train/replica.h"
+#include "train/ps_update.h"
 #include "train/step.h"
 #include "util/clock.h"
 #include "util/flags.h"
@@ -61,6 +62,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
   const char *model;
@@ -94,6 +96,11 @@ typedef struct {
   int fp16_allreduce;
   uint64_t seed;
   const char *trace_file;    /* rank 0's compute phases, Chrome trace; NULL: none */
+  /* --variable_update parameter_server (train/ps_update.h), as tf_cnn_benchmarks */
+  const char *cross_replica_sync;   /* "true": ps-sync; "false": ps-async */
+  int num_ps;                /* dedicated servers (ranks 0..K-1); 0: colocated */
+  int max_staleness;         /* async: -1 unbounded */
+  int straggler_delay_ms, straggler_rank;   /* that rank sleeps that long each step */
 } options_t;
 
 /* The flags' defaults (tf_cnn_benchmarks' where it has the flag). */
@@ -107,11 +114,14 @@ static options_t default_options(void) {
       .rmsprop_epsilon = 1.0f, .num_gpus = 1, .forward_only = 0,
       .print_training_accuracy = 0, .data_name = "synthetic", .data_dir = NULL,
       .threads = 0, .bucket_mb = 25, .first_bucket_mb = 1, .overlap = 1,
-      .fp16_allreduce = 0, .seed = 1, .trace_file = NULL, .data_threads = 2};
+      .fp16_allreduce = 0, .seed = 1, .trace_file = NULL, .data_threads = 2,
+      .cross_replica_sync = "true",
+      .num_ps = 0, .max_staleness = -1, .straggler_delay_ms = 0, .straggler_rank = -1};
 }
 
 static const char *const DEVICES[] = {"cpu", "gpu", NULL};
-static const char *const UPDATES[] = {"horovod", "none", "barrier", NULL};
+static const char *const BOOLS[] = {"true", "false", NULL};
+static const char *const UPDATES[] = {"horovod", "none", "barrier", "parameter_server", NULL};
 static const char *const FORMATS[] = {"NCHW", "NHWC", NULL};
 static const char *const OPTIMIZERS[] = {"momentum", "sgd", "rmsprop", "adam", NULL};
 /* --data_name: tf_cnn_benchmarks spells names with '_', train with '-'; both are taken.
@@ -121,7 +131,7 @@ static const char *const DATA_NAMES[] = {"synthetic", "fashion_mnist", "fashion-
 
 /* The flags (tf_cnn_benchmarks' names, '_' spelling), writing into o: --help builds the
    table over default_options() to show the defaults. */
-enum { NFLAGS = 35 };
+enum { NFLAGS = 40 };
 static void flag_table(options_t *o, util_flag_t table[NFLAGS]) {
   const util_flag_t t[] = {
       {"model", UTIL_FLAG_CHOICE, &o->model, .choices = nn_model_names(), .metavar = "NAME",
@@ -211,6 +221,20 @@ static void flag_table(options_t *o, util_flag_t table[NFLAGS]) {
                "file by scripts/cnn_bench_timeline.py); with --device gpu every step then "
                "waits for the GPU (phase times need it), so its images/sec is lower than "
                "without"},
+      /* parameter servers */
+      {"cross_replica_sync", UTIL_FLAG_CHOICE, &o->cross_replica_sync, .choices = BOOLS,
+       .help = "--variable_update parameter_server: synchronous updates (false: each push "
+               "applied on arrival)"},
+      {"num_ps", UTIL_FLAG_INT, &o->num_ps, .min = 0, .max = 1 << 20, .def = "0: colocated",
+       .help = "--variable_update parameter_server: ranks 0..K-1 only serve; 0: every rank "
+               "serves a shard and works"},
+      {"max_staleness", UTIL_FLAG_INT, &o->max_staleness, .min = -1, .max = 1 << 20,
+       .def = "-1: unbounded",
+       .help = "--cross_replica_sync false: a worker more than S steps ahead waits"},
+      {"straggler_delay_ms", UTIL_FLAG_INT, &o->straggler_delay_ms, .min = 0, .max = 3600000,
+       .help = "--straggler_rank sleeps this long every step"},
+      {"straggler_rank", UTIL_FLAG_INT, &o->straggler_rank, .min = -1, .max = 1 << 20,
+       .def = "-1: none", .help = "the rank that --straggler_delay_ms slows down"},
   };
   _Static_assert(sizeof t / sizeof t[0] == NFLAGS, "NFLAGS is the number of flags");
   memcpy(table, t, sizeof t);
@@ -381,8 +405,9 @@ static void fail_hvd(const char *what, hvd_status_t s) {
    none for inference; the broadcast and the buckets with --variable_update horovod. */
 static train_replica_opts_t replica_opts(const options_t *o, const nn_model_config_t *cfg) {
   const int horovod = !strcmp(o->variable_update, "horovod");
+  const int ps = !strcmp(o->variable_update, "parameter_server");
   train_replica_opts_t r = {.model = o->model, .cfg = *cfg, .optimizer = !o->forward_only,
-                            .broadcast = horovod, .gpu = o->gpu, .tf32 = o->allow_tf32,
+                            .broadcast = horovod || ps, .gpu = o->gpu, .tf32 = o->allow_tf32,
                             .buckets = horovod && !o->forward_only, .overlap = o->overlap};
   nn_optim_config_t *oc = &r.optim;
   oc->weight_decay = o->weight_decay;
@@ -466,6 +491,9 @@ typedef struct {
   float *feed_x;                 /* its batch in host memory (images: t->images) */
   int32_t *feed_y;
   double feed_s;                 /* seconds the steps waited for decoded batches */
+  int straggler_us;              /* this rank sleeps that long each step (--straggler_*) */
+  int step_rank;                 /* prints the Step lines: 0, or the first worker when
+                                    dedicated parameter servers take ranks 0..K-1 */
   int64_t steps;                 /* steps taken (warm-up included) */
 } trainer_t;
 
@@ -552,6 +580,7 @@ static void imagenet_report(const trainer_t *t, double feed_before, double wall)
 static float train_step(trainer_t *t, step_trace_t *tr, int want_loss, int wait_gpu) {
   int flags = (want_loss ? TRAIN_STEP_FETCH_LOSS : 0) | (wait_gpu ? TRAIN_STEP_SYNC : 0);
   if (t->feed) feed_next(t);
+  if (t->straggler_us > 0) usleep((useconds_t)t->straggler_us);
   /* Every rank takes a full batch: the step is never uneven. */
   if (train_step_run(&t->step, batch_images(t, t->steps), batch_labels(t->labels, t, t->steps),
                      t->batch, t->batch * t->step.size, t->lr, flags) != 0) {
@@ -849,7 +878,7 @@ static double timed_steps(const options_t *o, trainer_t *t, int rank, int step_t
   double window_start = start;   /* GPU: the display window's first step */
   int window_first = 0;
   for (int i = 0; i < o->num_batches; i++) {
-    const int display = rank == 0 && (i == 0 || (i + 1) % o->display_every == 0);
+    const int display = rank == t->step_rank && (i == 0 || (i + 1) % o->display_every == 0);
     double t0 = util_now_s();
     const int64_t k = t->steps;   /* the batch this step takes */
     /* Forward-only prints a loss of 0, as tf_cnn_benchmarks (it computes none). */
@@ -932,6 +961,60 @@ static void report(const options_t *o, const trainer_t *t, int rank, int size, d
   fflush(stdout);
 }
 
+/* --variable_update parameter_server: the servers over the broadcast replica; the step
+   pushes to them (a dedicated server's step does nothing). NULL otherwise. */
+static train_ps_t *ps_start(const options_t *o, trainer_t *t, nn_model_t *m,
+                            const train_replica_opts_t *ro) {
+  if (strcmp(o->variable_update, "parameter_server") != 0 || o->forward_only) return NULL;
+  if (o->gpu) {
+    fprintf(stderr, "cnn_bench: --variable_update parameter_server keeps host memory; use "
+            "--device cpu\n");
+    exit(1);
+  }
+  if (o->num_ps >= hvd_size()) {
+    fprintf(stderr, "cnn_bench: --num_ps %d with %d rank(s) leaves no worker; use at most "
+            "%d\n", o->num_ps, hvd_size(), hvd_size() - 1);
+    exit(1);
+  }
+  const int sync = strcmp(o->cross_replica_sync, "true") == 0;
+  train_ps_opts_t po = {.async = !sync, .num_ps = o->num_ps,
+                        .max_staleness = sync ? -1 : o->max_staleness,
+                        .optim = ro->optim, .steps = 1, .accum = 1, .windows = 1};
+  po.sched = (nn_lr_schedule_t){.kind = NN_LR_CONSTANT, .base_lr = o->learning_rate,
+                                .warmup_start_lr = o->learning_rate};
+  train_ps_t *ps = NULL;
+  char err[1024];
+  if (train_ps_create(&ps, m, &po, err, sizeof err) != 0) {
+    fprintf(stderr, "cnn_bench: rank %d: %s\n", hvd_rank(), err);
+    exit(1);
+  }
+  t->step.ps = ps;
+  t->step.buckets = NULL;
+  t->step.size = hvd_size() - o->num_ps;
+  t->step_rank = o->num_ps;
+  return ps;
+}
+
+/* The servers' end, and rank 0's line: bytes through the busiest server's link per
+   step, staleness. */
+static void ps_report(train_ps_t *ps, const options_t *o, int rank) {
+  if (!ps) return;
+  hvd_ps_stats_t st;
+  hvd_status_t h = train_ps_finish(ps, &st);
+  if (h != HVD_OK) fail_hvd("the parameter servers' end", h);
+  int serves = o->num_ps == 0 || rank < o->num_ps;
+  int64_t v[3] = {serves ? (int64_t)(st.bytes_in + st.bytes_out) : 0,
+                  (int64_t)st.max_staleness, 0};
+  h = hvd_allreduce("bench.ps_stats", v, v, 3, HVD_INT64, HVD_MAX);
+  if (h != HVD_OK) fail_hvd("allreduce of the parameter-server statistics", h);
+  if (rank != 0) return;
+  int64_t steps = (int64_t)o->num_batches + o->num_warmup_batches;
+  printf("parameter servers: %s, %s; busiest server link %.2f MB per step (in + out), "
+         "staleness max %lld\n", strcmp(o->cross_replica_sync, "true") ? "async" : "sync",
+         o->num_ps ? "dedicated" : "colocated", v[0] / 1e6 / (double)steps, (long long)v[1]);
+  fflush(stdout);
+}
+
 int main(int argc, char **argv) {
   options_t o = default_options();
   parse_args(argc, argv, &o);
@@ -963,6 +1046,8 @@ int main(int argc, char **argv) {
   }
   if (train_replica_start(&rep, &ro) != 0) replica_failed(&rep, real_data);
   t.step.buckets = rep.buckets;
+  train_ps_t *ps = ps_start(&o, &t, rep.model, &ro);
+  if (rank == o.straggler_rank) t.straggler_us = o.straggler_delay_ms * 1000;
   const double anchor[2] = {rep.broadcast_start, rep.broadcast_end};
   batches_t bt = {0};
   make_batches(&o, &t, &data, real_data, rank, size, &bt);
@@ -984,8 +1069,9 @@ int main(int argc, char **argv) {
   }
   const double feed_before = t.feed_s;
   const double wall = timed_steps(&o, &t, rank, step_timed, show_accuracy, times, trace);
-  report(&o, &t, rank, size, wall);
+  report(&o, &t, rank, ps ? size - o.num_ps : size, wall);
   if (t.feed && rank == 0) imagenet_report(&t, feed_before, wall);
+  ps_report(ps, &o, rank);
   if (trace) {
     if (write_trace(o.trace_file, trace, o.num_batches, anchor) != 0) return 1;
     free(trace);

@@ -47,6 +47,7 @@
 #include "hvd/execute.h"
 #include "hvd/liveness.h"
 #include "hvd/negotiation.h"
+#include "hvd/ps_internal.h"
 #include "hvd/requests.h"
 #include "hvd/rounds.h"
 
@@ -436,7 +437,7 @@ static double idle_plan(bg_t *bg, double *sleep_us) {
   int busy = hvd_g.ninflight > 0;
   pthread_mutex_unlock(&hvd_g.mu);
   busy = busy || bg->stop_requested || bg->failed || bg->ctl.nsends > 0 ||
-         (bg->rounds && hvd_cache_rounds_busy(bg->rounds));
+         (bg->rounds && hvd_cache_rounds_busy(bg->rounds)) || hvd_ps_busy();
   /* A device collective in flight: its event is polled every DEVICE_POLL_US at least,
      so that its completion is seen about as soon as a blocking wait would. */
   if (hvd_device_pending() > 0) {
@@ -586,6 +587,10 @@ static int turn(bg_t *bg, int *progressed_out) {
       hvd_cache_rounds_turn(bg->rounds, util_now_us() - bg->last_progress_us < SPIN_US,
                             &progressed))
     return 1;
+  /* Parameter servers (hvd/ps_engine.c): their own messages, on their own communicator. */
+  int ps = hvd_ps_turn(err, sizeof(err));
+  if (ps < 0) return fatal_error(bg, HVD_ERR_BACKEND, err, 0);
+  progressed |= ps;
   if (bg->ctl.nsends > 0) hvd_control_progress(&bg->ctl, 0, 0);
   if (progressed) bg->last_progress_us = util_now_us();
   *progressed_out = progressed;

@@ -295,6 +295,95 @@ typedef struct {
 void hvd_grad_buckets_stats(const hvd_grad_buckets_t *b, hvd_grad_buckets_stats_t *s);
 void hvd_grad_buckets_reset_stats(hvd_grad_buckets_t *b);
 
+/* ---- parameter servers (hvd/ps_api.c, ps_engine.c, ps_placement.c) ----
+   Variables (float32) registered by name and element count, laid out one after the
+   other in a flat buffer in registration order (like nn's parameter buffer). Each is
+   kept by one server rank, or split over several when larger than split_bytes; the
+   servers are ranks 0..num_ps-1 (dedicated: they only serve) or, with num_ps 0, every
+   rank (colocated: each serves its shards from its background thread and also works).
+   A worker pushes the gradients of a range of variables and gets their new values back
+   in one asynchronous request; the server applies them with the caller's update
+   callback, so the optimizer and its state live with the shard.
+   Sync mode: a shard's step t is applied once every worker pushed its gradient for t
+   (their average); the push's answer is the values after step t. Async mode: each push
+   is applied on arrival (its gradient divided by the number of workers, so that a round
+   of pushes moves the weights as far as one sync step); a shard's version is the
+   number of complete rounds (the slowest worker's count of pushes), and a push's
+   staleness is its step (the version it would be applied to in sync mode) minus the
+   version of the values the worker computed it on. max_staleness S >= 0 bounds it:
+   the answer to a worker's push of step t (from 0) waits until the slowest worker has
+   pushed its step t - S (stale-synchronous parallel); -1: never waits. Loss of a server or worker: every survivor's calls end
+   with HVD_ERR_PEER_LOST naming it, as for collectives. One parameter-server set at a
+   time per process. */
+typedef struct hvd_ps hvd_ps_t;
+typedef enum { HVD_PS_SYNC = 0, HVD_PS_ASYNC = 1 } hvd_ps_mode_t;
+typedef enum { HVD_PS_GREEDY = 0, HVD_PS_ROUND_ROBIN = 1 } hvd_ps_placement_t;
+
+/* Runs on the server rank (on hvd's background thread, or a thread waiting in hvd_wait;
+   never two at once), once per applied update of one shard: elements [offset, offset +
+   count) of variable var, whose values it updates in place from grad (the averaged
+   gradient in sync mode; may be overwritten). version: the shard's updates so far. It
+   must not call hvd. */
+typedef void (*hvd_ps_update_fn)(void *ctx, size_t var, size_t offset, float *values,
+                                 float *grad, size_t count, uint64_t version);
+
+typedef struct {
+  hvd_ps_mode_t mode;
+  int num_ps;                    /* K > 0: ranks 0..K-1 serve only; 0: colocated     */
+  hvd_ps_placement_t placement;  /* GREEDY (least bytes so far; TF's default) or
+                                    ROUND_ROBIN (TF's replica_device_setter)          */
+  size_t split_bytes;            /* split a larger variable over servers; 0: never    */
+  int max_staleness;             /* async: S, or -1 (unbounded); sync: ignored         */
+  hvd_ps_update_fn update;
+  void *update_ctx;
+} hvd_ps_config_t;
+
+/* Collective over every rank (after hvd_init): the same configuration and variables
+   everywhere, else HVD_ERR_MISMATCH on every rank naming the variable (or setting) and
+   both values. init (total elements, or NULL for zeros): each server takes its shards'
+   first values from its own init, so give every rank the same (broadcast first). */
+hvd_status_t hvd_ps_create(hvd_ps_t **out, const hvd_ps_config_t *cfg, size_t nvars,
+                           const char *const *names, const size_t *counts,
+                           const float *init);
+int hvd_ps_is_worker(const hvd_ps_t *ps);
+int hvd_ps_is_server(const hvd_ps_t *ps);
+int hvd_ps_num_workers(const hvd_ps_t *ps);
+/* This rank's index among the workers (0..num_workers-1), -1 on a dedicated server. */
+int hvd_ps_worker_index(const hvd_ps_t *ps);
+/* The placement: number of shards, and shard k's variable, element range within it and
+   server rank. Identical on every rank. */
+size_t hvd_ps_num_shards(const hvd_ps_t *ps);
+void hvd_ps_shard(const hvd_ps_t *ps, size_t k, size_t *var, size_t *offset,
+                  size_t *count, int *server);
+
+/* Worker: pushes the gradients of variables [first, first + n) (read from grads, the
+   flat gradient buffer, before the call returns) and receives their values after the
+   update into values (the flat value buffer, written before completion). grads NULL:
+   a pull only, answered at once with the newest values. A variable may be in one
+   request at a time. */
+hvd_status_t hvd_ps_push_pull_async(hvd_ps_t *ps, size_t first, size_t n,
+                                    const float *grads, float *values, hvd_request_t *req);
+hvd_status_t hvd_ps_push_pull(hvd_ps_t *ps, size_t first, size_t n, const float *grads,
+                              float *values);
+
+/* Collective: a worker's end (no request of its own in flight: else
+   HVD_ERR_INVALID_ARGUMENT); a server serves until every worker has ended. Afterwards
+   only hvd_ps_stats and hvd_ps_free. */
+hvd_status_t hvd_ps_finish(hvd_ps_t *ps);
+/* Frees ps (after hvd_ps_finish, or after a failure; NULL: nothing). */
+void hvd_ps_free(hvd_ps_t *ps);
+
+#define HVD_PS_STALENESS_BINS 32
+typedef struct {
+  uint64_t pushes;               /* server: pushes applied to this rank's shards       */
+  uint64_t updates;              /* server: update callbacks run                       */
+  uint64_t bytes_in, bytes_out;  /* parameter-server messages of this rank, both roles */
+  uint64_t staleness[HVD_PS_STALENESS_BINS];  /* server: pushes by staleness (the last
+                                                 bin: that many or more)               */
+  uint64_t max_staleness;        /* server: the largest seen                            */
+} hvd_ps_stats_t;
+void hvd_ps_stats(const hvd_ps_t *ps, hvd_ps_stats_t *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,7 @@
 #include "hvd/cache_rounds.h"
 #include "hvd/env.h"
 #include "hvd/liveness.h"
+#include "hvd/ps_internal.h"
 #include "hvd/rounds.h"
 #include "hvd/timeline.h"
 #include "hvd/watchdog.h"
@@ -54,6 +55,7 @@ static struct {
 } volatile left_to_exit;
 
 static void release(int mpi_too) {
+  hvd_ps_comm_free(mpi_too);
   if (!mpi_too) {
     left_to_exit.transports[0] = hvd_g.world;
     left_to_exit.transports[1] = hvd_g.local;
@@ -292,6 +294,7 @@ static hvd_status_t topology(void) {
             hvd_g.cfg.fusion_threshold, hvd_g.cfg.cycle_time_ms, hvd_g.cfg.stall_check_s,
             hvd_g.cfg.stall_shutdown_s);
   hvd_status_t s = response_cache_rounds();
+  if (s == HVD_OK) s = hvd_ps_comm_init(hvd_g.ctrl);   /* parameter servers' traffic */
   if (s == HVD_OK) s = transport(hvd_g.ctrl, &hvd_g.world, "world");
   if (s == HVD_OK && hvd_g.hierarchical) {
     s = transport(hvd_g.local_comm, &hvd_g.local, "local");

@@ -239,6 +239,15 @@ crop-ratio-not-log-uniform|data/transform.c|s#double ar = exp(lr0 + (lr1 - lr0) 
 resample-without-antialias|data/transform.c|s#fscale = scale < 1.0 ? 1.0 : scale;#fscale = 1.0;#|test_data_torch.sh
 grey-jpeg-from-y-plane|data/decode.c|s#int via_rgb = channels == 1 \&\& cs != TJCS_GRAY \&\& !cmyk;#int via_rgb = 0;#|test_data_torch.sh
 region-size-unchecked-before-alloc|data/decode.c|s#if (check_size((int)ci.image_width, (int)ci.image_height, err, errlen) == 0) {#if (1) {#|test_data_images
+ps-ssp-never-waits|hvd/ps_engine.c|s/    k->want\[w\] = S < 0 /    k->want[w] = S > -9 /|test_hvd_ps
+ps-sync-applies-first-push|hvd/ps_engine.c|s/if (k->arrived == ps->nworkers) {/if (k->arrived >= 1) {/|test_hvd_ps
+ps-push-not-averaged|hvd/ps_engine.c|s#float scale = 1.0f / (float)ps->nworkers;#float scale = 1.0f;#|test_hvd_ps
+ps-greedy-ignores-load|hvd/ps_placement.c|s/load\[s\] < load\[server\]/load[s] > load[server]/|test_hvd_ps
+ps-registration-count-unchecked|hvd/ps_api.c|s/if (x.count != y.count)/if (0 \&\& x.count != y.count)/|test_hvd_ps
+ps-request-not-failed-on-loss|hvd/ps_engine.c|s/^  hvd_inflight_insert(r);/  hvd_g.ninflight++;/|test_hvd_ps_faults
+train-ps-new-values-dropped|train/ps_update.c|s/^  memcpy(nn_model_params(p->model), p->fresh, p->np \* sizeof(float));/  (void)0;/|test_train_ps.sh
+train-ps-optim-state-not-resumed|train/ps_update.c|s/      memcpy(st + c \* count, full + c \* p->np + at, count \* sizeof(float));/      (void)at;/|test_train_ps.sh
+cnn-bench-ps-server-prints-steps|bench/cnn_bench.c|s/  t->step_rank = o->num_ps;/  t->step_rank = 0;/|test_cnn_bench_ps.sh
 EOF
 )
 

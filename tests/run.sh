@@ -65,6 +65,7 @@ pooled=(
   test_nn_torchvision test_nn_freeze test_train_freeze.sh test_train_transfer.sh test_cuda_freeze
   test_serve_grpc_threads.sh
   test_train_images.sh test_data_torch.sh test_data_images
+  test_hvd_ps test_train_ps.sh test_cnn_bench_ps.sh
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build

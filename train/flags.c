@@ -33,7 +33,14 @@ void train_flags_defaults(train_opts_t *o) {
   strcpy(o->pipeline_schedule, "1f1b");
   o->data_threads = 2;
   o->prefetch = 4;
+  strcpy(o->variable_update, "horovod");
+  strcpy(o->ps_placement, "greedy");
+  o->max_staleness = -1;
+  o->straggler_rank = -1;
 }
+
+static const char *const VARIABLE_UPDATES[] = {"horovod", "ps-sync", "ps-async", NULL};
+static const char *const PS_PLACEMENTS[] = {"greedy", "round-robin", NULL};
 
 static const char *const DATASETS[] = {"fashion-mnist", "mnist", "cifar10", "synthetic", "idx",
                                        "imagefolder", "tfrecord", "filelist", NULL};
@@ -62,7 +69,7 @@ static int add_pattern(const util_flag_t *flag, char **values, char *err, size_t
 /* The flags, writing into o. A function, not a static table: the destinations are o's
    fields, and --help shows the defaults by building it over train_flags_defaults. */
 #define BUF(field) o->field, .dest_size = sizeof o->field
-enum { NFLAGS = 66 };
+enum { NFLAGS = 72 };
 static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
   const util_flag_t t[] = {
       {"model", UTIL_FLAG_STRING, BUF(model), .metavar = "NAME",
@@ -230,6 +237,22 @@ static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
       {"skip-bad-images", UTIL_FLAG_BOOL, &o->skip_bad_images,
        .help = "leave out (and count) images that cannot be read or decoded, instead of "
                "stopping with the file's name"},
+      /* parameter servers */
+      {"variable-update", UTIL_FLAG_CHOICE, BUF(variable_update), .choices = VARIABLE_UPDATES,
+       .help = "horovod: ring allreduce; ps-sync / ps-async: parameter servers (the optimizer "
+               "runs on the server shards), synchronous or asynchronous updates"},
+      {"num-ps", UTIL_FLAG_INT, &o->num_ps, .min = 0, .max = 1 << 20, .def = "0: colocated",
+       .help = "ps-*: ranks 0..K-1 only serve (the others work); 0: every rank serves a shard "
+               "and works"},
+      {"ps-placement", UTIL_FLAG_CHOICE, BUF(ps_placement), .choices = PS_PLACEMENTS,
+       .help = "ps-*: variables to servers by fewest bytes so far, or in turn"},
+      {"max-staleness", UTIL_FLAG_INT, &o->max_staleness, .min = -1, .max = 1 << 20,
+       .def = "-1: unbounded",
+       .help = "ps-async: a worker more than S steps ahead of the slowest waits"},
+      {"straggler-delay-ms", UTIL_FLAG_INT, &o->straggler_delay_ms, .min = 0, .max = 3600000,
+       .help = "--straggler-rank sleeps this long every step (for comparisons)"},
+      {"straggler-rank", UTIL_FLAG_INT, &o->straggler_rank, .min = -1, .max = 1 << 20,
+       .def = "-1: none", .help = "the rank that --straggler-delay-ms slows down"},
   };
   _Static_assert(sizeof t / sizeof t[0] == NFLAGS, "NFLAGS is the number of flags");
   memcpy(table, t, sizeof t);

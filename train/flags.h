@@ -74,6 +74,12 @@ typedef struct {
   int channels;                /* 0: the model's input channels */
   int data_threads, prefetch;
   int skip_bad_images;
+  /* Parameter servers (train/ps_update.c) instead of the ring, and the straggler knob. */
+  char variable_update[16];    /* horovod | ps-sync | ps-async */
+  int num_ps;                  /* dedicated servers (ranks 0..K-1); 0: colocated */
+  char ps_placement[16];       /* greedy | round-robin */
+  int max_staleness;           /* ps-async: -1 unbounded */
+  int straggler_delay_ms, straggler_rank;   /* that rank sleeps that long each step */
 } train_opts_t;
 
 void train_flags_defaults(train_opts_t *o);

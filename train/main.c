@@ -50,6 +50,7 @@
 #include "train/outputs.h"
 #include "train/pipeline.h"
 #include "train/progress.h"
+#include "train/ps_update.h"
 #include "train/replica.h"
 #include "train/resume.h"
 #include "train/step.h"
@@ -300,13 +301,147 @@ typedef struct {
   int steps, accum, windows;       /* per epoch: batches, batches per window, windows */
   int start_epoch, start_step;
   long long kill_at;               /* test knob: SIGKILL rank 0 at this global step */
+  /* --variable-update ps-*: the parameter servers; the data is shared by the workers
+     only (data_rank -1: a dedicated server, no samples). horovod: rank and size. */
+  train_ps_t *ps;
+  int data_rank, data_size;
   double last_lr;
   int stopped_early;
-  /* --pipeline-stages S > 1 (train/pipeline.h): the pipeline, and this rank's replica
-     among dp_size = size / S; without it dp_rank = rank and dp_size = size. */
+  /* --pipeline-stages S > 1 (train/pipeline.h): the pipeline; data_rank and data_size
+     are then this rank's replica among size / S. */
   train_pipeline_t *pipe;
-  int dp_rank, dp_size;
 } trainer_t;
+
+/* ---- parameter servers (--variable-update ps-sync | ps-async; train/ps_update.h) ---- */
+
+static train_replica_opts_t replica_opts(const trainer_t *t);
+static int ps_mode(const train_opts_t *o) { return strcmp(o->variable_update, "horovod") != 0; }
+
+static void check_ps_flags(const train_opts_t *o) {
+  if (!ps_mode(o)) {
+    if (o->num_ps > 0 || o->max_staleness >= 0)
+      die_usage("--%s applies to --variable-update ps-sync or ps-async (this run uses "
+                "horovod)", o->num_ps > 0 ? "num-ps" : "max-staleness");
+    return;
+  }
+  if (strcmp(o->device, "cpu") != 0)
+    die("--variable-update %s: parameter servers keep host memory; use --device cpu",
+        o->variable_update);
+  if (o->fp16_allreduce || o->predivide != 1.0f)
+    die_usage("--variable-update %s: %s applies to the ring allreduce only",
+              o->variable_update,
+              o->fp16_allreduce ? "--fp16-allreduce" : "--gradient-predivide-factor");
+  if (o->checkpoint_every_steps > 0)
+    die_usage("--variable-update %s: checkpoints are taken at epoch ends only (drop "
+              "--checkpoint-every-steps %d)", o->variable_update, o->checkpoint_every_steps);
+  if (o->max_staleness >= 0 && strcmp(o->variable_update, "ps-async") != 0)
+    die_usage("--max-staleness %d applies to --variable-update ps-async", o->max_staleness);
+}
+
+/* Who trains on the data: the workers (ranks num_ps..size-1) with ps-*, else every rank. */
+static void ps_data_ranks(trainer_t *t) {
+  const train_opts_t *o = &t->o;
+  t->data_rank = t->rank;
+  t->data_size = t->size;
+  if (!ps_mode(o)) return;
+  if (o->num_ps >= t->size)
+    die("--num-ps %d: with %d rank(s) no rank is left to work; use at most %d, or 0 "
+        "(every rank serves and works)", o->num_ps, t->size, t->size - 1);
+  t->data_size = t->size - o->num_ps;
+  t->data_rank = t->rank >= o->num_ps ? t->rank - o->num_ps : -1;
+}
+
+/* The servers, over the replica as every rank holds it now (a resumed one included): the
+   step pushes to them instead of the ring's buckets and the local optimizer. */
+static void ps_start(trainer_t *t) {
+  const train_opts_t *o = &t->o;
+  if (!ps_mode(o)) return;
+  train_replica_opts_t ro = replica_opts(t);
+  train_ps_opts_t po = {.async = strcmp(o->variable_update, "ps-async") == 0,
+                        .num_ps = o->num_ps,
+                        .round_robin = strcmp(o->ps_placement, "round-robin") == 0,
+                        .max_staleness = o->max_staleness, .optim = ro.optim,
+                        .sched = t->sched, .steps = t->steps, .accum = t->accum,
+                        .windows = t->windows,
+                        .start_step = (long long)t->start_epoch * t->windows +
+                                      t->start_step / t->accum};
+  char err[8192];
+  if (train_ps_create(&t->ps, t->rep.model, &po, err, sizeof err) != 0) die("%s", err);
+  t->step.ps = t->ps;
+  t->step.buckets = NULL;
+}
+
+/* An epoch's end: every rank takes the first worker's weights and buffers (a dedicated
+   server has none of its own; async workers differ), and, for a checkpoint, the shards'
+   optimizer state. */
+static void ps_epoch_end(trainer_t *t) {
+  if (!t->ps) return;
+  nn_model_t *m = t->rep.model;
+  if (train_ps_update_status(t->ps) != NN_OK)
+    die("rank %d: an optimizer step on the parameter server failed: %s", t->rank,
+        nn_last_error());
+  int root = train_ps_first_worker(t->ps);
+  hvd_check(hvd_broadcast("ps.epoch.params", nn_model_params(m), t->np, HVD_FLOAT32, root),
+            "broadcast of the weights");
+  if (t->nb > 0)
+    hvd_check(hvd_broadcast("ps.epoch.buffers", nn_model_buffers(m), t->nb, HVD_FLOAT32, root),
+              "broadcast of the buffers");
+  if (t->o.checkpoint_dir)
+    hvd_check(train_ps_gather_state(t->ps), "gathering the servers' optimizer state");
+}
+
+/* --logdir: the pushes' staleness as a histogram of the train run (tag ps_staleness) at
+   the last epoch, one value per push (at most a million, in proportion beyond). */
+static void ps_staleness_to_tensorboard(trainer_t *t, const int64_t *hist) {
+  double total = 0;
+  for (int i = 0; i < HVD_PS_STALENESS_BINS; i++) total += (double)hist[i];
+  double keep = total > 1e6 ? 1e6 / total : 1.0;
+  size_t n = 0;
+  float *v = malloc((size_t)(total * keep + HVD_PS_STALENESS_BINS + 1) * sizeof(float));
+  if (!v) die("out of memory for the staleness histogram");
+  for (int i = 0; i < HVD_PS_STALENESS_BINS; i++)
+    for (int64_t k = 0; k < (int64_t)((double)hist[i] * keep + 0.5); k++) v[n++] = (float)i;
+  int rc = train_tfevents_histogram(&t->out.tb[TB_TRAIN], "ps_staleness", v, n,
+                                    (int64_t)t->run.st[ST_EPOCHS_DONE] - 1, train_wall_time());
+  free(v);
+  if (rc != 0) die("--logdir %s: writing the staleness histogram failed: %s", t->o.logdir,
+                   strerror(errno));
+}
+
+/* After the last epoch: the servers stop; rank 0 prints their traffic and staleness. */
+static void ps_end(trainer_t *t) {
+  if (!t->ps) return;
+  hvd_ps_stats_t st;
+  hvd_check(train_ps_finish(t->ps, &st), "the parameter servers' end");
+  t->ps = NULL;
+  t->step.ps = NULL;
+  int64_t sums[HVD_PS_STALENESS_BINS + 3], most = (int64_t)st.max_staleness;
+  for (int i = 0; i < HVD_PS_STALENESS_BINS; i++) sums[i] = (int64_t)st.staleness[i];
+  sums[HVD_PS_STALENESS_BINS] = (int64_t)st.pushes;
+  /* bytes through the servers' links: what a server received and sent */
+  int serves = t->o.num_ps == 0 || t->rank < t->o.num_ps;
+  sums[HVD_PS_STALENESS_BINS + 1] = serves ? (int64_t)st.bytes_in : 0;
+  sums[HVD_PS_STALENESS_BINS + 2] = serves ? (int64_t)st.bytes_out : 0;
+  int64_t busiest = serves ? (int64_t)(st.bytes_in + st.bytes_out) : 0;
+  hvd_check(hvd_allreduce("ps.end.sums", sums, sums, HVD_PS_STALENESS_BINS + 3, HVD_INT64,
+                          HVD_SUM), "allreduce of the servers' figures");
+  hvd_check(hvd_allreduce("ps.end.max", &most, &most, 1, HVD_INT64, HVD_MAX),
+            "allreduce of the servers' figures");
+  hvd_check(hvd_allreduce("ps.end.busiest", &busiest, &busiest, 1, HVD_INT64, HVD_MAX),
+            "allreduce of the servers' figures");
+  if (t->rank != 0) return;
+  printf("parameter servers (%s, %s): %lld pushes, staleness max %lld, histogram",
+         t->o.variable_update, t->o.num_ps ? "dedicated" : "colocated",
+         (long long)sums[HVD_PS_STALENESS_BINS], (long long)most);
+  int last = 0;
+  for (int i = 0; i < HVD_PS_STALENESS_BINS; i++) if (sums[i]) last = i;
+  for (int i = 0; i <= last; i++) printf(" %d:%lld", i, (long long)sums[i]);
+  printf("; server links %.1f MB in, %.1f MB out, the busiest %.1f MB\n",
+         sums[HVD_PS_STALENESS_BINS + 1] / 1e6, sums[HVD_PS_STALENESS_BINS + 2] / 1e6,
+         busiest / 1e6);
+  fflush(stdout);
+  if (t->o.logdir) ps_staleness_to_tensorboard(t, sums);
+}
 
 /* Flag combinations that cannot work, found before any data is loaded. */
 static void check_flags(trainer_t *t) {
@@ -317,6 +452,13 @@ static void check_flags(trainer_t *t) {
     die_usage("--pipeline-stages %d: a pipeline runs on the CPU (--device cpu) without "
               "--batches-per-allreduce (got --device %s, --batches-per-allreduce %d)",
               o->pipeline_stages, o->device, o->batches_per_allreduce);
+  if (o->pipeline_stages > 1 && ps_mode(o))
+    die_usage("--pipeline-stages %d with --variable-update %s: a pipeline's stages average "
+              "their gradients with the ring; use --variable-update horovod",
+              o->pipeline_stages, o->variable_update);
+  if (ps_mode(o) && o->freeze.count > 0)
+    die_usage("--freeze with --variable-update %s: the parameter servers update every "
+              "tensor; freeze with --variable-update horovod", o->variable_update);
   if (o->pipeline_stages > 1 && o->micro_batches > o->batch)
     die_usage("--micro-batches %d is more than --batch-size %d (samples per replica)",
               o->micro_batches, o->batch);
@@ -344,6 +486,7 @@ static void check_flags(trainer_t *t) {
      build): safe before MPI is up, and every rank fails the same way. */
   if (t->gpu && !nn_cuda_available())
     die("--device gpu: no usable GPU (%s); use --device cpu", nn_cuda_reason());
+  check_ps_flags(o);
 }
 
 /* The data sets and their normalisation; a bad file ends every rank the same way,
@@ -461,8 +604,11 @@ static void start_runtime(trainer_t *t) {
   if (t->size % t->o.pipeline_stages != 0)
     die_usage("--pipeline-stages %d does not divide the %d ranks (np must be replicas x "
               "stages)", t->o.pipeline_stages, t->size);
-  t->dp_size = t->size / t->o.pipeline_stages;
-  t->dp_rank = t->rank / t->o.pipeline_stages;
+  ps_data_ranks(t);
+  if (t->o.pipeline_stages > 1) {   /* this rank's replica of the pipeline */
+    t->data_size = t->size / t->o.pipeline_stages;
+    t->data_rank = t->rank / t->o.pipeline_stages;
+  }
   const train_agree_data_t sizes = {t->train.n, t->val_is_test ? 0 : t->val.n, t->test.n};
   check_ranks_agree(&t->o, &sizes, t->size);
   if (t->train.n < t->size) die("%d training samples cannot feed %d ranks", t->train.n, t->size);
@@ -670,7 +816,7 @@ static void set_up_replica(trainer_t *t) {
   /* Linear scaling (Horovod): the global batch is batch x batches_per_allreduce x ranks. */
   run->o = o;
   run->ranks = t->size;
-  run->lr_scale = o->lr_scaling ? (double)t->dp_size * o->batches_per_allreduce : 1.0;
+  run->lr_scale = o->lr_scaling ? (double)t->data_size * o->batches_per_allreduce : 1.0;
   run->warn = warn_line;
   if (o->restore_best) {
     run->best_params = malloc(t->np * sizeof(float));
@@ -729,7 +875,7 @@ static void set_up_pipeline(trainer_t *t) {
   if (t->rank == 0 && !o->quiet) {
     train_pipeline_describe(t->pipe, err, sizeof err);
     printf("pipeline: %d stages x %d replicas, %d micro-batches of %d, %s\n%s", po.stages,
-           t->dp_size, o->micro_batches, micro, o->pipeline_schedule, err);
+           t->data_size, o->micro_batches, micro, o->pipeline_schedule, err);
     fflush(stdout);
   }
 }
@@ -815,14 +961,14 @@ static void set_up_loop(trainer_t *t) {
   if (!outputs_ok) die("%s", err);
 
   train_progress_init(&t->prog, t->rank == 0 && !o->quiet, g_launched);
-  t->steps = train_steps_per_epoch(t->train.n, t->dp_size, o->batch);
+  t->steps = train_steps_per_epoch(t->train.n, t->data_size, o->batch);
   /* Gradient accumulation: the batches of an epoch form windows of K (the last one may be
      shorter), each one optimizer step. Windows restart every epoch. */
   t->accum = o->batches_per_allreduce;
   t->windows = (t->steps + t->accum - 1) / t->accum;
   t->kill_at = -1;
   if (getenv("HVD_TRAIN_TEST_KILL_AT_STEP")) t->kill_at = atoll(getenv("HVD_TRAIN_TEST_KILL_AT_STEP"));
-  t->step = (train_step_t){.model = t->rep.model, .buckets = t->rep.buckets, .size = t->size,
+  t->step = (train_step_t){.model = t->rep.model, .buckets = t->rep.buckets, .size = t->data_size,
                            .predivide = o->predivide};
   if (o->pipeline_stages > 1) set_up_pipeline(t);
 }
@@ -865,7 +1011,7 @@ static void print_banner(const trainer_t *t) {
     snprintf(accum_note, sizeof accum_note, " x %d batches per allreduce", t->accum);
   printf("train: %s on %s, %d rank(s), batch %d per rank%s (%d global), %d train / %d val / "
          "%d test samples, %zu parameters, lr %.5g x %g, %s, %d steps per epoch",
-         o->model, o->dataset, t->size, o->batch, accum_note, o->batch * t->dp_size * t->accum,
+         o->model, o->dataset, t->size, o->batch, accum_note, o->batch * t->data_size * t->accum,
          t->train.n, t->val_is_test ? 0 : t->val.n, t->test.n,
          nn_model_num_params(t->rep.model), o->lr, t->run.lr_scale, o->optimizer, t->steps);
   if (t->accum > 1) printf(" (%d optimizer steps)", t->windows);
@@ -902,7 +1048,7 @@ static void log_batch(trainer_t *t, const double sums[3], long long global_batch
    0 starts with what a mid-epoch checkpoint held); t0: the epoch's clock start. */
 static void train_steps(trainer_t *t, int epoch, int first, double sums[3], double t0) {
   const train_opts_t *o = &t->o;
-  const int steps = t->steps, accum = t->accum, rank = t->dp_rank, size = t->dp_size;
+  const int steps = t->steps, accum = t->accum, rank = t->rank, size = t->data_size;
   int window_total = 0;  /* samples of the current window over all ranks */
   for (int s = first; s < steps; s++) {
     if (t->kill_at >= 0 && t->rank == 0 && (long long)epoch * steps + s == t->kill_at) raise(SIGKILL);
@@ -915,7 +1061,10 @@ static void train_steps(trainer_t *t, int epoch, int first, double sums[3], doub
         window_total += train_step_total(t->train.n, size, o->batch, k);
     }
     int offset = 0;
-    int n = train_step_slice(t->train.n, rank, size, o->batch, s, &offset);
+    int n = t->data_rank < 0 ? 0
+                             : train_step_slice(t->train.n, t->data_rank, size, o->batch, s, &offset);
+    if (o->straggler_delay_ms > 0 && rank == o->straggler_rank)
+      usleep((useconds_t)o->straggler_delay_ms * 1000);
     if (n > 0) train_make_batch(&t->train, t->perm + offset, n, &t->bo, t->x, t->y);
     t->last_lr = nn_lr_at(&t->sched, epoch + (double)window_start / steps);
     int flags = TRAIN_STEP_FETCH_LOSS | (last_pass ? 0 : TRAIN_STEP_ACCUMULATE);
@@ -1027,6 +1176,7 @@ static void run_epoch(trainer_t *t, int epoch) {
   t->bo.epoch = epoch;
   train_progress_begin(&t->prog, epoch, o->epochs, t->steps);
   train_steps(t, epoch, first, sums, t0);
+  ps_epoch_end(t);
   for (int k = ST_STEPS_DONE; k <= ST_EPOCH_SECONDS; k++) run->st[k] = 0; /* an epoch end */
   double train_s = util_now_s() - t0;
   hvd_check(hvd_allreduce("train.metrics", sums, sums, 3, HVD_FLOAT64, HVD_SUM),
@@ -1201,12 +1351,14 @@ int main(int argc, char **argv) {
   set_up_replica(&t);
   set_up_loop(&t);
   plan_start(&t);
+  ps_start(&t);
   print_banner(&t);
   for (int epoch = t.start_epoch; epoch < t.o.epochs && !t.stopped_early; epoch++) {
     begin_phase(&t, epoch);
     run_epoch(&t, epoch);
   }
   pipeline_report(&t);
+  ps_end(&t);
   finish(&t);
   free_all(&t);
   hvd_check(hvd_shutdown(), "hvd_shutdown");

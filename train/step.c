@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "nn/nn_cuda.h"
+#include "train/ps_update.h"
 #include "util/clock.h"
 
 const char *const train_phase_names[TRAIN_NUM_PHASES] = {"forward", "backward",
@@ -27,7 +28,12 @@ static void grad_ready(void *ctx, size_t ready_from) {
     hvd_status_t s = hvd_grad_buckets_ready(t->buckets, ready_from > from ? ready_from - from : 0);
     if (s != HVD_OK && t->hvd_status == HVD_OK) t->hvd_status = s;
   }
+  if (t->ps) {
+    hvd_status_t s = train_ps_ready(t->ps, ready_from);
+    if (s != HVD_OK && t->hvd_status == HVD_OK) t->hvd_status = s;
+  }
 }
+
 
 static int nn_failed(train_step_t *t, const char *what, nn_status_t s) {
   t->failed = what;
@@ -41,6 +47,20 @@ static int hvd_failed(train_step_t *t, const char *what, hvd_status_t s) {
   t->hvd_status = s;
   t->nn_status = NN_OK;
   return -1;
+}
+
+/* A parameter server's step: pushes what is left, waits for the new values. */
+static int ps_step(train_step_t *t, int gpu, int flags) {
+  t->phase_start[TRAIN_PHASE_WAIT] = util_now_s();
+  hvd_status_t h = train_ps_wait(t->ps);
+  if (h != HVD_OK) return hvd_failed(t, "parameter-server push and pull", h);
+  t->phase_start[TRAIN_PHASE_UPDATE] = util_now_s();
+  if (gpu && (flags & TRAIN_STEP_SYNC)) {
+    nn_status_t s = nn_cuda_synchronize();
+    if (s != NN_OK) return nn_failed(t, "synchronising the GPU", s);
+  }
+  t->phase_start[TRAIN_NUM_PHASES] = util_now_s();
+  return 0;
 }
 
 int train_step_run(train_step_t *t, const float *x, const int32_t *y, int n, int total,
@@ -60,6 +80,10 @@ int train_step_run(train_step_t *t, const float *x, const int32_t *y, int n, int
   t->scale = 1.0f;
 
   t->phase_start[TRAIN_PHASE_FORWARD] = util_now_s();
+  if (t->ps && !train_ps_is_worker(t->ps)) {   /* a dedicated server: nothing to compute */
+    for (int p = TRAIN_PHASE_BACKWARD; p <= TRAIN_NUM_PHASES; p++) t->phase_start[p] = util_now_s();
+    return 0;
+  }
   double weight = 1.0;  /* this pass's share, size * n / total (1 on an even step) */
   if (n > 0) {
     s = nn_model_forward(t->model, x, n, 1);
@@ -82,7 +106,7 @@ int train_step_run(train_step_t *t, const float *x, const int32_t *y, int n, int
     t->window_weight = weight;
     if (last) t->scale = (float)(weight / pre);
     /* Without buckets the callback still applies an uneven step's scale. */
-    const int need_callback = last && (t->buckets != NULL || t->scale != 1.0f);
+    const int need_callback = last && (t->buckets || t->ps || t->scale != 1.0f);
     s = accumulate ? nn_model_backward_accumulate(t->model, need_callback ? grad_ready : NULL, t)
                    : nn_model_backward(t->model, need_callback ? grad_ready : NULL, t);
     if (s != NN_OK) return nn_failed(t, "backward", s);
@@ -102,6 +126,7 @@ int train_step_run(train_step_t *t, const float *x, const int32_t *y, int n, int
   if (t->nn_status != NN_OK) return nn_failed(t, "scaling the gradients", t->nn_status);
   if (t->hvd_status != HVD_OK) return hvd_failed(t, "gradient allreduce", t->hvd_status);
 
+  if (t->ps) return ps_step(t, gpu, flags);
   t->phase_start[TRAIN_PHASE_WAIT] = util_now_s();
   if (t->buckets) {
     hvd_status_t h = hvd_grad_buckets_wait(t->buckets);

@@ -66,6 +66,10 @@ typedef struct {
   int size;                       /* ranks that share the global batch */
   float predivide;                /* Horovod's gradient_predivide_factor; 0 or 1: none.
                                      Other values need buckets that SUM */
+  /* Parameter servers (train/ps_update.h) instead of buckets and the local optimizer:
+     gradients pushed from the grad-ready callback, new values taken after backward. A
+     dedicated server's step does nothing (its shards are served meanwhile). */
+  struct train_ps *ps;
   /* The last step's results. */
   float loss;                     /* mean over this rank's samples; NAN if not fetched */
   int correct;                    /* correct predictions of this rank; 0 if not fetched */

@@ -1,0 +1,461 @@
+/* hvd/ps_engine.c: the parameter servers' messages, moved by the background loop.
+
+   Its own communicator (a dup of the control one, made at hvd_init) keeps this traffic
+   apart from negotiation and the collectives. Each turn of the background loop (or of
+   a thread waiting in hvd_wait) calls hvd_ps_turn, which, with the installed set:
+   1. posts the messages user threads packed (pushes, pulls) and the DONEs of a finish;
+   2. receives every message that came: a server applies pushes (sync: once every
+      worker's gradient for the step is in, averaged; async: each on arrival) and
+      answers with VALUES when the pusher may go on (sync: the step applied; async:
+      the slowest worker within max_staleness); a worker copies VALUES into the
+      caller's buffer and completes the request when its last shard came;
+   3. frees the sends that completed; completes a finish once every worker said DONE.
+   Lost peers are the liveness protocol's business (hvd/liveness.c): it stops the
+   runtime, which fails every request, ours included (they are in the in-flight table).
+   After that no request is touched again (hvd_g.stopped, read under hvd_g.mu), nor the
+   caller's value buffer.
+
+   Locks: ps_mu guards the installed set (engine turns, submissions, install); taken
+   before hvd_g.mu, never after. */
+#include "hvd/ps_internal.h"
+#include "hvd/requests.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PS_TAG 1   /* every message: one tag keeps them in order per pair */
+static pthread_mutex_t ps_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct hvd_ps *cur;
+static atomic_int installed;
+static MPI_Comm ps_comm = MPI_COMM_NULL;
+static char *rbuf;
+static size_t rcap;
+
+hvd_status_t hvd_ps_comm_init(MPI_Comm ctrl) {
+  int rc = MPI_Comm_dup(ctrl, &ps_comm);
+  if (rc != MPI_SUCCESS) {
+    ps_comm = MPI_COMM_NULL;
+    return hvd_set_error(HVD_ERR_BACKEND, "hvd_init: MPI_Comm_dup (parameter servers) "
+                         "failed with error %d", rc);
+  }
+  return HVD_OK;
+}
+
+void hvd_ps_comm_free(int mpi_too) {
+  if (mpi_too && ps_comm != MPI_COMM_NULL) MPI_Comm_free(&ps_comm);
+  ps_comm = MPI_COMM_NULL;
+  free(rbuf);
+  rbuf = NULL;
+  rcap = 0;
+}
+
+int hvd_ps_busy(void) { return atomic_load(&installed); }
+
+/* ---- sends ---- */
+
+static ps_send_t *queue_send(struct hvd_ps *ps, int dest, void *buf, size_t len) {
+  ps_send_t *s = calloc(1, sizeof(*s));
+  if (!s) return NULL;
+  s->dest = dest;
+  s->buf = buf;
+  s->len = len;
+  s->next = ps->sends;
+  ps->sends = s;
+  return s;
+}
+
+/* A message of header h and count floats from data (NULL: none). */
+static void *pack(const ps_header_t *h, const float *data, size_t count, size_t *len) {
+  *len = sizeof(*h) + count * sizeof(float);
+  char *b = malloc(*len);
+  if (!b) return NULL;
+  memcpy(b, h, sizeof(*h));
+  if (count) memcpy(b + sizeof(*h), data, count * sizeof(float));
+  return b;
+}
+
+static int post_sends(struct hvd_ps *ps, int *progressed, char *err, size_t len) {
+  for (ps_send_t *s = ps->sends; s; s = s->next) {
+    if (s->posted) continue;
+    int rc = MPI_Isend(s->buf, (int)s->len, MPI_BYTE, s->dest, PS_TAG, ps_comm, &s->req);
+    if (rc != MPI_SUCCESS) {
+      snprintf(err, len, "rank %d: MPI_Isend of a %zu-byte parameter-server message to "
+               "rank %d failed (error %d)", hvd_g.rank, s->len, s->dest, rc);
+      return -1;
+    }
+    s->posted = 1;
+    ps->stats.bytes_out += s->len;
+    *progressed = 1;
+  }
+  return 0;
+}
+
+static int reap_sends(struct hvd_ps *ps, int *progressed, char *err, size_t len) {
+  ps_send_t **pp = &ps->sends;
+  while (*pp) {
+    ps_send_t *s = *pp;
+    int done = 0;
+    if (s->posted) {
+      int rc = MPI_Test(&s->req, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        snprintf(err, len, "rank %d: a parameter-server send to rank %d failed (error %d)",
+                 hvd_g.rank, s->dest, rc);
+        return -1;
+      }
+    }
+    if (!done) {
+      pp = &s->next;
+      continue;
+    }
+    *pp = s->next;
+    free(s->buf);
+    free(s);
+    *progressed = 1;
+  }
+  return 0;
+}
+
+/* ---- server ---- */
+
+static int send_values(struct hvd_ps *ps, size_t shard, int dest) {
+  ps_kept_t *k = &ps->kept[shard];
+  ps_header_t h = {PS_MSG_VALUES, 0, shard, 0, k->version};
+  size_t len;
+  void *b = pack(&h, k->values, ps->shards[shard].count, &len);
+  if (!b || !queue_send(ps, dest, b, len)) {
+    free(b);
+    return 0;
+  }
+  return 1;
+}
+
+/* Answers every worker whose pending answer the shard's version now allows. */
+static int answer_ready(struct hvd_ps *ps, size_t shard) {
+  ps_kept_t *k = &ps->kept[shard];
+  for (int w = 0; w < ps->nworkers; w++) {
+    if (k->want[w] == UINT64_MAX || k->version < k->want[w]) continue;
+    k->want[w] = UINT64_MAX;
+    if (!send_values(ps, shard, ps->first_worker + w)) return 0;
+  }
+  return 1;
+}
+
+static void record_staleness(struct hvd_ps *ps, uint64_t st) {
+  ps->stats.pushes++;
+  ps->stats.staleness[st < HVD_PS_STALENESS_BINS ? st : HVD_PS_STALENESS_BINS - 1]++;
+  if (st > ps->stats.max_staleness) ps->stats.max_staleness = st;
+}
+
+static void run_update(struct hvd_ps *ps, size_t shard, float *grad) {
+  const ps_shard_t *sh = &ps->shards[shard];
+  ps_kept_t *k = &ps->kept[shard];
+  ps->cfg.update(ps->cfg.update_ctx, sh->var, sh->offset, k->values, grad, sh->count,
+                 k->updates);
+  k->updates++;
+  ps->stats.updates++;
+}
+
+static int apply_push(struct hvd_ps *ps, int w, const ps_header_t *h, float *grad,
+                      char *err, size_t len) {
+  size_t shard = (size_t)h->shard, count = ps->shards[shard].count;
+  ps_kept_t *k = &ps->kept[shard];
+  float scale = 1.0f / (float)ps->nworkers;
+  if (ps->cfg.mode == HVD_PS_SYNC) {
+    if (h->step != k->version || k->want[w] != UINT64_MAX) {
+      snprintf(err, len, "rank %d pushed step %llu of variable \"%s\" (shard %zu), but its "
+               "server (rank %d) is at step %llu", ps->first_worker + w,
+               (unsigned long long)h->step, ps->names[ps->shards[shard].var], shard,
+               hvd_g.rank, (unsigned long long)k->version);
+      return -1;
+    }
+    if (k->arrived == 0) memcpy(k->accum, grad, count * sizeof(float));
+    else
+      for (size_t i = 0; i < count; i++) k->accum[i] += grad[i];
+    k->arrived++;
+    k->want[w] = h->step + 1;
+    record_staleness(ps, 0);
+    if (k->arrived == ps->nworkers) {
+      for (size_t i = 0; i < count; i++) k->accum[i] *= scale;
+      run_update(ps, shard, k->accum);
+      k->version++;
+      k->arrived = 0;
+    }
+  } else {
+    /* Its step minus the complete rounds of the values it was computed on. */
+    record_staleness(ps, h->step > h->version ? h->step - h->version : 0);
+    for (size_t i = 0; i < count; i++) grad[i] *= scale;
+    run_update(ps, shard, grad);
+    k->clock[w]++;
+    uint64_t v = UINT64_MAX;
+    for (int i = 0; i < ps->nworkers; i++)
+      if (k->clock[i] < v) v = k->clock[i];
+    k->version = v;
+    int S = ps->cfg.max_staleness;
+    k->want[w] = S < 0 || h->step + 1 <= (uint64_t)S ? 0 : h->step + 1 - (uint64_t)S;
+  }
+  if (!answer_ready(ps, shard)) {
+    snprintf(err, len, "rank %d: out of memory for a parameter-server answer", hvd_g.rank);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- worker ---- */
+
+static void complete(struct hvd_request *r, hvd_status_t s, const char *msg) {
+  pthread_mutex_lock(&hvd_g.mu);
+  if (!hvd_g.stopped) hvd_request_complete(r, s, msg);
+  pthread_mutex_unlock(&hvd_g.mu);
+}
+
+static void take_values(struct hvd_ps *ps, const ps_header_t *h, const float *vals) {
+  size_t shard = (size_t)h->shard;
+  ps_op_t *op = ps->waiting[shard];
+  const ps_shard_t *sh = &ps->shards[shard];
+  pthread_mutex_lock(&hvd_g.mu);
+  if (!hvd_g.stopped) memcpy(op->values + sh->flat, vals, sh->count * sizeof(float));
+  pthread_mutex_unlock(&hvd_g.mu);
+  ps->vread[shard] = h->version;
+  if (!op->pull_only) ps->step[shard]++;
+  ps->waiting[shard] = NULL;
+  if (--op->remaining == 0) {
+    complete(op->req, HVD_OK, NULL);
+    free(op);
+  }
+}
+
+/* ---- receiving ---- */
+
+static int handle(struct hvd_ps *ps, int src, size_t n, char *err, size_t len) {
+  ps_header_t h;
+  if (n < sizeof(h)) {
+    snprintf(err, len, "rank %d received a %zu-byte parameter-server message from rank %d, "
+             "shorter than its header", hvd_g.rank, n, src);
+    return -1;
+  }
+  memcpy(&h, rbuf, sizeof(h));
+  size_t floats = (n - sizeof(h)) / sizeof(float);
+  if (h.type == PS_MSG_DONE) {
+    ps->dones++;
+    return 0;
+  }
+  int w = src - ps->first_worker;
+  int known = h.shard < ps->nshards;
+  int to_server = h.type == PS_MSG_PUSH || h.type == PS_MSG_PULL;
+  size_t want = !known ? 0 : h.type == PS_MSG_PULL ? 0 : ps->shards[h.shard].count;
+  int ok = known && (h.type == PS_MSG_VALUES || h.type == PS_MSG_PUSH ||
+                     h.type == PS_MSG_PULL) && floats == want &&
+           (n - sizeof(h)) % sizeof(float) == 0 &&
+           (to_server ? ps->kept[h.shard].values != NULL && w >= 0 && w < ps->nworkers
+                      : ps->waiting[h.shard] != NULL);
+  if (!ok) {
+    snprintf(err, len, "rank %d received an unexpected parameter-server message from rank "
+             "%d (type %d, shard %llu, %zu bytes): do both run the same variables?",
+             hvd_g.rank, src, h.type, (unsigned long long)h.shard, n);
+    return -1;
+  }
+  float *data = (float *)(rbuf + sizeof(h));
+  if (h.type == PS_MSG_VALUES) {
+    take_values(ps, &h, data);
+    return 0;
+  }
+  if (h.type == PS_MSG_PULL) {
+    if (!send_values(ps, (size_t)h.shard, src)) {
+      snprintf(err, len, "rank %d: out of memory for a parameter-server answer", hvd_g.rank);
+      return -1;
+    }
+    return 0;
+  }
+  return apply_push(ps, w, &h, data, err, len);
+}
+
+static int receive_all(struct hvd_ps *ps, int *progressed, char *err, size_t len) {
+  for (;;) {
+    int flag = 0, n = 0;
+    MPI_Status st;
+    int rc = MPI_Iprobe(MPI_ANY_SOURCE, PS_TAG, ps_comm, &flag, &st);
+    if (rc == MPI_SUCCESS && !flag) return 0;
+    if (rc == MPI_SUCCESS) rc = MPI_Get_count(&st, MPI_BYTE, &n);
+    if (rc == MPI_SUCCESS && (size_t)n + 1 > rcap) {
+      char *p = realloc(rbuf, (size_t)n + 1);
+      if (!p) {
+        snprintf(err, len, "rank %d: out of memory for a %d-byte parameter-server message",
+                 hvd_g.rank, n);
+        return -1;
+      }
+      rbuf = p;
+      rcap = (size_t)n + 1;
+    }
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Recv(rbuf, n, MPI_BYTE, st.MPI_SOURCE, PS_TAG, ps_comm, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      snprintf(err, len, "rank %d: receiving a parameter-server message failed (MPI error "
+               "%d)", hvd_g.rank, rc);
+      return -1;
+    }
+    ps->stats.bytes_in += (uint64_t)n;
+    *progressed = 1;
+    if (handle(ps, st.MPI_SOURCE, (size_t)n, err, len) < 0) return -1;
+  }
+}
+
+/* ---- finish ---- */
+
+static int finish_step(struct hvd_ps *ps, char *err, size_t len) {
+  if (!ps->finish_req) return 0;
+  if (ps->is_worker && !ps->done_sent) {
+    int nservers = ps->cfg.num_ps > 0 ? ps->cfg.num_ps : hvd_g.size;
+    for (int s = 0; s < nservers; s++) {
+      ps_header_t h = {PS_MSG_DONE, 0, 0, 0, 0};
+      size_t l;
+      void *b = pack(&h, NULL, 0, &l);
+      if (!b || !queue_send(ps, s, b, l)) {
+        free(b);
+        snprintf(err, len, "rank %d: out of memory for a parameter-server message",
+                 hvd_g.rank);
+        return -1;
+      }
+    }
+    ps->done_sent = 1;
+  }
+  if (ps->sends || (ps->is_server && ps->dones < ps->nworkers)) return 0;
+  complete(ps->finish_req, HVD_OK, NULL);
+  ps->finish_req = NULL;
+  return 1;
+}
+
+int hvd_ps_turn(char *err, size_t len) {
+  pthread_mutex_lock(&ps_mu);
+  struct hvd_ps *ps = cur;
+  int progressed = 0, rc = 0;
+  if (ps) {
+    rc = post_sends(ps, &progressed, err, len);
+    if (rc == 0) rc = receive_all(ps, &progressed, err, len);
+    if (rc == 0) rc = post_sends(ps, &progressed, err, len);   /* the answers */
+    if (rc == 0) rc = reap_sends(ps, &progressed, err, len);
+    if (rc == 0) {
+      rc = finish_step(ps, err, len);
+      if (rc > 0) progressed = 1;
+    }
+    if (rc == 0 && ps->sends) rc = post_sends(ps, &progressed, err, len);   /* DONEs */
+  }
+  pthread_mutex_unlock(&ps_mu);
+  return rc < 0 ? -1 : progressed;
+}
+
+/* ---- user threads ---- */
+
+void hvd_ps_install(struct hvd_ps *ps) {
+  pthread_mutex_lock(&ps_mu);
+  cur = ps;
+  atomic_store(&installed, 1);
+  pthread_mutex_unlock(&ps_mu);
+}
+
+void hvd_ps_uninstall(struct hvd_ps *ps) {
+  pthread_mutex_lock(&ps_mu);
+  if (cur == ps) {
+    cur = NULL;
+    atomic_store(&installed, 0);
+  }
+  pthread_mutex_unlock(&ps_mu);
+}
+
+int hvd_ps_ops_pending(const struct hvd_ps *ps) {
+  pthread_mutex_lock(&ps_mu);
+  int n = 0;
+  for (size_t s = 0; s < ps->nshards; s++) n += ps->waiting[s] != NULL;
+  pthread_mutex_unlock(&ps_mu);
+  return n;
+}
+
+/* Puts r in the in-flight table (so a stop fails it) unless the runtime stopped. */
+static hvd_status_t enter(struct hvd_ps *ps, struct hvd_request *r, const char *what) {
+  pthread_mutex_lock(&hvd_g.mu);
+  if (!atomic_load(&hvd_g_initialized)) {
+    pthread_mutex_unlock(&hvd_g.mu);
+    return hvd_set_error(HVD_ERR_NOT_INITIALIZED, "%s called after hvd_shutdown()", what);
+  }
+  if (hvd_g.stopped) {
+    hvd_status_t s = hvd_set_error(hvd_g.stop_status, "%s", hvd_g.stop_msg);
+    pthread_mutex_unlock(&hvd_g.mu);
+    return s;
+  }
+  snprintf(r->key, sizeof(r->key), "\x02ps.%llu", (unsigned long long)ps->seq++);
+  hvd_inflight_insert(r);
+  if (hvd_g.bg_waiting) pthread_cond_signal(&hvd_g.work_cv);
+  pthread_mutex_unlock(&hvd_g.mu);
+  return HVD_OK;
+}
+
+hvd_status_t hvd_ps_submit(struct hvd_ps *ps, ps_op_t *op, const float *grads) {
+  pthread_mutex_lock(&ps_mu);
+  for (size_t s = op->s0; s < op->s1; s++)
+    if (ps->waiting[s]) {
+      pthread_mutex_unlock(&ps_mu);
+      return hvd_set_error(HVD_ERR_DUPLICATE_NAME,
+                           "hvd_ps_push_pull: variable \"%s\" is already in a request on "
+                           "rank %d; wait for it first", ps->names[ps->shards[s].var],
+                           hvd_g.rank);
+    }
+  /* Every message first, so that a failure leaves nothing behind. */
+  size_t n = op->s1 - op->s0;
+  ps_send_t **msgs = calloc(n ? n : 1, sizeof(*msgs));
+  int ok = msgs != NULL;
+  for (size_t i = 0; ok && i < n; i++) {
+    size_t s = op->s0 + i;
+    const ps_shard_t *sh = &ps->shards[s];
+    ps_header_t h = {grads ? PS_MSG_PUSH : PS_MSG_PULL, 0, s, ps->step[s], ps->vread[s]};
+    size_t l;
+    void *b = pack(&h, grads ? grads + sh->flat : NULL, grads ? sh->count : 0, &l);
+    msgs[i] = b ? calloc(1, sizeof(ps_send_t)) : NULL;
+    if (!msgs[i]) {
+      free(b);
+      ok = 0;
+      break;
+    }
+    *msgs[i] = (ps_send_t){.dest = sh->server, .buf = b, .len = l};
+  }
+  hvd_status_t st = ok ? enter(ps, op->req, "hvd_ps_push_pull")
+                       : hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_ps_push_pull: out of memory");
+  if (st != HVD_OK) {
+    for (size_t i = 0; msgs && i < n && msgs[i]; i++) {
+      free(msgs[i]->buf);
+      free(msgs[i]);
+    }
+    free(msgs);
+    pthread_mutex_unlock(&ps_mu);
+    return st;
+  }
+  for (size_t i = 0; i < n; i++) {
+    ps->waiting[op->s0 + i] = op;
+    msgs[i]->next = ps->sends;
+    ps->sends = msgs[i];
+  }
+  free(msgs);
+  op->remaining = n;
+  if (n == 0) {   /* variables of no elements */
+    complete(op->req, HVD_OK, NULL);
+    free(op);
+  }
+  pthread_mutex_unlock(&ps_mu);
+  return HVD_OK;
+}
+
+hvd_status_t hvd_ps_submit_finish(struct hvd_ps *ps, struct hvd_request *r) {
+  pthread_mutex_lock(&ps_mu);
+  hvd_status_t s = enter(ps, r, "hvd_ps_finish");
+  if (s == HVD_OK) {
+    ps->finishing = 1;
+    ps->finish_req = r;
+  }
+  pthread_mutex_unlock(&ps_mu);
+  return s;
+}
+
+void hvd_ps_stats_copy(const struct hvd_ps *ps, hvd_ps_stats_t *s) {
+  pthread_mutex_lock(&ps_mu);
+  *s = ps->stats;
+  pthread_mutex_unlock(&ps_mu);
+}

@@ -1,0 +1,231 @@
+/* test_hvd_ps: the parameter servers of hvd (hvd_ps_*), at np 2-4.
+     sync_*:     workers push gradients computed from the values they pulled, for 10
+                 steps; every worker ends with the values of the same steps computed here
+                 in double (the average of the workers' gradients, SGD), to 1e-5
+                 relative: dedicated (num_ps 1 and 2) and colocated, both placements, a
+                 variable split over servers.
+     async:      4 ranks, worker 0 a straggler (20 ms a step), max_staleness 2: no push
+                 ever older than 2 versions on any server, and some older than 0 (so the
+                 bound was tested); the final values are the sum of every push.
+     mismatch:   rank 2 registers "b" with 11 elements: HVD_ERR_MISMATCH on every rank
+                 naming both sizes, and the runtime goes on (a good set runs after it).
+     placement:  greedy and round-robin place the shards as TF's strategies would.
+   Started alone, it runs each mode under mpirun. */
+#include "hvd_test.h"
+
+#include <limits.h>
+#include <math.h>
+
+static int R;
+static char self_path[1024];
+
+#define NV 4
+static const char *const names[NV] = {"a", "b", "c", "d"};
+static const size_t counts[NV] = {1000, 10, 3000, 1};
+#define TOTAL 4011
+#define LR 0.5
+
+static void sgd(void *ctx, size_t var, size_t offset, float *values, float *grad,
+                size_t count, uint64_t version) {
+  (void)ctx, (void)var, (void)offset, (void)version;
+  for (size_t i = 0; i < count; i++) values[i] -= (float)LR * grad[i];
+}
+
+static float init_value(size_t i) { return (float)(i % 13) * 0.1f; }
+static double coef(size_t i) { return (double)(i % 7 + 1) * 0.25; }
+
+/* Sync: 10 steps of gradient 0.5 v + (w + 1) c_i from the pulled values v. */
+static void run_sync_as(hvd_ps_mode_t mode, int num_ps, hvd_ps_placement_t placement) {
+  hvd_ps_config_t cfg = {mode, num_ps, placement, 4096, 0, sgd, NULL};
+  static float init[TOTAL], values[TOTAL], grads[TOTAL];
+  for (size_t i = 0; i < TOTAL; i++) init[i] = init_value(i);
+  hvd_ps_t *ps = NULL;
+  CHECK_OK(hvd_ps_create(&ps, &cfg, NV, names, counts, init));
+  int W = hvd_ps_num_workers(ps), w = hvd_ps_worker_index(ps);
+  CHECK(W == hvd_size() - num_ps, "%d workers", W);
+  const int T = 10;
+  if (hvd_ps_is_worker(ps)) {
+    memset(values, 0, sizeof(values));
+    CHECK_OK(hvd_ps_push_pull(ps, 0, NV, NULL, values));   /* the first values */
+    for (size_t i = 0; i < TOTAL; i++)
+      CHECK(values[i] == init[i], "pulled value %zu is %g, expected %g", i, values[i], init[i]);
+    for (int t = 0; t < T; t++) {
+      for (size_t i = 0; i < TOTAL; i++)
+        grads[i] = 0.5f * values[i] + (float)((w + 1) * coef(i));
+      hvd_request_t r1, r2;   /* two buckets, as backward hands them over */
+      CHECK_OK(hvd_ps_push_pull_async(ps, 2, 2, grads, values, &r1));
+      CHECK_OK(hvd_ps_push_pull_async(ps, 0, 2, grads, values, &r2));
+      CHECK_OK(hvd_wait(r1));
+      CHECK_OK(hvd_wait(r2));
+    }
+    double worst = 0;
+    for (size_t i = 0; i < TOTAL; i++) {
+      double v = init[i];
+      for (int t = 0; t < T; t++) {
+        double g = 0;
+        for (int k = 0; k < W; k++) g += 0.5 * v + (k + 1) * coef(i);
+        v -= LR * g / W;
+      }
+      double rel = fabs(values[i] - v) / (fabs(v) > 1e-3 ? fabs(v) : 1e-3);
+      if (rel > worst) worst = rel;
+    }
+    CHECK(worst <= 1e-5, "num_ps %d placement %d: values differ from the reference by "
+          "%g relative", num_ps, (int)placement, worst);
+  }
+  CHECK_OK(hvd_ps_finish(ps));
+  hvd_ps_stats_t st;
+  hvd_ps_stats(ps, &st);
+  hvd_ps_free(ps);
+  uint64_t pushes = st.pushes, all = 0;
+  CHECK(st.max_staleness == 0, "staleness %llu", (unsigned long long)st.max_staleness);
+  CHECK_OK(hvd_allreduce("pushes", &pushes, &all, 1, HVD_INT64, HVD_SUM));
+  /* Every worker pushes each shard once a step. */
+  CHECK(all > 0 && all % (uint64_t)(T * W) == 0, "%llu pushes in all",
+        (unsigned long long)all);
+  if (R == 0) printf("%s num_ps %d placement %s: OK (%llu pushes)\n",
+                     mode == HVD_PS_SYNC ? "sync" : "async, max_staleness 0", num_ps,
+                     placement == HVD_PS_GREEDY ? "greedy" : "round-robin",
+                     (unsigned long long)all);
+}
+
+/* Async with max_staleness 0 runs in lockstep: each worker's gradient is applied alone
+   (divided by the workers), all computed on the same values: plain SGD then gives the
+   sync steps. */
+static void run_sync(int num_ps, hvd_ps_placement_t placement) {
+  run_sync_as(HVD_PS_SYNC, num_ps, placement);
+}
+
+static void run_async(int num_ps, int S) {
+  hvd_ps_config_t cfg = {HVD_PS_ASYNC, num_ps, HVD_PS_GREEDY, 4096, S, sgd, NULL};
+  static float init[TOTAL], values[TOTAL], grads[TOTAL];
+  for (size_t i = 0; i < TOTAL; i++) init[i] = init_value(i);
+  hvd_ps_t *ps = NULL;
+  CHECK_OK(hvd_ps_create(&ps, &cfg, NV, names, counts, init));
+  int W = hvd_ps_num_workers(ps), w = hvd_ps_worker_index(ps);
+  const int T = 20;
+  if (hvd_ps_is_worker(ps)) {
+    CHECK_OK(hvd_ps_push_pull(ps, 0, NV, NULL, values));
+    for (size_t i = 0; i < TOTAL; i++) grads[i] = (float)((w + 1) * coef(i));
+    for (int t = 0; t < T; t++) {
+      if (w == 0) usleep(20000);   /* the straggler */
+      CHECK_OK(hvd_ps_push_pull(ps, 0, NV, grads, values));
+    }
+  }
+  CHECK_OK(hvd_barrier());   /* every push applied: the newest values are final */
+  if (hvd_ps_is_worker(ps)) {
+    CHECK_OK(hvd_ps_push_pull(ps, 0, NV, NULL, values));
+    double worst = 0;
+    for (size_t i = 0; i < TOTAL; i++) {
+      double v = init[i];
+      for (int k = 0; k < W; k++) v -= LR * T * (k + 1) * coef(i) / W;
+      double rel = fabs(values[i] - v) / (fabs(v) > 1e-3 ? fabs(v) : 1e-3);
+      if (rel > worst) worst = rel;
+    }
+    CHECK(worst <= 1e-5, "async: final values differ from the sum of the pushes by %g", worst);
+  }
+  CHECK_OK(hvd_ps_finish(ps));
+  hvd_ps_stats_t st;
+  hvd_ps_stats(ps, &st);
+  hvd_ps_free(ps);
+  int64_t mine[2] = {(int64_t)st.max_staleness, (int64_t)st.pushes}, most[2], sum[2];
+  CHECK_OK(hvd_allreduce("staleness", mine, most, 2, HVD_INT64, HVD_MAX));
+  CHECK_OK(hvd_allreduce("staleness.sum", mine, sum, 2, HVD_INT64, HVD_SUM));
+  if (R == 0)
+    printf("async num_ps %d S %d: largest staleness %lld, %lld pushes\n", num_ps, S,
+           (long long)most[0], (long long)sum[1]);
+  CHECK(most[0] <= S, "a push was %lld versions stale, more than max_staleness %d",
+        (long long)most[0], S);
+  CHECK(most[0] >= 1, "no push was ever stale: the straggler did not test the bound");
+}
+
+static void run_mismatch(void) {
+  hvd_ps_config_t cfg = {HVD_PS_SYNC, 0, HVD_PS_GREEDY, 0, -1, sgd, NULL};
+  size_t mine[NV];
+  memcpy(mine, counts, sizeof(mine));
+  if (R == 2) mine[1] = 11;
+  hvd_ps_t *ps = NULL;
+  CHECK_STATUS(hvd_ps_create(&ps, &cfg, NV, names, mine, NULL), HVD_ERR_MISMATCH);
+  const char *want = "variable \"b\": rank 0 registered 10 elements, rank 2 registered 11";
+  CHECK(strstr(hvd_last_error(), want) != NULL, "message \"%s\" lacks \"%s\"",
+        hvd_last_error(), want);
+  CHECK(ps == NULL, "ps set on failure");
+  if (R == 0) printf("mismatch: %s\n", hvd_last_error());
+  /* Settings differ too. */
+  cfg.num_ps = R == 1 ? 1 : 0;
+  CHECK_STATUS(hvd_ps_create(&ps, &cfg, NV, names, counts, NULL), HVD_ERR_MISMATCH);
+  CHECK(strstr(hvd_last_error(), "rank 0 has mode sync, num_ps 0") != NULL &&
+        strstr(hvd_last_error(), "rank 1 has sync, 1,") != NULL, "message \"%s\"",
+        hvd_last_error());
+  cfg.num_ps = 0;
+  CHECK_OK(hvd_ps_create(&ps, &cfg, NV, names, counts, NULL));
+  CHECK_OK(hvd_ps_finish(ps));
+  hvd_ps_free(ps);
+}
+
+static void check_servers(hvd_ps_placement_t placement, const int *want, size_t n) {
+  static const char *const pn[] = {"v0", "v1", "v2", "v3", "v4"};
+  static const size_t pc[] = {100, 10, 10, 50, 3000};
+  hvd_ps_config_t cfg = {HVD_PS_SYNC, 0, placement, 4096, -1, sgd, NULL};
+  hvd_ps_t *ps = NULL;
+  CHECK_OK(hvd_ps_create(&ps, &cfg, 5, pn, pc, NULL));
+  CHECK(hvd_ps_num_shards(ps) == n, "%zu shards, expected %zu", hvd_ps_num_shards(ps), n);
+  for (size_t k = 0; k < n && k < hvd_ps_num_shards(ps); k++) {
+    int server;
+    size_t var, offset, count;
+    hvd_ps_shard(ps, k, &var, &offset, &count, &server);
+    CHECK(server == want[k], "%s: shard %zu (variable %zu, offset %zu) on rank %d, "
+          "expected %d", placement == HVD_PS_GREEDY ? "greedy" : "round-robin", k, var,
+          offset, server, want[k]);
+  }
+  CHECK_OK(hvd_ps_finish(ps));
+  hvd_ps_free(ps);
+}
+
+static int body(const char *mode) {
+  CHECK_OK(hvd_init());
+  R = hvd_rank();
+  if (strcmp(mode, "sync") == 0) {
+    run_sync(0, HVD_PS_GREEDY);
+    run_sync(0, HVD_PS_ROUND_ROBIN);
+    run_sync(1, HVD_PS_GREEDY);
+    if (hvd_size() > 2) run_sync(2, HVD_PS_ROUND_ROBIN);
+  } else if (strcmp(mode, "async") == 0) {
+    run_async(0, 2);
+    run_async(1, 1);
+    run_sync_as(HVD_PS_ASYNC, 0, HVD_PS_GREEDY);
+    run_sync_as(HVD_PS_ASYNC, 1, HVD_PS_ROUND_ROBIN);
+  } else if (strcmp(mode, "mismatch") == 0) {
+    run_mismatch();
+  } else if (strcmp(mode, "placement") == 0) {
+    /* v4 (12000 bytes) is cut into 3 parts of 4000 (split_bytes 4096, 3 servers).
+       Greedy: loads 400, 40, 40 after v0-v2; v3 to the lowest of the least (rank 1);
+       v4's parts to rank 2, then 1, then 0 (never two on one server). */
+    const int greedy[] = {0, 1, 2, 1, 2, 1, 0};
+    const int rr[] = {0, 1, 2, 0, 1, 2, 0};
+    check_servers(HVD_PS_GREEDY, greedy, 7);
+    check_servers(HVD_PS_ROUND_ROBIN, rr, 7);
+    if (R == 0) printf("placement: OK\n");
+  } else {
+    CHECK(0, "unknown mode %s", mode);
+  }
+  CHECK_OK(hvd_shutdown());
+  return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  if (hvd_test_is_rank()) return body(argc > 1 ? argv[1] : "");
+  if (!realpath(argv[0], self_path)) snprintf(self_path, sizeof(self_path), "%s", argv[0]);
+  struct { const char *mode; int np; } runs[] = {
+      {"sync", 2}, {"sync", 3}, {"sync", 4}, {"async", 4}, {"mismatch", 3}, {"placement", 3}};
+  int ok = 1;
+  for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+    int rc = hvd_test_mpirun(self_path, runs[i].np, runs[i].mode, "HVD_PEER_TIMEOUT_SECONDS=20",
+                             120, NULL, 0);
+    if (rc != 0) {
+      printf("FAIL %s at np %d: exit %d\n", runs[i].mode, runs[i].np, rc);
+      ok = 0;
+    }
+  }
+  printf(ok ? "PASS\n" : "FAIL\n");
+  return ok ? 0 : 1;
+}
