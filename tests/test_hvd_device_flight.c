@@ -26,7 +26,7 @@
 
 typedef struct {
   atomic_int state[MAX_EV];   /* 0 pending, 1 done, -1 error */
-  int recycled[MAX_EV], nrecycled;
+  int recycled[4 * MAX_EV], nrecycled;   /* test_drain recycles 40 */
   double stall_us;            /* check(): a timeout past this wait (0: never) */
   int checks;
 } fake_t;
@@ -51,6 +51,10 @@ static hvd_status_t chk(void *ctx, double waited_us, char *msg, size_t len) {
 }
 static void recycle(void *ctx, void *event) {
   fake_t *f = ctx;
+  if (f->nrecycled == (int)(sizeof f->recycled / sizeof f->recycled[0])) {
+    fprintf(stderr, "FAIL: more events recycled than the test expects\n");
+    exit(1);
+  }
   f->recycled[f->nrecycled++] = *(int *)event;
 }
 
