@@ -191,6 +191,8 @@ py-fp16-not-compressed|python/hvd/torch/compression.py|s#return tensor.type(torc
 py-opt-state-not-loaded|python/hvd/torch/functions.py|s#        optimizer.load_state_dict(state)#        pass#|test_python.sh
 py-uninstall-keeps-package|Makefile|s#  rm -rf '\$(DESTDIR)'"\$\$site/hvd"; fi#  true; fi#|test_install.sh
 py-allreduce-grad-not-reduced|python/hvd/torch/__init__.py|s#        grad = synchronize(allreduce_async(grad_output, None, None, op, pre, post))#        grad = grad_output#|test_python.sh
+py-opt-none-grad-not-zeroed|python/hvd/torch/optimizer.py|s#^            p.grad = p.data.new_zeros(p.size())#            pass#|test_python.sh
+py-dropped-handle-freed|python/hvd/_core.py|s#    _in_flight\[id(handle.req)\] = (handle.req, handle._keep)#    pass#|test_python.sh
 EOF
 )
 

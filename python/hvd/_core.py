@@ -66,6 +66,13 @@ def resolve_op(op, average=None):
     return op
 
 
+# Buffers of every operation submitted and not yet waited for, keyed by its request: a
+# handle the caller drops (allreduce_async_(t) with the result ignored) must not free a
+# tensor the runtime still reads or writes. As Horovod's handle map, an entry goes at
+# synchronize(); one never synchronized stays for the life of the process.
+_in_flight = {}
+
+
 class Handle:
     """An operation in flight: synchronize(handle) waits for it and returns its output;
     poll(handle) says whether it has finished. Holds every buffer the C call writes or
@@ -97,6 +104,7 @@ class Handle:
                 self._status = lib.hvd_wait(self.req)
                 self._message = _lib.error_message(self._status) if self._status else ""
             self._done = True
+            _in_flight.pop(id(self.req), None)
             if self._status != _lib.OK:
                 self._keep = self._finish = None
                 raise HorovodInternalError("%s failed: %s" % (self.what, self._message))
@@ -123,6 +131,7 @@ def poll(handle):
 
 def _submit(handle, status):
     check(status, handle.what)
+    _in_flight[id(handle.req)] = (handle.req, handle._keep)
     return handle
 
 

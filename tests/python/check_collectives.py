@@ -171,6 +171,18 @@ except ValueError as e:
     if "contiguous" not in str(e):
         failures.append("non-contiguous: unclear message %s" % e)
 
+# A handle dropped before synchronize: the tensor hvd writes into stays alive (the
+# runtime's writes would otherwise land in freed memory), as Horovod's handle map keeps it.
+import gc  # noqa: E402
+import weakref  # noqa: E402
+dropped = torch.ones(1 << 12)
+alive = weakref.ref(dropped)
+ht.allreduce_async_(dropped, name="dropped.handle")
+del dropped
+gc.collect()
+check("a dropped handle's tensor is kept", [alive() is not None], [True])
+ht.barrier()
+
 # Topology against Open MPI's own view (mpirun on one host), then shutdown: a call after
 # it raises hvd's error instead of crashing.
 import os  # noqa: E402
