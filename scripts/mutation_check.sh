@@ -193,6 +193,8 @@ py-uninstall-keeps-package|Makefile|s#  rm -rf '\$(DESTDIR)'"\$\$site/hvd"; fi# 
 py-allreduce-grad-not-reduced|python/hvd/torch/__init__.py|s#        grad = synchronize(allreduce_async(grad_output, None, None, op, pre, post))#        grad = grad_output#|test_python.sh
 py-opt-none-grad-not-zeroed|python/hvd/torch/optimizer.py|s#^            p.grad = p.data.new_zeros(p.size())#            pass#|test_python.sh
 py-dropped-handle-freed|python/hvd/_core.py|s#    _in_flight\[id(handle.req)\] = (handle.req, handle._keep)#    pass#|test_python.sh
+py-inplace-prescale-on-tensor|python/hvd/_core.py|s#src = A.clone(x) if prescale_factor != 1.0 else x#src = A.clone(x) if prescale_factor != 1.0 and not inplace else x#|test_python.sh
+py-grouped-prescale-on-tensor|python/hvd/_core.py|s#srcs = \[A.clone(x) for x in xs\]#srcs = xs if inplace else [A.clone(x) for x in xs]#|test_python.sh
 EOF
 )
 

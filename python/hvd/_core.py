@@ -139,10 +139,10 @@ def allreduce_async(A, x, inplace, op, prescale_factor, postscale_factor, name):
     """Horovod's prescale/postscale: the input is multiplied by prescale_factor before the
     reduction and the result by postscale_factor after (Average divides by size too)."""
     ptr, count, code = A.describe(x, "allreduce", inplace)
-    src = x
+    # Prescaled in a copy even in place: a call that fails (a duplicate name, before init)
+    # leaves the caller's tensor as it was.
+    src = A.clone(x) if prescale_factor != 1.0 else x
     if prescale_factor != 1.0:
-        if not inplace:
-            src = A.clone(x)
         A.scale_(src, prescale_factor)
     out = x if inplace else A.empty_like(x)
     sptr = ptr if src is x else A.describe(src, "allreduce", False)[0]
@@ -169,7 +169,7 @@ def grouped_allreduce_async(A, xs, inplace, op, prescale_factor, postscale_facto
                          "dtype (hvd reduces a group as one unit)")
     srcs = list(xs)
     if prescale_factor != 1.0:
-        srcs = xs if inplace else [A.clone(x) for x in xs]
+        srcs = [A.clone(x) for x in xs]    # a copy in place too, as allreduce_async's
         for s in srcs:
             A.scale_(s, prescale_factor)
     outs = xs if inplace else [A.empty_like(x) for x in xs]
