@@ -248,6 +248,10 @@ ps-request-not-failed-on-loss|hvd/ps_engine.c|s/^  hvd_inflight_insert(r);/  hvd
 train-ps-new-values-dropped|train/ps_update.c|s/^  memcpy(nn_model_params(p->model), p->fresh, p->np \* sizeof(float));/  (void)0;/|test_train_ps.sh
 train-ps-optim-state-not-resumed|train/ps_update.c|s/      memcpy(st + c \* count, full + c \* p->np + at, count \* sizeof(float));/      (void)at;/|test_train_ps.sh
 cnn-bench-ps-server-prints-steps|bench/cnn_bench.c|s/  t->step_rank = o->num_ps;/  t->step_rank = 0;/|test_cnn_bench_ps.sh
+py-opt-none-grad-not-zeroed|python/hvd/torch/optimizer.py|s#^            p.grad = p.data.new_zeros(p.size())#            pass#|test_python.sh
+py-dropped-handle-freed|python/hvd/_core.py|s#    _in_flight\[id(handle.req)\] = (handle.req, handle._keep)#    pass#|test_python.sh
+py-inplace-prescale-on-tensor|python/hvd/_core.py|s#src = A.clone(x) if prescale_factor != 1.0 else x#src = A.clone(x) if prescale_factor != 1.0 and not inplace else x#|test_python.sh
+py-grouped-prescale-on-tensor|python/hvd/_core.py|s#srcs = \[A.clone(x) for x in xs\]#srcs = xs if inplace else [A.clone(x) for x in xs]#|test_python.sh
 EOF
 )
 

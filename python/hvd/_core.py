@@ -66,6 +66,13 @@ def resolve_op(op, average=None):
     return op
 
 
+# Buffers of every operation submitted and not yet waited for, keyed by its request: a
+# handle the caller drops (allreduce_async_(t) with the result ignored) must not free a
+# tensor the runtime still reads or writes. As Horovod's handle map, an entry goes at
+# synchronize(); one never synchronized stays for the life of the process.
+_in_flight = {}
+
+
 class Handle:
     """An operation in flight: synchronize(handle) waits for it and returns its output;
     poll(handle) says whether it has finished. Holds every buffer the C call writes or
@@ -97,6 +104,7 @@ class Handle:
                 self._status = lib.hvd_wait(self.req)
                 self._message = _lib.error_message(self._status) if self._status else ""
             self._done = True
+            _in_flight.pop(id(self.req), None)
             if self._status != _lib.OK:
                 self._keep = self._finish = None
                 raise HorovodInternalError("%s failed: %s" % (self.what, self._message))
@@ -123,6 +131,7 @@ def poll(handle):
 
 def _submit(handle, status):
     check(status, handle.what)
+    _in_flight[id(handle.req)] = (handle.req, handle._keep)
     return handle
 
 
@@ -130,10 +139,10 @@ def allreduce_async(A, x, inplace, op, prescale_factor, postscale_factor, name):
     """Horovod's prescale/postscale: the input is multiplied by prescale_factor before the
     reduction and the result by postscale_factor after (Average divides by size too)."""
     ptr, count, code = A.describe(x, "allreduce", inplace)
-    src = x
+    # Prescaled in a copy even in place: a call that fails (a duplicate name, before init)
+    # leaves the caller's tensor as it was.
+    src = A.clone(x) if prescale_factor != 1.0 else x
     if prescale_factor != 1.0:
-        if not inplace:
-            src = A.clone(x)
         A.scale_(src, prescale_factor)
     out = x if inplace else A.empty_like(x)
     sptr = ptr if src is x else A.describe(src, "allreduce", False)[0]
@@ -160,7 +169,7 @@ def grouped_allreduce_async(A, xs, inplace, op, prescale_factor, postscale_facto
                          "dtype (hvd reduces a group as one unit)")
     srcs = list(xs)
     if prescale_factor != 1.0:
-        srcs = xs if inplace else [A.clone(x) for x in xs]
+        srcs = [A.clone(x) for x in xs]    # a copy in place too, as allreduce_async's
         for s in srcs:
             A.scale_(s, prescale_factor)
     outs = xs if inplace else [A.empty_like(x) for x in xs]

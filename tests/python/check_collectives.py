@@ -171,6 +171,32 @@ except ValueError as e:
     if "contiguous" not in str(e):
         failures.append("non-contiguous: unclear message %s" % e)
 
+# An in-place call with a prescale that fails (a name over 255 bytes) leaves the tensor
+# as it was: the prescale works in a copy.
+for lib_, mk in ((hvd, lambda: np.ones(4, np.float32)), (ht, lambda: torch.ones(4))):
+    kept, kept_g = mk(), [mk()]
+    for call, arg in ((lib_.allreduce_, kept), (lib_.grouped_allreduce_, kept_g)):
+        try:
+            call(arg, prescale_factor=2.0, name="x" * 300)
+            failures.append("%s with a 300-byte name did not raise" % call.__name__)
+        except hvd.HorovodInternalError:
+            pass
+    check("%s: failed allreduce_ leaves the tensor" % lib_.__name__, kept, np.ones(4))
+    check("%s: failed grouped_allreduce_ leaves the tensor" % lib_.__name__, kept_g[0],
+          np.ones(4))
+
+# A handle dropped before synchronize: the tensor hvd writes into stays alive (the
+# runtime's writes would otherwise land in freed memory), as Horovod's handle map keeps it.
+import gc  # noqa: E402
+import weakref  # noqa: E402
+dropped = torch.ones(1 << 12)
+alive = weakref.ref(dropped)
+ht.allreduce_async_(dropped, name="dropped.handle")
+del dropped
+gc.collect()
+check("a dropped handle's tensor is kept", [alive() is not None], [True])
+ht.barrier()
+
 # Topology against Open MPI's own view (mpirun on one host), then shutdown: a call after
 # it raises hvd's error instead of crashing.
 import os  # noqa: E402

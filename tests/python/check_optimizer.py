@@ -58,6 +58,14 @@ opt.step()
 check("one step", m.fc.weight, torch.tensor([[10.0, 20.0]]) - mean_of([0]))
 check("unused parameter's gradient", m.unused.grad, torch.zeros(3))
 
+# zero_grad(set_to_none=True) (torch 2's default): step() reduces zeros for the parameter
+# backward never reached, as Horovod does, instead of failing on its grad of None.
+opt.zero_grad(set_to_none=True)
+m(x(R, 0)).backward()
+opt.step()
+check("set_to_none: step", m.fc.weight, torch.tensor([[10.0, 20.0]]) - 2 * mean_of([0]))
+check("set_to_none: unused parameter's gradient", m.unused.grad, torch.zeros(3))
+
 # backward_passes_per_step=2: the gradients of both passes add up locally and are
 # reduced once, after the second pass.
 m, opt = fresh(backward_passes_per_step=2)

@@ -70,6 +70,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _allreduce_grad_async(self, p):
         from . import allreduce_async_
+        if p.grad is None:
+            # Backward did not reach p here (zero_grad(set_to_none=True), a branch this
+            # rank skipped) but other ranks may reduce it: take part with zeros.
+            p.grad = p.data.new_zeros(p.size())
         name = self._parameter_names.get(p)
         tensor_compressed, ctx = self._compression.compress(p.grad)
         if self.op == Average:
