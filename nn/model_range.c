@@ -38,7 +38,7 @@ int nn_model_range_cut_ok(const nn_model_t *m, int k) {
   for (int j = k; j < m->num_layers; j++)
     for (int t = 0; t < 2; t++) {
       int in = m->layers[j].in[t];
-      if (t == 1 && m->layers[j].kind != NN_LAYER_ADD) continue;
+      if (t == 1 && !nn_layer_kind_has_two_inputs(m->layers[j].kind)) continue;
       if (in < k - 1) return 0;   /* NN_MODEL_INPUT (-1) included */
     }
   return 1;
