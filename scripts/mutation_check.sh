@@ -229,6 +229,7 @@ init-weights-ignored|train/main.c|s/  if (t->init \&\& !t->resumed) {/  if (0) {
 grpc-call-threads-unbounded|serve/grpc_server.c|s#^\#define MAX_WORKERS MAX_STREAMS#\#define MAX_WORKERS 1000000#|test_serve_grpc_threads.sh
 jpeg-scans-unlimited|serve/image_input.c|s#TJFLAG_LIMITSCANS)#0)#|test_serve_grpc_images.sh
 range-cut-ignores-graph-inputs|nn/model_range.c|s/      if (t == 1 \&\& !nn_layer_kind_has_two_inputs(m->layers\[j\].kind)) continue;/      if (t == 1 \&\& m->layers[j].kind != NN_LAYER_ADD) continue;/|test_nn_model_range
+pipe-gather-ignores-freeze|train/pipeline_step.c|s/  size_t arrays = state \&\& per \&\& nstate % per == 0 ? nstate \/ per : 0;/  size_t arrays = state \&\& nstate % plen == 0 ? nstate \/ plen : 0;/|test_train_pipeline_freeze.sh
 EOF
 )
 

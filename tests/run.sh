@@ -63,7 +63,7 @@ pooled=(
   test_hvd_process_sets test_nn_model_range test_train_pipeline test_train_pipeline.sh
   test_onnx_models test_onnx_train_serve.sh test_nn_graph_kernels
   test_nn_torchvision test_nn_freeze test_train_freeze.sh test_train_transfer.sh test_cuda_freeze
-  test_serve_grpc_threads.sh
+  test_serve_grpc_threads.sh test_train_pipeline_freeze.sh
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build
