@@ -9,7 +9,9 @@
    unstashing each), against nn_model_forward/nn_model_backward_accumulate of the same
    micro-batches one after the other. A cut across a residual connection is refused, and
    so is one across the second input of an ONNX graph's kinds (mul, concat: the "graph"
-   model below, built as nn/onnx_import.c builds one). */
+   model below, built as nn/onnx_import.c builds one). With resnet20's bottom frozen
+   (nn_model_set_frozen), ranges leave the frozen batch norms' running statistics alone
+   and no gradient below the lowest trainable layer, as the whole model does. */
 #include "nn/graph_kernels_internal.h"
 #include "nn/model_internal.h"
 #include "nn/nn.h"
@@ -50,12 +52,22 @@ static nn_model_t *make_graph(const nn_model_config_t *cfg) {
   return nn_model_finish(m) == NN_OK ? m : NULL;
 }
 
+/* The tensors make() freezes, when set (the bottom of resnet20). */
+static const char *const *frozen;
+static int num_frozen;
+
 static nn_model_t *make(const char *name) {
   nn_model_t *m = NULL;
   nn_model_config_t cfg = {.batch = MB, .seed = 7};
   if (strcmp(name, "graph") == 0) {
     m = make_graph(&cfg);
     CHECK(m != NULL, "create graph: %s", nn_last_error());
+    return m;
+  }
+  if (num_frozen > 0) {
+    CHECK(nn_model_create(&m, name, &cfg) == NN_OK, "create %s: %s", name, nn_last_error());
+    CHECK(m && nn_model_set_frozen(m, frozen, num_frozen) == NN_OK, "freeze: %s",
+          nn_last_error());
     return m;
   }
   CHECK(nn_model_create(&m, name, &cfg) == NN_OK, "create %s: %s", name, nn_last_error());
@@ -197,6 +209,21 @@ int main(void) {
   }
   int three[2] = {3, 7};
   compare("lenet", three, 2);
+  /* resnet20 with its stem and first stage (layers 0-23) frozen: a cut in the frozen
+     part, one above it and the last. */
+  const char *bottom[] = {"conv1.*", "bn1.*", "layer1.*"};
+  frozen = bottom;
+  num_frozen = 3;
+  nn_model_t *r = make("resnet20");
+  if (r) {
+    int L = nn_model_num_layers(r), cuts[3] = {0, 0, L - 1}, n = 0;
+    for (int c = 1; c < L && n < 2; c++)
+      if (nn_model_range_cut_ok(r, c) && (n == 0 || c >= 26)) cuts[n++] = c;
+    for (int k = 0; k < 3; k++)
+      if (cuts[k] > 0) compare("resnet20", &cuts[k], 1);
+    nn_model_free(r);
+  }
+  num_frozen = 0;
   /* Errors */
   nn_model_t *m = make("mlp");
   float x[4] = {0};
