@@ -7,8 +7,10 @@
    that output (the loss's when last is the number of layers) and leaves the gradient of
    its input in layer first - 1's gradient buffer. Parameter gradients are added to, as
    nn_model_backward_accumulate does: a pipeline zeroes them once per step and sums its
-   micro-batches. The walk is model_walk.c's, limited to the range; the CPU backend only
-   (its buffers are host memory the caller reads and writes).
+   micro-batches. The walk is model_walk.c's, limited to the range, frozen layers
+   included (inference-mode forward; no backward below the lowest trainable layer, so
+   a range wholly below it leaves its input's gradient unwritten: nothing needs it);
+   the CPU backend only (its buffers are host memory the caller reads and writes).
 
    A stage keeps several micro-batches in flight, but a model has one set of activation
    buffers: nn_model_range_stash saves what the range's backward reads (its input, every
@@ -38,7 +40,7 @@ int nn_model_range_cut_ok(const nn_model_t *m, int k) {
   for (int j = k; j < m->num_layers; j++)
     for (int t = 0; t < 2; t++) {
       int in = m->layers[j].in[t];
-      if (t == 1 && m->layers[j].kind != NN_LAYER_ADD) continue;
+      if (t == 1 && !nn_layer_kind_has_two_inputs(m->layers[j].kind)) continue;
       if (in < k - 1) return 0;   /* NN_MODEL_INPUT (-1) included */
     }
   return 1;
@@ -91,7 +93,8 @@ nn_status_t nn_model_forward_range(nn_model_t *m, int first, int last, const flo
   for (int i = first; s == NN_OK && i < last; i++) {
     nn_layer_t *l = &m->layers[i];
     double t0 = util_now_s();
-    s = b->layer[l->kind].forward(m, i, n, training);
+    /* A frozen layer runs as in inference, as in model_walk.c. */
+    s = b->layer[l->kind].forward(m, i, n, training && !l->frozen);
     l->forward_s = util_now_s() - t0;
   }
   if (s != NN_OK) return s;
@@ -129,7 +132,8 @@ nn_status_t nn_model_backward_range(nn_model_t *m, int first, int last, const fl
     s = b->copy(top->dout, dy ? dy : m->dlogits,
                 (size_t)n * nn_layer_sample_size(top) * sizeof(float));
   size_t ready = SIZE_MAX;
-  for (int i = last - 1; s == NN_OK && i >= first; i--) {
+  /* Below the lowest trainable layer only frozen parameters lie (nn/model_freeze.c). */
+  for (int i = last - 1; s == NN_OK && i >= first && i >= m->train_layer; i--) {
     nn_layer_t *l = &m->layers[i];
     double t0 = util_now_s();
     s = b->layer[l->kind].backward(m, i, n);

@@ -252,6 +252,10 @@ py-opt-none-grad-not-zeroed|python/hvd/torch/optimizer.py|s#^            p.grad 
 py-dropped-handle-freed|python/hvd/_core.py|s#    _in_flight\[id(handle.req)\] = (handle.req, handle._keep)#    pass#|test_python.sh
 py-inplace-prescale-on-tensor|python/hvd/_core.py|s#src = A.clone(x) if prescale_factor != 1.0 else x#src = A.clone(x) if prescale_factor != 1.0 and not inplace else x#|test_python.sh
 py-grouped-prescale-on-tensor|python/hvd/_core.py|s#srcs = \[A.clone(x) for x in xs\]#srcs = xs if inplace else [A.clone(x) for x in xs]#|test_python.sh
+range-cut-ignores-graph-inputs|nn/model_range.c|s/      if (t == 1 \&\& !nn_layer_kind_has_two_inputs(m->layers\[j\].kind)) continue;/      if (t == 1 \&\& m->layers[j].kind != NN_LAYER_ADD) continue;/|test_nn_model_range
+pipe-gather-ignores-freeze|train/pipeline_step.c|s/  size_t arrays = state \&\& per \&\& nstate % per == 0 ? nstate \/ per : 0;/  size_t arrays = state \&\& nstate % plen == 0 ? nstate \/ plen : 0;/|test_train_pipeline_freeze.sh
+range-forward-trains-frozen|nn/model_range.c|s/    s = b->layer\[l->kind\].forward(m, i, n, training \&\& !l->frozen);/    s = b->layer[l->kind].forward(m, i, n, training);/|test_nn_model_range
+range-backward-below-trainable|nn/model_range.c|s/ i >= first \&\& i >= m->train_layer; i--) {/ i >= first; i--) {/|test_nn_model_range
 EOF
 )
 

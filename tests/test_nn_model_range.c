@@ -7,7 +7,13 @@
    bit-identical parameter gradients, for two micro-batches in flight at once through
    activation stashing (forward 0, forward 1, then backward 0 and backward 1 after
    unstashing each), against nn_model_forward/nn_model_backward_accumulate of the same
-   micro-batches one after the other. A cut across a residual connection is refused. */
+   micro-batches one after the other. A cut across a residual connection is refused, and
+   so is one across the second input of an ONNX graph's kinds (mul, concat: the "graph"
+   model below, built as nn/onnx_import.c builds one). With resnet20's bottom frozen
+   (nn_model_set_frozen), ranges leave the frozen batch norms' running statistics alone
+   and no gradient below the lowest trainable layer, as the whole model does. */
+#include "nn/graph_kernels_internal.h"
+#include "nn/model_internal.h"
 #include "nn/nn.h"
 
 #include <stdio.h>
@@ -30,9 +36,40 @@ static float *input_batch(const nn_model_t *m, int n, unsigned seed) {
   return x;
 }
 
+/* Layers 3 (mul) and 4 (concat) read layers 0 and 1 as their second input: only the
+   cuts before layers 1, 5 and 6 keep every input within reach. */
+static nn_model_t *make_graph(const nn_model_config_t *cfg) {
+  nn_model_t *m = nn_model_begin("graph", cfg, 2, 6, 6, 3);
+  if (!m) return NULL;
+  const int one[2] = {1, 1};
+  int g0 = nn_model_add_gconv(m, "g0", NN_MODEL_INPUT, 4, 3, 3, one, one, one, 2, 1);
+  int a1 = nn_model_add_act(m, "a1", g0, NN_ACT_TANH, 0.0f, 0.0f, 0.0f);
+  int c2 = nn_model_add_conv2d(m, "c2", a1, 4, 3, 1, 1, 1);
+  int m3 = nn_model_add_mul(m, "m3", c2, g0);
+  int cat4 = nn_model_add_concat(m, "cat4", m3, a1);
+  int f5 = nn_model_add_flatten(m, "f5", cat4);
+  nn_model_add_linear(m, "fc6", f5, 3, 1);
+  return nn_model_finish(m) == NN_OK ? m : NULL;
+}
+
+/* The tensors make() freezes, when set (the bottom of resnet20). */
+static const char *const *frozen;
+static int num_frozen;
+
 static nn_model_t *make(const char *name) {
   nn_model_t *m = NULL;
   nn_model_config_t cfg = {.batch = MB, .seed = 7};
+  if (strcmp(name, "graph") == 0) {
+    m = make_graph(&cfg);
+    CHECK(m != NULL, "create graph: %s", nn_last_error());
+    return m;
+  }
+  if (num_frozen > 0) {
+    CHECK(nn_model_create(&m, name, &cfg) == NN_OK, "create %s: %s", name, nn_last_error());
+    CHECK(m && nn_model_set_frozen(m, frozen, num_frozen) == NN_OK, "freeze: %s",
+          nn_last_error());
+    return m;
+  }
   CHECK(nn_model_create(&m, name, &cfg) == NN_OK, "create %s: %s", name, nn_last_error());
   return m;
 }
@@ -143,8 +180,8 @@ static void compare(const char *name, const int *cuts, int ncuts) {
 }
 
 int main(void) {
-  const char *models[] = {"mlp", "lenet", "resnet20"};
-  for (int i = 0; i < 3; i++) {
+  const char *models[] = {"mlp", "lenet", "resnet20", "graph"};
+  for (int i = 0; i < 4; i++) {
     nn_model_t *m = make(models[i]);
     if (!m) continue;
     int L = nn_model_num_layers(m), tried = 0;
@@ -163,11 +200,30 @@ int main(void) {
       for (int c = 1; c < L; c++) refused += !nn_model_range_cut_ok(m, c);
       CHECK(refused > 0, "resnet20: every cut allowed, residual connections ignored");
     }
+    if (i == 3)
+      for (int c = 2; c <= 4; c++)
+        CHECK(!nn_model_range_cut_ok(m, c), "graph: the cut before layer %d allowed, "
+              "though a later mul or concat reads a layer before it", c);
     printf("%s: %d layers, %d cuts checked\n", models[i], L, tried);
     nn_model_free(m);
   }
   int three[2] = {3, 7};
   compare("lenet", three, 2);
+  /* resnet20 with its stem and first stage (layers 0-23) frozen: a cut in the frozen
+     part, one above it and the last. */
+  const char *bottom[] = {"conv1.*", "bn1.*", "layer1.*"};
+  frozen = bottom;
+  num_frozen = 3;
+  nn_model_t *r = make("resnet20");
+  if (r) {
+    int L = nn_model_num_layers(r), cuts[3] = {0, 0, L - 1}, n = 0;
+    for (int c = 1; c < L && n < 2; c++)
+      if (nn_model_range_cut_ok(r, c) && (n == 0 || c >= 26)) cuts[n++] = c;
+    for (int k = 0; k < 3; k++)
+      if (cuts[k] > 0) compare("resnet20", &cuts[k], 1);
+    nn_model_free(r);
+  }
+  num_frozen = 0;
   /* Errors */
   nn_model_t *m = make("mlp");
   float x[4] = {0};

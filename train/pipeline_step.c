@@ -235,20 +235,23 @@ int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, i
 }
 
 /* The parameters, and the optimizer's state laid out as they are (one or more arrays of
-   param_len floats: SGD's momentum, Adam's m and v), from each stage's first rank. */
+   one float per trainable parameter, params[from, param_len) with --freeze: SGD's
+   momentum, Adam's m and v), from each stage's first rank. */
 int train_pipeline_gather(train_pipeline_t *p, char *err, size_t errlen) {
   size_t plen = nn_model_param_len(p->m), nstate = 0;
+  size_t from = nn_model_trainable_from(p->m), per = plen - from;
   float *state = nn_model_optim_state(p->m, &nstate);
-  size_t arrays = state && nstate % plen == 0 ? nstate / plen : 0;
+  size_t arrays = state && per && nstate % per == 0 ? nstate / per : 0;
   for (size_t a = 0; a <= arrays; a++) {
-    float *base = a == 0 ? nn_model_params(p->m) : state + (a - 1) * plen;
     for (int s = 0; s < p->S; s++) {
       size_t b, e;
       nn_model_range_params(p->m, p->bounds[s], p->bounds[s + 1], &b, &e);
+      if (a > 0 && b < from) b = from < e ? from : e;  /* frozen: no optimizer state */
       if (e == b) continue;
+      float *base = a == 0 ? nn_model_params(p->m) + b : state + (a - 1) * per + (b - from);
       char name[64];
       snprintf(name, sizeof(name), "pipe.gather.%zu.%d", a, s);
-      if (hvd_broadcast(name, base + b, e - b, HVD_FLOAT32, s) != HVD_OK) {
+      if (hvd_broadcast(name, base, e - b, HVD_FLOAT32, s) != HVD_OK) {
         snprintf(err, errlen, "gathering stage %d's parameters: %s", s, hvd_last_error());
         return -1;
       }
