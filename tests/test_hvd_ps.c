@@ -49,6 +49,11 @@ static void run_sync_as(hvd_ps_mode_t mode, int num_ps, hvd_ps_placement_t place
     CHECK_OK(hvd_ps_push_pull(ps, 0, NV, NULL, values));   /* the first values */
     for (size_t i = 0; i < TOTAL; i++)
       CHECK(values[i] == init[i], "pulled value %zu is %g, expected %g", i, values[i], init[i]);
+  }
+  /* Async applies a push when it arrives: no worker pushes before every worker has pulled
+     the first values (else a slow one's first pull sees a fast one's step 0). */
+  CHECK_OK(hvd_barrier());
+  if (hvd_ps_is_worker(ps)) {
     for (int t = 0; t < T; t++) {
       for (size_t i = 0; i < TOTAL; i++)
         grads[i] = 0.5f * values[i] + (float)((w + 1) * coef(i));
