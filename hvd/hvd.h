@@ -323,7 +323,10 @@ typedef enum { HVD_PS_GREEDY = 0, HVD_PS_ROUND_ROBIN = 1 } hvd_ps_placement_t;
    never two at once), once per applied update of one shard: elements [offset, offset +
    count) of variable var, whose values it updates in place from grad (the averaged
    gradient in sync mode; may be overwritten). version: the shard's updates so far. It
-   must not call hvd. */
+   must not call hvd. It may run as soon as hvd_ps_create returns here (a worker that
+   returned first may push at once): what ctx needs from the placement (hvd_ps_shard) must
+   be ready before the workers push, e.g. made before a barrier that every rank passes
+   after create. */
 typedef void (*hvd_ps_update_fn)(void *ctx, size_t var, size_t offset, float *values,
                                  float *grad, size_t count, uint64_t version);
 

@@ -247,6 +247,7 @@ ps-registration-count-unchecked|hvd/ps_api.c|s/if (x.count != y.count)/if (0 \&\
 ps-request-not-failed-on-loss|hvd/ps_engine.c|s/^  hvd_inflight_insert(r);/  hvd_g.ninflight++;/|test_hvd_ps_faults
 train-ps-new-values-dropped|train/ps_update.c|s/^  memcpy(nn_model_params(p->model), p->fresh, p->np \* sizeof(float));/  (void)0;/|test_train_ps.sh
 train-ps-optim-state-not-resumed|train/ps_update.c|s/      memcpy(st + c \* count, full + c \* p->np + at, count \* sizeof(float));/      (void)at;/|test_train_ps.sh
+train-ps-push-before-servers-ready|train/ps_update.c|s/  s = hvd_allreduce("ps.shards.ready", &ready, &all_ready, 1, HVD_INT32, HVD_MIN);/  s = HVD_OK;/|test_train_ps.sh
 cnn-bench-ps-server-prints-steps|bench/cnn_bench.c|s/  t->step_rank = o->num_ps;/  t->step_rank = 0;/|test_cnn_bench_ps.sh
 py-opt-none-grad-not-zeroed|python/hvd/torch/optimizer.py|s#^            p.grad = p.data.new_zeros(p.size())#            pass#|test_python.sh
 py-dropped-handle-freed|python/hvd/_core.py|s#    _in_flight\[id(handle.req)\] = (handle.req, handle._keep)#    pass#|test_python.sh

@@ -4,6 +4,8 @@
 #    of horovod mode (the same average, another summation order) to 1e-5 relative, at np 2
 #    colocated (greedy), np 3 with one dedicated server (round-robin) and np 4 with two
 #    (greedy): 2 workers each, so the same global batches;
+#    Each server makes its shards' optimizers 300 ms late (a test hook): no worker may push
+#    before they exist (an update before them crashed, or failed with no message);
 #  - resume: a ps-sync run with a dedicated server and Adam (the optimizer state lives on
 #    the server shard), whose server is killed in epoch 2, resumed from last.ckpt, ends
 #    with the weights of the uninterrupted run;
@@ -32,7 +34,8 @@ mpi 2 "$train" "${small[@]}" --export "$tmp/ring.st" >"$tmp/ring.log" 2>&1 ||
 while read -r np flags; do
   name="np$np${flags// /}"
   # shellcheck disable=SC2086
-  if ! mpi "$np" "$train" "${small[@]}" --variable-update ps-sync $flags --export "$tmp/$name.st" \
+  if ! HVD_TRAIN_TEST_PS_SERVER_DELAY_MS=300 mpi "$np" -x HVD_TRAIN_TEST_PS_SERVER_DELAY_MS \
+      "$train" "${small[@]}" --variable-update ps-sync $flags --export "$tmp/$name.st" \
       </dev/null >"$tmp/$name.log" 2>&1; then
     echo "FAIL ps-sync np $np $flags: the run failed:"; cat "$tmp/$name.log"; fails=$((fails + 1))
   elif ! grep -q "^parameter servers (ps-sync" "$tmp/$name.log"; then

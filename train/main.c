@@ -365,6 +365,8 @@ static void ps_start(trainer_t *t) {
                         .windows = t->windows,
                         .start_step = (long long)t->start_epoch * t->windows +
                                       t->start_step / t->accum};
+  const char *delay = getenv("HVD_TRAIN_TEST_PS_SERVER_DELAY_MS");
+  if (delay) po.test_server_delay_ms = atoi(delay);
   char err[8192];
   if (train_ps_create(&t->ps, t->rep.model, &po, err, sizeof err) != 0) die("%s", err);
   t->step.ps = t->ps;
@@ -379,7 +381,7 @@ static void ps_epoch_end(trainer_t *t) {
   nn_model_t *m = t->rep.model;
   if (train_ps_update_status(t->ps) != NN_OK)
     die("rank %d: an optimizer step on the parameter server failed: %s", t->rank,
-        nn_last_error());
+        train_ps_update_error(t->ps));
   int root = train_ps_first_worker(t->ps);
   hvd_check(hvd_broadcast("ps.epoch.params", nn_model_params(m), t->np, HVD_FLOAT32, root),
             "broadcast of the weights");

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct train_ps {
   hvd_ps_t *ps;
@@ -17,6 +18,7 @@ struct train_ps {
   nn_optim_t **opt;             /* per shard: its optimizer where this rank keeps it   */
   size_t components;            /* optimizer state floats per parameter               */
   nn_status_t update_status;    /* the first failure of an update (callback)          */
+  char update_error[256];       /* its message (the callback runs on hvd's thread)    */
   /* a worker's step */
   float *fresh;                 /* the answers' values, copied into the model at wait  */
   size_t next_var;              /* variables [next_var, nvars) pushed this step        */
@@ -36,7 +38,15 @@ static void update(void *ctx, size_t var, size_t offset, float *values, float *g
   float lr = nn_lr_at(&p->o.sched, epoch + (double)window * p->o.accum / p->o.steps);
   nn_status_t s = p->opt[k] ? nn_optim_step(p->opt[k], values, grad, lr) : NN_ERR_ARG;
   (void)count;
-  if (s != NN_OK && p->update_status == NN_OK) p->update_status = s;
+  if (s == NN_OK || p->update_status != NN_OK) return;
+  p->update_status = s;
+  if (p->opt[k])
+    snprintf(p->update_error, sizeof p->update_error, "shard %zu of parameter %zu: %s", k,
+             var, nn_last_error());
+  else
+    snprintf(p->update_error, sizeof p->update_error, "shard %zu of parameter %zu has no "
+             "optimizer on rank %d (an update before the servers were ready)", k, var,
+             hvd_rank());
 }
 
 static int fail(char *err, size_t len, const char *what) {
@@ -131,7 +141,21 @@ int train_ps_create(train_ps_t **out, nn_model_t *m, const train_ps_opts_t *o, c
     train_ps_finish(p, NULL);
     return -1;
   }
-  if (shard_optimizers(p, err, len) != 0) {
+  /* hvd serves pushes as soon as hvd_ps_create returns, but the update callback needs
+     the shards' optimizers made above: no worker pushes until every server has them
+     (and every rank fails alike when one could not). */
+  if (p->o.test_server_delay_ms > 0 && hvd_ps_is_server(p->ps))
+    nanosleep(&(struct timespec){p->o.test_server_delay_ms / 1000,
+                                 p->o.test_server_delay_ms % 1000 * 1000000L}, NULL);
+  int ready = shard_optimizers(p, err, len) == 0;
+  int all_ready = ready;
+  s = hvd_allreduce("ps.shards.ready", &ready, &all_ready, 1, HVD_INT32, HVD_MIN);
+  if (s != HVD_OK || !all_ready) {
+    if (s != HVD_OK)
+      snprintf(err, len, "the parameter servers' start: %s (%s)", hvd_status_string(s),
+               hvd_last_error());
+    else if (ready)
+      snprintf(err, len, "another rank could not make its parameter servers' optimizers");
     train_ps_finish(p, NULL);
     return -1;
   }
@@ -192,6 +216,7 @@ hvd_status_t train_ps_wait(train_ps_t *p) {
 }
 
 nn_status_t train_ps_update_status(const train_ps_t *p) { return p->update_status; }
+const char *train_ps_update_error(const train_ps_t *p) { return p->update_error; }
 
 hvd_status_t train_ps_gather_state(train_ps_t *p) {
   size_t full_count = 0;

@@ -30,6 +30,8 @@ typedef struct {
   nn_lr_schedule_t sched;
   int steps, accum, windows;
   long long start_step;         /* the run's optimizer steps before this start (resume) */
+  int test_server_delay_ms;     /* tests: a server waits this long before making its
+                                   shards' optimizers (HVD_TRAIN_TEST_PS_SERVER_DELAY_MS) */
 } train_ps_opts_t;
 
 /* Collective. The variables are m's parameters (named "param.I"), their first values
@@ -52,6 +54,8 @@ hvd_status_t train_ps_wait(train_ps_t *p);
 
 /* The first failure of an optimizer step this rank ran for its shards (NN_OK: none). */
 nn_status_t train_ps_update_status(const train_ps_t *p);
+/* Its message ("" when none). */
+const char *train_ps_update_error(const train_ps_t *p);
 
 /* Collective: every shard's optimizer state into m's own optimizer state (the rest
    zeros), on every rank. */
