@@ -9,20 +9,25 @@ tensors, with DistributedOptimizer): init, shutdown, is_initialized, size, rank,
 local_rank, local_size, cross_rank, cross_size; allreduce, allreduce_, allreduce_async,
 allreduce_async_, grouped_allreduce(_async)(_), allgather, broadcast(_)(_async),
 alltoall(_async), reducescatter(_async), join, barrier, synchronize, poll,
-broadcast_object. Arrays must be on the host, C-contiguous where hvd writes into them, of
-dtype float32, float64, float16, int8, uint8, int32 or int64 (numpy has no bfloat16; use
-hvd.torch for it). A failure raises HorovodInternalError with hvd's message.
-docs/python.md has the details.
+broadcast_object, allgather_object; ProcessSet, add_process_set, remove_process_set and
+process_set= on every collective. Arrays must be on the host, C-contiguous where hvd
+writes into them, of dtype float32, float64, float16, int8, uint8, int32 or int64 (numpy
+has no bfloat16; use hvd.torch for it). A failure raises HorovodInternalError with hvd's
+message. docs/python.md has the details.
 """
 import atexit
 import ctypes
 
 import numpy as np
 
-from . import _core, _lib
-from ._core import (Adasum, Average, Handle, Max, Min, Product, Sum, barrier,
-                    broadcast_object, global_process_set, join, poll, synchronize)
+from . import _api, _lib
+from . import process_sets as _psets
+from ._api import allgather_object, barrier, broadcast_object, join
+from ._build import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built,
+                     mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
+from ._core import Adasum, Average, Handle, Max, Min, Product, Sum, poll, synchronize
 from ._lib import HorovodInternalError
+from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 
 __version__ = "0.1"
 lib = _lib.lib
@@ -31,15 +36,30 @@ _atexit_registered = False
 
 def init(comm=None, process_sets=None):
     """Starts the runtime (MPI under mpirun/hvdrun, size 1 alone). A second call is a
-    no-op. comm and process_sets are Horovod's; only their defaults are supported."""
+    no-op. process_sets: a list of ProcessSet to add now (as add_process_set does, in
+    order), or "dynamic" (hvd can always add sets later). comm: only None (hvd runs on
+    every rank of MPI_COMM_WORLD)."""
     global _atexit_registered
-    if comm is not None or process_sets is not None:
-        raise NotImplementedError("hvd.init: comm and process_sets are not supported yet "
-                                  "(hvd runs on MPI_COMM_WORLD, with no process sets)")
+    if comm is not None and not (isinstance(comm, (list, tuple)) and len(comm) == 0):
+        raise NotImplementedError("hvd.init: comm is not supported (hvd runs on every rank "
+                                  "of MPI_COMM_WORLD); use process sets for a subset")
+    if isinstance(process_sets, str):
+        if process_sets.lower() != "dynamic":
+            raise ValueError('hvd.init: process_sets must be a list of hvd.ProcessSet or '
+                             '"dynamic", not %r' % process_sets)
+        process_sets = None
+    sets = list(process_sets or [])
+    if any(not isinstance(ps, ProcessSet) for ps in sets):
+        raise ValueError("hvd.init: process_sets must be a list of hvd.ProcessSet, got %r"
+                         % (sets,))
     _lib.check(lib.hvd_init(), "init")
+    _psets._on_init()
     if not _atexit_registered:
         atexit.register(_shutdown_at_exit)
         _atexit_registered = True
+    for ps in sets:
+        if ps.process_set_id is None:
+            add_process_set(ps)
 
 
 def _shutdown_at_exit():
@@ -53,6 +73,7 @@ def library():
 
 
 def shutdown():
+    _psets._on_shutdown()
     _lib.check(lib.hvd_shutdown(), "shutdown")
 
 
@@ -131,137 +152,38 @@ class _NumpyArrays:
     def rows(self, x, start, stop):
         return x[start:stop]
 
+    def as_input(self, x, what):
+        """An input hvd only reads: as a C-contiguous array."""
+        if not isinstance(x, np.ndarray):
+            raise TypeError("hvd.%s: expected a numpy array, got %s (hvd.torch takes "
+                            "tensors)" % (what, type(x).__name__))
+        return np.ascontiguousarray(x)
+
+    def splits_list(self, splits):
+        return [int(s) for s in np.asarray(splits).reshape(-1)]
+
+    def int_array(self, values):
+        return np.asarray(values, dtype=np.int32)
+
+    def compress(self, x, compression):
+        if compression is not None:
+            raise NotImplementedError("hvd: compression is hvd.torch's (numpy arrays travel "
+                                      "as they are)")
+        return x, None
+
+    def decompress(self, x, ctx):
+        return x
+
 
 _A = _NumpyArrays()
-
-
-def _in(x, what):
-    """An input hvd only reads: any array-like, as a C-contiguous array."""
-    if not isinstance(x, np.ndarray):
-        raise TypeError("hvd.%s: expected a numpy array, got %s" % (what, type(x).__name__))
-    return np.ascontiguousarray(x)
-
-
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    return _core.allreduce_async(_A, _in(tensor, "allreduce"), False,
-                                 _core.resolve_op(op, average), prescale_factor,
-                                 postscale_factor, name)
-
-
-def allreduce(tensor, average=None, name=None, compression=None, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """A new array: the reduction of tensor over all ranks (op default Average)."""
-    if compression is not None:
-        raise NotImplementedError("hvd.allreduce: compression is hvd.torch's")
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
-                                       postscale_factor, process_set))
-
-
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    return _core.allreduce_async(_A, tensor, True, _core.resolve_op(op, average),
-                                 prescale_factor, postscale_factor, name)
-
-
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=global_process_set):
-    """In place: tensor holds the result (and is returned)."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
-
-
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    return _core.grouped_allreduce_async(_A, [_in(t, "grouped_allreduce") for t in tensors],
-                                         False, _core.resolve_op(op, average),
-                                         prescale_factor, postscale_factor, name)
-
-
-def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0,
-                      process_set=global_process_set):
-    if compression is not None:
-        raise NotImplementedError("hvd.grouped_allreduce: compression is hvd.torch's")
-    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                               postscale_factor, process_set))
-
-
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    return _core.grouped_allreduce_async(_A, tensors, True, _core.resolve_op(op, average),
-                                         prescale_factor, postscale_factor, name)
-
-
-def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor, process_set))
-
-
-def allgather(tensor, name=None, process_set=global_process_set):
-    """Every rank's tensor concatenated along the first dimension, in rank order (first
-    dimensions may differ; the others must match)."""
-    _core.check_process_set(process_set)
-    return _core.allgather(_A, _in(tensor, "allgather"), name)
-
-
-def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    return _core.broadcast_async(_A, _in(tensor, "broadcast"), False, root_rank, name)
-
-
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """A new array holding root_rank's tensor."""
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
-
-
-def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    return _core.broadcast_async(_A, tensor, True, root_rank, name)
-
-
-def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
-
-
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    return _AlltoallHandle(_core.alltoall_async(_A, _in(tensor, "alltoall"), splits, name),
-                           splits is not None)
-
-
-class _AlltoallHandle(Handle):
-    """Horovod's alltoall returns the received splits only when splits were given."""
-
-    def __init__(self, inner, with_splits):
-        self.__dict__.update(inner.__dict__)
-        self._with_splits = with_splits
-
-    def wait(self):
-        out, recv = Handle.wait(self)
-        return (out, np.asarray(recv, dtype=np.int32)) if self._with_splits else out
-
-
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Rows splits[j] of tensor go to rank j (equal shares without splits); the result is
-    what every rank sent here, in rank order (and the rows from each, with splits)."""
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
-
-
-def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
-                        prescale_factor=1.0, postscale_factor=1.0):
-    _core.check_process_set(process_set)
-    return _core.reducescatter_async(_A, _in(tensor, "reducescatter"), _core.resolve_op(op),
-                                     prescale_factor, postscale_factor, name)
-
-
-def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
-                  prescale_factor=1.0, postscale_factor=1.0):
-    """The reduction over ranks, split along the first dimension: this rank's rows."""
-    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
-                                           postscale_factor))
+_api_numpy = _api.Api(_A)
+allreduce, allreduce_ = _api_numpy.allreduce, _api_numpy.allreduce_
+allreduce_async, allreduce_async_ = _api_numpy.allreduce_async, _api_numpy.allreduce_async_
+grouped_allreduce, grouped_allreduce_ = _api_numpy.grouped_allreduce, _api_numpy.grouped_allreduce_
+grouped_allreduce_async = _api_numpy.grouped_allreduce_async
+grouped_allreduce_async_ = _api_numpy.grouped_allreduce_async_
+allgather = _api_numpy.allgather
+broadcast, broadcast_ = _api_numpy.broadcast, _api_numpy.broadcast_
+broadcast_async, broadcast_async_ = _api_numpy.broadcast_async, _api_numpy.broadcast_async_
+alltoall, alltoall_async = _api_numpy.alltoall, _api_numpy.alltoall_async
+reducescatter, reducescatter_async = _api_numpy.reducescatter, _api_numpy.reducescatter_async

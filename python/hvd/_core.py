@@ -25,33 +25,6 @@ Adasum = "Adasum"
 _OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product"}
 
 
-class _GlobalProcessSet:
-    """The only process set there is for now: every rank (hvd has no process sets yet)."""
-
-    process_set_id = 0
-
-    def size(self):
-        return lib.hvd_size()
-
-    def rank(self):
-        return lib.hvd_rank()
-
-    def included(self):
-        return True
-
-    def __repr__(self):
-        return "ProcessSet(process_set_id=0, ranks=all)"
-
-
-global_process_set = _GlobalProcessSet()
-
-
-def check_process_set(process_set):
-    if process_set is not None and process_set is not global_process_set:
-        raise NotImplementedError("hvd: process sets other than global_process_set are not "
-                                  "supported yet (the runtime has none); leave process_set out")
-
-
 def resolve_op(op, average=None):
     """Horovod's rule: op wins; else average=True/None means Average, False Sum."""
     if op is None:
@@ -59,8 +32,8 @@ def resolve_op(op, average=None):
     if average is not None:
         raise ValueError("hvd: give op or average (deprecated), not both")
     if op == Adasum:
-        raise NotImplementedError("hvd: op=Adasum is not supported (Average, Sum, Min, Max, "
-                                  "Product are)")
+        raise NotImplementedError("hvd: op=Adasum is not supported: hvd's runtime has no "
+                                  "Adasum reduction (Average, Sum, Min, Max and Product are)")
     if op not in _OP_NAMES:
         raise ValueError("hvd: op=%r is not one of Average, Sum, Min, Max, Product" % (op,))
     return op
@@ -135,7 +108,7 @@ def _submit(handle, status):
     return handle
 
 
-def allreduce_async(A, x, inplace, op, prescale_factor, postscale_factor, name):
+def allreduce_async(A, x, inplace, op, prescale_factor, postscale_factor, name, ps):
     """Horovod's prescale/postscale: the input is multiplied by prescale_factor before the
     reduction and the result by postscale_factor after (Average divides by size too)."""
     ptr, count, code = A.describe(x, "allreduce", inplace)
@@ -153,12 +126,13 @@ def allreduce_async(A, x, inplace, op, prescale_factor, postscale_factor, name):
             A.scale_(out, postscale_factor)
         return out
 
-    h = Handle("allreduce(%s)" % (name or "unnamed"), (x, src, out), finish)
-    return _submit(h, lib.hvd_allreduce_async(encode_name(name), sptr, optr, count, code, op,
-                                              ctypes.byref(h.req)))
+    h = Handle("allreduce(%s)" % (name or "unnamed"), (x, src, out, ps), finish)
+    return _submit(h, lib.hvd_allreduce_async_ex(encode_name(name), sptr, optr, count, code,
+                                                 op, ps.options, ctypes.byref(h.req)))
 
 
-def grouped_allreduce_async(A, xs, inplace, op, prescale_factor, postscale_factor, name):
+def grouped_allreduce_async(A, xs, inplace, op, prescale_factor, postscale_factor, name,
+                            ps):
     xs = list(xs)
     if not xs:
         raise ValueError("hvd.grouped_allreduce: the list of tensors is empty")
@@ -188,17 +162,20 @@ def grouped_allreduce_async(A, xs, inplace, op, prescale_factor, postscale_facto
         return outs
 
     h = Handle("grouped_allreduce(%s)" % (name or "unnamed"),
-               (xs, srcs, outs, sptrs, optrs, counts, names), finish)
-    return _submit(h, lib.hvd_grouped_allreduce_async(n, names, sptrs, optrs, counts,
-                                                      codes.pop(), op, ctypes.byref(h.req)))
+               (xs, srcs, outs, sptrs, optrs, counts, names, ps), finish)
+    return _submit(h, lib.hvd_grouped_allreduce_async_ex(n, names, sptrs, optrs, counts,
+                                                         codes.pop(), op, ps.options,
+                                                         ctypes.byref(h.req)))
 
 
-def broadcast_async(A, x, inplace, root_rank, name):
+def broadcast_async(A, x, inplace, root_rank, name, ps):
+    """root_rank is a global rank (Horovod's meaning, in a process set too)."""
+    root = ps.root_index(root_rank, "broadcast")
     out = x if inplace else A.clone(x)
     ptr, count, code = A.describe(out, "broadcast", True)
-    h = Handle("broadcast(%s)" % (name or "unnamed"), (x, out), lambda: out)
-    return _submit(h, lib.hvd_broadcast_async(encode_name(name), ptr, count, code,
-                                              int(root_rank), ctypes.byref(h.req)))
+    h = Handle("broadcast(%s)" % (name or "unnamed"), (x, out, ps), lambda: out)
+    return _submit(h, lib.hvd_broadcast_async_ex(encode_name(name), ptr, count, code, root,
+                                                 ps.options, ctypes.byref(h.req)))
 
 
 def _row_elems(shape):
@@ -228,34 +205,34 @@ def _take_c_buffer(A, buf, count, code, shape, like, what):
         _lib.free(buf)
 
 
-def allgather(A, x, name):
+def allgather(A, x, name, ps):
     shape = _rows_shape(A, x, "allgather")
     ptr, count, code = A.describe(x, "allgather", False)
     buf, total = ctypes.c_void_p(), ctypes.c_size_t()
     what = "allgather(%s)" % (name or "unnamed")
-    check(lib.hvd_allgather(encode_name(name), ptr, count, code, ctypes.byref(buf),
-                            ctypes.byref(total)), what)
+    check(lib.hvd_allgather_ex(encode_name(name), ptr, count, code, ctypes.byref(buf),
+                               ctypes.byref(total), ps.options), what)
     return _take_c_buffer(A, buf, total.value, code, shape, x, what)
 
 
-def alltoall_async(A, x, splits, name):
-    """splits: rows of x for each rank in rank order (None: an equal share each). The
-    output of synchronize is (tensor, received rows per rank)."""
+def alltoall_async(A, x, splits, name, ps):
+    """splits: rows of x for each rank of the set in its order (None: an equal share
+    each). The output of synchronize is (tensor, received rows per rank)."""
     shape = _rows_shape(A, x, "alltoall")
     ptr, count, code = A.describe(x, "alltoall", False)
-    n = lib.hvd_size()
+    n = ps.size
     row = _row_elems(shape)
     csplits = None
     if splits is not None:
         rows = [int(s) for s in np.asarray(splits).reshape(-1)]
         if len(rows) != n or any(r < 0 for r in rows) or sum(rows) != shape[0]:
             raise ValueError("hvd.alltoall: splits %s must give %d non-negative row counts "
-                             "(one per rank) adding up to the tensor's %d rows"
+                             "(one per rank of the set) adding up to the tensor's %d rows"
                              % (rows, n, shape[0]))
         csplits = (ctypes.c_size_t * n)(*[r * row for r in rows])
     elif shape[0] % n:
         raise ValueError("hvd.alltoall: without splits the first dimension (%d) must divide "
-                         "evenly by size() (%d)" % (shape[0], n))
+                         "evenly by the number of ranks (%d)" % (shape[0], n))
     buf, total = ctypes.c_void_p(), ctypes.c_size_t()
     recv_splits = (ctypes.c_size_t * n)()
     what = "alltoall(%s)" % (name or "unnamed")
@@ -264,20 +241,20 @@ def alltoall_async(A, x, splits, name):
         out = _take_c_buffer(A, buf, total.value, code, shape, x, what)
         return out, [s // row if row else 0 for s in recv_splits]
 
-    h = Handle(what, (x, csplits, buf, total, recv_splits), finish)
-    return _submit(h, lib.hvd_alltoall_async(encode_name(name), ptr, count, csplits, code,
-                                             ctypes.byref(buf), ctypes.byref(total),
-                                             recv_splits, ctypes.byref(h.req)))
+    h = Handle(what, (x, csplits, buf, total, recv_splits, ps), finish)
+    return _submit(h, lib.hvd_alltoall_async_ex(encode_name(name), ptr, count, csplits, code,
+                                                ctypes.byref(buf), ctypes.byref(total),
+                                                recv_splits, ps.options, ctypes.byref(h.req)))
 
 
-def reducescatter_async(A, x, op, prescale_factor, postscale_factor, name):
+def reducescatter_async(A, x, op, prescale_factor, postscale_factor, name, ps):
     """Horovod's split: rank r gets rows [r*q + min(r, e), ...), q = rows // size, the
     first e = rows % size ranks one row more. hvd splits elements the same way, so when
     rows do not divide evenly each rank's share is padded to q + 1 rows (the pad rows are
     reduced and dropped)."""
     shape = _rows_shape(A, x, "reducescatter")
     A.describe(x, "reducescatter", False)
-    n, me = lib.hvd_size(), lib.hvd_rank()
+    n, me = ps.size, max(ps.index, 0)
     rows = shape[0]
     q, e = divmod(rows, n)
     mine = q + (1 if me < e else 0)
@@ -308,9 +285,10 @@ def reducescatter_async(A, x, op, prescale_factor, postscale_factor, name):
             A.scale_(res, postscale_factor)
         return res
 
-    h = Handle("reducescatter(%s)" % (name or "unnamed"), (x, src, out, got), finish)
-    return _submit(h, lib.hvd_reducescatter_async(encode_name(name), sptr, count, code, op,
-                                                  optr, ctypes.byref(got), ctypes.byref(h.req)))
+    h = Handle("reducescatter(%s)" % (name or "unnamed"), (x, src, out, got, ps), finish)
+    return _submit(h, lib.hvd_reducescatter_async_ex(encode_name(name), sptr, count, code, op,
+                                                     optr, ctypes.byref(got), ps.options,
+                                                     ctypes.byref(h.req)))
 
 
 def join():
@@ -319,29 +297,69 @@ def join():
     return last.value
 
 
-def barrier():
-    check(lib.hvd_barrier(), "barrier")
+def barrier(ps):
+    check(lib.hvd_barrier_ex(ps.options), "barrier")
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """Pickles obj on root_rank and returns it on every rank (Horovod uses cloudpickle;
-    plain pickle here, so lambdas and local classes do not travel)."""
+def broadcast_object(obj, root_rank, name, ps):
+    """Pickles obj on root_rank (a global rank) and returns it on every rank of the set
+    (Horovod uses cloudpickle; plain pickle here, so lambdas and local classes do not
+    travel)."""
     base = name or "broadcast_object"
-    if lib.hvd_rank() == root_rank:
+    root = ps.root_index(root_rank, "broadcast_object")
+    is_root = ps.index == root
+    if is_root:
         data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy()
         length = np.array([data.size], dtype=np.int64)
     else:
         data, length = None, np.zeros(1, dtype=np.int64)
-    _broadcast_np(length, root_rank, base + ".len")
+    _broadcast_np(length, root, base + ".len", ps)
     if data is None:
         data = np.empty(int(length[0]), dtype=np.uint8)
-    _broadcast_np(data, root_rank, base + ".data")
-    return obj if lib.hvd_rank() == root_rank else pickle.loads(data.tobytes())
+    _broadcast_np(data, root, base + ".data", ps)
+    return obj if is_root else pickle.loads(data.tobytes())
 
 
-def _broadcast_np(arr, root_rank, name):
-    code = _lib.INT64 if arr.dtype == np.int64 else _lib.UINT8
-    h = Handle("broadcast(%s)" % name, (arr,), lambda: arr)
-    check(lib.hvd_broadcast_async(encode_name(name), arr.ctypes.data, arr.size, code,
-                                  int(root_rank), ctypes.byref(h.req)), h.what)
+def allgather_object(obj, name, ps):
+    """Every rank's obj (pickled) in a list, in the set's rank order."""
+    base = name or "allgather_object"
+    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    lengths = _allgather_np(np.array([data.size], dtype=np.int64), base + ".len", ps)
+    gathered = _allgather_np(data, base + ".data", ps)
+    if lengths.size != ps.size or int(lengths.sum()) != gathered.size:
+        raise HorovodInternalError("allgather_object(%s): %d lengths adding up to %d bytes "
+                                   "for %d bytes received from %d ranks"
+                                   % (base, lengths.size, int(lengths.sum()), gathered.size,
+                                      ps.size))
+    out, start = [], 0
+    for n in lengths.tolist():
+        out.append(pickle.loads(gathered[start:start + n].tobytes()))
+        start += n
+    return out
+
+
+def _code_of(arr):
+    return _lib.INT64 if arr.dtype == np.int64 else _lib.UINT8
+
+
+def _broadcast_np(arr, root, name, ps):
+    """root: the set's index of the root."""
+    h = Handle("broadcast(%s)" % name, (arr, ps), lambda: arr)
+    check(lib.hvd_broadcast_async_ex(encode_name(name), arr.ctypes.data, arr.size,
+                                     _code_of(arr), root, ps.options, ctypes.byref(h.req)),
+          h.what)
     return h.wait()
+
+
+def _allgather_np(arr, name, ps):
+    buf, total = ctypes.c_void_p(), ctypes.c_size_t()
+    check(lib.hvd_allgather_ex(encode_name(name), arr.ctypes.data, arr.size, _code_of(arr),
+                               ctypes.byref(buf), ctypes.byref(total), ps.options),
+          "allgather(%s)" % name)
+    try:
+        out = np.empty(total.value, dtype=arr.dtype)
+        if total.value:
+            ctypes.memmove(out.ctypes.data, buf.value, out.nbytes)
+        return out
+    finally:
+        _lib.free(buf)

@@ -12,7 +12,7 @@ needs Python's headers, and one package works with every Python 3 and every buil
 import ctypes
 import os
 
-__all__ = ["HorovodInternalError", "lib", "check", "library_path"]
+__all__ = ["HorovodInternalError", "lib", "check", "library_path", "Options"]
 
 
 class HorovodInternalError(RuntimeError):
@@ -61,9 +61,19 @@ OK = 0
 FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64 = range(8)
 SUM, AVERAGE, MIN, MAX, PRODUCT = range(5)
 
+
+
+class Options(ctypes.Structure):
+    """hvd_options_t: the process set of a call (0 = every rank). The factors stay 0 (= 1):
+    hvd.torch scales in Python, which works for integer tensors too."""
+    _fields_ = [("process_set", ctypes.c_int32), ("prescale_factor", ctypes.c_double),
+                ("postscale_factor", ctypes.c_double)]
+
+
 _vp, _sz, _int, _st = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int
 _str = ctypes.c_char_p
 _req_p = ctypes.POINTER(ctypes.c_void_p)
+_opt_p = ctypes.POINTER(Options)
 _SIGNATURES = {
     "hvd_init": ([], _st),
     "hvd_shutdown": ([], _st),
@@ -73,17 +83,22 @@ _SIGNATURES = {
     "hvd_cross_rank": ([], _int), "hvd_cross_size": ([], _int),
     "hvd_status_string": ([_st], _str),
     "hvd_last_error": ([], _str),
-    "hvd_allreduce_async": ([_str, _vp, _vp, _sz, _int, _int, _req_p], _st),
-    "hvd_grouped_allreduce_async": ([_sz, ctypes.POINTER(_str), ctypes.POINTER(_vp),
-                                     ctypes.POINTER(_vp), ctypes.POINTER(_sz), _int, _int,
-                                     _req_p], _st),
-    "hvd_broadcast_async": ([_str, _vp, _sz, _int, _int, _req_p], _st),
-    "hvd_allgather": ([_str, _vp, _sz, _int, ctypes.POINTER(_vp), ctypes.POINTER(_sz)], _st),
-    "hvd_alltoall_async": ([_str, _vp, _sz, ctypes.POINTER(_sz), _int, ctypes.POINTER(_vp),
-                            ctypes.POINTER(_sz), ctypes.POINTER(_sz), _req_p], _st),
-    "hvd_reducescatter_async": ([_str, _vp, _sz, _int, _int, _vp, ctypes.POINTER(_sz),
-                                 _req_p], _st),
-    "hvd_barrier": ([], _st),
+    "hvd_allreduce_async_ex": ([_str, _vp, _vp, _sz, _int, _int, _opt_p, _req_p], _st),
+    "hvd_grouped_allreduce_async_ex": ([_sz, ctypes.POINTER(_str), ctypes.POINTER(_vp),
+                                        ctypes.POINTER(_vp), ctypes.POINTER(_sz), _int, _int,
+                                        _opt_p, _req_p], _st),
+    "hvd_broadcast_async_ex": ([_str, _vp, _sz, _int, _int, _opt_p, _req_p], _st),
+    "hvd_allgather_ex": ([_str, _vp, _sz, _int, ctypes.POINTER(_vp), ctypes.POINTER(_sz),
+                          _opt_p], _st),
+    "hvd_alltoall_async_ex": ([_str, _vp, _sz, ctypes.POINTER(_sz), _int, ctypes.POINTER(_vp),
+                               ctypes.POINTER(_sz), ctypes.POINTER(_sz), _opt_p, _req_p], _st),
+    "hvd_reducescatter_async_ex": ([_str, _vp, _sz, _int, _int, _vp, ctypes.POINTER(_sz),
+                                    _opt_p, _req_p], _st),
+    "hvd_barrier_ex": ([_opt_p], _st),
+    "hvd_process_set_add": ([ctypes.POINTER(_int), _int, ctypes.POINTER(ctypes.c_int32)], _st),
+    "hvd_process_set_remove": ([ctypes.c_int32], _st),
+    "hvd_process_set_rank": ([ctypes.c_int32], _int),
+    "hvd_process_set_size": ([ctypes.c_int32], _int),
     "hvd_join": ([ctypes.POINTER(_int)], _st),
     "hvd_wait": ([_vp], _st),
     "hvd_test": ([_vp, ctypes.POINTER(_int)], _st),

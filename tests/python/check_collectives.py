@@ -4,16 +4,20 @@ every rank can rebuild. Run under mpirun (tests/test_python.sh: np 2 and 4). Inp
 small integers so that every expected value is exact in every dtype (float16 and
 bfloat16 included); integer Average and scaling truncate, as hvd does. Exits 1 after
 printing every mismatch."""
+import os
 import sys
 import time
 
 import numpy as np
 import torch
 
+import check_process_sets
 import hvd
 import hvd.torch as ht
 
-hvd.init()
+# A process set given to init, as Horovod's scripts do: every rank but 0.
+ps_all_but_0 = hvd.ProcessSet(range(1, int(os.environ["OMPI_COMM_WORLD_SIZE"])))
+hvd.init(process_sets=[ps_all_but_0])
 R, N = hvd.rank(), hvd.size()
 failures = []
 
@@ -154,6 +158,33 @@ last = hvd.join()
 check("join's last rank is the same everywhere", hvd.allgather(np.array([last])),
       np.full(N, last))
 
+check_process_sets.run(ps_all_but_0, check, failures)
+
+# What hvd refuses (Horovod has it, hvd's runtime not): Adasum, tensors off the CPU (a
+# meta tensor stands in for a GPU one here), with a message saying so. The *_built
+# queries answer for this build: MPI yes, no Gloo, DDL, oneCCL or ROCm.
+for what, call in (("allreduce op=Adasum", lambda: ht.allreduce(torch.ones(1), op=hvd.Adasum)),
+                   ("DistributedOptimizer op=Adasum", lambda: ht.DistributedOptimizer(
+                       torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=1.0),
+                       op=hvd.Adasum))):
+    try:
+        call()
+        failures.append("%s did not raise" % what)
+    except NotImplementedError as e:
+        if "no Adasum" not in str(e):
+            failures.append("%s: unclear message %s" % (what, e))
+try:
+    ht.allreduce(torch.ones(2, device="meta"))
+    failures.append("allreduce of a tensor off the CPU did not raise")
+except ValueError as e:
+    if "GPU tensors are not supported from Python" not in str(e):
+        failures.append("a tensor off the CPU: unclear message %s" % e)
+check("mpi_built, mpi_enabled, gloo_built, gloo_enabled, ddl_built, ccl_built, rocm_built",
+      [ht.mpi_built(), ht.mpi_enabled(), ht.gloo_built(), ht.gloo_enabled(), ht.ddl_built(),
+       ht.ccl_built(), ht.rocm_built()], [True, True, False, False, False, False, False])
+check("mpi_threads_supported, cuda_built, nccl_built answer",
+      [type(f()) for f in (ht.mpi_threads_supported, ht.cuda_built, ht.nccl_built)], [bool] * 3)
+
 # Errors: a count mismatch raises hvd's message on every rank, and the runtime goes on.
 for api, mk in ((hvd, lambda n: np.ones(n, np.float32)), (ht, lambda n: torch.ones(n))):
     try:
@@ -199,7 +230,6 @@ ht.barrier()
 
 # Topology against Open MPI's own view (mpirun on one host), then shutdown: a call after
 # it raises hvd's error instead of crashing.
-import os  # noqa: E402
 check("is_initialized, rank, size, local_rank, local_size, cross_rank, cross_size",
       [hvd.is_initialized(), ht.rank(), ht.size(), ht.local_rank(), ht.local_size(),
        ht.cross_rank(), ht.cross_size()],

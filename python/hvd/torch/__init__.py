@@ -2,22 +2,24 @@
 
     import hvd.torch as hvd          # was: import horovod.torch as hvd
 
-Everything of hvd (init, rank, size, ..., join, barrier, broadcast_object) plus the
-collectives on tensors (zero-copy: hvd reads and writes the tensor's own memory through
-data_ptr), Compression, DistributedOptimizer, broadcast_parameters and
-broadcast_optimizer_state. dtypes: float32, float64, float16, bfloat16, int8, uint8,
-int32, int64. GPU tensors are not supported yet (a ValueError says so). docs/python.md
-lists what differs from Horovod.
+Everything of hvd (init, rank, size, ..., join, barrier, broadcast_object,
+allgather_object, process sets, the *_built queries) plus the collectives on tensors
+(zero-copy: hvd reads and writes the tensor's own memory through data_ptr), Compression,
+DistributedOptimizer, broadcast_parameters and broadcast_optimizer_state. dtypes: float32,
+float64, float16, bfloat16, int8, uint8, int32, int64. GPU tensors are not supported yet
+(a ValueError says so). docs/python.md lists what differs from Horovod.
 """
 import ctypes
 
 import torch
 
-from .. import (Adasum, Average, Max, Min, Product, Sum, HorovodInternalError, barrier,
-                broadcast_object, cross_rank, cross_size, global_process_set, init,
-                is_initialized, join, local_rank, local_size, poll, rank, shutdown, size,
-                synchronize)
-from .. import _core, _lib
+from .. import (Adasum, Average, Max, Min, Product, Sum, HorovodInternalError, ProcessSet,
+                add_process_set, allgather_object, barrier, broadcast_object, ccl_built,
+                cross_rank, cross_size, cuda_built, ddl_built, global_process_set,
+                gloo_built, gloo_enabled, init, is_initialized, join, local_rank,
+                local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, poll,
+                rank, remove_process_set, rocm_built, shutdown, size, synchronize)
+from .. import _api, _lib
 from .compression import Compression
 from .functions import broadcast_optimizer_state, broadcast_parameters
 from .optimizer import DistributedOptimizer
@@ -38,7 +40,9 @@ class _TorchTensors:
                             % (what, type(t).__name__))
         if not t.is_cpu:
             raise ValueError("hvd.torch.%s: the tensor is on %s; GPU tensors are not "
-                             "supported yet (CPU tensors only: .cpu() first)" % (what, t.device))
+                             "supported from Python yet (hvd's C runtime reduces device "
+                             "memory, but hvd.torch's path to it has not run on a GPU): "
+                             "pass CPU tensors (.cpu())" % (what, t.device))
         code = self.CODES.get(t.dtype)
         if code is None:
             raise TypeError("hvd.torch.%s: dtype %s is not supported (float32, float64, "
@@ -83,166 +87,78 @@ class _TorchTensors:
     def rows(self, t, start, stop):
         return t[start:stop]
 
+    def as_input(self, t, what):
+        """An input hvd only reads: detached from autograd, made contiguous if it is not."""
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("hvd.torch.%s: expected a torch.Tensor, got %s"
+                            % (what, type(t).__name__))
+        return t.detach().contiguous()
+
+    def splits_list(self, splits):
+        if isinstance(splits, torch.Tensor):
+            splits = splits.reshape(-1).tolist()
+        return [int(s) for s in splits]
+
+    def int_array(self, values):
+        return torch.tensor(values, dtype=torch.int32)
+
+    def compress(self, t, compression):
+        compression = compression or Compression.none
+        out, ctx = compression.compress(t)
+        return out, (compression, ctx)
+
+    def decompress(self, t, ctx):
+        compression, inner = ctx
+        return compression.decompress(t, inner)
+
 
 _A = _TorchTensors()
-
-
-def _in(t, what):
-    """An input hvd only reads: detached from autograd, made contiguous if it is not."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError("hvd.torch.%s: expected a torch.Tensor, got %s" % (what, type(t).__name__))
-    return t.detach().contiguous()
-
-
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    return _core.allreduce_async(_A, _in(tensor, "allreduce"), False,
-                                 _core.resolve_op(op, average), prescale_factor,
-                                 postscale_factor, name)
 
 
 class _Allreduce(torch.autograd.Function):
     """Horovod's differentiable allreduce: the gradient is reduced the same way."""
 
     @staticmethod
-    def forward(ctx, tensor, op, prescale_factor, postscale_factor, name):
-        ctx.args = (op, prescale_factor, postscale_factor)
-        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
-                                           postscale_factor))
+    def forward(ctx, tensor, op, prescale_factor, postscale_factor, name, process_set):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return synchronize(_api_torch.allreduce_async(tensor, None, name, op, prescale_factor,
+                                                      postscale_factor, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        op, pre, post = ctx.args
-        grad = synchronize(allreduce_async(grad_output, None, None, op, pre, post))
-        return grad, None, None, None, None
+        op, pre, post, process_set = ctx.args
+        grad = synchronize(_api_torch.allreduce_async(grad_output, None, None, op, pre, post,
+                                                      process_set))
+        return grad, None, None, None, None, None
 
 
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """A new tensor: tensor reduced over all ranks (op default Average). Differentiable
-    (as Horovod's): the gradient is allreduced with the same op and factors."""
-    _core.check_process_set(process_set)
-    op = _core.resolve_op(op, average)
-    compressed, ctx = compression.compress(tensor)
-    if torch.is_grad_enabled() and compressed.requires_grad:
-        out = _Allreduce.apply(compressed, op, prescale_factor, postscale_factor, name)
-    else:
-        out = synchronize(allreduce_async(compressed, None, name, op, prescale_factor,
-                                          postscale_factor))
-    return compression.decompress(out, ctx)
+class _TorchApi(_api.Api):
+    def allreduce(self, tensor, average=None, name=None, compression=Compression.none,
+                  op=None, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=global_process_set):
+        """A new tensor: tensor reduced over the set's ranks (op default Average).
+        Differentiable (as Horovod's): the gradient is allreduced with the same op and
+        factors."""
+        compressed, ctx = compression.compress(tensor)
+        if torch.is_grad_enabled() and compressed.requires_grad:
+            op = _api._core.resolve_op(op, average)
+            out = _Allreduce.apply(compressed, op, prescale_factor, postscale_factor, name,
+                                   process_set)
+        else:
+            out = synchronize(self.allreduce_async(compressed, average, name, op,
+                                                   prescale_factor, postscale_factor,
+                                                   process_set))
+        return compression.decompress(out, ctx)
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    return _core.allreduce_async(_A, tensor, True, _core.resolve_op(op, average),
-                                 prescale_factor, postscale_factor, name)
-
-
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=global_process_set):
-    """In place: tensor holds the result."""
-    synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                 postscale_factor, process_set))
-    return tensor
-
-
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    return _core.grouped_allreduce_async(_A, [_in(t, "grouped_allreduce") for t in tensors],
-                                         False, _core.resolve_op(op, average),
-                                         prescale_factor, postscale_factor, name)
-
-
-def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none,
-                      op=None, prescale_factor=1.0, postscale_factor=1.0,
-                      process_set=global_process_set):
-    pairs = [compression.compress(t) for t in tensors]
-    outs = synchronize(grouped_allreduce_async([p[0] for p in pairs], average, name, op,
-                                               prescale_factor, postscale_factor, process_set))
-    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
-
-
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    return _core.grouped_allreduce_async(_A, list(tensors), True,
-                                         _core.resolve_op(op, average), prescale_factor,
-                                         postscale_factor, name)
-
-
-def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=global_process_set):
-    synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                         postscale_factor, process_set))
-    return list(tensors)
-
-
-def allgather(tensor, name=None, process_set=global_process_set):
-    """Every rank's tensor concatenated along dimension 0, in rank order."""
-    _core.check_process_set(process_set)
-    return _core.allgather(_A, _in(tensor, "allgather"), name)
-
-
-def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    return _core.broadcast_async(_A, _in(tensor, "broadcast"), False, root_rank, name)
-
-
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """A new tensor holding root_rank's tensor."""
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
-
-
-def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    return _core.broadcast_async(_A, tensor, True, root_rank, name)
-
-
-def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    synchronize(broadcast_async_(tensor, root_rank, name, process_set))
-    return tensor
-
-
-class _AlltoallHandle(_core.Handle):
-    """Horovod's alltoall returns the received splits only when splits were given."""
-
-    def __init__(self, inner, with_splits):
-        self.__dict__.update(inner.__dict__)
-        self._with_splits = with_splits
-
-    def wait(self):
-        out, recv = _core.Handle.wait(self)
-        return (out, torch.tensor(recv, dtype=torch.int32)) if self._with_splits else out
-
-
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    _core.check_process_set(process_set)
-    if isinstance(splits, torch.Tensor):
-        splits = splits.tolist()
-    return _AlltoallHandle(_core.alltoall_async(_A, _in(tensor, "alltoall"), splits, name),
-                           splits is not None)
-
-
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Rows splits[j] go to rank j (equal shares without splits); returns what every rank
-    sent here in rank order (and, with splits, the rows received from each rank)."""
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
-
-
-def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
-                        prescale_factor=1.0, postscale_factor=1.0):
-    _core.check_process_set(process_set)
-    return _core.reducescatter_async(_A, _in(tensor, "reducescatter"), _core.resolve_op(op),
-                                     prescale_factor, postscale_factor, name)
-
-
-def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
-                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    """The reduction over ranks split along dimension 0: this rank's rows."""
-    compressed, ctx = compression.compress(tensor)
-    out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
-                                          postscale_factor))
-    return compression.decompress(out, ctx)
+_api_torch = _TorchApi(_A)
+allreduce, allreduce_ = _api_torch.allreduce, _api_torch.allreduce_
+allreduce_async, allreduce_async_ = _api_torch.allreduce_async, _api_torch.allreduce_async_
+grouped_allreduce, grouped_allreduce_ = _api_torch.grouped_allreduce, _api_torch.grouped_allreduce_
+grouped_allreduce_async = _api_torch.grouped_allreduce_async
+grouped_allreduce_async_ = _api_torch.grouped_allreduce_async_
+allgather = _api_torch.allgather
+broadcast, broadcast_ = _api_torch.broadcast, _api_torch.broadcast_
+broadcast_async, broadcast_async_ = _api_torch.broadcast_async, _api_torch.broadcast_async_
+alltoall, alltoall_async = _api_torch.alltoall, _api_torch.alltoall_async
+reducescatter, reducescatter_async = _api_torch.reducescatter, _api_torch.reducescatter_async

@@ -7,13 +7,14 @@ from contextlib import contextmanager
 
 import torch
 
-from .. import Average, _core, size, synchronize as _synchronize
+from .. import Average, _core, global_process_set, size, synchronize as _synchronize
+from ..process_sets import resolve
 from .compression import Compression
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
-                 op=Average, gradient_predivide_factor=1.0):
+                 op=Average, gradient_predivide_factor=1.0, process_set=global_process_set):
         super(self.__class__, self).__init__(params)
         self._compression = compression
         if named_parameters is not None:
@@ -42,6 +43,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                  for _, v in sorted(named_parameters)}
         self.op = _core.resolve_op(op)
         self.gradient_predivide_factor = gradient_predivide_factor
+        self.process_set = process_set
         if gradient_predivide_factor != 1.0 and self.op != Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
         self._handles = {}
@@ -83,7 +85,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             prescale = postscale = 1.0
         handle = allreduce_async_(tensor_compressed, name=name, op=self.op,
-                                  prescale_factor=prescale, postscale_factor=postscale)
+                                  prescale_factor=prescale, postscale_factor=postscale,
+                                  process_set=self.process_set)
         return handle, ctx
 
     def _make_hook(self, p):
@@ -152,11 +155,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
     """Wraps optimizer (an instance) so that step() applies gradients averaged (op) over
-    all ranks. Same arguments as horovod.torch.DistributedOptimizer; num_groups, groups
-    and sparse_as_dense are accepted at their defaults only (hvd fuses by itself)."""
-    _core.check_process_set(process_set)
+    the ranks of process_set (default: all). Same arguments as
+    horovod.torch.DistributedOptimizer; num_groups, groups and sparse_as_dense are
+    accepted at their defaults only (hvd fuses by itself)."""
+    resolve(process_set, "DistributedOptimizer")   # a set not added fails here, not in step()
     if num_groups or groups is not None or sparse_as_dense:
         raise NotImplementedError("hvd.torch.DistributedOptimizer: num_groups, groups and "
                                   "sparse_as_dense are not supported (hvd's background "
@@ -164,4 +169,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression,
-               backward_passes_per_step, op, gradient_predivide_factor)
+               backward_passes_per_step, op, gradient_predivide_factor, process_set)
