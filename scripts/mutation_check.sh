@@ -262,6 +262,8 @@ py-pset-reducescatter-world-split|python/hvd/_core.py|s#    n, me = ps.size, max
 py-pset-unadded-accepted|python/hvd/process_sets.py|s#    if ps_id is None or _registered.get(ps_id) is not process_set:#    if False:#|test_python.sh
 py-pset-alltoall-world-splits|python/hvd/_core.py|s#    n = ps.size#    n = lib.hvd_size()#|test_python.sh
 py-allgather-object-order|python/hvd/_core.py|s#        out.append(pickle.loads(gathered\[start:start + n\].tobytes()))#        out.insert(0, pickle.loads(gathered[start:start + n].tobytes()))#|test_python.sh
+py-torch-nice-not-zero|python/hvd/torch/__init__.py|s#    os.environ.setdefault("HVD_BACKGROUND_NICE", "0")#    pass#|test_python.sh
+py-torch-nice-overrides-user|python/hvd/torch/__init__.py|s#    os.environ.setdefault("HVD_BACKGROUND_NICE", "0")#    os.environ["HVD_BACKGROUND_NICE"] = "0"#|test_python.sh
 EOF
 )
 

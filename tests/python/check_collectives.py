@@ -13,11 +13,14 @@ import torch
 
 import check_process_sets
 import hvd
+from background_nice import background_nice_steps
 import hvd.torch as ht
 
-# A process set given to init, as Horovod's scripts do: every rank but 0.
+# A process set given to init, as Horovod's scripts do: every rank but 0. A nice value
+# set by the user stays (hvd.torch.init sets 0 only when none is set).
 ps_all_but_0 = hvd.ProcessSet(range(1, int(os.environ["OMPI_COMM_WORLD_SIZE"])))
-hvd.init(process_sets=[ps_all_but_0])
+os.environ["HVD_BACKGROUND_NICE"] = "3"
+ht.init(process_sets=[ps_all_but_0])
 R, N = hvd.rank(), hvd.size()
 failures = []
 
@@ -159,6 +162,7 @@ check("join's last rank is the same everywhere", hvd.allgather(np.array([last]))
       np.full(N, last))
 
 check_process_sets.run(ps_all_but_0, check, failures)
+check("HVD_BACKGROUND_NICE=3 kept by hvd.torch.init", [background_nice_steps()], [3])
 
 # What hvd refuses (Horovod has it, hvd's runtime not): Adasum, tensors off the CPU (a
 # meta tensor stands in for a GPU one here), with a message saying so. The *_built

@@ -8,6 +8,7 @@ import sys
 import torch
 
 import hvd.torch as hvd
+from background_nice import background_nice_steps
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
@@ -140,6 +141,10 @@ for op, want in ((hvd.Sum, float(N)), (hvd.Average, 1.0)):
     y.sum().backward()
     check("allreduce op %d: gradient" % op, xg.grad, torch.full((3,), want))
     check("allreduce op %d: requires_grad" % op, [y.requires_grad], [True])
+
+# hvd.torch.init() runs hvd's background thread at the trainer's priority when
+# HVD_BACKGROUND_NICE is not set (check_collectives.py sets it).
+check("background thread's nice steps below the trainer", [background_nice_steps()], [0])
 
 if failures:
     print("rank %d: %d FAILED\n%s" % (R, len(failures), "\n".join(failures)))

@@ -10,19 +10,35 @@ float64, float16, bfloat16, int8, uint8, int32, int64. GPU tensors are not suppo
 (a ValueError says so). docs/python.md lists what differs from Horovod.
 """
 import ctypes
+import os
 
 import torch
 
 from .. import (Adasum, Average, Max, Min, Product, Sum, HorovodInternalError, ProcessSet,
                 add_process_set, allgather_object, barrier, broadcast_object, ccl_built,
                 cross_rank, cross_size, cuda_built, ddl_built, global_process_set,
-                gloo_built, gloo_enabled, init, is_initialized, join, local_rank,
+                gloo_built, gloo_enabled, is_initialized, join, local_rank,
                 local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, poll,
                 rank, remove_process_set, rocm_built, shutdown, size, synchronize)
 from .. import _api, _lib
+from .. import init as _hvd_init
 from .compression import Compression
 from .functions import broadcast_optimizer_state, broadcast_parameters
 from .optimizer import DistributedOptimizer
+
+
+def init(comm=None, process_sets=None):
+    """hvd.init, with the background thread at the caller's priority unless
+    HVD_BACKGROUND_NICE is set. The C runtime lowers it on a machine without a GPU (nice
+    19: measured better for hvd's own C training loop, whose one compute thread per rank
+    leaves the thread a core only when it waits). A PyTorch process usually runs more
+    compute threads than its share of cores (intra-op threads, one per core by
+    default, beside its other ranks'), at nice 0 like every other thread of the machine:
+    a nice-19 thread then gets next to no CPU until the trainer blocks in synchronize(),
+    so the gradients' allreduces no longer overlap backward, and each wait for a peer
+    waits for that thread's turn. PyTorch DDP's gloo threads run at nice 0 too."""
+    os.environ.setdefault("HVD_BACKGROUND_NICE", "0")
+    _hvd_init(comm, process_sets)
 
 
 class _TorchTensors:
