@@ -264,6 +264,7 @@ py-pset-alltoall-world-splits|python/hvd/_core.py|s#    n = ps.size#    n = lib.
 py-allgather-object-order|python/hvd/_core.py|s#        out.append(pickle.loads(gathered\[start:start + n\].tobytes()))#        out.insert(0, pickle.loads(gathered[start:start + n].tobytes()))#|test_python.sh
 py-torch-nice-not-zero|python/hvd/torch/__init__.py|s#    os.environ.setdefault("HVD_BACKGROUND_NICE", "0")#    pass#|test_python.sh
 py-torch-nice-overrides-user|python/hvd/torch/__init__.py|s#    os.environ.setdefault("HVD_BACKGROUND_NICE", "0")#    os.environ["HVD_BACKGROUND_NICE"] = "0"#|test_python.sh
+py-grouped-reducescatter-order|python/hvd/_api.py|s#        return \[h.wait() for h in self._handles\]#        return [h.wait() for h in self._handles][::-1]#|test_python.sh
 EOF
 )
 

@@ -187,3 +187,5 @@ broadcast, broadcast_ = _api_numpy.broadcast, _api_numpy.broadcast_
 broadcast_async, broadcast_async_ = _api_numpy.broadcast_async, _api_numpy.broadcast_async_
 alltoall, alltoall_async = _api_numpy.alltoall, _api_numpy.alltoall_async
 reducescatter, reducescatter_async = _api_numpy.reducescatter, _api_numpy.reducescatter_async
+grouped_reducescatter = _api_numpy.grouped_reducescatter
+grouped_reducescatter_async = _api_numpy.grouped_reducescatter_async

@@ -26,6 +26,20 @@ class _AlltoallHandle(_core.Handle):
         return (out, self._int_array(recv)) if self._with_splits else out
 
 
+class _GroupHandle(_core.Handle):
+    """Several operations as one handle: synchronize() returns their outputs in a list."""
+
+    def __init__(self, what, handles):
+        self.what = what
+        self._handles = handles
+
+    def poll(self):
+        return all([h.poll() for h in self._handles])
+
+    def wait(self):
+        return [h.wait() for h in self._handles]
+
+
 class Api:
     def __init__(self, adapter):
         self._A = adapter
@@ -138,6 +152,26 @@ class Api:
         return _core.reducescatter_async(self._A, self._A.as_input(tensor, "reducescatter"),
                                          _core.resolve_op(op), prescale_factor,
                                          postscale_factor, name, ps)
+
+    def grouped_reducescatter_async(self, tensors, name=None, op=Average,
+                                    process_set=global_process_set, prescale_factor=1.0,
+                                    postscale_factor=1.0):
+        """One reducescatter per tensor (named name.0, name.1, ...), each negotiated on
+        its own (Horovod negotiates the group as one unit; the results are the same)."""
+        handles = [self.reducescatter_async(t, None if name is None else "%s.%d" % (name, i),
+                                            op, process_set, prescale_factor,
+                                            postscale_factor)
+                   for i, t in enumerate(tensors)]
+        return _GroupHandle("grouped_reducescatter(%s)" % (name or "unnamed"), handles)
+
+    def grouped_reducescatter(self, tensors, name=None, compression=None, op=Average,
+                              process_set=global_process_set, prescale_factor=1.0,
+                              postscale_factor=1.0):
+        """Each tensor's reducescatter: this rank's rows of each, in a list."""
+        pairs = [self._A.compress(t, compression) for t in tensors]
+        outs = synchronize(self.grouped_reducescatter_async(
+            [p[0] for p in pairs], name, op, process_set, prescale_factor, postscale_factor))
+        return [self._A.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
     def reducescatter(self, tensor, name=None, compression=None, op=Average,
                       process_set=global_process_set, prescale_factor=1.0,

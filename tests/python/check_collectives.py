@@ -139,6 +139,18 @@ def run(api, to_arr, dt, tag):
         for op in (hvd.Sum, hvd.Average):
             check("%s reducescatter %d rows op %d" % (tag, nrows, op),
                   api.reducescatter(to_arr(zs[R]), op=op), reduce_ref(zs, op)[mine_rows])
+    # grouped: each tensor as its own reducescatter would give (2N and 2N + 1 rows)
+    groups = [[value(r, (nrows, 2), np.float64).astype(ref_dtype) for r in range(N)]
+              for nrows in (2 * N, 2 * N + 1)]
+    h = api.grouped_reducescatter_async([to_arr(g[R]) for g in groups], op=hvd.Sum,
+                                        name=tag + ".grs")
+    while not api.poll(h):
+        time.sleep(0.001)
+    for k, (g, got) in enumerate(zip(groups, api.synchronize(h))):
+        q, e = divmod(g[0].shape[0], N)
+        start = R * q + min(R, e)
+        check("%s grouped_reducescatter[%d]" % (tag, k), got,
+              reduce_ref(g, hvd.Sum)[start:start + q + (1 if R < e else 0)])
 
 
 for dt in NP_DTYPES:

@@ -178,3 +178,5 @@ broadcast, broadcast_ = _api_torch.broadcast, _api_torch.broadcast_
 broadcast_async, broadcast_async_ = _api_torch.broadcast_async, _api_torch.broadcast_async_
 alltoall, alltoall_async = _api_torch.alltoall, _api_torch.alltoall_async
 reducescatter, reducescatter_async = _api_torch.reducescatter, _api_torch.reducescatter_async
+grouped_reducescatter = _api_torch.grouped_reducescatter
+grouped_reducescatter_async = _api_torch.grouped_reducescatter_async
