@@ -265,6 +265,7 @@ py-allgather-object-order|python/hvd/_core.py|s#        out.append(pickle.loads(
 py-torch-nice-not-zero|python/hvd/torch/__init__.py|s#    os.environ.setdefault("HVD_BACKGROUND_NICE", "0")#    pass#|test_python.sh
 py-torch-nice-overrides-user|python/hvd/torch/__init__.py|s#    os.environ.setdefault("HVD_BACKGROUND_NICE", "0")#    os.environ["HVD_BACKGROUND_NICE"] = "0"#|test_python.sh
 py-grouped-reducescatter-order|python/hvd/_api.py|s#        return \[h.wait() for h in self._handles\]#        return [h.wait() for h in self._handles][::-1]#|test_python.sh
+onnx-steps-add-grad-accumulates|nn/model_cpu.c|s#nn_layer_in_grad(m, l->in\[1\]), !l->dx_first\[1\]);#nn_layer_in_grad(m, l->in[1]), 1);#|test_onnx_models
 EOF
 )
 

@@ -1,6 +1,7 @@
 /* test_cuda_layers: every CUDA kernel of nn against the CPU reference on random inputs
    (forward and backward, accumulation into existing gradients included), in fp32 and,
-   with TF32 enabled, with the looser TF32 tolerance. Exits 77 without a CUDA device. */
+   with TF32 enabled, with the looser TF32 tolerance; the layer kinds of imported graphs
+   in a small model (check_graph_layers). Exits 77 without a CUDA device. */
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
 
@@ -9,6 +10,8 @@
 
 #ifdef NN_WITH_CUDA
 #include "nn/cuda/cuda_internal.h"   /* nn_cuda_conv_searches */
+#include "nn/graph_kernels_internal.h"
+#include "nn/model_internal.h"          /* the graph builders */
 #include "tests/cuda_check.h"
 
 static double tol;   /* for GEMM/convolution results (TF32 or fp32) */
@@ -245,6 +248,106 @@ static void check_conv_lazy_plan(void) {
   nn_cuda_free(Ddw); nn_cuda_free(Dy);
 }
 
+/* ---- the layer kinds of imported graphs (nn/cuda/graph_cuda_internal.h) ----
+   Grouped and dilated convolutions, LeakyRelu, Sigmoid, Tanh, Clip, Mul of the same shape
+   and per channel, Concat: one small model holds them all, built with nn's graph builders
+   as nn/onnx_import.c builds them (the same seed on the CPU and the GPU):
+     input 4x8x8 -> dw: depthwise 3x3, dilation 2, pad 2, bias -> LeakyRelu(0.1)
+       -> g2: 2 groups 4->8, 3x1 kernel, strides 2x1, pads 1x0 (8x4x8)
+       -> Sigmoid * Tanh (Mul, same shape) -> scaled per channel by Clip(0, 6) of its
+          global average (Mul, per channel) -> Concat with g2's output (16x4x8)
+       -> flatten -> linear to 10 classes.
+   Forward in training mode, loss, backward (every parameter's gradient: each layer's
+   input gradient reaches them through the layers below it) and an evaluation forward
+   after one SGD step, in float32 NCHW, float32 NHWC and float16 NCHW. */
+#define GRAPH_BATCH 3
+
+static nn_model_t *graph_model(void) {
+  nn_model_config_t cfg = {.batch = GRAPH_BATCH, .seed = 7};
+  nn_model_t *m = nn_model_begin("graph_layers", &cfg, 4, 8, 8, 10);
+  if (!m) return NULL;
+  int x = nn_model_add_gconv(m, "dw", NN_MODEL_INPUT, 4, 3, 3, (const int[2]){1, 1},
+                             (const int[2]){2, 2}, (const int[2]){2, 2}, 4, 1);
+  x = nn_model_add_act(m, "leaky", x, NN_ACT_LEAKY_RELU, 0.1f, 0, 0);
+  int g2 = nn_model_add_gconv(m, "g2", x, 8, 3, 1, (const int[2]){2, 1}, (const int[2]){1, 0},
+                              (const int[2]){1, 1}, 2, 0);
+  int sig = nn_model_add_act(m, "sigmoid", g2, NN_ACT_SIGMOID, 0, 0, 0);
+  int th = nn_model_add_act(m, "tanh", g2, NN_ACT_TANH, 0, 0, 0);
+  int prod = nn_model_add_mul(m, "mul", sig, th);
+  int gate = nn_model_add_global_avgpool(m, "gap", prod);
+  gate = nn_model_add_act(m, "clip", gate, NN_ACT_CLIP, 0, 0.0f, 6.0f);
+  int scaled = nn_model_add_mul(m, "scale", prod, gate);
+  x = nn_model_add_concat(m, "concat", scaled, g2);
+  x = nn_model_add_flatten(m, "flatten", x);
+  nn_model_add_linear(m, "fc", x, 10, 1);
+  CC_OK(nn_model_finish(m));
+  return m;
+}
+
+typedef struct { const char *name; nn_precision_t prec; int nhwc; double tol, gtol; } graph_case_t;
+
+static void check_graph_case(const graph_case_t *k) {
+  printf("== graph layers, %s\n", k->name);
+  nn_model_t *cpu = graph_model(), *gpu = graph_model();
+  if (!cpu || !gpu) {
+    printf("FAIL building the model: %s\n", nn_last_error());
+    cc_failures++;
+    return;
+  }
+  /* A loss scale of 1: the float16 gradients compare as they are. */
+  nn_precision_config_t pc = {.precision = k->prec, .init_scale = 1, .static_scale = 1,
+                              .channels_last = k->nhwc};
+  CC_OK(nn_model_set_precision(gpu, &pc));
+  CC_OK(nn_model_to_device(gpu, NN_DEVICE_CUDA));
+  size_t nx = (size_t)GRAPH_BATCH * 4 * 8 * 8, np = nn_model_param_len(cpu);
+  float *x = cc_random(nx);
+  int32_t labels[GRAPH_BATCH] = {1, 7, 3};
+  float lc = 0, lg = 0;
+  CC_OK(nn_model_forward(cpu, x, GRAPH_BATCH, 1));
+  CC_OK(nn_model_forward(gpu, x, GRAPH_BATCH, 1));
+  cc_compare("train logits", nn_model_device_logits(gpu), 1, nn_model_logits(cpu),
+             (size_t)GRAPH_BATCH * 10, k->tol);
+  CC_OK(nn_model_loss(cpu, labels, &lc, NULL));
+  CC_OK(nn_model_loss(gpu, labels, &lg, NULL));
+  cc_compare("loss", &lg, 0, &lc, 1, k->tol);
+  CC_OK(nn_model_backward(cpu, NULL, NULL));
+  CC_OK(nn_model_backward(gpu, NULL, NULL));
+  /* Each parameter on its own: a layer's error shows under its name. */
+  float *g = cc_host(np);
+  CC_OK(nn_cuda_to_host(g, nn_model_device_grads(gpu), np * sizeof(float)));
+  for (int i = 0; i < nn_model_num_slices(cpu); i++) {
+    const nn_slice_t *s = nn_model_slice(cpu, i);
+    if (s->kind != NN_SLICE_PARAM) continue;
+    char what[128];
+    snprintf(what, sizeof what, "gradient of %s", s->name);
+    cc_compare(what, g + s->offset, 0, nn_model_grads(cpu) + s->offset, s->numel, k->gtol);
+  }
+  nn_optim_config_t oc = {.kind = NN_OPTIM_SGD, .momentum = 0.9f};
+  CC_OK(nn_model_optim_create(cpu, &oc));
+  CC_OK(nn_model_optim_create(gpu, &oc));
+  CC_OK(nn_model_optim_step(cpu, 0.05f));
+  CC_OK(nn_model_optim_step(gpu, 0.05f));
+  CC_OK(nn_model_forward(cpu, x, GRAPH_BATCH, 0));
+  CC_OK(nn_model_forward(gpu, x, GRAPH_BATCH, 0));
+  cc_compare("eval logits after a step", nn_model_device_logits(gpu), 1,
+             nn_model_logits(cpu), (size_t)GRAPH_BATCH * 10, k->gtol);
+  free(g);
+  free(x);
+  nn_model_free(cpu);
+  nn_model_free(gpu);
+}
+
+
+static void check_graph_layers(void) {
+  /* fp32: summation order only; fp16: every stored activation rounded to 11 bits. */
+  static const graph_case_t cases[] = {
+      {"float32 NCHW", NN_PRECISION_FP32, 0, 1e-5, 1e-4},
+      {"float32 NHWC", NN_PRECISION_FP32, 1, 1e-5, 1e-4},
+      {"float16 NCHW", NN_PRECISION_FP16, 0, 1e-2, 3e-2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_graph_case(&cases[i]);
+}
+
 int main(int argc, char **argv) {
   cc_require_device();
   if (argc > 1 && strcmp(argv[1], "--probe") == 0) return 0;  /* gpu_check: device present */
@@ -276,6 +379,7 @@ int main(int argc, char **argv) {
   check_optim(NN_OPTIM_SGD, 0.9f, 1, 1e-4f);
   check_optim(NN_OPTIM_ADAM, 0, 0, 1e-2f);
   check_optim(NN_OPTIM_ADAMW, 0, 0, 1e-2f);
+  check_graph_layers();
   if (cc_failures) {
     printf("%d comparison(s) failed\n", cc_failures);
     return 1;

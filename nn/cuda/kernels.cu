@@ -8,36 +8,12 @@
 // __nv_bfloat16 (NN_PRECISION_FP32/FP16/BF16). Arithmetic is done in float whatever
 // the storage type, so a half kernel rounds once per stored value.
 #include "nn/cuda/cuda_internal.h"
+#include "nn/cuda/kernel_common.cuh"
 #include "nn/dropout_rng.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <math.h>
 
 namespace {
-
-constexpr int kThreads = 256;
-
-inline unsigned blocks_for(size_t n) {
-  size_t b = (n + kThreads - 1) / kThreads;
-  if (b > 65535u * 32u) b = 65535u * 32u;  // grid-stride loops cover the rest
-  return (unsigned)(b ? b : 1);
-}
-
-#define GRID_LOOP(i, n) \
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
-       i += (size_t)gridDim.x * blockDim.x)
-
-// Loads and stores in float, whatever the storage type.
-__device__ __forceinline__ float ld(float v) { return v; }
-__device__ __forceinline__ float ld(__half v) { return __half2float(v); }
-__device__ __forceinline__ float ld(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T st(float v);
-template <> __device__ __forceinline__ float st<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half st<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 template <typename T> __global__ void relu_fwd(size_t n, const T *x, T *y) {
   GRID_LOOP(i, n) { float v = ld(x[i]); y[i] = st<T>(v > 0.0f ? v : 0.0f); }
@@ -70,19 +46,6 @@ __global__ void add_bwd(size_t n, const T *dy, T *da, int a_add, T *db, int b_ad
 
 template <typename T> __global__ void accumulate(size_t n, const T *dy, T *dx, int add) {
   GRID_LOOP(i, n) dx[i] = add ? st<T>(ld(dx[i]) + ld(dy[i])) : dy[i];
-}
-
-// ---- layouts: activations are NCHW, or NHWC (channels last) when nhwc ----
-
-// Offset of (sample s, channel ch, position p) among n x c x hw elements.
-__device__ __forceinline__ size_t at4(int nhwc, size_t s, int ch, size_t p, int c, int hw) {
-  return nhwc ? (s * (size_t)hw + p) * (size_t)c + (size_t)ch
-              : (s * (size_t)c + (size_t)ch) * (size_t)hw + p;
-}
-
-// Channel of flat offset i.
-__device__ __forceinline__ int chan_of(int nhwc, size_t i, int c, int hw) {
-  return (int)(nhwc ? i % (size_t)c : (i / (size_t)hw) % (size_t)c);
 }
 
 // One warp per (sample, channel): y[s][ch] = mean over positions (same in both layouts).
@@ -683,17 +646,6 @@ __global__ void amp_update(nn_cuda_amp_t *a, float growth, float backoff, int in
 }
 
 }  // namespace
-
-// Launches KERNEL<T> with T the element type of precision P; pointer arguments are cast
-// inside ARGS with the macro E (the element type).
-#define DISPATCH(P, LAUNCH)                                                   \
-  do {                                                                       \
-    switch (P) {                                                             \
-    case NN_PRECISION_FP16: { typedef __half E; LAUNCH; } break;             \
-    case NN_PRECISION_BF16: { typedef __nv_bfloat16 E; LAUNCH; } break;      \
-    default: { typedef float E; LAUNCH; } break;                             \
-    }                                                                        \
-  } while (0)
 
 extern "C" {
 

@@ -40,6 +40,7 @@
    pooling output and an NHWC flatten own their gradient here, unlike on the CPU). */
 #include "nn/model_internal.h"
 #include "nn/cuda/cuda_internal.h"
+#include "nn/cuda/graph_cuda_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,7 @@ typedef struct {
   float *save_mean, *save_invstd;
   nn_cuda_bn_reserve_t bn_reserve;   /* batch norm: descriptors, reserve (NHWC)     */
   nn_cuda_pool_desc_t pool_desc;     /* pooling: descriptors                        */
+  nn_cuda_gconv_plan_t *gconv;       /* grouped convolution: descriptors, algorithms */
   uint8_t *mask;
 } dlayer_t;
 
@@ -88,7 +90,6 @@ typedef struct {
 } cuda_model_t;
 
 static const nn_backend_t cuda_backend;
-static nn_status_t graph_kinds_refused(nn_model_t *m);
 
 static cuda_model_t *CM(const nn_model_t *m) { return (cuda_model_t *)m->backend_state; }
 
@@ -146,6 +147,7 @@ static void cuda_model_release(const nn_model_t *m, cuda_model_t *d) {
       nn_cuda_free(l->save_invstd);
       nn_cuda_bn_reserve_free(&l->bn_reserve);
       nn_cuda_pool_desc_free(&l->pool_desc);
+      nn_cuda_gconv_plan_free(l->gconv);
       nn_cuda_free(l->mask);
     }
   free(d->L);
@@ -283,7 +285,6 @@ nn_status_t nn_model_to_device(nn_model_t *m, nn_device_t device) {
   int done;
   nn_status_t st = nn_model_to_device_args(m, device, &done);
   if (st != NN_OK || done) return st;
-  if ((st = graph_kinds_refused(m)) != NN_OK) return st;
   if (!nn_cuda_available())
     return nn_set_error(NN_ERR_UNSUPPORTED, "nn_model_to_device: %s", nn_cuda_info());
   nn_cuda_ctx_t *c;
@@ -486,6 +487,11 @@ static nn_status_t cuda_scale_grads(nn_model_t *m, size_t from, size_t to, float
 
 /* ---- forward ---- */
 
+/* Input channels of one filter of a convolution (grouped: of its group). */
+static int conv_in_c(const nn_layer_t *l) {
+  return l->kind == NN_LAYER_GCONV ? l->in_c / l->groups : l->in_c;
+}
+
 /* Weights (and their gradients) of convolutions and linear layers: the compute copy
    when there is one (mixed precision, NHWC), the float32 master otherwise. */
 static const void *gemm_param(const cuda_model_t *d, size_t off) {
@@ -505,9 +511,9 @@ static nn_status_t refresh_compute_params(nn_model_t *m, nn_cuda_ctx_t *c) {
   if (d->fmt.nhwc)
     for (int i = 0; i < m->num_layers; i++) {
       const nn_layer_t *l = &m->layers[i];
-      if (l->kind != NN_LAYER_CONV2D) continue;
-      NN_CUDA_CHECK(nn_cuk_float_to_nhwc(c->stream, d->fmt.prec, l->c, l->in_c, l->kh * l->kw,
-                                         d->params + l->w_off,
+      if (l->kind != NN_LAYER_CONV2D && l->kind != NN_LAYER_GCONV) continue;
+      NN_CUDA_CHECK(nn_cuk_float_to_nhwc(c->stream, d->fmt.prec, l->c, conv_in_c(l),
+                                         l->kh * l->kw, d->params + l->w_off,
                                          elem(d->params_h, l->w_off, d->es)));
     }
   return NN_OK;
@@ -518,8 +524,8 @@ static nn_status_t refresh_compute_params(nn_model_t *m, nn_cuda_ctx_t *c) {
 static nn_status_t gather_layer_grads(nn_model_t *m, nn_cuda_ctx_t *c, const nn_layer_t *l) {
   cuda_model_t *d = CM(m);
   if (!d->grads_h || l->param_end <= l->param_begin) return NN_OK;
-  if (l->kind == NN_LAYER_CONV2D && d->fmt.nhwc) {
-    NN_CUDA_CHECK(nn_cuk_nhwc_to_float(c->stream, d->fmt.prec, l->c, l->in_c, l->kh * l->kw,
+  if ((l->kind == NN_LAYER_CONV2D || l->kind == NN_LAYER_GCONV) && d->fmt.nhwc) {
+    NN_CUDA_CHECK(nn_cuk_nhwc_to_float(c->stream, d->fmt.prec, l->c, conv_in_c(l), l->kh * l->kw,
                                        elem(d->grads_h, l->w_off, d->es),
                                        d->grads + l->w_off));
     if (l->has_bias)
@@ -816,42 +822,89 @@ static nn_status_t add_backward(nn_model_t *m, int i, int n) {
 }
 
 /* ---- the graph kinds (nn/model_internal.h, NN_LAYER_GRAPH_KIND_LIST) ----
-   Not on this backend yet: nn_model_to_device refuses a model with one (naming the
-   layer) before it moves anything, so these are never reached. */
-static nn_status_t graph_kind_refused(nn_model_t *m, int i) {
-  return nn_set_error(NN_ERR_UNSUPPORTED, "nn_model_to_device: layer %d \"%s\" (%s) has no "
-                      "CUDA kernels yet: train this model on the CPU (grouped or dilated "
-                      "convolutions, LeakyRelu, Sigmoid, Tanh, Clip, Mul and Concat run on "
-                      "the CPU only)", i, m->layers[i].name,
-                      m->layers[i].kind == NN_LAYER_GCONV    ? "grouped convolution"
-                      : m->layers[i].kind == NN_LAYER_ACT    ? "activation"
-                      : m->layers[i].kind == NN_LAYER_MUL    ? "elementwise product"
-                                                             : "concat");
+   nn/cuda/gconv_cudnn.c and graph_kernels.cu; the grouped convolution's weights are a
+   convolution's (compute copy, gathered gradients). */
+static nn_gconv_shape_t layer_gconv_shape(const nn_layer_t *l, int n) {
+  nn_gconv_shape_t s = {n, l->in_c, l->in_h, l->in_w, l->c, l->kh, l->kw, l->groups,
+                        l->stride, l->stride_w, l->pad, l->pad_w, l->dil_h, l->dil_w,
+                        l->h, l->w};
+  return s;
 }
 
-static nn_status_t graph_kinds_refused(nn_model_t *m) {
-  for (int i = 0; i < m->num_layers; i++) {
-    nn_layer_kind_t k = m->layers[i].kind;
-    if (k == NN_LAYER_GCONV || k == NN_LAYER_ACT || k == NN_LAYER_MUL ||
-        k == NN_LAYER_CONCAT)
-      return graph_kind_refused(m, i);
-  }
+static nn_status_t gconv_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  nn_gconv_shape_t sh = layer_gconv_shape(l, n);
+  return nn_gconv_forward_cuda_p(f, &sh, x, gemm_param(d, l->w_off),
+                                 l->has_bias ? gemm_param(d, l->b_off) : NULL, l->out,
+                                 &dl->gconv);
+}
+
+static nn_status_t gconv_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  nn_gconv_shape_t sh = layer_gconv_shape(l, n);
+  /* The gradient of the model input is wanted by nobody. */
+  void *dx = nn_layer_input_grad_wanted(m, l->in[0]) ? nn_layer_dx(m, i) : NULL;
+  s = nn_gconv_backward_cuda_p(f, &sh, x, gemm_param(d, l->w_off), l->dout, dx,
+                               !l->dx_first[0], gemm_grad(d, l->w_off),
+                               l->has_bias ? gemm_grad(d, l->b_off) : NULL, &dl->gconv);
+  return s == NN_OK ? gather_layer_grads(m, c, l) : s;
+}
+
+static nn_status_t act_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  NN_CUDA_CHECK(nn_cuk_act_forward(c->stream, p, count, l->act, l->alpha, l->lo, l->hi, x,
+                                   l->out));
   return NN_OK;
 }
 
-#define GRAPH_KIND_REFUSED(stem)                                                   \
-  static nn_status_t stem##_forward(nn_model_t *m, int i, int n, int training) {   \
-    (void)n, (void)training;                                                       \
-    return graph_kind_refused(m, i);                                               \
-  }                                                                                \
-  static nn_status_t stem##_backward(nn_model_t *m, int i, int n) {                \
-    (void)n;                                                                       \
-    return graph_kind_refused(m, i);                                               \
-  }
-GRAPH_KIND_REFUSED(gconv)
-GRAPH_KIND_REFUSED(act)
-GRAPH_KIND_REFUSED(mul)
-GRAPH_KIND_REFUSED(concat)
+static nn_status_t act_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  NN_CUDA_CHECK(nn_cuk_act_backward(c->stream, p, count, l->act, l->alpha, l->lo, l->hi, x,
+                                    l->dout, nn_layer_dx(m, i), !l->dx_first[0]));
+  return NN_OK;
+}
+
+static nn_status_t mul_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  const nn_layer_t *b = &m->layers[l->in[1]];
+  NN_CUDA_CHECK(nn_cuk_mul_forward(c->stream, p, f.nhwc, n, l->c, l->h * l->w, b->h * b->w,
+                                   x, nn_layer_in(m, l->in[1]), l->out));
+  return NN_OK;
+}
+
+/* The two inputs' gradients one after the other: they may be one buffer (x * x). */
+static nn_status_t mul_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  const nn_layer_t *b = &m->layers[l->in[1]];
+  const int hw = l->h * l->w, b_hw = b->h * b->w;
+  NN_CUDA_CHECK(nn_cuk_mul_backward_a(c->stream, p, f.nhwc, n, l->c, hw, b_hw,
+                                      nn_layer_in(m, l->in[1]), l->dout, nn_layer_dx(m, i),
+                                      !l->dx_first[0]));
+  NN_CUDA_CHECK(nn_cuk_mul_backward_b(c->stream, p, f.nhwc, n, l->c, hw, b_hw, x, l->dout,
+                                      nn_layer_in_grad(m, l->in[1]), !l->dx_first[1]));
+  return NN_OK;
+}
+
+static nn_status_t concat_forward(nn_model_t *m, int i, int n, int training) {
+  LAYER_VARS;
+  (void)training;
+  NN_CUDA_CHECK(nn_cuk_concat_forward(c->stream, p, f.nhwc, n, l->in_c, l->c - l->in_c,
+                                      l->h * l->w, x, nn_layer_in(m, l->in[1]), l->out));
+  return NN_OK;
+}
+
+static nn_status_t concat_backward(nn_model_t *m, int i, int n) {
+  LAYER_VARS;
+  const int ca = l->in_c, cb = l->c - l->in_c, hw = l->h * l->w;
+  NN_CUDA_CHECK(nn_cuk_concat_backward(c->stream, p, f.nhwc, n, ca, cb, hw, 0, l->dout,
+                                       nn_layer_dx(m, i), !l->dx_first[0]));
+  NN_CUDA_CHECK(nn_cuk_concat_backward(c->stream, p, f.nhwc, n, ca, cb, hw, 1, l->dout,
+                                       nn_layer_in_grad(m, l->in[1]), !l->dx_first[1]));
+  return NN_OK;
+}
 
 static const nn_backend_t cuda_backend = {
     .name = "CUDA",
