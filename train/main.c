@@ -859,15 +859,10 @@ static void set_up_replica(trainer_t *t) {
    line), and where the loop starts. */
 static void set_up_loop(trainer_t *t);
 
-/* --pipeline-stages: the stages (printed), on the model every rank holds. Batch norm is
-   refused: its running statistics live on one stage and are not gathered yet. */
+/* --pipeline-stages: the stages (printed), on the model every rank holds. */
 static void set_up_pipeline(trainer_t *t) {
   const train_opts_t *o = &t->o;
   char err[4096];
-  if (t->nb > 0)
-    die_usage("--pipeline-stages with %s: models with batch norm are not supported in a "
-              "pipeline yet (their running statistics stay on one stage); try mlp or lenet",
-              o->model);
   train_pipeline_opts_t po = {.stages = o->pipeline_stages, .micro_batches = o->micro_batches,
                               .schedule = strcmp(o->pipeline_schedule, "gpipe") == 0
                                               ? TRAIN_PIPE_GPIPE : TRAIN_PIPE_1F1B};
@@ -926,9 +921,13 @@ static void pipeline_report(trainer_t *t) {
   free(all);
 }
 
-/* Every rank gets the whole model from the stages (checkpoints, evaluation, --export). */
-static void pipeline_gather(trainer_t *t) {
+/* Every rank gets the whole model from the stages (checkpoints, evaluation, --export);
+   at an epoch's end (epoch_end) the batch-norm statistics averaged over the replicas
+   first, as sync_replicas averages them over the ranks without a pipeline. */
+static void pipeline_gather(trainer_t *t, int epoch_end) {
   char err[1024];
+  if (t->pipe && epoch_end && train_pipeline_average_stats(t->pipe, err, sizeof err) != 0)
+    die("%s", err);
   if (t->pipe && train_pipeline_gather(t->pipe, err, sizeof err) != 0)
     die("%s", err);
 }
@@ -1092,7 +1091,7 @@ static void train_steps(trainer_t *t, int epoch, int first, double sums[3], doub
     long long global_step = (long long)epoch * t->windows + window + 1;
     if (last_pass && o->checkpoint_every_steps > 0 && s + 1 < steps &&
         global_step % o->checkpoint_every_steps == 0) {
-      pipeline_gather(t);
+      pipeline_gather(t, 0);
       save_mid_epoch(&t->run, t->rank, s + 1, steps, sums, util_now_s() - t0);
     }
   }
@@ -1105,7 +1104,8 @@ static void sync_replicas(trainer_t *t) {
   /* Refresh the host mirror (weights, buffers, optimizer state) that the buffer average,
      best weights and checkpoints read (on the CPU: nothing to do). */
   nn_check_model(nn_model_sync_to_host(model), "copying the model to the host");
-  if (t->nb > 0)
+  /* A pipeline's stages hold other stages' statistics: pipeline_gather averaged them. */
+  if (t->nb > 0 && !t->pipe)
     hvd_check(hvd_allreduce("epoch.buffers", nn_model_buffers(model), nn_model_buffers(model),
                             t->nb, HVD_FLOAT32, HVD_AVERAGE), "allreduce of buffers");
   if (t->nb > 0)
@@ -1185,7 +1185,7 @@ static void run_epoch(trainer_t *t, int epoch) {
             "allreduce of metrics");
   double loss = sums[2] > 0 ? sums[0] / sums[2] : 0, acc = sums[2] > 0 ? sums[1] / sums[2] : 0;
   double ips = train_s > 0 ? sums[2] / train_s : 0; /* all ranks together */
-  pipeline_gather(t);
+  pipeline_gather(t, 1);
   sync_replicas(t);
   eval_t v = evaluate(model, &t->val, &t->bo, o->batch, t->rank, t->size, t->x, t->y, t->idx,
                       "val.metrics");

@@ -80,8 +80,14 @@ int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, i
                         size_t errlen);
 
 /* Every rank gets every stage's parameters (from replica 0): the whole model, for
-   checkpoints, evaluation and --export. Collective over the world. */
+   checkpoints, evaluation and --export; the batch-norm statistics and counters too,
+   except that a stage's ranks keep their own. Collective over the world. */
 int train_pipeline_gather(train_pipeline_t *p, char *err, size_t errlen);
+
+/* Each stage's batch-norm running statistics averaged over its replicas (counters: the
+   largest), in the stage's process set, as data parallelism averages them at an epoch's
+   end; before train_pipeline_gather. Collective over the world. 0, or -1 with err. */
+int train_pipeline_average_stats(train_pipeline_t *p, char *err, size_t errlen);
 
 void train_pipeline_stats(const train_pipeline_t *p, train_pipeline_stats_t *s);
 

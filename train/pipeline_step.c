@@ -234,6 +234,8 @@ int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, i
   return rc;
 }
 
+static int gather_stats(train_pipeline_t *p, char *err, size_t errlen);
+
 /* The parameters, and the optimizer's state laid out as they are (one or more arrays of
    one float per trainable parameter, params[from, param_len) with --freeze: SGD's
    momentum, Adam's m and v), from each stage's first rank. */
@@ -256,6 +258,59 @@ int train_pipeline_gather(train_pipeline_t *p, char *err, size_t errlen) {
         return -1;
       }
     }
+  }
+  return gather_stats(p, err, errlen);
+}
+
+/* Stage s's batch-norm statistics and counters from its first rank (s) to the ranks of
+   the other stages; the replicas of stage s keep their own (they advance on their own
+   samples until train_pipeline_average_stats). */
+static int gather_stats(train_pipeline_t *p, char *err, size_t errlen) {
+  for (int s = 0; s < p->S; s++) {
+    size_t b, e;
+    int cb, ce;
+    nn_model_range_buffers(p->m, p->bounds[s], p->bounds[s + 1], &b, &e, &cb, &ce);
+    if (e == b && ce == cb) continue;
+    int keep = p->stage == s && p->rank != s;
+    float *fb = keep ? malloc((e - b + 1) * sizeof(float)) : nn_model_buffers(p->m) + b;
+    int64_t *cnt = keep ? malloc((size_t)(ce - cb + 1) * sizeof(int64_t))
+                        : nn_model_counters(p->m) + cb;
+    char name[64];
+    hvd_status_t hs = fb && cnt ? HVD_OK : HVD_ERR_INVALID_ARGUMENT;
+    snprintf(name, sizeof(name), "pipe.gather.buffers.%d", s);
+    if (hs == HVD_OK && e > b) hs = hvd_broadcast(name, fb, e - b, HVD_FLOAT32, s);
+    snprintf(name, sizeof(name), "pipe.gather.counters.%d", s);
+    if (hs == HVD_OK && ce > cb) hs = hvd_broadcast(name, cnt, (size_t)(ce - cb), HVD_INT64, s);
+    if (keep) {
+      free(fb);
+      free(cnt);
+    }
+    if (hs != HVD_OK) {
+      snprintf(err, errlen, "gathering stage %d's batch-norm statistics: %s", s,
+               fb && cnt ? hvd_last_error() : "out of memory");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int train_pipeline_average_stats(train_pipeline_t *p, char *err, size_t errlen) {
+  size_t b, e;
+  int cb, ce;
+  nn_model_range_buffers(p->m, p->bounds[p->stage], p->bounds[p->stage + 1], &b, &e, &cb, &ce);
+  hvd_options_t o = {.process_set = p->sets[p->stage]};
+  hvd_status_t hs = HVD_OK;
+  float *fb = nn_model_buffers(p->m) + b;
+  int64_t *cnt = nn_model_counters(p->m) + cb;
+  if (p->R > 1 && e > b)
+    hs = hvd_allreduce_ex("pipe.stats.buffers", fb, fb, e - b, HVD_FLOAT32, HVD_AVERAGE, &o);
+  if (hs == HVD_OK && p->R > 1 && ce > cb)
+    hs = hvd_allreduce_ex("pipe.stats.counters", cnt, cnt, (size_t)(ce - cb), HVD_INT64,
+                          HVD_MAX, &o);
+  if (hs != HVD_OK) {
+    snprintf(err, errlen, "averaging stage %d's batch-norm statistics over its replicas: %s",
+             p->stage, hvd_last_error());
+    return -1;
   }
   return 0;
 }
