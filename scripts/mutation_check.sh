@@ -201,7 +201,7 @@ range-stash-skips-input|nn/model_range.c|s/  else add_region(r, m->layers\[first
 range-backward-ignores-dy|nn/model_range.c|s/s = b->copy(top->dout, dy ? dy : m->dlogits,/s = b->copy(top->dout, m->dlogits,/|test_nn_model_range
 range-cut-across-residual|nn/model_range.c|s/      if (in < k - 1) return 0;/      if (in < -1) return 0;/|test_nn_model_range
 pipe-weights-unscaled|train/pipeline_step.c|s/(float)st->weight) != NN_OK)/1.0f) != NN_OK)/|test_train_pipeline
-pipe-no-stage-allreduce|train/pipeline_step.c|s/  if (p->R > 1 \&\& p->pend > p->pbegin) {/  if (0) {/|test_train_pipeline
+pipe-no-stage-allreduce|train/pipeline_step.c|s/  if (p->R > 1 \&\& p->pend > b) {/  if (0) {/|test_train_pipeline
 pipe-no-unstash|train/pipeline_step.c|s/  if (nn_model_range_unstash(p->m, first, last, p->stash\[k\]) != NN_OK)/  if (0)/|test_train_pipeline
 train-pipe-no-gather|train/main.c|s/^  pipeline_gather(t, 1);$/  (void)0;/|test_train_pipeline.sh
 onnx-bn-momentum-not-inverted|nn/onnx_import.c|s#im->m->layers\[idx\].momentum = 1.0f - mom;#im->m->layers[idx].momentum = mom;#|test_onnx_models
@@ -259,6 +259,7 @@ range-forward-trains-frozen|nn/model_range.c|s/    s = b->layer\[l->kind\].forwa
 range-backward-below-trainable|nn/model_range.c|s/ i >= first \&\& i >= m->train_layer; i--) {/ i >= first; i--) {/|test_nn_model_range
 pipe-gather-no-bn-stats|train/pipeline_step.c|s/^  return gather_stats(p, err, errlen);/  return 0;/|test_train_pipeline test_train_pipeline.sh
 range-stash-no-bn-stats|nn/model_range.c|s/    add_region(r, l->save_invstd, (size_t)l->c \* 4);/    (void)0;/|test_train_pipeline
+pipe-allreduce-frozen-grads|train/pipeline_step.c|s/  size_t from = nn_model_trainable_from(p->m), b = p->pbegin > from ? p->pbegin : from;/  size_t b = p->pbegin;/|test_train_pipeline_freeze.sh
 EOF
 )
 

@@ -168,15 +168,18 @@ static int finish_sends(train_pipeline_t *p, step_t *st) {
   return 0;
 }
 
-/* The stage's gradients averaged over the replicas, the update, and the loss sums. */
+/* The stage's trainable gradients averaged over the replicas (frozen ones (--freeze)
+   have none worth sending, as the unsplit run's buckets skip them), the update, and the
+   loss sums. */
 static int reduce_and_update(train_pipeline_t *p, step_t *st, float lr) {
   if (st->weight != 0 && nn_model_scale_grads(p->m, p->pbegin, p->pend, (float)st->weight) != NN_OK)
     return nn_fail(st, "pipeline gradient weights");
+  size_t from = nn_model_trainable_from(p->m), b = p->pbegin > from ? p->pbegin : from;
   hvd_status_t hs = HVD_OK;
-  if (p->R > 1 && p->pend > p->pbegin) {
+  if (p->R > 1 && p->pend > b) {
     hvd_options_t o = {.process_set = p->sets[p->stage]};
-    float *g = nn_model_grads(p->m) + p->pbegin;
-    hs = hvd_allreduce_ex("pipe.grads", g, g, p->pend - p->pbegin, HVD_FLOAT32, HVD_AVERAGE, &o);
+    float *g = nn_model_grads(p->m) + b;
+    hs = hvd_allreduce_ex("pipe.grads", g, g, p->pend - b, HVD_FLOAT32, HVD_AVERAGE, &o);
   }
   if (hs != HVD_OK) {
     snprintf(st->err, st->errlen, "stage %d's gradient allreduce: %s", p->stage, hvd_last_error());
