@@ -7,8 +7,9 @@
    norm) on 2 stages, M = 1 and 4, both schedules: batch norm normalises per micro-batch,
    so its reference is the unsplit model accumulating the gradients of the M
    micro-batches (one step on their mean); weights, running statistics (gathered from
-   the stages) and num_batches_tracked agree. Also: a killed stage ends every survivor
-   within the peer timeout, naming the lost stage. */
+   the stages) and num_batches_tracked agree. Also: a killed stage ends the job; a stopped
+   stage 0 of 3 ends both survivors within the peer timeout, each naming rank 0 as hvd's
+   census does (stage 2 too, though it waits for stage 1). */
 #include "hvd_test.h"
 #include "nn/nn.h"
 #include "train/pipeline.h"
@@ -17,6 +18,7 @@
 #include <signal.h>
 
 enum { STEPS = 10, PER_REPLICA = 8 };
+static int kill_signal = SIGKILL;
 
 static void batch(const nn_model_t *m, int step, int B, float *x, int32_t *y) {
   int c, h, w;
@@ -90,7 +92,7 @@ static int run(const char *model, int S, int M, train_pipe_schedule_t sched, int
   int replica = hvd_rank() / S;
   double worst_loss = 0;
   for (int step = 0; step < STEPS; step++) {
-    if (kill_stage >= 0 && step == 3 && hvd_rank() == kill_stage) raise(SIGKILL);
+    if (kill_stage >= 0 && step == 3 && hvd_rank() == kill_stage) raise(kill_signal);
     batch(ref, step, B, x, y);
     double loss_sum = 0;
     long long correct = 0;
@@ -99,6 +101,13 @@ static int run(const char *model, int S, int M, train_pipe_schedule_t sched, int
                             &loss_sum, &correct, err, sizeof(err)) != 0) {
       fprintf(stderr, "rank %d: step %d: %s\n", hvd_rank(), step, err);
       fflush(stderr);
+      /* As train does: the runtime ended (bounded after a failure), then the exit; a
+         pause first, so that every survivor has said its line before the first exit
+         makes mpirun end the job. */
+      if (kill_stage >= 0) {
+        sleep(2);
+        hvd_shutdown();
+      }
       _exit(kill_stage >= 0 ? 3 : 1);
     }
     if (hvd_rank() != 0) continue;   /* the reference: rank 0 alone (2 cores, 4 ranks) */
@@ -168,6 +177,20 @@ int main(int argc, char **argv) {
     int rc = hvd_test_mpirun(argv[0], 2, "kill", "HVD_PEER_TIMEOUT_SECONDS=3", 60, out,
                              sizeof(out));
     CHECK(rc != 0 && rc != 124, "a killed stage: exit %d (124: nobody ended)", rc);
+    /* Stage 0 of 3 stopped: stage 1 waits for it, stage 2 for stage 1 (alive); both end
+       naming rank 0, from hvd's census, as collectives would. */
+    rc = hvd_test_mpirun(argv[0], 3, "stop", "HVD_PEER_TIMEOUT_SECONDS=3", 60, out,
+                         sizeof(out));
+    CHECK(rc != 0 && rc != 124, "a stopped stage: exit %d (124: nobody ended)", rc);
+    for (int r = 1; r <= 2; r++) {
+      char want[64];
+      snprintf(want, sizeof(want), "rank %d: step 3: pipeline stage %d", r, r);
+      const char *line = strstr(out, want);
+      const char *eol = line ? strchr(line, '\n') : NULL;
+      const char *named = line ? strstr(line, "rank(s): rank 0 (host") : NULL;
+      CHECK(line && named && (!eol || named < eol), "a stopped stage 0: rank %d's error does "
+            "not name the lost rank 0 as hvd's census does:\n%s", r, out);
+    }
     printf("pipeline training equals the unsplit model\n");
     return failures ? 1 : 0;
   }
@@ -177,6 +200,9 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "kill") == 0) {
     run("mlp", 2, 2, TRAIN_PIPE_1F1B, 1);
+  } else if (strcmp(mode, "stop") == 0) {
+    kill_signal = SIGSTOP;
+    run("mlp", 3, 2, TRAIN_PIPE_1F1B, 0);
   } else if (strcmp(mode, "replicas") == 0) {   /* 2 stages x 2 replicas */
     for (int M = 1; M <= 4; M += 3)
       for (int sched = 0; sched < 2; sched++) run("lenet", 2, M, (train_pipe_schedule_t)sched, -1);

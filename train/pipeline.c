@@ -165,8 +165,10 @@ int train_pipeline_create(train_pipeline_t **out, nn_model_t *m,
   p->R = size / p->S;
   p->micro_n = micro_n;
   p->comm = MPI_COMM_NULL;
+  /* A lost peer is hvd's to find (hvd_check_health); this only ends a wait on a live
+     but stuck stage, long after the peer timeout would have named a lost one. */
   const char *t = getenv("HVD_PEER_TIMEOUT_SECONDS");
-  p->peer_timeout_s = t && atof(t) > 0 ? atof(t) : 10.0;
+  p->stuck_s = 6.0 * (t && atof(t) > 0 ? atof(t) : 10.0) + 30.0;
   int rc = plan(p, o, err, errlen);
   if (rc == 0) rc = add_sets(p, err, errlen);
   if (rc == 0 && MPI_Comm_dup(MPI_COMM_WORLD, &p->comm) != MPI_SUCCESS)
@@ -229,8 +231,8 @@ void train_pipeline_describe(const train_pipeline_t *p, char *buf, size_t len) {
 }
 
 int train_pipeline_wait_peer(train_pipeline_t *p, MPI_Request *r, int peer, const char *what,
-                     char *err, size_t errlen) {
-  double start = util_now_s();
+                             char *err, size_t errlen) {
+  double start = util_now_s(), checked = start;
   for (unsigned spins = 0;; spins++) {
     int done = 0;
     if (MPI_Test(r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
@@ -239,10 +241,19 @@ int train_pipeline_wait_peer(train_pipeline_t *p, MPI_Request *r, int peer, cons
     }
     if (done) return 0;
     if (spins % 16 == 0) sched_yield();
-    if (util_now_s() - start > p->peer_timeout_s) {
-      snprintf(err, errlen, "pipeline stage %d (rank %d) lost: no %s from it for %.0f s "
-               "(HVD_PEER_TIMEOUT_SECONDS=%g)", peer % p->S, peer, what,
-               util_now_s() - start, p->peer_timeout_s);
+    double now = util_now_s();
+    if (now - checked < 0.01) continue;
+    checked = now;
+    /* A lost rank, named as collectives name it (hvd's heartbeats and census). */
+    if (hvd_check_health() != HVD_OK) {
+      snprintf(err, errlen, "pipeline stage %d waiting for %s from stage %d (rank %d): %s",
+               p->stage, what, peer % p->S, peer, hvd_last_error());
+      return -1;
+    }
+    if (now - start > p->stuck_s) {
+      snprintf(err, errlen, "pipeline stage %d: no %s from stage %d (rank %d) for %.0f s, "
+               "though the runtime hears from every rank: a stage stuck or far slower "
+               "than the others", p->stage, what, peer % p->S, peer, now - start);
       return -1;
     }
   }

@@ -15,8 +15,10 @@
    Point-to-point goes straight to MPI (on its own duplicate of MPI_COMM_WORLD) because
    hvd has collectives only; MPI must then be initialised with MPI_THREAD_MULTIPLE (the
    hvd background thread calls MPI too): train_pipeline_mpi_init before hvd_init. Every
-   wait polls, and gives up after HVD_PEER_TIMEOUT_SECONDS (default 10) without the
-   neighbour's message, naming the stage and rank, so a lost stage ends every survivor.
+   wait polls, and asks hvd's runtime about its peers meanwhile (hvd_check_health): a
+   lost stage, found by the heartbeats within HVD_PEER_TIMEOUT_SECONDS, ends every
+   survivor with the rank and host every collective would name, whichever stage each
+   survivor waited for.
 
    Batch norm inside a pipeline normalises per micro-batch (as PyTorch's Pipe does), and
    its running statistics and num_batches_tracked advance once per micro-batch. */
