@@ -73,7 +73,7 @@ flags-range-max-unchecked|util/flags.c|s#(x >= f->min \&\& x <= f->max)#(x >= f-
 plan-rank0-threshold-ignored|hvd/init.c|s#c->fusion_threshold = (size_t)v\[0\];#(void)v[0];#|test_hvd_plan
 plan-device-mismatch-unchecked|hvd/negotiation.c|s#if ((a->device < 0) != (b->device < 0)) {#if (0) {#|test_hvd_plan
 join-stand-in-not-zeros|hvd/execute.c|s#char \*buf = calloc(1, 2 \* bytes + 1);#char *buf = calloc(1, 2 * bytes + 1); if (buf) memset(buf, 1, bytes);#|test_hvd_join
-cache-signature-ignores-count|hvd/response_cache.c|s#a->on_device == b->on_device \&\& a->count == b->count;#a->on_device == b->on_device;#|test_hvd_cache
+cache-signature-ignores-count|hvd/response_cache.c|s#a->on_device == b->on_device \&\& a->count == b->count \&\&#a->on_device == b->on_device \&\&#|test_hvd_cache
 hvd-long-name-accepted|hvd/api.c|s#^    if (n > HVD_NAME_MAX)$#    if (0)#|test_hvd_plan test_hvd_errors
 reducescatter-average-undivided|hvd/host_backend.c|s#if (cs == COLL_OK \&\& r->op == HVD_AVERAGE \&\& mine > 0)#if (0)#|test_hvd_alltoall_reducescatter
 reducescatter-remainder-at-end|hvd/host_backend.c|s#+ ((size_t)j < r->count % (size_t)N);#+ ((size_t)j >= (size_t)N - r->count % (size_t)N);#|test_hvd_alltoall_reducescatter
@@ -261,6 +261,7 @@ pipe-gather-no-bn-stats|train/pipeline_step.c|s/^  return gather_stats(p, err, e
 range-stash-no-bn-stats|nn/model_range.c|s/    add_region(r, l->save_invstd, (size_t)l->c \* 4);/    (void)0;/|test_train_pipeline
 pipe-allreduce-frozen-grads|train/pipeline_step.c|s/  size_t from = nn_model_trainable_from(p->m), b = p->pbegin > from ? p->pbegin : from;/  size_t b = p->pbegin;/|test_train_pipeline_freeze.sh
 pipe-wait-ignores-liveness|train/pipeline.c|s/    if (hvd_check_health() != HVD_OK) {/    if (0) {/|test_train_pipeline
+pset-names-not-cached|hvd/cache_rounds.c|s/^    hvd_cache_sig_t g = sig_of_response(r);/    if (r->set) continue;\n    hvd_cache_sig_t g = sig_of_response(r);/|test_hvd_process_sets
 EOF
 )
 
