@@ -3,7 +3,7 @@
 # 1f1b) writes the same files as the unsplit run on 1 rank (--export, --logdir's
 # TensorBoard and CSV files, --checkpoint-dir), and the exported weights agree with the
 # unsplit model's to 1e-5 relative after an epoch of 9 steps on the same global batches.
-# The stages are printed. resnet20 (batch norm) in a pipeline trains as the unsplit model
+# The stages are printed, and the last step drawn. resnet20 (batch norm) in a pipeline trains as the unsplit model
 # with gradient accumulation over the micro-batches. A stage count that does not divide
 # the ranks is refused with exit status 2 and a line that says why.
 set -u
@@ -54,6 +54,11 @@ for run in unsplit pipe; do
 done
 grep -q '^stage 1: layers' "$tmp/pipe.out" \
   || { echo "FAIL the stages are not printed:"; cat "$tmp/pipe.out"; exit 1; }
+# The last step drawn: every stage ran forwards and backwards.
+for s in 0 1; do
+  grep -q "^  stage $s |.*F.*B.*|\$" "$tmp/pipe.out" \
+    || { echo "FAIL no picture of stage $s's last step:"; cat "$tmp/pipe.out"; exit 1; }
+done
 a=$(cd "$tmp/unsplit" && find . -type f | sed 's/events.out.tfevents.*/events/' | sort)
 b=$(cd "$tmp/pipe" && find . -type f | sed 's/events.out.tfevents.*/events/' | sort)
 [ "$a" = "$b" ] || { echo "FAIL the pipeline wrote other files:"; diff <(echo "$a") <(echo "$b"); exit 1; }

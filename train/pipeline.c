@@ -125,9 +125,10 @@ static int alloc_buffers(train_pipeline_t *p) {
   p->act_out = float_arrays(M, mn * p->out_floats);
   p->grad_in = float_arrays(M, mn * p->out_floats);
   p->recv_act = calloc((size_t)M * 4, sizeof(MPI_Request));
+  p->trace = calloc((size_t)M * 2, sizeof(*p->trace));
   p->stash = calloc((size_t)M, sizeof(void *));
   p->pool = calloc((size_t)M, sizeof(void *));
-  if (!p->act_in || !p->grad_out || !p->act_out || !p->grad_in || !p->recv_act ||
+  if (!p->act_in || !p->grad_out || !p->act_out || !p->grad_in || !p->recv_act || !p->trace ||
       !p->stash || !p->pool || p->stash_bytes == 0)
     return 0;
   p->recv_grad = p->recv_act + M;
@@ -199,6 +200,7 @@ void train_pipeline_free(train_pipeline_t *p) {
   free(p->pool);
   free(p->stash);
   free(p->recv_act);
+  free(p->trace);
   if (p->comm != MPI_COMM_NULL) MPI_Comm_free(&p->comm);
   free(p);
 }
@@ -257,6 +259,17 @@ int train_pipeline_wait_peer(train_pipeline_t *p, MPI_Request *r, int peer, cons
       return -1;
     }
   }
+}
+
+void train_pipeline_note(train_pipeline_t *p, char kind, int k, double t0) {
+  if (p->ntrace >= 2 * p->M) return;
+  p->trace[p->ntrace++] = (train_pipeline_event_t){kind, k, t0 - p->step_start_s,
+                                                   util_now_s() - p->step_start_s};
+}
+
+int train_pipeline_trace(const train_pipeline_t *p, const train_pipeline_event_t **events) {
+  *events = p->trace;
+  return p->ntrace;
 }
 
 void train_pipeline_stats(const train_pipeline_t *p, train_pipeline_stats_t *s) {

@@ -93,4 +93,15 @@ int train_pipeline_average_stats(train_pipeline_t *p, char *err, size_t errlen);
 
 void train_pipeline_stats(const train_pipeline_t *p, train_pipeline_stats_t *s);
 
+/* One computation of the last step on this stage: 'F' (forward) or 'B' (backward) of
+   micro-batch `micro`, in seconds from the step's start: the schedule as it ran. */
+typedef struct {
+  char kind;
+  int micro;
+  double start_s, end_s;
+} train_pipeline_event_t;
+
+/* The last step's computations, in the order they ran; returns how many (at most 2 M). */
+int train_pipeline_trace(const train_pipeline_t *p, const train_pipeline_event_t **events);
+
 #endif /* TRAIN_PIPELINE_H */

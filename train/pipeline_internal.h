@@ -31,7 +31,13 @@ struct train_pipeline {
   int npool, inflight, peak_inflight;
   size_t stash_bytes;
   train_pipeline_stats_t stats;
+  train_pipeline_event_t *trace;       /* the last step's computations (2 M at most)  */
+  int ntrace;
+  double step_start_s;
 };
+
+/* Notes one computation of the step (kind 'F' or 'B', micro-batch k, from t0 to now). */
+void train_pipeline_note(train_pipeline_t *p, char kind, int k, double t0);
 
 /* Polls r until it completes (what: "activations", "gradients"); gives up when hvd's
    runtime stopped (a lost rank, named as collectives name it: hvd_check_health), or

@@ -61,6 +61,51 @@ int train_pipeline_run_gather(train_pipeline_t *p, int epoch_end, char *err, siz
   return train_pipeline_gather(p, err, errlen);
 }
 
+enum { GANTT_COLUMNS = 72 };
+
+/* The last step of replica 0 as a Gantt chart, one line per stage, from every rank's
+   trace (ev: per rank, 2 M events of 4 doubles: kind, micro-batch, start, end; kind 0
+   past the end). A computation fills its columns with F or B, its first column with
+   the micro-batch's last digit; '.' is idle. */
+static void print_gantt(FILE *out, const double *ev, int S, int M) {
+  size_t per = (size_t)8 * M;
+  double end = 0;
+  for (int s = 0; s < S; s++)
+    for (int i = 0; i < 2 * M && ev[s * per + 4 * i] != 0; i++)
+      if (ev[s * per + 4 * i + 3] > end) end = ev[s * per + 4 * i + 3];
+  if (!(end > 0)) return;
+  fprintf(out, "pipeline: the last step of replica 0, %.1f ms (F: forward, B: backward, "
+          "the digit: its micro-batch, '.': idle)\n", end * 1e3);
+  for (int s = 0; s < S; s++) {
+    char line[GANTT_COLUMNS + 1];
+    memset(line, '.', GANTT_COLUMNS);
+    line[GANTT_COLUMNS] = '\0';
+    for (int i = 0; i < 2 * M && ev[s * per + 4 * i] != 0; i++) {
+      const double *e = ev + s * per + 4 * i;
+      int a = (int)(e[2] / end * GANTT_COLUMNS), b = (int)(e[3] / end * GANTT_COLUMNS);
+      if (a >= GANTT_COLUMNS) a = GANTT_COLUMNS - 1;
+      if (b <= a) b = a + 1;
+      for (int c = a; c < b && c < GANTT_COLUMNS; c++) line[c] = (char)e[0];
+      line[a] = (char)('0' + (int)e[1] % 10);
+    }
+    fprintf(out, "  stage %d |%s|\n", s, line);
+  }
+}
+
+/* This rank's trace packed for the allgather (see print_gantt); NULL: out of memory. */
+static double *pack_trace(const train_pipeline_t *p, int M) {
+  double *v = calloc((size_t)8 * M, sizeof(double));
+  const train_pipeline_event_t *e;
+  int n = train_pipeline_trace(p, &e);
+  for (int i = 0; v && i < n && i < 2 * M; i++) {
+    v[4 * i] = e[i].kind;
+    v[4 * i + 1] = e[i].micro;
+    v[4 * i + 2] = e[i].start_s;
+    v[4 * i + 3] = e[i].end_s;
+  }
+  return v;
+}
+
 int train_pipeline_run_report(const train_pipeline_t *p, const train_opts_t *o,
                               nn_model_t *m, int rank, FILE *out, char *err, size_t errlen) {
   train_pipeline_stats_t st;
@@ -72,7 +117,22 @@ int train_pipeline_run_report(const train_pipeline_t *p, const train_opts_t *o,
     return -1;
   }
   int S = o->pipeline_stages, M = o->micro_batches;
+  double *trace = pack_trace(p, M), *traces = NULL;
+  if (!trace) {
+    free(all);
+    snprintf(err, errlen, "out of memory for the pipeline's trace");
+    return -1;
+  }
+  hvd_status_t hs = hvd_allgather("pipe.trace", trace, (size_t)8 * M, HVD_FLOAT64,
+                                  (void **)&traces, &got);
+  free(trace);
+  if (hs != HVD_OK) {
+    free(all);
+    snprintf(err, errlen, "allgather of the pipeline's trace: %s", hvd_last_error());
+    return -1;
+  }
   if (rank == 0 && !o->quiet) {
+    print_gantt(out, traces, S, M);
     for (int s = 0; s < S; s++)   /* replica 0's ranks are stages 0..S-1 */
       fprintf(out, "pipeline stage %d: idle %.1f%% of the steps (bubble theory %.1f%%), peak "
               "activation stash %.2f MiB\n", s,
@@ -82,5 +142,6 @@ int train_pipeline_run_report(const train_pipeline_t *p, const train_opts_t *o,
             nn_model_range_stash_bytes(m, 0, nn_model_num_layers(m), o->batch) / 1048576.0);
   }
   free(all);
+  free(traces);
   return 0;
 }

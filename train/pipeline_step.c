@@ -82,6 +82,7 @@ static int forward(train_pipeline_t *p, step_t *st, int k) {
   if (nn_model_range_stash(p->m, first, last, p->stash[k]) != NN_OK)
     return nn_fail(st, "pipeline stash");
   p->stats.busy_s += util_now_s() - t0;
+  train_pipeline_note(p, 'F', k, t0);
   return 0;
 }
 
@@ -117,6 +118,7 @@ static int backward(train_pipeline_t *p, step_t *st, int k) {
       return mpi_fail(st, "MPI_Isend of gradients", p->rank - 1);
   }
   p->stats.busy_s += util_now_s() - t0;
+  train_pipeline_note(p, 'B', k, t0);
   return 0;
 }
 
@@ -222,6 +224,8 @@ int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, i
     off += st->size[k];
   }
   double t0 = util_now_s();
+  p->step_start_s = t0;
+  p->ntrace = 0;
   if (rc == 0) rc = nn_model_zero_grads(p->m) == NN_OK ? 0 : nn_fail(st, "zeroing gradients");
   if (rc == 0) rc = post_receives(p, st);
   if (rc == 0) rc = run_schedule(p, st);
