@@ -73,6 +73,8 @@ struct hvd_cache_rounds {
   int rounds_over;                   /* a round with the stop flag completed          */
   int stopping;                      /* this rank's rounds carry the stop flag         */
   int halted;                        /* worker: fatal error, waits for SHUTDOWN       */
+  int vacuous;                       /* hit bits of the round in flight that this rank
+                                        set for sets it is not in                     */
   int joined_seen;                   /* the last round said some rank has joined      */
   double last_round_us;
   uint64_t sent_lists;               /* rank 0: lists_seen as the last round said it  */
@@ -128,12 +130,13 @@ static int cacheable_kind(int kind) {
 
 static hvd_cache_sig_t sig_of_request(const struct hvd_request *r) {
   hvd_cache_sig_t g = {r->kind, r->dtype, r->op, r->root, r->device >= 0,
-                       (int64_t)r->count};
+                       (int64_t)r->count, r->set};
   return g;
 }
 
 static hvd_cache_sig_t sig_of_response(const hvd_response_t *r) {
-  hvd_cache_sig_t g = {r->kind, r->dtype, r->op, r->root, r->device >= 0, r->count};
+  hvd_cache_sig_t g = {r->kind, r->dtype, r->op, r->root, r->device >= 0, r->count,
+                       r->set};
   return g;
 }
 
@@ -186,6 +189,21 @@ static int hit_to_coordinator(hvd_cache_rounds_t *cr, int i) {
   return ok;
 }
 
+/* A process set's cached names: the ranks outside the set never ask for them, so they
+   set those bits always, and the AND agrees on a hit when every rank of the set asked
+   (the others skip the response when it runs, as they skip the coordinator's). */
+static int outside_hits(hvd_cache_rounds_t *cr, uint64_t *hit) {
+  int n = 0, high = hvd_cache_slots_high(cr->cache);
+  for (int s = 0; s < high; s++) {
+    int set = hvd_cache_slot_set(cr->cache, s);
+    if (set > 0 && hvd_process_set_outside(set)) {
+      hit[s / 64] |= (uint64_t)1 << (s % 64);
+      n++;
+    }
+  }
+  return n;
+}
+
 /* Starts the next round. The bits are computed now, from the cache as it is after the
    last round was processed: the same state on every rank, so a slot means the same
    name everywhere. Words: [0] rank 0's count of lists emitted (others: all ones, so
@@ -201,6 +219,7 @@ static int start_round(hvd_cache_rounds_t *cr, char *err, size_t errlen) {
   uint64_t *hit = w + 2, *inval = w + 2 + W;
   memset(hit, 0, (size_t)W * sizeof(uint64_t));
   memset(inval, 0xff, (size_t)W * sizeof(uint64_t));
+  cr->vacuous = 0;
   if (!cr->stopping && !cr->halted) {
     for (int i = 0; i < cr->nhits;) {
       pending_hit_t *h = &cr->hits[i];
@@ -230,6 +249,7 @@ static int start_round(hvd_cache_rounds_t *cr, char *err, size_t errlen) {
       }
     }
     if (!cr->hooks.flush(cr->hooks.arg, err, errlen)) return 0;
+    cr->vacuous = outside_hits(cr, hit);
   }
   if (!cr->peers->start(cr->peers, err, errlen)) return 0;
   cr->inflight = 1;
@@ -318,7 +338,7 @@ static int run_hits(hvd_cache_rounds_t *cr, const int *slots, int n) {
     if (ok)
       items[i] = (hvd_plan_item_t){one[i].kind, one[i].dtype, one[i].op,
                                    one[i].device >= 0, one[i].count, one[i].status,
-                                   0, 1.0, 1.0};   /* the cache has the world's only */
+                                   one[i].set, 1.0, 1.0};   /* no factors cached */
   }
   if (ok) hvd_plan(items, n, cr->cfg.fusion_threshold, order, fuse);
   for (int k = 0; ok && k < n; k++) ok = hvd_encode_response(&msg, &one[order[k]], fuse[k]);
@@ -373,13 +393,14 @@ int hvd_cache_rounds_process(hvd_cache_rounds_t *cr, int *progressed) {
       if (bad >> b & 1) hvd_cache_evict(cr->cache, k * 64 + b);
     for (int b = 0; good && b < 64; b++)
       if (good >> b & 1) {
-        /* Every agreed bit is one of this rank's pending hits. */
-        if (nslots >= cr->nhits) {
+        /* Every agreed bit is one of this rank's pending hits, or of a set it is not
+           in. */
+        if (nslots >= cr->nhits + cr->vacuous) {
           free(slots);
           return fail(cr, HVD_ERR_BACKEND, "the response cache round agreed on a "
                       "slot this rank did not ask for (internal error)");
         }
-        if (!slots && !(slots = malloc((size_t)cr->nhits * sizeof(*slots)))) {
+        if (!slots && !(slots = malloc((size_t)(cr->nhits + cr->vacuous) * sizeof(*slots)))) {
           return fail(cr, HVD_ERR_NO_MEMORY, "out of memory for cache hits");
         }
         slots[nslots++] = k * 64 + b;
@@ -502,9 +523,9 @@ int hvd_cache_rounds_turn(hvd_cache_rounds_t *cr, int recent_progress, int *prog
 int hvd_cache_rounds_submit(hvd_cache_rounds_t *cr, const struct hvd_request *r) {
   if (!cacheable_kind(r->kind) || cr->joined_seen || cr->hooks.self_joined(cr->hooks.arg))
     return 0;
-  /* A process set's names, and scaled reductions, always go to the coordinator: the
-     rounds agree among every rank, and the cached signature has no factors. */
-  if (r->set != 0 || HVD_SCALES(r->prescale) || HVD_SCALES(r->postscale)) return 0;
+  /* Scaled reductions always go to the coordinator: the cached signature has no
+     factors. */
+  if (HVD_SCALES(r->prescale) || HVD_SCALES(r->postscale)) return 0;
   size_t kl = strlen(r->key);
   hvd_cache_sig_t want = sig_of_request(r), have;
   int slot = hvd_cache_lookup(cr->cache, r->key, kl, &have);
@@ -518,7 +539,7 @@ int hvd_cache_rounds_learn(hvd_cache_rounds_t *cr, const hvd_response_t *resp, i
   hvd_buf_t w = {0};
   for (int i = 0; i < n; i++) {
     const hvd_response_t *r = &resp[i];
-    if (r->status != HVD_OK || !cacheable_kind(r->kind) || r->set != 0) continue;
+    if (r->status != HVD_OK || !cacheable_kind(r->kind)) continue;
     hvd_cache_sig_t g = sig_of_response(r);
     w.len = 0;
     if (!hvd_encode_response(&w, r, 0) ||

@@ -106,6 +106,14 @@ hvd_status_t hvd_grouped_allreduce_async(size_t n, const char *const *names,
    gets the last rank to join. The runtime is then usable as before. */
 hvd_status_t hvd_join(int *last_rank);
 
+/* The runtime's health, for a caller waiting on something of its own (point-to-point
+   messages between ranks, outside hvd): HVD_OK while the runtime runs; once it stopped
+   (a lost or stopped peer found by the heartbeats within HVD_PEER_TIMEOUT_SECONDS, an
+   error on another rank), the status later calls get (HVD_ERR_PEER_LOST naming the
+   ranks and hosts, as collectives report it) with hvd_last_error() set. Never blocks:
+   poll it while waiting. */
+hvd_status_t hvd_check_health(void);
+
 hvd_status_t hvd_wait(hvd_request_t req);            /* blocks; frees req; its status */
 hvd_status_t hvd_test(hvd_request_t req, int *done); /* never blocks; when *done, the
                                                         request is freed as by hvd_wait */

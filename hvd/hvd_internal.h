@@ -360,6 +360,8 @@ typedef struct {
   const int *ranks;           /* the set's world ranks; NULL for the world */
 } hvd_set_view_t;
 int hvd_set_view(int32_t set, hvd_set_view_t *v);
+/* 1 when set is a known (added, not removed) process set this rank is not in. */
+int hvd_process_set_outside(int32_t set);
 /* api.c, under hvd_g.mu: the per-call options of the _ex form running on this thread
    (set, size, factors) go into r, and r's key gets the set's prefix. */
 void hvd_call_options_apply(struct hvd_request *r, const char *name);

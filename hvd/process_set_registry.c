@@ -70,6 +70,14 @@ int hvd_set_view(int32_t set, hvd_set_view_t *v) {
   return ok;
 }
 
+int hvd_process_set_outside(int32_t set) {
+  pthread_mutex_lock(&pset_mu);
+  pset_t *p = set != 0 ? find(set) : NULL;
+  int out = p && p->my_index < 0;
+  pthread_mutex_unlock(&pset_mu);
+  return out;
+}
+
 int hvd_process_set_rank(hvd_process_set_t set) {
   if (!atomic_load(&hvd_g_initialized)) return -1;
   if (set == 0) return hvd_g.rank;

@@ -26,6 +26,7 @@ struct hvd_response_cache {
   size_t nbuckets;            /* a power of two                                    */
   int mru, lru;               /* ends of the LRU list                              */
   size_t used;
+  int high;                   /* one past the highest slot ever occupied           */
 };
 
 static size_t key_hash(const char *key, size_t len) {
@@ -66,7 +67,8 @@ void hvd_cache_free(hvd_response_cache_t *c) {
 
 int hvd_cache_sig_equal(const hvd_cache_sig_t *a, const hvd_cache_sig_t *b) {
   return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op &&
-         a->root == b->root && a->on_device == b->on_device && a->count == b->count;
+         a->root == b->root && a->on_device == b->on_device && a->count == b->count &&
+         a->set == b->set;
 }
 
 int hvd_cache_lookup(const hvd_response_cache_t *c, const char *key, size_t key_len,
@@ -159,7 +161,15 @@ int hvd_cache_put(hvd_response_cache_t *c, const char *key, size_t key_len,
   e->prev = e->next = -1;
   lru_push_front(c, s);
   c->used++;
+  if (s + 1 > c->high) c->high = s + 1;
   return 1;
+}
+
+int hvd_cache_slots_high(const hvd_response_cache_t *c) { return c->high; }
+
+int hvd_cache_slot_set(const hvd_response_cache_t *c, int slot) {
+  if (slot < 0 || (size_t)slot >= c->capacity || !c->slots[slot].key) return -1;
+  return c->slots[slot].sig.set;
 }
 
 const void *hvd_cache_wire(const hvd_response_cache_t *c, int slot, size_t *len) {

@@ -16,6 +16,7 @@ typedef struct {
   int32_t kind, dtype, op, root;
   int32_t on_device;          /* host vs device memory, as the coordinator checks it */
   int64_t count;
+  int32_t set;                /* process set (0: the world); the key names it too    */
 } hvd_cache_sig_t;
 
 typedef struct hvd_response_cache hvd_response_cache_t;
@@ -33,6 +34,11 @@ void hvd_cache_touch(hvd_response_cache_t *c, int slot);   /* most recently used
 void hvd_cache_evict(hvd_response_cache_t *c, int slot);   /* no-op when empty   */
 /* The stored response of an occupied slot (NULL when empty). */
 const void *hvd_cache_wire(const hvd_response_cache_t *c, int slot, size_t *len);
+
+/* One past the highest slot ever occupied (slots at or above it are free). */
+int hvd_cache_slots_high(const hvd_response_cache_t *c);
+/* The process set of an occupied slot's entry; -1 when the slot is free. */
+int hvd_cache_slot_set(const hvd_response_cache_t *c, int slot);
 
 int hvd_cache_sig_equal(const hvd_cache_sig_t *a, const hvd_cache_sig_t *b);
 

@@ -20,6 +20,7 @@
 #include "nn/model_internal.h"
 #include "util/clock.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,26 @@ void nn_model_range_params(const nn_model_t *m, int first, int last, size_t *beg
   }
   *begin = b == SIZE_MAX ? 0 : b;
   *end = b == SIZE_MAX ? 0 : e;
+}
+
+void nn_model_range_buffers(const nn_model_t *m, int first, int last, size_t *begin,
+                            size_t *end, int *cbegin, int *cend) {
+  size_t b = SIZE_MAX, e = 0;
+  int cb = INT_MAX, ce = 0;
+  for (int i = first; m && i < last && i < m->num_layers; i++) {
+    const nn_layer_t *l = &m->layers[i];
+    if (l->rm_off == SIZE_MAX || l->counter < 0) continue;
+    size_t lo = l->rm_off < l->rv_off ? l->rm_off : l->rv_off;
+    size_t hi = (l->rm_off > l->rv_off ? l->rm_off : l->rv_off) + (size_t)l->c;
+    if (lo < b) b = lo;
+    if (hi > e) e = hi;
+    if (l->counter < cb) cb = l->counter;
+    if (l->counter + 1 > ce) ce = l->counter + 1;
+  }
+  *begin = b == SIZE_MAX ? 0 : b;
+  *end = b == SIZE_MAX ? 0 : e;
+  *cbegin = cb == INT_MAX ? 0 : cb;
+  *cend = cb == INT_MAX ? 0 : ce;
 }
 
 nn_status_t nn_model_forward_range(nn_model_t *m, int first, int last, const float *x, int n,

@@ -334,6 +334,10 @@ int nn_model_range_cut_ok(const nn_model_t *m, int k);
 /* The parameters of layers [first, last): params[*begin .. *end) (empty: both 0). */
 void nn_model_range_params(const nn_model_t *m, int first, int last, size_t *begin,
                            size_t *end);
+/* The batch-norm running statistics and counters of layers [first, last):
+   buffers[*begin .. *end) and counters[*cbegin .. *cend) (empty: both 0). */
+void nn_model_range_buffers(const nn_model_t *m, int first, int last, size_t *begin,
+                            size_t *end, int *cbegin, int *cend);
 /* Activation stashing: what the range's backward reads after the last forward (n
    samples) goes to buf (stash_bytes(n) bytes) and comes back with unstash, so several
    micro-batches can be in flight on one model. */

@@ -5,7 +5,9 @@
 # each schedule. Prints per run: images/sec, each stage's measured idle fraction (the time of
 # the step's pipeline phase not spent computing, from the stages' own clocks) beside the
 # bubble's theory (S-1)/(M+S-1), and the peak activation stash per stage beside the unsplit
-# model's activations for the whole batch.
+# model's activations for the whole batch. Then, for M = 4 with each schedule, the last
+# step of the run as train draws it: one line per stage, time to the right, F and B the
+# forward and backward of the micro-batch whose digit starts them, '.' idle (the bubble).
 # Usage: scripts/compare_pipeline.sh [BUILD_DIR]   (default build; `make` first)
 # Environment: SAMPLES (training samples, default 1920), EPOCHS (default 1).
 set -u
@@ -38,6 +40,10 @@ for sched in gpipe 1f1b; do
     printf '%-6s %3s %10s %8.2f %24s %24s %12s\n' "$sched" "$M" "$v" \
       "$(echo "$v / $base" | bc -l)" "$i0" "$i1" "$m0+$m1 MiB"
   done
+done
+for sched in gpipe 1f1b; do
+  echo "$sched, M = 4:"
+  sed -n '/^pipeline: the last step/,/^  stage 1 |/p' "$tmp/$sched.4"
 done
 sed -n 's/^unsplit model: activations of a \([0-9]*\)-sample batch \([0-9.]*\) MiB/unsplit model: activations of the \1-sample batch: \2 MiB/p' "$out"
 sed -n '/^stage [0-9]: layers/p' "$out"

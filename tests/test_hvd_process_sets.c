@@ -8,8 +8,10 @@
    prescale/postscale factors scale as Horovod's. A count that differs inside a set is a
    mismatch on every rank of the set, naming the set, and the runtime goes on; a rank
    outside a set, an unknown or removed set, and lists that differ between the ranks are
-   refused. */
+   refused. A set's repeated allreduce is answered by the response cache (hits counted
+   on its ranks) with the same results. */
 #include "hvd/hvd.h"
+#include "hvd/hvd_internal.h"
 #include "hvd_test.h"
 
 #include <mpi.h>
@@ -220,6 +222,25 @@ static void refusals(const set_t *sets, int nsets) {
   CHECK_OK(hvd_allreduce_ex("world.null", v, v, 2, HVD_FLOAT32, HVD_SUM, NULL));
 }
 
+/* A set's names are cached: the same allreduce again is a cache hit on the set's ranks
+   (the others mark it wanted in the rounds without asking), and still equals MPI's. */
+static void cached(const set_t *s) {
+  enum { LEN = 19 };
+  float in[LEN], out[LEN], want[LEN];
+  hvd_options_t o = {.process_set = s->id};
+  unsigned long long before = 0;
+  for (int rep = 0; rep < 4; rep++) {
+    if (rep == 1) before = atomic_load(&hvd_g.stat_cached);
+    for (size_t i = 0; i < LEN; i++) in[i] = fval(R, i, 40 + rep);
+    CHECK_OK(hvd_allreduce_ex("cached", in, out, LEN, HVD_FLOAT32, HVD_SUM, &o));
+    MPI_Allreduce(in, want, LEN, MPI_FLOAT, MPI_SUM, s->comm);
+    check_same(out, want, sizeof(out), "cached allreduce", s);
+  }
+  unsigned long long hits = atomic_load(&hvd_g.stat_cached) - before;
+  CHECK(hits >= 3, "rank %d, set %d: %llu of the 3 repeated allreduces were cache hits",
+        R, (int)s->id, hits);
+}
+
 static void add_set(set_t *s) {
   s->me = -1;
   for (int i = 0; i < s->n; i++)
@@ -269,6 +290,8 @@ int main(int argc, char **argv) {
       others(&sets[k], round * 10 + k);
       mismatch(&sets[k]);
     }
+  for (int k = 0; k < nsets; k++)
+    if (sets[k].me >= 0) cached(&sets[k]);
   overlapping(sets, nsets);
   refusals(sets, nsets);
   /* Removed: a set is unknown afterwards. */

@@ -16,7 +16,7 @@
 #include <string.h>
 
 static hvd_cache_sig_t sig_of(int i) {
-  hvd_cache_sig_t s = {1, 2, 0, 0, 0, i + 1};
+  hvd_cache_sig_t s = {1, 2, 0, 0, 0, i + 1, 0};
   return s;
 }
 

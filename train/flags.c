@@ -197,11 +197,10 @@ static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
       {"quiet", UTIL_FLAG_BOOL, &o->quiet, .help = "print only the summary"},
       {"pipeline-stages", UTIL_FLAG_INT, &o->pipeline_stages, .min = 1, .max = 64,
        .help = "cut the model into S stages on consecutive ranks (np/S replicas of the "
-               "pipeline; CPU, models without batch norm); --batch-size is then per "
-               "replica"},
+               "pipeline; CPU); --batch-size is then per replica"},
       {"micro-batches", UTIL_FLAG_INT, &o->micro_batches, .min = 1, .max = 1024,
-       .help = "micro-batches per replica batch in a pipeline (batch norm would normalise "
-               "per micro-batch, as PyTorch's pipeline does)"},
+       .help = "micro-batches per replica batch in a pipeline (batch norm normalises per "
+               "micro-batch, as PyTorch's pipeline does)"},
       {"pipeline-schedule", UTIL_FLAG_CHOICE, BUF(pipeline_schedule),
        .choices = PIPE_SCHEDULES, .metavar = "NAME",
        .help = "gpipe (all forwards, then all backwards) or 1f1b (one forward one backward: "

@@ -48,7 +48,7 @@
 #include "train/data_images.h"
 #include "train/flags.h"
 #include "train/outputs.h"
-#include "train/pipeline.h"
+#include "train/pipeline_run.h"
 #include "train/progress.h"
 #include "train/ps_update.h"
 #include "train/replica.h"
@@ -450,20 +450,12 @@ static void check_flags(trainer_t *t) {
   const train_opts_t *o = &t->o;
   t->gpu = g_gpu = strcmp(o->device, "gpu") == 0;
   if (o->use_fp16 && o->use_bf16) die("--use-fp16 and --use-bf16 together: choose one precision");
-  if (o->pipeline_stages > 1 && (t->gpu || o->batches_per_allreduce > 1))
-    die_usage("--pipeline-stages %d: a pipeline runs on the CPU (--device cpu) without "
-              "--batches-per-allreduce (got --device %s, --batches-per-allreduce %d)",
-              o->pipeline_stages, o->device, o->batches_per_allreduce);
-  if (o->pipeline_stages > 1 && ps_mode(o))
-    die_usage("--pipeline-stages %d with --variable-update %s: a pipeline's stages average "
-              "their gradients with the ring; use --variable-update horovod",
-              o->pipeline_stages, o->variable_update);
+  char perr[1024];
+  if (train_pipeline_run_check(o, t->gpu, ps_mode(o), perr, sizeof perr) != 0)
+    die_usage("%s", perr);
   if (ps_mode(o) && o->freeze.count > 0)
     die_usage("--freeze with --variable-update %s: the parameter servers update every "
               "tensor; freeze with --variable-update horovod", o->variable_update);
-  if (o->pipeline_stages > 1 && o->micro_batches > o->batch)
-    die_usage("--micro-batches %d is more than --batch-size %d (samples per replica)",
-              o->micro_batches, o->batch);
   /* On the CPU nn computes in float32 only: stop before any data is loaded. */
   if (!t->gpu && (o->use_fp16 || o->use_bf16))
     die("%s: mixed precision needs --device gpu (on the CPU nn computes in float32; "
@@ -854,85 +846,16 @@ static void set_up_replica(trainer_t *t) {
   free(mine);
 }
 
+/* Every rank gets the whole model from the stages (train/pipeline_run.h). */
+static void pipeline_gather(trainer_t *t, int epoch_end) {
+  char err[1024];
+  if (t->pipe && train_pipeline_run_gather(t->pipe, epoch_end, err, sizeof err) != 0)
+    die("%s", err);
+}
+
 /* The schedule, the batch buffers, rank 0's outputs (opened or probed now; every rank
    learns the verdict, so a bad path ends the run before any training with rank 0's one
-   line), and where the loop starts. */
-static void set_up_loop(trainer_t *t);
-
-/* --pipeline-stages: the stages (printed), on the model every rank holds. Batch norm is
-   refused: its running statistics live on one stage and are not gathered yet. */
-static void set_up_pipeline(trainer_t *t) {
-  const train_opts_t *o = &t->o;
-  char err[4096];
-  if (t->nb > 0)
-    die_usage("--pipeline-stages with %s: models with batch norm are not supported in a "
-              "pipeline yet (their running statistics stay on one stage); try mlp or lenet",
-              o->model);
-  train_pipeline_opts_t po = {.stages = o->pipeline_stages, .micro_batches = o->micro_batches,
-                              .schedule = strcmp(o->pipeline_schedule, "gpipe") == 0
-                                              ? TRAIN_PIPE_GPIPE : TRAIN_PIPE_1F1B};
-  int micro = (o->batch + o->micro_batches - 1) / o->micro_batches;
-  if (train_pipeline_create(&t->pipe, t->rep.model, &po, micro, err, sizeof err) != 0)
-    die("%s", err);
-  if (t->rank == 0 && !o->quiet) {
-    train_pipeline_describe(t->pipe, err, sizeof err);
-    printf("pipeline: %d stages x %d replicas, %d micro-batches of %d, %s\n%s", po.stages,
-           t->data_size, o->micro_batches, micro, o->pipeline_schedule, err);
-    fflush(stdout);
-  }
-}
-
-/* One pipeline step; rank 0 alone counts the step's metrics (every rank has the sums of
-   all replicas), so the epoch's allreduce of the sums counts them once. */
-static void pipeline_pass(trainer_t *t, int n, int total, double sums[3]) {
-  char err[1024];
-  double loss_sum = 0;
-  long long correct = 0;
-  if (train_pipeline_step(t->pipe, t->x, t->y, n, (float)t->last_lr, &loss_sum, &correct,
-                          err, sizeof err) != 0) {
-    fprintf(stderr, "train: rank %d: %s\n", t->rank, err);
-    fflush(stderr);
-    if (g_hvd_up) hvd_shutdown();
-    exit(1);
-  }
-  if (t->rank == 0) {
-    sums[0] += loss_sum;
-    sums[1] += (double)correct;
-    sums[2] += total;
-  }
-}
-
-/* The stages' measured idle time (the bubble, beside its theory (S-1)/(M+S-1)) and
-   their peak activation stash, printed by rank 0 at the end. */
-static void pipeline_report(trainer_t *t) {
-  if (!t->pipe) return;
-  train_pipeline_stats_t st;
-  train_pipeline_stats(t->pipe, &st);
-  double mine[3] = {st.wall_s, st.busy_s, (double)st.peak_stash_bytes}, *all = NULL;
-  size_t got = 0;
-  hvd_check(hvd_allgather("pipe.report", mine, 3, HVD_FLOAT64, (void **)&all, &got),
-            "allgather of the pipeline's times");
-  int S = t->o.pipeline_stages, M = t->o.micro_batches;
-  if (t->rank == 0 && !t->o.quiet)
-    for (int s = 0; s < S; s++)   /* replica 0's ranks are stages 0..S-1 */
-      printf("pipeline stage %d: idle %.1f%% of the steps (bubble theory %.1f%%), peak "
-             "activation stash %.2f MiB\n", s,
-             all[3 * s] > 0 ? 100.0 * (1.0 - all[3 * s + 1] / all[3 * s]) : 0.0,
-             100.0 * (S - 1) / (M + S - 1), all[3 * s + 2] / 1048576.0);
-  if (t->rank == 0 && !t->o.quiet)
-    printf("unsplit model: activations of a %d-sample batch %.2f MiB\n", t->o.batch,
-           nn_model_range_stash_bytes(t->rep.model, 0, nn_model_num_layers(t->rep.model),
-                                      t->o.batch) / 1048576.0);
-  free(all);
-}
-
-/* Every rank gets the whole model from the stages (checkpoints, evaluation, --export). */
-static void pipeline_gather(trainer_t *t) {
-  char err[1024];
-  if (t->pipe && train_pipeline_gather(t->pipe, err, sizeof err) != 0)
-    die("%s", err);
-}
-
+   line), and where the loop starts (with --pipeline-stages, the pipeline). */
 static void set_up_loop(trainer_t *t) {
   const train_opts_t *o = &t->o;
   char err[8192];
@@ -972,7 +895,10 @@ static void set_up_loop(trainer_t *t) {
   if (getenv("HVD_TRAIN_TEST_KILL_AT_STEP")) t->kill_at = atoll(getenv("HVD_TRAIN_TEST_KILL_AT_STEP"));
   t->step = (train_step_t){.model = t->rep.model, .buckets = t->rep.buckets, .size = t->data_size,
                            .predivide = o->predivide};
-  if (o->pipeline_stages > 1) set_up_pipeline(t);
+  if (o->pipeline_stages > 1 &&
+      train_pipeline_run_create(&t->pipe, o, t->rep.model, t->rank, t->data_size, stdout, err,
+                                sizeof err) != 0)
+    die("%s", err);
 }
 
 /* Where a resumed run goes on. A mid-epoch checkpoint: the step to go on from. With the
@@ -1070,8 +996,15 @@ static void train_steps(trainer_t *t, int epoch, int first, double sums[3], doub
     if (n > 0) train_make_batch(&t->train, t->perm + offset, n, &t->bo, t->x, t->y);
     t->last_lr = nn_lr_at(&t->sched, epoch + (double)window_start / steps);
     int flags = TRAIN_STEP_FETCH_LOSS | (last_pass ? 0 : TRAIN_STEP_ACCUMULATE);
+    char perr[1024];
     if (t->pipe) {
-      pipeline_pass(t, n, window_total, sums);
+      if (train_pipeline_run_step(t->pipe, rank, t->x, t->y, n, window_total,
+                                  (float)t->last_lr, sums, perr, sizeof perr) != 0) {
+        fprintf(stderr, "train: rank %d: %s\n", rank, perr);
+        fflush(stderr);
+        hvd_shutdown();
+        exit(1);
+      }
     } else if (train_step_run(&t->step, t->x, t->y, n, window_total, (float)t->last_lr,
                               flags) != 0) {
       if (t->step.hvd_status != HVD_OK) hvd_check(t->step.hvd_status, t->step.failed);
@@ -1092,7 +1025,7 @@ static void train_steps(trainer_t *t, int epoch, int first, double sums[3], doub
     long long global_step = (long long)epoch * t->windows + window + 1;
     if (last_pass && o->checkpoint_every_steps > 0 && s + 1 < steps &&
         global_step % o->checkpoint_every_steps == 0) {
-      pipeline_gather(t);
+      pipeline_gather(t, 0);
       save_mid_epoch(&t->run, t->rank, s + 1, steps, sums, util_now_s() - t0);
     }
   }
@@ -1105,7 +1038,8 @@ static void sync_replicas(trainer_t *t) {
   /* Refresh the host mirror (weights, buffers, optimizer state) that the buffer average,
      best weights and checkpoints read (on the CPU: nothing to do). */
   nn_check_model(nn_model_sync_to_host(model), "copying the model to the host");
-  if (t->nb > 0)
+  /* A pipeline's stages hold other stages' statistics: pipeline_gather averaged them. */
+  if (t->nb > 0 && !t->pipe)
     hvd_check(hvd_allreduce("epoch.buffers", nn_model_buffers(model), nn_model_buffers(model),
                             t->nb, HVD_FLOAT32, HVD_AVERAGE), "allreduce of buffers");
   if (t->nb > 0)
@@ -1185,7 +1119,7 @@ static void run_epoch(trainer_t *t, int epoch) {
             "allreduce of metrics");
   double loss = sums[2] > 0 ? sums[0] / sums[2] : 0, acc = sums[2] > 0 ? sums[1] / sums[2] : 0;
   double ips = train_s > 0 ? sums[2] / train_s : 0; /* all ranks together */
-  pipeline_gather(t);
+  pipeline_gather(t, 1);
   sync_replicas(t);
   eval_t v = evaluate(model, &t->val, &t->bo, o->batch, t->rank, t->size, t->x, t->y, t->idx,
                       "val.metrics");
@@ -1359,7 +1293,9 @@ int main(int argc, char **argv) {
     begin_phase(&t, epoch);
     run_epoch(&t, epoch);
   }
-  pipeline_report(&t);
+  if (t.pipe && train_pipeline_run_report(t.pipe, &t.o, t.rep.model, t.rank, stdout, err,
+                                          sizeof err) != 0)
+    die("%s", err);
   ps_end(&t);
   finish(&t);
   free_all(&t);

@@ -125,9 +125,10 @@ static int alloc_buffers(train_pipeline_t *p) {
   p->act_out = float_arrays(M, mn * p->out_floats);
   p->grad_in = float_arrays(M, mn * p->out_floats);
   p->recv_act = calloc((size_t)M * 4, sizeof(MPI_Request));
+  p->trace = calloc((size_t)M * 2, sizeof(*p->trace));
   p->stash = calloc((size_t)M, sizeof(void *));
   p->pool = calloc((size_t)M, sizeof(void *));
-  if (!p->act_in || !p->grad_out || !p->act_out || !p->grad_in || !p->recv_act ||
+  if (!p->act_in || !p->grad_out || !p->act_out || !p->grad_in || !p->recv_act || !p->trace ||
       !p->stash || !p->pool || p->stash_bytes == 0)
     return 0;
   p->recv_grad = p->recv_act + M;
@@ -165,8 +166,10 @@ int train_pipeline_create(train_pipeline_t **out, nn_model_t *m,
   p->R = size / p->S;
   p->micro_n = micro_n;
   p->comm = MPI_COMM_NULL;
+  /* A lost peer is hvd's to find (hvd_check_health); this only ends a wait on a live
+     but stuck stage, long after the peer timeout would have named a lost one. */
   const char *t = getenv("HVD_PEER_TIMEOUT_SECONDS");
-  p->peer_timeout_s = t && atof(t) > 0 ? atof(t) : 10.0;
+  p->stuck_s = 6.0 * (t && atof(t) > 0 ? atof(t) : 10.0) + 30.0;
   int rc = plan(p, o, err, errlen);
   if (rc == 0) rc = add_sets(p, err, errlen);
   if (rc == 0 && MPI_Comm_dup(MPI_COMM_WORLD, &p->comm) != MPI_SUCCESS)
@@ -197,6 +200,7 @@ void train_pipeline_free(train_pipeline_t *p) {
   free(p->pool);
   free(p->stash);
   free(p->recv_act);
+  free(p->trace);
   if (p->comm != MPI_COMM_NULL) MPI_Comm_free(&p->comm);
   free(p);
 }
@@ -229,8 +233,8 @@ void train_pipeline_describe(const train_pipeline_t *p, char *buf, size_t len) {
 }
 
 int train_pipeline_wait_peer(train_pipeline_t *p, MPI_Request *r, int peer, const char *what,
-                     char *err, size_t errlen) {
-  double start = util_now_s();
+                             char *err, size_t errlen) {
+  double start = util_now_s(), checked = start;
   for (unsigned spins = 0;; spins++) {
     int done = 0;
     if (MPI_Test(r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
@@ -239,13 +243,33 @@ int train_pipeline_wait_peer(train_pipeline_t *p, MPI_Request *r, int peer, cons
     }
     if (done) return 0;
     if (spins % 16 == 0) sched_yield();
-    if (util_now_s() - start > p->peer_timeout_s) {
-      snprintf(err, errlen, "pipeline stage %d (rank %d) lost: no %s from it for %.0f s "
-               "(HVD_PEER_TIMEOUT_SECONDS=%g)", peer % p->S, peer, what,
-               util_now_s() - start, p->peer_timeout_s);
+    double now = util_now_s();
+    if (now - checked < 0.01) continue;
+    checked = now;
+    /* A lost rank, named as collectives name it (hvd's heartbeats and census). */
+    if (hvd_check_health() != HVD_OK) {
+      snprintf(err, errlen, "pipeline stage %d waiting for %s from stage %d (rank %d): %s",
+               p->stage, what, peer % p->S, peer, hvd_last_error());
+      return -1;
+    }
+    if (now - start > p->stuck_s) {
+      snprintf(err, errlen, "pipeline stage %d: no %s from stage %d (rank %d) for %.0f s, "
+               "though the runtime hears from every rank: a stage stuck or far slower "
+               "than the others", p->stage, what, peer % p->S, peer, now - start);
       return -1;
     }
   }
+}
+
+void train_pipeline_note(train_pipeline_t *p, char kind, int k, double t0) {
+  if (p->ntrace >= 2 * p->M) return;
+  p->trace[p->ntrace++] = (train_pipeline_event_t){kind, k, t0 - p->step_start_s,
+                                                   util_now_s() - p->step_start_s};
+}
+
+int train_pipeline_trace(const train_pipeline_t *p, const train_pipeline_event_t **events) {
+  *events = p->trace;
+  return p->ntrace;
 }
 
 void train_pipeline_stats(const train_pipeline_t *p, train_pipeline_stats_t *s) {

@@ -15,8 +15,10 @@
    Point-to-point goes straight to MPI (on its own duplicate of MPI_COMM_WORLD) because
    hvd has collectives only; MPI must then be initialised with MPI_THREAD_MULTIPLE (the
    hvd background thread calls MPI too): train_pipeline_mpi_init before hvd_init. Every
-   wait polls, and gives up after HVD_PEER_TIMEOUT_SECONDS (default 10) without the
-   neighbour's message, naming the stage and rank, so a lost stage ends every survivor.
+   wait polls, and asks hvd's runtime about its peers meanwhile (hvd_check_health): a
+   lost stage, found by the heartbeats within HVD_PEER_TIMEOUT_SECONDS, ends every
+   survivor with the rank and host every collective would name, whichever stage each
+   survivor waited for.
 
    Batch norm inside a pipeline normalises per micro-batch (as PyTorch's Pipe does), and
    its running statistics and num_batches_tracked advance once per micro-batch. */
@@ -80,9 +82,26 @@ int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, i
                         size_t errlen);
 
 /* Every rank gets every stage's parameters (from replica 0): the whole model, for
-   checkpoints, evaluation and --export. Collective over the world. */
+   checkpoints, evaluation and --export; the batch-norm statistics and counters too,
+   except that a stage's ranks keep their own. Collective over the world. */
 int train_pipeline_gather(train_pipeline_t *p, char *err, size_t errlen);
 
+/* Each stage's batch-norm running statistics averaged over its replicas (counters: the
+   largest), in the stage's process set, as data parallelism averages them at an epoch's
+   end; before train_pipeline_gather. Collective over the world. 0, or -1 with err. */
+int train_pipeline_average_stats(train_pipeline_t *p, char *err, size_t errlen);
+
 void train_pipeline_stats(const train_pipeline_t *p, train_pipeline_stats_t *s);
+
+/* One computation of the last step on this stage: 'F' (forward) or 'B' (backward) of
+   micro-batch `micro`, in seconds from the step's start: the schedule as it ran. */
+typedef struct {
+  char kind;
+  int micro;
+  double start_s, end_s;
+} train_pipeline_event_t;
+
+/* The last step's computations, in the order they ran; returns how many (at most 2 M). */
+int train_pipeline_trace(const train_pipeline_t *p, const train_pipeline_event_t **events);
 
 #endif /* TRAIN_PIPELINE_H */

@@ -23,7 +23,7 @@ struct train_pipeline {
   size_t in_floats, out_floats;        /* per sample: the stage's input and output */
   int wants_dx, next_sends_dx;         /* whether input gradients go back            */
   MPI_Comm comm;
-  double peer_timeout_s;
+  double stuck_s;                      /* a wait on a live peer gives up after this  */
   float **act_in, **act_out, **grad_in, **grad_out;   /* per micro-batch */
   MPI_Request *recv_act, *recv_grad, *send_act, *send_grad;
   void **stash;                        /* per micro-batch while in flight            */
@@ -31,10 +31,17 @@ struct train_pipeline {
   int npool, inflight, peak_inflight;
   size_t stash_bytes;
   train_pipeline_stats_t stats;
+  train_pipeline_event_t *trace;       /* the last step's computations (2 M at most)  */
+  int ntrace;
+  double step_start_s;
 };
 
-/* Polls r until it completes; gives up after the peer timeout, naming the peer stage
-   (what: "activations", "gradients"). 0, or -1 with err. */
+/* Notes one computation of the step (kind 'F' or 'B', micro-batch k, from t0 to now). */
+void train_pipeline_note(train_pipeline_t *p, char kind, int k, double t0);
+
+/* Polls r until it completes (what: "activations", "gradients"); gives up when hvd's
+   runtime stopped (a lost rank, named as collectives name it: hvd_check_health), or
+   after stuck_s. 0, or -1 with err. */
 int train_pipeline_wait_peer(train_pipeline_t *p, MPI_Request *r, int peer, const char *what,
                              char *err, size_t errlen);
 

@@ -82,6 +82,7 @@ static int forward(train_pipeline_t *p, step_t *st, int k) {
   if (nn_model_range_stash(p->m, first, last, p->stash[k]) != NN_OK)
     return nn_fail(st, "pipeline stash");
   p->stats.busy_s += util_now_s() - t0;
+  train_pipeline_note(p, 'F', k, t0);
   return 0;
 }
 
@@ -117,6 +118,7 @@ static int backward(train_pipeline_t *p, step_t *st, int k) {
       return mpi_fail(st, "MPI_Isend of gradients", p->rank - 1);
   }
   p->stats.busy_s += util_now_s() - t0;
+  train_pipeline_note(p, 'B', k, t0);
   return 0;
 }
 
@@ -168,15 +170,18 @@ static int finish_sends(train_pipeline_t *p, step_t *st) {
   return 0;
 }
 
-/* The stage's gradients averaged over the replicas, the update, and the loss sums. */
+/* The stage's trainable gradients averaged over the replicas (frozen ones (--freeze)
+   have none worth sending, as the unsplit run's buckets skip them), the update, and the
+   loss sums. */
 static int reduce_and_update(train_pipeline_t *p, step_t *st, float lr) {
   if (st->weight != 0 && nn_model_scale_grads(p->m, p->pbegin, p->pend, (float)st->weight) != NN_OK)
     return nn_fail(st, "pipeline gradient weights");
+  size_t from = nn_model_trainable_from(p->m), b = p->pbegin > from ? p->pbegin : from;
   hvd_status_t hs = HVD_OK;
-  if (p->R > 1 && p->pend > p->pbegin) {
+  if (p->R > 1 && p->pend > b) {
     hvd_options_t o = {.process_set = p->sets[p->stage]};
-    float *g = nn_model_grads(p->m) + p->pbegin;
-    hs = hvd_allreduce_ex("pipe.grads", g, g, p->pend - p->pbegin, HVD_FLOAT32, HVD_AVERAGE, &o);
+    float *g = nn_model_grads(p->m) + b;
+    hs = hvd_allreduce_ex("pipe.grads", g, g, p->pend - b, HVD_FLOAT32, HVD_AVERAGE, &o);
   }
   if (hs != HVD_OK) {
     snprintf(st->err, st->errlen, "stage %d's gradient allreduce: %s", p->stage, hvd_last_error());
@@ -219,6 +224,8 @@ int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, i
     off += st->size[k];
   }
   double t0 = util_now_s();
+  p->step_start_s = t0;
+  p->ntrace = 0;
   if (rc == 0) rc = nn_model_zero_grads(p->m) == NN_OK ? 0 : nn_fail(st, "zeroing gradients");
   if (rc == 0) rc = post_receives(p, st);
   if (rc == 0) rc = run_schedule(p, st);
@@ -233,6 +240,8 @@ int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, i
   free(st);
   return rc;
 }
+
+static int gather_stats(train_pipeline_t *p, char *err, size_t errlen);
 
 /* The parameters, and the optimizer's state laid out as they are (one or more arrays of
    one float per trainable parameter, params[from, param_len) with --freeze: SGD's
@@ -256,6 +265,59 @@ int train_pipeline_gather(train_pipeline_t *p, char *err, size_t errlen) {
         return -1;
       }
     }
+  }
+  return gather_stats(p, err, errlen);
+}
+
+/* Stage s's batch-norm statistics and counters from its first rank (s) to the ranks of
+   the other stages; the replicas of stage s keep their own (they advance on their own
+   samples until train_pipeline_average_stats). */
+static int gather_stats(train_pipeline_t *p, char *err, size_t errlen) {
+  for (int s = 0; s < p->S; s++) {
+    size_t b, e;
+    int cb, ce;
+    nn_model_range_buffers(p->m, p->bounds[s], p->bounds[s + 1], &b, &e, &cb, &ce);
+    if (e == b && ce == cb) continue;
+    int keep = p->stage == s && p->rank != s;
+    float *fb = keep ? malloc((e - b + 1) * sizeof(float)) : nn_model_buffers(p->m) + b;
+    int64_t *cnt = keep ? malloc((size_t)(ce - cb + 1) * sizeof(int64_t))
+                        : nn_model_counters(p->m) + cb;
+    char name[64];
+    hvd_status_t hs = fb && cnt ? HVD_OK : HVD_ERR_INVALID_ARGUMENT;
+    snprintf(name, sizeof(name), "pipe.gather.buffers.%d", s);
+    if (hs == HVD_OK && e > b) hs = hvd_broadcast(name, fb, e - b, HVD_FLOAT32, s);
+    snprintf(name, sizeof(name), "pipe.gather.counters.%d", s);
+    if (hs == HVD_OK && ce > cb) hs = hvd_broadcast(name, cnt, (size_t)(ce - cb), HVD_INT64, s);
+    if (keep) {
+      free(fb);
+      free(cnt);
+    }
+    if (hs != HVD_OK) {
+      snprintf(err, errlen, "gathering stage %d's batch-norm statistics: %s", s,
+               fb && cnt ? hvd_last_error() : "out of memory");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int train_pipeline_average_stats(train_pipeline_t *p, char *err, size_t errlen) {
+  size_t b, e;
+  int cb, ce;
+  nn_model_range_buffers(p->m, p->bounds[p->stage], p->bounds[p->stage + 1], &b, &e, &cb, &ce);
+  hvd_options_t o = {.process_set = p->sets[p->stage]};
+  hvd_status_t hs = HVD_OK;
+  float *fb = nn_model_buffers(p->m) + b;
+  int64_t *cnt = nn_model_counters(p->m) + cb;
+  if (p->R > 1 && e > b)
+    hs = hvd_allreduce_ex("pipe.stats.buffers", fb, fb, e - b, HVD_FLOAT32, HVD_AVERAGE, &o);
+  if (hs == HVD_OK && p->R > 1 && ce > cb)
+    hs = hvd_allreduce_ex("pipe.stats.counters", cnt, cnt, (size_t)(ce - cb), HVD_INT64,
+                          HVD_MAX, &o);
+  if (hs != HVD_OK) {
+    snprintf(err, errlen, "averaging stage %d's batch-norm statistics over its replicas: %s",
+             p->stage, hvd_last_error());
+    return -1;
   }
   return 0;
 }
