@@ -1134,7 +1134,8 @@ static void train_steps(trainer_t *t, int epoch, int first, double sums[3], doub
                              : train_step_slice(t->train.n, t->data_rank, size, o->batch, s, &offset);
     if (o->straggler_delay_ms > 0 && rank == o->straggler_rank)
       usleep((useconds_t)o->straggler_delay_ms * 1000);
-    if (n > 0 && t->images) n = images_batch(t, s);
+    /* Streamed images: every step's batch is taken, an empty slice's too. */
+    if (t->images && t->data_rank >= 0) n = images_batch(t, s);
     else if (n > 0) train_make_batch(&t->train, t->perm + offset, n, &t->bo, t->x, t->y);
     t->last_lr = nn_lr_at(&t->sched, epoch + (double)window_start / steps);
     int flags = TRAIN_STEP_FETCH_LOSS | (last_pass ? 0 : TRAIN_STEP_ACCUMULATE);
