@@ -154,8 +154,9 @@ static inline float finish(float v, float scale, float shift) {
 }
 
 /* Four floats as one SSE/NEON register (GCC's and Clang's vector extension): an RGB
-   pixel padded to four lanes is summed in one multiply-add per tap. */
-typedef float v4f __attribute__((vector_size(16)));
+   pixel padded to four lanes is summed in one multiply-add per tap. Aligned as a float,
+   so no load assumes more than the allocator gives. */
+typedef float v4f __attribute__((vector_size(16), aligned(4)));
 
 /* The horizontal pass of one RGB row (the vertical pass's pixels from column c0 on, as
    RGB0 quadruples, padded with zero pixels), every output reading cx->ksize inputs (the
@@ -218,7 +219,7 @@ int data_resample(data_pixels_t *src, data_box_t box, int out_w, int out_h, int 
     src->scratch = g;
     src->scratch_cap = need;
   }
-  float *row = src->scratch;   /* malloc's alignment: at least 16 bytes */
+  float *row = src->scratch;
   v4f *row4 = (v4f *)(row + ((npx * C + 3) & ~(size_t)3));
   for (size_t i = len; i < npx * C; i++) row[i] = 0;
   for (size_t i = (size_t)(c1 - c0); i < npx; i++) row4[i] = (v4f){0, 0, 0, 0};
