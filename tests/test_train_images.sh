@@ -7,7 +7,8 @@
 #   - the sets are streamed (decoded batch by batch by --data-threads threads): with
 #     --augment (RandomResizedCrop + flip), a run with 3 threads killed mid-epoch and
 #     resumed from its mid-epoch checkpoint has the epochs and, bit for bit, the weights
-#     of the uninterrupted run with 1 thread;
+#     of the uninterrupted run with 1 thread; resumed on 1 rank instead (elastic), its
+#     epoch figures;
 #   - a truncated JPEG in the training folder stops train with one line naming it (found
 #     while measuring the normalisation); one in the validation folder stops the run at
 #     its evaluation, named by the rank that read it; --skip-bad-images leaves it out and
@@ -61,6 +62,7 @@ results() { grep -E '^(Epoch|test )' "$1" | sed 's/:.* - loss/ loss/; s/ - [0-9.
 run_small full --data-threads 1 --prefetch 1
 HVD_TRAIN_TEST_KILL_AT_STEP=6 mpi2 -x HVD_TRAIN_TEST_KILL_AT_STEP "$train" "${small[@]}" --data-threads 3 \
   --prefetch 3 --checkpoint-dir "$tmp/ck" --checkpoint-every-steps 1 > "$tmp/killed.log" 2>&1
+cp -r "$tmp/ck" "$tmp/ck1"
 run_small resumed --data-threads 3 --prefetch 3 --checkpoint-dir "$tmp/ck" --checkpoint-every-steps 1 --resume auto
 if grep -q "resuming .* after epoch 1 and step 2 of epoch 2" "$tmp/resumed.log" &&
    [ -n "$(results "$tmp/full.log")" ] &&
@@ -72,6 +74,17 @@ else
   echo "FAIL the killed and resumed 3-thread run differs from the uninterrupted 1-thread one:"
   diff <(results "$tmp/full.log") <(results "$tmp/killed.log"; results "$tmp/resumed.log")
   grep resuming "$tmp/resumed.log"; fails=$((fails + 1))
+fi
+# Elastic: the same checkpoint resumed on 1 rank (batch 64 keeps the global batch): the
+# same global batches, so the same epoch figures (the gradients summed in another order:
+# the printed digits, not the bits).
+timeout -k 5 120 "$train" "${small[@]}" --checkpoint-dir "$tmp/ck1" --checkpoint-every-steps 1 \
+  --resume auto > "$tmp/elastic.log" 2>&1
+if grep -q "resuming on 1 rank(s), the checkpoint's run had 2: batch 64" "$tmp/elastic.log" &&
+   [ "$(results "$tmp/full.log" | tail -3)" = "$(results "$tmp/elastic.log")" ]; then
+  echo "ok   the mid-epoch checkpoint resumed on 1 rank: the uninterrupted 2-rank run's epoch"
+else
+  echo "FAIL resumed on 1 rank:"; tail -5 "$tmp/elastic.log"; fails=$((fails + 1))
 fi
 
 # Bad files.
