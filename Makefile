@@ -505,6 +505,8 @@ LIBDATA     := $(BUILD)/libdata.a
 DATA_LDLIBS := $(LIBDATA) $(IMAGES_LDLIBS) $(PROTOBUF_LDLIBS) -lm -lpthread
 $(call obj,$(DATA_SRC) tests/test_data_images.c): CFLAGS += $(IMAGES_CFLAGS)
 $(call obj,$(DATA_SRC) tests/test_data_images.c): $(call proto_h,$(DATA_PROTOS)) $(BUILD)/config.images
+# The resample's row loops are written for the vectoriser, which gcc runs fully at -O3.
+$(call obj,data/transform.c): CFLAGS += -O3
 $(LIBDATA): $(DATA_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^

@@ -126,6 +126,7 @@ typedef struct {
   uint32_t *rec_file;       /* TFRecord: shard of sample i */
   data_record_t *recs;      /* TFRecord: record of sample i */
   uint32_t *rec_index;      /* TFRecord: its number within the shard */
+  int view;                 /* 1: the arrays belong to another source (data_source_view) */
 } data_source_t;
 
 /* D/CLASS/<files .jpg .jpeg .png, any case>, classes and files sorted by name. */
@@ -136,6 +137,9 @@ int data_source_filelist(const char *list, data_source_t *s, char *err, size_t e
 int data_source_tfrecord(const char *dir, const char *prefix, data_source_t *s, char *err,
                          size_t errlen);
 void data_source_free(data_source_t *s);
+/* Samples [begin, begin + count) of s as a source of their own (a split or a truncation
+   without copying): it shares s's arrays, so s must outlive it; freeing it frees nothing. */
+void data_source_view(const data_source_t *s, size_t begin, size_t count, data_source_t *view);
 /* "path" or "path, record N": what an error names for sample i. */
 void data_source_name(const data_source_t *s, size_t i, char *buf, size_t len);
 
@@ -180,6 +184,13 @@ typedef struct {
   float *x;
   int32_t *y;
 } data_batch_t;
+
+/* One sample as the pipeline makes it in epoch `epoch` (for a single thread, e.g. a
+   measurement of the data's statistics): read, decoded, cropped, resampled, normalised
+   into out, label into *y. The buffers are reused between calls. */
+int data_sample(const data_source_t *src, const data_pipeline_opts_t *o, int epoch, size_t idx,
+                data_read_buf_t *rb, data_pixels_t *px, float *out, int32_t *y, char *err,
+                size_t errlen);
 
 typedef struct data_pipeline data_pipeline_t;
 /* Starts the threads for one epoch, at global step first_step. The order: a permutation

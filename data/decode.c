@@ -14,6 +14,37 @@
 
 void data_pixels_free(data_pixels_t *p);
 
+#ifdef HVD_NO_IMAGES
+
+int data_image_info(const uint8_t *buf, size_t len, data_image_info_t *info, char *err,
+                    size_t errlen) {
+  (void)buf, (void)len, (void)info;
+  snprintf(err, errlen, "image input: this build has no libjpeg-turbo or libpng (built with "
+           "IMAGES=none); rebuild with them (scripts/install-deps.sh) to read JPEG and PNG");
+  return -1;
+}
+
+int data_image_decode(const uint8_t *buf, size_t len, int channels, int min_w, int min_h,
+                      data_pixels_t *out, char *err, size_t errlen) {
+  (void)channels, (void)min_w, (void)min_h, (void)out;
+  return data_image_info(buf, len, NULL, err, errlen);
+}
+
+int data_image_decode_box(const uint8_t *buf, size_t len, int channels, double bx, double by,
+                          double bw, double bh, int out_w, int out_h, data_pixels_t *out,
+                          char *err, size_t errlen) {
+  (void)channels, (void)bx, (void)by, (void)bw, (void)bh, (void)out_w, (void)out_h, (void)out;
+  return data_image_info(buf, len, NULL, err, errlen);
+}
+
+void data_pixels_free(data_pixels_t *p) {
+  free(p->scratch);
+  free(p->pixels);
+  memset(p, 0, sizeof *p);
+}
+
+#else
+
 static int check_size(int w, int h, char *err, size_t errlen) {
   if (w <= 0 || h <= 0 || w > DATA_MAX_SIDE || h > DATA_MAX_SIDE ||
       (uint64_t)w * (uint64_t)h > DATA_MAX_PIXELS) {
@@ -59,36 +90,6 @@ static int grow(data_pixels_t *o, size_t need, char *err, size_t errlen) {
   return 0;
 }
 
-#ifdef HVD_NO_IMAGES
-
-int data_image_info(const uint8_t *buf, size_t len, data_image_info_t *info, char *err,
-                    size_t errlen) {
-  (void)buf, (void)len, (void)info;
-  snprintf(err, errlen, "image input: this build has no libjpeg-turbo or libpng (built with "
-           "IMAGES=none); rebuild with them (scripts/install-deps.sh) to read JPEG and PNG");
-  return -1;
-}
-
-int data_image_decode(const uint8_t *buf, size_t len, int channels, int min_w, int min_h,
-                      data_pixels_t *out, char *err, size_t errlen) {
-  (void)channels, (void)min_w, (void)min_h, (void)out;
-  return data_image_info(buf, len, NULL, err, errlen);
-}
-
-int data_image_decode_box(const uint8_t *buf, size_t len, int channels, double bx, double by,
-                          double bw, double bh, int out_w, int out_h, data_pixels_t *out,
-                          char *err, size_t errlen) {
-  (void)channels, (void)bx, (void)by, (void)bw, (void)bh, (void)out_w, (void)out_h, (void)out;
-  return data_image_info(buf, len, NULL, err, errlen);
-}
-
-void data_pixels_free(data_pixels_t *p) {
-  free(p->scratch);
-  free(p->pixels);
-  memset(p, 0, sizeof *p);
-}
-
-#else
 
 #include <jpeglib.h>
 #include <png.h>

@@ -101,13 +101,20 @@ static double now_s(void) {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* torchvision's defaults where the options leave 0. */
+static void resolve_defaults(data_pipeline_opts_t *o) {
+  if (o->scale_max <= 0) o->scale_min = 0.08, o->scale_max = 1.0;
+  if (o->ratio_max <= 0) o->ratio_min = 3.0 / 4, o->ratio_max = 4.0 / 3;
+  if (o->resize <= 0) o->resize = (int)(o->image_size * 256.0 / 224.0 + 0.5);
+}
+
 /* Decodes and transforms sample `idx` into out; label into *y. */
-static int make_sample(data_pipeline_t *p, size_t idx, data_read_buf_t *rb, data_pixels_t *px,
-                       float *out, int32_t *y, char *err, size_t errlen) {
-  const data_pipeline_opts_t *o = &p->o;
+static int make_sample(const data_source_t *src, const data_pipeline_opts_t *o, int epoch,
+                       size_t idx, data_read_buf_t *rb, data_pixels_t *px, float *out,
+                       int32_t *y, char *err, size_t errlen) {
   const uint8_t *bytes;
   size_t len;
-  if (data_source_read(p->src, idx, rb, &bytes, &len, y, err, errlen) != 0) return -1;
+  if (data_source_read(src, idx, rb, &bytes, &len, y, err, errlen) != 0) return -1;
   char why[400], what[4200];
   data_image_info_t info;
   data_box_t box;
@@ -115,7 +122,7 @@ static int make_sample(data_pipeline_t *p, size_t idx, data_read_buf_t *rb, data
   if (data_image_info(bytes, len, &info, why, sizeof why) != 0) goto bad;
   if (o->augment) {
     data_rng_t rng;
-    data_rng_init(&rng, o->seed, ((uint64_t)p->epoch << 40) ^ idx);
+    data_rng_init(&rng, o->seed, ((uint64_t)epoch << 40) ^ idx);
     box = data_random_resized_crop(info.width, info.height, o->scale_min, o->scale_max,
                                    o->ratio_min, o->ratio_max, &rng);
     flip = data_rng_uniform(&rng) < 0.5;
@@ -138,9 +145,21 @@ static int make_sample(data_pipeline_t *p, size_t idx, data_read_buf_t *rb, data
   }
   return 0;
 bad:
-  data_source_name(p->src, idx, what, sizeof what);
+  data_source_name(src, idx, what, sizeof what);
   snprintf(err, errlen, "%s: %s", what, why);
   return -1;
+}
+
+int data_sample(const data_source_t *src, const data_pipeline_opts_t *opts, int epoch, size_t idx,
+                data_read_buf_t *rb, data_pixels_t *px, float *out, int32_t *y, char *err,
+                size_t errlen) {
+  data_pipeline_opts_t o = *opts;
+  resolve_defaults(&o);
+  if (idx >= src->n) {
+    snprintf(err, errlen, "sample %zu of %zu", idx, src->n);
+    return -1;
+  }
+  return make_sample(src, &o, epoch, idx, rb, px, out, y, err, errlen);
 }
 
 static void *worker(void *arg) {
@@ -163,7 +182,8 @@ static void *worker(void *arg) {
     size_t off;
     data_step_slice(p->src->n, p->o.rank, p->o.size, B, step, &off);
     size_t idx = p->perm[off + pos];
-    int rc = make_sample(p, idx, &rb, &px, s->x + p->per * pos, &s->y[pos], err, sizeof err);
+    int rc = make_sample(p->src, &p->o, p->epoch, idx, &rb, &px, s->x + p->per * pos, &s->y[pos],
+                         err, sizeof err);
     pthread_mutex_lock(&p->mu);
     if (rc != 0) {
       s->bad[pos] = 1;
@@ -213,9 +233,7 @@ data_pipeline_t *data_pipeline_start(const data_source_t *src, const data_pipeli
   p->src = src;
   p->o = *opts;
   data_pipeline_opts_t *o = &p->o;
-  if (o->scale_max <= 0) o->scale_min = 0.08, o->scale_max = 1.0;
-  if (o->ratio_max <= 0) o->ratio_min = 3.0 / 4, o->ratio_max = 4.0 / 3;
-  if (o->resize <= 0) o->resize = (int)(o->image_size * 256.0 / 224.0 + 0.5);
+  resolve_defaults(o);
   p->epoch = epoch;
   p->steps = data_steps_per_epoch(src->n, o->size, o->batch);
   p->first_step = first_step < 0 ? 0 : first_step > p->steps ? p->steps : first_step;

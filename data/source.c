@@ -95,7 +95,24 @@ static int keep_image(const char *dir, const char *name, const char *prefix) {
   return image_ext(name) && !keep_dir(dir, name, prefix);
 }
 
+void data_source_view(const data_source_t *s, size_t begin, size_t count, data_source_t *v) {
+  if (begin > s->n) begin = s->n;
+  if (count > s->n - begin) count = s->n - begin;
+  *v = *s;
+  v->view = 1;
+  v->n = count;
+  if (s->paths) v->paths = s->paths + begin;
+  if (s->labels) v->labels = s->labels + begin;
+  if (s->rec_file) v->rec_file = s->rec_file + begin;
+  if (s->recs) v->recs = s->recs + begin;
+  if (s->rec_index) v->rec_index = s->rec_index + begin;
+}
+
 void data_source_free(data_source_t *s) {
+  if (s->view) {
+    memset(s, 0, sizeof *s);
+    return;
+  }
   for (int i = 0; s->class_names && i < s->num_classes; i++) free(s->class_names[i]);
   free(s->class_names);
   for (size_t i = 0; s->paths && i < s->n; i++) free(s->paths[i]);

@@ -232,7 +232,7 @@ tfrecord-length-crc-unchecked|data/tfrecord.c|s#if (data_crc32c_masked(h, 8) != 
 tfrecord-data-crc-unchecked|data/tfrecord.c|s#if (data_crc32c_masked(\*buf, (size_t)rec.length) != le32(\*buf + rec.length)) {#if (0) {#|test_data_images
 image-size-unchecked-before-alloc|data/decode.c|s#^  if (check_size(w, h, err, errlen) != 0) return -1;#  (void)check_size;#|test_data_images
 skipped-images-not-counted|data/pipeline.c|s#^        p->skipped++;#        ;#|test_data_images
-augment-seeded-by-thread|data/pipeline.c|s#data_rng_init(\&rng, o->seed, ((uint64_t)p->epoch << 40) ^ idx);#data_rng_init(\&rng, o->seed, (uint64_t)pthread_self());#|test_data_images
+augment-seeded-by-thread|data/pipeline.c|s#data_rng_init(\&rng, o->seed, ((uint64_t)epoch << 40) ^ idx);#data_rng_init(\&rng, o->seed, (uint64_t)pthread_self());#|test_data_images
 rank-slice-from-zero|data/pipeline.c|s#^    b = (uint64_t)rank \* batch;#    b = 0;#|test_data_images
 tfrecord-label-not-1-based|data/source.c|s#\*label = (int32_t)(lab - 1);#*label = (int32_t)lab;#|test_data_images
 crop-ratio-not-log-uniform|data/transform.c|s#double ar = exp(lr0 + (lr1 - lr0) \* data_rng_uniform(rng));#double ar = ratio_min + (ratio_max - ratio_min) * data_rng_uniform(rng); (void)lr1;#|test_data_torch.sh
@@ -272,6 +272,13 @@ pipe-allreduce-frozen-grads|train/pipeline_step.c|s/  size_t from = nn_model_tra
 pipe-wait-ignores-liveness|train/pipeline.c|s/    if (hvd_check_health() != HVD_OK) {/    if (0) {/|test_train_pipeline
 pset-names-not-cached|hvd/cache_rounds.c|s/^    hvd_cache_sig_t g = sig_of_response(r);/    if (r->set) continue;\n    hvd_cache_sig_t g = sig_of_response(r);/|test_hvd_process_sets
 pipe-gantt-no-forward|train/pipeline_step.c|s/  train_pipeline_note(p, 'F', k, t0);/  (void)0;/|test_train_pipeline.sh
+train-images-resume-from-epoch-start|train/main.c|s#train_images_begin(t->images, TRAIN_IMAGES_TRAIN, epoch, first, t->data_rank,#train_images_begin(t->images, TRAIN_IMAGES_TRAIN, epoch, 0, t->data_rank,#|test_train_images.sh
+train-images-augment-by-thread|data/pipeline.c|s#data_rng_init(\&rng, o->seed, ((uint64_t)epoch << 40) ^ idx);#data_rng_init(\&rng, o->seed, (uint64_t)pthread_self());#|test_train_images.sh
+train-images-skips-uncounted|train/data_images.c|s#^  im->skipped += data_pipeline_skipped(im->pass);#  ;#|test_train_images.sh
+agree-image-size-not-compared|train/agree.c|/"--image-size"/d|test_train_agree
+agree-channels-not-compared|train/agree.c|/"--channels"/d|test_train_agree
+agree-skip-bad-images-not-compared|train/agree.c|/"--skip-bad-images"/d|test_train_agree
+resample-flip-ignored|data/transform.c|s#out_map_t m = {.C = C, .out_w = out_w, .flip = flip,#out_map_t m = {.C = C, .out_w = out_w, .flip = 0,#|test_data_images
 EOF
 )
 

@@ -570,6 +570,42 @@ static int tool(int argc, char **argv) {
   return 2;
 }
 
+/* The resample's flip and layouts: a flipped output is the unflipped one mirrored, and
+   NHWC is NCHW transposed, exactly, for RGB and grey, with filter taps that reach past
+   the box (a downscale) and an upscale. */
+static void test_resample_flip(void) {
+  const float mean[3] = {0.4f, 0.5f, 0.6f}, std[3] = {0.2f, 0.25f, 0.3f};
+  for (int C = 1; C <= 3; C += 2)
+    for (int up = 0; up < 2; up++) {
+      data_pixels_t px = {0};
+      px.width = 37, px.height = 29, px.channels = C;
+      px.pixels = malloc((size_t)37 * 29 * C);
+      for (int i = 0; px.pixels && i < 37 * 29 * C; i++) px.pixels[i] = (uint8_t)(i * 7919 % 251);
+      const int W = up ? 50 : 13, H = up ? 40 : 11;
+      size_t n = (size_t)C * W * H;
+      float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+      float *t = malloc(sizeof(float) * n);
+      data_box_t box = {3.5, 2.25, 30, 20};
+      CHECK(px.pixels && a && b && t && data_resample(&px, box, W, H, 0, mean, std, 0, a) == 0 &&
+            data_resample(&px, box, W, H, 1, mean, std, 0, b) == 0 &&
+            data_resample(&px, box, W, H, 0, mean, std, 1, t) == 0, "resample failed");
+      int mirrored = 1, transposed = 1;
+      for (int c = 0; c < C; c++)
+        for (int y = 0; y < H; y++)
+          for (int x = 0; x < W; x++) {
+            float v = a[((size_t)c * H + y) * W + x];
+            if (v != b[((size_t)c * H + y) * W + (W - 1 - x)]) mirrored = 0;
+            if (v != t[((size_t)y * W + x) * C + c]) transposed = 0;
+          }
+      CHECK(mirrored, "%d channel(s), %s: the flipped output is not the mirror image", C,
+            up ? "upscale" : "downscale");
+      CHECK(transposed, "%d channel(s), %s: NHWC is not NCHW transposed", C,
+            up ? "upscale" : "downscale");
+      free(a), free(b), free(t);
+      data_pixels_free(&px);
+    }
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) return tool(argc, argv);
   snprintf(dir, sizeof dir, "/tmp/test_data_images.XXXXXX");
@@ -578,6 +614,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   test_crc();
+  test_resample_flip();
   test_decode();
   test_region();
   test_bad_images();

@@ -4,8 +4,15 @@
 #     as 56x56 JPEGs (ImageFolder, TFRecords in 2 shards, list files) and the same images
 #     as IDX files, all in one order; lenet on 2 ranks, same seed and epochs: the folder's
 #     and the TFRecords' test accuracy are within 1 point of the IDX files';
-#   - a truncated JPEG in the folder stops train with one line naming it;
-#     --skip-bad-images leaves it out and says how many were left out;
+#   - the sets are streamed (decoded batch by batch by --data-threads threads): with
+#     --augment (RandomResizedCrop + flip), a run with 3 threads killed mid-epoch and
+#     resumed from its mid-epoch checkpoint has the epochs and, bit for bit, the weights
+#     of the uninterrupted run with 1 thread; resumed on 1 rank instead (elastic), its
+#     epoch figures;
+#   - a truncated JPEG in the training folder stops train with one line naming it (found
+#     while measuring the normalisation); one in the validation folder stops the run at
+#     its evaluation, named by the rank that read it; --skip-bad-images leaves it out and
+#     says how many were left out;
 #   - a corrupt TFRecord length stops train naming the shard and the record.
 set -u
 . "$(dirname "$0")/train_prelude.sh"
@@ -37,10 +44,64 @@ for kind in imagefolder tfrecord; do
   fi
 done
 
+# Streaming: the same batches whatever the threads; an exact resume mid-epoch.
+small=(--dataset imagefolder --data-dir "$d" --augment --max-train 256 --max-test 64 --batch-size 32
+       --validation-split 0 --lr 0.01 --threads 1 --seed 5 --epochs 2)
+run_small() {   # run_small NAME ARGS...: $tmp/NAME.log, $tmp/NAME.safetensors
+  local name=$1
+  shift
+  mpi2 "$train" "${small[@]}" "$@" --export "$tmp/$name.safetensors" > "$tmp/$name.log" 2>&1 \
+    || { echo "FAIL $name: train failed:"; tail -5 "$tmp/$name.log"; fails=$((fails + 1)); }
+}
+# Epoch and test lines without timings.
+results() { grep -E '^(Epoch|test )' "$1" | sed 's/:.* - loss/ loss/; s/ - [0-9.]* img\/s.*//'; }
+# The uninterrupted run with 1 decode thread; the killed and resumed one with 3: the
+# same epochs and weights show both that the batches do not depend on the threads and
+# that the resume goes on with the very batches. 4 steps per epoch: global step 6 is
+# step 2 of epoch 2, after its mid-epoch checkpoint.
+run_small full --data-threads 1 --prefetch 1
+HVD_TRAIN_TEST_KILL_AT_STEP=6 mpi2 -x HVD_TRAIN_TEST_KILL_AT_STEP "$train" "${small[@]}" --data-threads 3 \
+  --prefetch 3 --checkpoint-dir "$tmp/ck" --checkpoint-every-steps 1 > "$tmp/killed.log" 2>&1
+cp -r "$tmp/ck" "$tmp/ck1"
+run_small resumed --data-threads 3 --prefetch 3 --checkpoint-dir "$tmp/ck" --checkpoint-every-steps 1 --resume auto
+if grep -q "resuming .* after epoch 1 and step 2 of epoch 2" "$tmp/resumed.log" &&
+   [ -n "$(results "$tmp/full.log")" ] &&
+   [ "$(results "$tmp/full.log" | tail -3)" = "$(results "$tmp/resumed.log")" ] &&
+   [ "$(results "$tmp/full.log" | head -1)" = "$(results "$tmp/killed.log")" ] &&
+   cmp -s "$tmp/full.safetensors" "$tmp/resumed.safetensors"; then
+  echo "ok   --augment, 3 decode threads, killed at step 2 of epoch 2 and resumed: the uninterrupted 1-thread run's epochs and weights"
+else
+  echo "FAIL the killed and resumed 3-thread run differs from the uninterrupted 1-thread one:"
+  diff <(results "$tmp/full.log") <(results "$tmp/killed.log"; results "$tmp/resumed.log")
+  grep resuming "$tmp/resumed.log"; fails=$((fails + 1))
+fi
+# Elastic: the same checkpoint resumed on 1 rank (batch 64 keeps the global batch): the
+# same global batches, so the same epoch figures (the gradients summed in another order:
+# the printed digits, not the bits).
+timeout -k 5 120 "$train" "${small[@]}" --checkpoint-dir "$tmp/ck1" --checkpoint-every-steps 1 \
+  --resume auto > "$tmp/elastic.log" 2>&1
+if grep -q "resuming on 1 rank(s), the checkpoint's run had 2: batch 64" "$tmp/elastic.log" &&
+   [ "$(results "$tmp/full.log" | tail -3)" = "$(results "$tmp/elastic.log")" ]; then
+  echo "ok   the mid-epoch checkpoint resumed on 1 rank: the uninterrupted 2-rank run's epoch"
+else
+  echo "FAIL resumed on 1 rank:"; tail -5 "$tmp/elastic.log"; fails=$((fails + 1))
+fi
+
 # Bad files.
-head -c 700 "$d/train/3-dress/$(ls "$d/train/3-dress" | head -1)" > "$d/train/3-dress/zz-truncated.jpg"
+head -c 700 "$d/train/3-dress/$(ls "$d/train/3-dress" | head -1)" > "$tmp/truncated.jpg"
+cp "$tmp/truncated.jpg" "$d/train/3-dress/zz-truncated.jpg"
 NO_EPOCH=1 expect_error "a truncated JPEG" "zz-truncated.jpg" \
   mpi2 "$train" --dataset imagefolder --data-dir "$d" --epochs 1
+# In the validation part: read first by the final evaluation (--epochs 0), after the
+# runtime is up, by one rank.
+mv "$d/train/3-dress/zz-truncated.jpg" "$d/val/3-dress/zz-truncated.jpg"
+mpi2 "$train" --dataset imagefolder --data-dir "$d" --epochs 0 > "$tmp/val.log" 2> "$tmp/val.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -lt 124 ] && grep -q "^train: .*zz-truncated.jpg: bad JPEG" "$tmp/val.err"; then
+  echo "ok   a truncated JPEG in val/: $(grep -m1 zz-truncated "$tmp/val.err")"
+else
+  echo "FAIL a truncated JPEG in val/: exit $rc, no line naming it:"; cat "$tmp/val.err"; fails=$((fails + 1))
+fi
 if mpi2 "$train" --dataset imagefolder --data-dir "$d" --epochs 0 --skip-bad-images > "$tmp/skip.log" 2>&1 &&
    grep -q -- "--skip-bad-images: 1 bad image(s) left out" "$tmp/skip.log"; then
   echo "ok   --skip-bad-images: $(grep -m1 -- '--skip-bad-images' "$tmp/skip.log")"

@@ -58,6 +58,12 @@ void train_agree_describe(const train_opts_t *o, const train_agree_data_t *d,
   line(&out, "--synthetic-samples", "%d", o->synthetic_samples);
   line(&out, "--augment", "%s", yes_no(o->augment));
   line(&out, "--crop-pad", "%d", o->crop_pad);
+  /* Image files: what a batch holds. Not --data-threads or --prefetch (only speed: the
+     batches are the same for any value, and hosts may have other numbers of cores), nor
+     --data-dir (each host may hold its copy elsewhere; the sets' sizes are compared). */
+  line(&out, "--image-size", "%d", o->image_size);
+  line(&out, "--channels", "%d", o->channels);
+  line(&out, "--skip-bad-images", "%s", yes_no(o->skip_bad_images));
   /* The optimizer and its schedule: every rank takes the same step. */
   line(&out, "--optimizer", "%s", o->optimizer);
   line_float(&out, "--lr", o->lr);

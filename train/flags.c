@@ -158,7 +158,8 @@ static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
        .def = "0: none",
        .help = "write a histogram of every weight every N epochs (Keras's histogram_freq)"},
       {"augment", UTIL_FLAG_BOOL, &o->augment,
-       .help = "random crop (pad 2 for digits, 4 for cifar10) and, for cifar10, left-right flips"},
+       .help = "random crop (pad 2 for digits, 4 for cifar10) and, for cifar10, left-right flips; "
+               "image files: torchvision's RandomResizedCrop(--image-size) and flips"},
       {"crop-pad", UTIL_FLAG_INT, &o->crop_pad, .min = 0, .max = 16,
        .def = "2 for digits, 4 for cifar10", .help = "padding of the random crop with --augment"},
       {"bucket-mb", UTIL_FLAG_FLOAT, &o->bucket_mb, .min = 0.001, .max = 4096,

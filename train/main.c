@@ -195,6 +195,17 @@ typedef struct {
   double loss, acc;
 } eval_t;
 
+/* One evaluation batch's loss * n, correct and n added to sums. */
+static void eval_batch(nn_model_t *m, const float *x, const int32_t *y, int n, double sums[3]) {
+  float loss;
+  int correct;
+  nn_check(nn_model_forward(m, x, n, 0), "forward (evaluation)");
+  nn_check(nn_model_loss(m, y, &loss, &correct), "loss (evaluation)");
+  sums[0] += (double)loss * n;
+  sums[1] += correct;
+  sums[2] += n;
+}
+
 static eval_t evaluate(nn_model_t *m, const train_dataset_t *d, const train_batch_opts_t *bo,
                        int batch, int rank, int size, float *x, int32_t *y, uint32_t *idx,
                        const char *name) {
@@ -208,13 +219,7 @@ static eval_t evaluate(nn_model_t *m, const train_dataset_t *d, const train_batc
     int n = e - i < batch ? e - i : batch;
     for (int k = 0; k < n; k++) idx[k] = (uint32_t)(i + k);
     train_make_batch(d, idx, n, &plain, x, y);
-    float loss;
-    int correct;
-    nn_check(nn_model_forward(m, x, n, 0), "forward (evaluation)");
-    nn_check(nn_model_loss(m, y, &loss, &correct), "loss (evaluation)");
-    sums[0] += (double)loss * n;
-    sums[1] += correct;
-    sums[2] += n;
+    eval_batch(m, x, y, n, sums);
   }
   hvd_check(hvd_allreduce(name, sums, sums, 3, HVD_FLOAT64, HVD_SUM), "allreduce of metrics");
   eval_t r = {sums[2] > 0 ? sums[0] / sums[2] : 0, sums[2] > 0 ? sums[1] / sums[2] : 0};
@@ -310,7 +315,69 @@ typedef struct {
   /* --pipeline-stages S > 1 (train/pipeline.h): the pipeline; data_rank and data_size
      are then this rank's replica among size / S. */
   train_pipeline_t *pipe;
+  /* --dataset imagefolder | tfrecord | filelist: the sets are streamed (train/data_images.h);
+     train, val and test then hold their shapes only. */
+  train_images_t *images;
 } trainer_t;
+
+/* ---- streamed image sets (--dataset imagefolder | tfrecord | filelist) ---- */
+
+/* A bad image stops the run; the rank that read it says which (die speaks on rank 0). */
+static void die_images(const trainer_t *t, const char *err) {
+  if (t->rank != 0) {
+    fprintf(stderr, "train: rank %d: %s\n", t->rank, err);
+    fflush(stderr);
+  }
+  die("%s", err);
+}
+
+/* Starts the decode threads of this rank's slices of the epoch, from step first. */
+static void images_epoch_begin(trainer_t *t, int epoch, int first) {
+  char err[8192];
+  if (t->images && t->data_rank >= 0 &&
+      train_images_begin(t->images, TRAIN_IMAGES_TRAIN, epoch, first, t->data_rank,
+                         t->data_size, t->o.batch, err, sizeof err) != 0)
+    die_images(t, err);
+}
+
+/* The batch of step s into t->x, t->y; its sample count (fewer than the slice's when
+   --skip-bad-images left some out). */
+static int images_batch(trainer_t *t, int s) {
+  char err[8192];
+  int n = 0, step = -1;
+  int rc = train_images_next(t->images, t->x, t->y, &n, &step, err, sizeof err);
+  if (rc < 0) die_images(t, err);
+  if (rc == 0 || step != s) die("input pipeline: batch of step %d where step %d was due", step, s);
+  return n;
+}
+
+/* Evaluation on the streamed validation or test part, every sample once over the ranks. */
+static eval_t evaluate_images(trainer_t *t, int part, const char *name) {
+  char err[8192];
+  double sums[3] = {0, 0, 0};
+  int n, step, rc;
+  if (train_images_begin(t->images, part, 0, 0, t->rank, t->size, t->o.batch, err,
+                         sizeof err) != 0)
+    die_images(t, err);
+  while ((rc = train_images_next(t->images, t->x, t->y, &n, &step, err, sizeof err)) == 1)
+    if (n > 0) eval_batch(t->rep.model, t->x, t->y, n, sums);
+  if (rc < 0) die_images(t, err);
+  train_images_end(t->images);
+  hvd_check(hvd_allreduce(name, sums, sums, 3, HVD_FLOAT64, HVD_SUM), "allreduce of metrics");
+  eval_t r = {sums[2] > 0 ? sums[0] / sums[2] : 0, sums[2] > 0 ? sums[1] / sums[2] : 0};
+  return r;
+}
+
+/* --skip-bad-images: rank 0 says how many images all ranks left out. */
+static void images_summary(const trainer_t *t) {
+  if (!t->images) return;
+  double skipped = (double)train_images_skipped(t->images);
+  hvd_check(hvd_allreduce("images.skipped", &skipped, &skipped, 1, HVD_FLOAT64, HVD_SUM),
+            "allreduce of the skipped images");
+  if (t->rank == 0 && skipped > 0)
+    printf("--skip-bad-images: %.0f bad image(s) left out (counted each time one was read)\n",
+           skipped);
+}
 
 /* ---- parameter servers (--variable-update ps-sync | ps-async; train/ps_update.h) ---- */
 
@@ -498,11 +565,12 @@ static void load_data(trainer_t *t) {
 
   int synth_test = o->synthetic_samples / 4 > 16 ? o->synthetic_samples / 4 : 16;
   t->is_idx = strcmp(o->dataset, "idx") == 0;
-  /* Image files (train/data_images.c): decoded once, then like any other set. */
+  /* Image files (train/data_images.c): streamed, decoded batch by batch during the passes;
+     their normalisation, --max-* and --validation-split are the file lists'. */
   int images = train_is_image_dataset(o->dataset);
-  uint64_t skipped = 0;
-  int loaded = images ? train_load_image_sets(o, mc, mh, mw, &t->train, &t->test, &skipped,
-                                              err, sizeof err)
+  int loaded = images ? train_images_open(o, mc, mh, mw, &t->images, &t->train, &t->val,
+                                          &t->test, &t->val_is_test, t->norm_mean,
+                                          t->norm_std, err, sizeof err)
                : t->is_idx
                    ? train_load_idx_sets(o->train_images, o->train_labels, o->test_images,
                                          o->test_labels, &t->train, &t->test, err, sizeof err)
@@ -514,11 +582,10 @@ static void load_data(trainer_t *t) {
     die_usage("--num-classes %d: the data has %d classes (labels up to %d); give at least %d",
               o->num_classes, t->train.num_classes, t->train.num_classes - 1,
               t->train.num_classes);
-  if (skipped > 0 && !o->quiet)
-    printf("--skip-bad-images: %llu bad image(s) left out\n", (unsigned long long)skipped);
+  if (images) return;
   /* Normalisation: the named sets' published constants; a user's IDX files carry none, so
      their training images' own mean and std (before --max-train: a property of the file). */
-  if (t->is_idx || images) train_norm_from_data(&t->train, t->norm_mean, t->norm_std);
+  if (t->is_idx) train_norm_from_data(&t->train, t->norm_mean, t->norm_std);
   else train_norm_constants(o->dataset, t->norm_mean, t->norm_std);
   train_truncate(&t->train, o->max_train);
   train_truncate(&t->test, o->max_test);
@@ -993,7 +1060,9 @@ static void train_steps(trainer_t *t, int epoch, int first, double sums[3], doub
                              : train_step_slice(t->train.n, t->data_rank, size, o->batch, s, &offset);
     if (o->straggler_delay_ms > 0 && rank == o->straggler_rank)
       usleep((useconds_t)o->straggler_delay_ms * 1000);
-    if (n > 0) train_make_batch(&t->train, t->perm + offset, n, &t->bo, t->x, t->y);
+    /* Streamed images: every step's batch is taken, an empty slice's too. */
+    if (t->images && t->data_rank >= 0) n = images_batch(t, s);
+    else if (n > 0) train_make_batch(&t->train, t->perm + offset, n, &t->bo, t->x, t->y);
     t->last_lr = nn_lr_at(&t->sched, epoch + (double)window_start / steps);
     int flags = TRAIN_STEP_FETCH_LOSS | (last_pass ? 0 : TRAIN_STEP_ACCUMULATE);
     char perr[1024];
@@ -1111,7 +1180,9 @@ static void run_epoch(trainer_t *t, int epoch) {
   train_epoch_permutation(t->perm, t->train.n, o->seed, epoch);
   t->bo.epoch = epoch;
   train_progress_begin(&t->prog, epoch, o->epochs, t->steps);
+  images_epoch_begin(t, epoch, first);
   train_steps(t, epoch, first, sums, t0);
+  train_images_end(t->images);
   ps_epoch_end(t);
   for (int k = ST_STEPS_DONE; k <= ST_EPOCH_SECONDS; k++) run->st[k] = 0; /* an epoch end */
   double train_s = util_now_s() - t0;
@@ -1121,8 +1192,9 @@ static void run_epoch(trainer_t *t, int epoch) {
   double ips = train_s > 0 ? sums[2] / train_s : 0; /* all ranks together */
   pipeline_gather(t, 1);
   sync_replicas(t);
-  eval_t v = evaluate(model, &t->val, &t->bo, o->batch, t->rank, t->size, t->x, t->y, t->idx,
-                      "val.metrics");
+  eval_t v = t->images ? evaluate_images(t, TRAIN_IMAGES_VAL, "val.metrics")
+             : evaluate(model, &t->val, &t->bo, o->batch, t->rank, t->size, t->x, t->y, t->idx,
+                        "val.metrics");
   double seconds = util_now_s() - t0;
   run->st[ST_EPOCHS_DONE] = epoch + 1;
   run->st[ST_TRAIN_SECONDS] += train_s;
@@ -1196,8 +1268,10 @@ static void finish(trainer_t *t) {
     restored = 1;
     nn_check_model(nn_model_sync_to_device(model), "copying the best weights to the GPU");
   }
-  eval_t e = evaluate(model, &t->test, &t->bo, o->batch, t->rank, t->size, t->x, t->y, t->idx,
-                      "test.metrics");
+  eval_t e = t->images ? evaluate_images(t, TRAIN_IMAGES_TEST, "test.metrics")
+             : evaluate(model, &t->test, &t->bo, o->batch, t->rank, t->size, t->x, t->y, t->idx,
+                        "test.metrics");
+  images_summary(t);
   if (t->rank != 0) return;
   if (o->export_path) {
     nn_check_model(nn_model_sync_to_host(model), "copying the model to the host");
@@ -1257,6 +1331,7 @@ static void free_all(trainer_t *t) {
   free(t->y);
   free(t->perm);
   free(t->idx);
+  train_images_free(t->images);
   train_dataset_free(&t->train);
   train_dataset_free(&t->test);
   if (!t->val_is_test) train_dataset_free(&t->val);
