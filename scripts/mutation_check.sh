@@ -258,6 +258,7 @@ pipe-gather-ignores-freeze|train/pipeline_step.c|s/  size_t arrays = state \&\& 
 range-forward-trains-frozen|nn/model_range.c|s/    s = b->layer\[l->kind\].forward(m, i, n, training \&\& !l->frozen);/    s = b->layer[l->kind].forward(m, i, n, training);/|test_nn_model_range
 range-backward-below-trainable|nn/model_range.c|s/ i >= first \&\& i >= m->train_layer; i--) {/ i >= first; i--) {/|test_nn_model_range
 ps-small-shards-not-fused|hvd/ps_engine.c|s/  if (n < 2) return;/  if (n < 1u << 30) return;/|test_hvd_ps
+cnn-bench-async-total-until-all|bench/cnn_bench.c|s/  const int async = t->step.ps \&\& strcmp/  const int async = 0 \&\& t->step.ps \&\& strcmp/|test_cnn_bench_ps.sh
 EOF
 )
 
