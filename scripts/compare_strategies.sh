@@ -17,7 +17,9 @@
 # sleeps that long each step (--straggler_delay_ms), so its step takes twice the others'.
 # Steps: resnet20 batch 16, 2 warm-up + 10 timed; vgg16 (138M parameters: vgg16 needs
 # its 224x224 input) batch 2, 1 warm-up + 2 timed, its steps bound by the links (553 MB
-# of gradients a step), so the script runs in about 10 minutes on an idle machine.
+# of gradients a step): chosen for about 10 minutes in all on an idle machine (an
+# estimate from the bytes at 1 Gbit/s; resnet20 alone took 3.3 minutes on the loaded
+# machine of 2026-12-05).
 # Prints one table (images/sec, ms per step, MB per step through host 1's link (sent +
 # received, the initial broadcast included), the busiest server's MB per step, the
 # largest staleness), then ps-async's test accuracy against ps-sync's with the same 2x
@@ -33,7 +35,7 @@ while [ $# -gt 0 ]; do
     --rate) rate=$2; shift 2 ;;
     --no-accuracy) accuracy=0; shift ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare_strategies: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
