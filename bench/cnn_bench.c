@@ -34,7 +34,9 @@
    How the timed steps are timed. The clock starts after the warm-up steps, a wait for
    the GPU (--device gpu) and a barrier, and stops after the last timed step, one more
    wait for the GPU and a barrier: "total images/sec" is ranks x steps x batch over that
-   wall time. On the CPU every step is done when train_step returns, so each step is
+   wall time (async parameter servers, --cross_replica_sync false: the sum of each
+   worker's steps x batch over its own time to its last step, as no worker waits for
+   another). On the CPU every step is done when train_step returns, so each step is
    timed alone. On the GPU kernels run asynchronously and a step does not wait for them
    (the loss is fetched only for the steps whose Step line prints it; warm-up steps take
    none): rank 0 waits for the GPU only at its display steps, and every step of the
@@ -492,6 +494,7 @@ typedef struct {
   int32_t *feed_y;
   double feed_s;                 /* seconds the steps waited for decoded batches */
   int straggler_us;              /* this rank sleeps that long each step (--straggler_*) */
+  double own_s;                  /* this rank's timed steps, before the closing barrier */
   int step_rank;                 /* prints the Step lines: 0, or the first worker when
                                     dedicated parameter servers take ranks 0..K-1 */
   int64_t steps;                 /* steps taken (warm-up included) */
@@ -919,6 +922,7 @@ static double timed_steps(const options_t *o, trainer_t *t, int rank, int step_t
     s = nn_cuda_synchronize();
     if (s != NN_OK) fail_nn("synchronising the GPU after the timed steps", s);
   }
+  t->own_s = util_now_s() - start;
   hvd_status_t h = hvd_barrier();
   if (h != HVD_OK) fail_hvd("barrier after the timed steps", h);
   return util_now_s() - start;
@@ -944,9 +948,25 @@ static void report(const options_t *o, const trainer_t *t, int rank, int size, d
     hvd_status_t h = hvd_allreduce("bench.comm_stats", comm, comm, 3, HVD_FLOAT64, HVD_AVERAGE);
     if (h != HVD_OK) fail_hvd("allreduce of the communication statistics", h);
   }
+  /* Async parameter servers: no worker waits for another, so each worker's own rate
+     counts (as tf_cnn_benchmarks' async workers report each their own), not the time
+     until the slowest is done: the sum of the workers' images/sec. */
+  const int async = t->step.ps && strcmp(o->cross_replica_sync, "false") == 0;
+  double own_rate = async && rank >= o->num_ps && t->own_s > 0
+                        ? (double)o->num_batches * o->batch_size / t->own_s : 0;
+  if (async) {
+    hvd_status_t h = hvd_allreduce("bench.own_rates", &own_rate, &own_rate, 1, HVD_FLOAT64,
+                                   HVD_SUM);
+    if (h != HVD_OK) fail_hvd("allreduce of the workers' images/sec", h);
+  }
   if (rank != 0) return;
+  double total = async ? own_rate : (double)size * o->num_batches * o->batch_size / wall;
+  if (async)
+    fprintf(stderr, "cnn_bench: async parameter servers: total images/sec is the sum of the "
+            "workers' own; until every worker was done: %.2f\n",
+            (double)size * o->num_batches * o->batch_size / wall);
   printf("----------------------------------------------------------------\n");
-  printf("total images/sec: %.2f\n", (double)size * o->num_batches * o->batch_size / wall);
+  printf("total images/sec: %.2f\n", total);
   printf("----------------------------------------------------------------\n");
   if (t->step.buckets && comm[2] > 0) {
     double blocked = comm[0] / comm[2] * 1e3, total = comm[1] / comm[2] * 1e3;

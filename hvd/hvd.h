@@ -392,6 +392,8 @@ typedef struct {
   uint64_t staleness[HVD_PS_STALENESS_BINS];  /* server: pushes by staleness (the last
                                                  bin: that many or more)               */
   uint64_t max_staleness;        /* server: the largest seen                            */
+  uint64_t messages_in, messages_out;  /* MPI messages behind bytes_in and bytes_out
+                                          (small ones to one peer go as one)            */
 } hvd_ps_stats_t;
 void hvd_ps_stats(const hvd_ps_t *ps, hvd_ps_stats_t *s);
 

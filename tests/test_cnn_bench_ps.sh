@@ -4,7 +4,8 @@
 #    prints the Step lines, whose loss is a number (a server's would be nan) and goes
 #    down; the closing line names sync, dedicated, staleness 0;
 #  - --num_ps 0 --cross_replica_sync false --max_staleness 1 with a straggler (rank 2,
-#    30 ms a step): colocated async, staleness at most 1;
+#    30 ms a step): colocated async, staleness at most 1; its total images/sec the sum
+#    of the workers' own rates (sync's: every rank's steps over the wall time);
 #  - --cross_replica_sync maybe and --num_ps 3 fail with a message naming them.
 set -u
 build=${HVD_BUILD:-build}
@@ -33,6 +34,13 @@ run --num_ps 0 --cross_replica_sync false --max_staleness 1 --straggler_rank 2 \
   --straggler_delay_ms 30 >"$tmp/async.log" 2>&1 || { fail "async run:"; cat "$tmp/async.log"; }
 st=$(sed -n 's/^parameter servers: async, colocated; .* staleness max \([0-9]*\)$/\1/p' "$tmp/async.log")
 [ -n "$st" ] && [ "$st" -le 1 ] || fail "async: staleness max '$st' (bound 1): $(grep '^parameter' "$tmp/async.log")"
+# Async's total is the sum of the workers' own rates (each timed to its own last step),
+# never below the rate until every worker was done (timed after the closing barrier).
+own=$(sed -n 's/^total images\/sec: \([0-9.]*\)$/\1/p' "$tmp/async.log")
+all=$(sed -n "s/.*the sum of the workers' own; until every worker was done: \([0-9.]*\)$/\1/p" "$tmp/async.log")
+[ -n "$own" ] && [ -n "$all" ] && awk -v o="$own" -v a="$all" 'BEGIN { exit !(o >= a) }' ||
+  fail "async: total images/sec '$own' is not the workers' own rates (until all done: '$all')"
+grep -q "sum of the workers' own" "$tmp/sync.log" && fail "sync: total images/sec was a sum of own rates"
 
 run --cross_replica_sync maybe >"$tmp/bad1.log" 2>&1 && fail "--cross_replica_sync maybe was accepted"
 grep -q "cross_replica_sync" "$tmp/bad1.log" || fail "--cross_replica_sync maybe: the message does not name it"

@@ -3,7 +3,8 @@
                  steps; every worker ends with the values of the same steps computed here
                  in double (the average of the workers' gradients, SGD), to 1e-5
                  relative: dedicated (num_ps 1 and 2) and colocated, both placements, a
-                 variable split over servers.
+                 variable split over servers; with one server, a worker's small shards
+                 go in one message a request.
      async:      4 ranks, worker 0 a straggler (20 ms a step), max_staleness 2: no push
                  ever older than 2 versions on any server, and some older than 0 (so the
                  bound was tested); the final values are the sum of every push.
@@ -43,8 +44,8 @@ static void run_sync_as(hvd_ps_mode_t mode, int num_ps, hvd_ps_placement_t place
   CHECK_OK(hvd_ps_create(&ps, &cfg, NV, names, counts, init));
   int W = hvd_ps_num_workers(ps), w = hvd_ps_worker_index(ps);
   CHECK(W == hvd_size() - num_ps, "%d workers", W);
-  const int T = 10;
-  if (hvd_ps_is_worker(ps)) {
+  const int T = 10, worker = hvd_ps_is_worker(ps);
+  if (worker) {
     memset(values, 0, sizeof(values));
     CHECK_OK(hvd_ps_push_pull(ps, 0, NV, NULL, values));   /* the first values */
     for (size_t i = 0; i < TOTAL; i++)
@@ -81,6 +82,13 @@ static void run_sync_as(hvd_ps_mode_t mode, int num_ps, hvd_ps_placement_t place
   hvd_ps_stats_t st;
   hvd_ps_stats(ps, &st);
   hvd_ps_free(ps);
+  /* Small shards to one server go in one message: a worker of the single dedicated
+     server sends one a request at most (the first pull, 2 a step, DONE), not one a shard
+     (4 + 4 a step + 1). */
+  if (num_ps == 1 && worker)
+    CHECK(st.messages_out >= 1 && st.messages_out <= (uint64_t)(2 * T + 2),
+          "a worker sent %llu messages for %d steps of 2 requests: were its shards fused?",
+          (unsigned long long)st.messages_out, T);
   uint64_t pushes = st.pushes, all = 0;
   CHECK(st.max_staleness == 0, "staleness %llu", (unsigned long long)st.max_staleness);
   CHECK_OK(hvd_allreduce("pushes", &pushes, &all, 1, HVD_INT64, HVD_SUM));

@@ -50,6 +50,7 @@
 #include "train/outputs.h"
 #include "train/pipeline_run.h"
 #include "train/progress.h"
+#include "train/ps_run.h"
 #include "train/ps_update.h"
 #include "train/replica.h"
 #include "train/resume.h"
@@ -379,137 +380,68 @@ static void images_summary(const trainer_t *t) {
            skipped);
 }
 
-/* ---- parameter servers (--variable-update ps-sync | ps-async; train/ps_update.h) ---- */
+/* ---- parameter servers (--variable-update ps-sync | ps-async; train/ps_run.h) ---- */
 
 static train_replica_opts_t replica_opts(const trainer_t *t);
-static int ps_mode(const train_opts_t *o) { return strcmp(o->variable_update, "horovod") != 0; }
+static int ps_mode(const train_opts_t *o) { return train_ps_run_enabled(o); }
+
+/* A failure of train/ps_run.c: a runtime call's as every other, else its message. */
+static void ps_check(int rc, const train_ps_run_err_t *e) {
+  if (rc == 0) return;
+  if (e->hvd != HVD_OK) hvd_check(e->hvd, e->what);
+  die_msg(e->status, e->err);
+}
 
 static void check_ps_flags(const train_opts_t *o) {
-  if (!ps_mode(o)) {
-    if (o->num_ps > 0 || o->max_staleness >= 0)
-      die_usage("--%s applies to --variable-update ps-sync or ps-async (this run uses "
-                "horovod)", o->num_ps > 0 ? "num-ps" : "max-staleness");
-    return;
-  }
-  if (strcmp(o->device, "cpu") != 0)
-    die("--variable-update %s: parameter servers keep host memory; use --device cpu",
-        o->variable_update);
-  if (o->fp16_allreduce || o->predivide != 1.0f)
-    die_usage("--variable-update %s: %s applies to the ring allreduce only",
-              o->variable_update,
-              o->fp16_allreduce ? "--fp16-allreduce" : "--gradient-predivide-factor");
-  if (o->checkpoint_every_steps > 0)
-    die_usage("--variable-update %s: checkpoints are taken at epoch ends only (drop "
-              "--checkpoint-every-steps %d)", o->variable_update, o->checkpoint_every_steps);
-  if (o->max_staleness >= 0 && strcmp(o->variable_update, "ps-async") != 0)
-    die_usage("--max-staleness %d applies to --variable-update ps-async", o->max_staleness);
+  train_ps_run_err_t e;
+  ps_check(train_ps_run_check_flags(o, &e), &e);
 }
 
 /* Who trains on the data: the workers (ranks num_ps..size-1) with ps-*, else every rank. */
 static void ps_data_ranks(trainer_t *t) {
-  const train_opts_t *o = &t->o;
-  t->data_rank = t->rank;
-  t->data_size = t->size;
-  if (!ps_mode(o)) return;
-  if (o->num_ps >= t->size)
-    die("--num-ps %d: with %d rank(s) no rank is left to work; use at most %d, or 0 "
-        "(every rank serves and works)", o->num_ps, t->size, t->size - 1);
-  t->data_size = t->size - o->num_ps;
-  t->data_rank = t->rank >= o->num_ps ? t->rank - o->num_ps : -1;
+  train_ps_run_err_t e;
+  ps_check(train_ps_run_data_ranks(&t->o, t->rank, t->size, &t->data_rank, &t->data_size, &e),
+           &e);
 }
 
 /* The servers, over the replica as every rank holds it now (a resumed one included): the
    step pushes to them instead of the ring's buckets and the local optimizer. */
 static void ps_start(trainer_t *t) {
-  const train_opts_t *o = &t->o;
-  if (!ps_mode(o)) return;
-  train_replica_opts_t ro = replica_opts(t);
-  train_ps_opts_t po = {.async = strcmp(o->variable_update, "ps-async") == 0,
-                        .num_ps = o->num_ps,
-                        .round_robin = strcmp(o->ps_placement, "round-robin") == 0,
-                        .max_staleness = o->max_staleness, .optim = ro.optim,
-                        .sched = t->sched, .steps = t->steps, .accum = t->accum,
-                        .windows = t->windows,
-                        .start_step = (long long)t->start_epoch * t->windows +
-                                      t->start_step / t->accum};
-  const char *delay = getenv("HVD_TRAIN_TEST_PS_SERVER_DELAY_MS");
-  if (delay) po.test_server_delay_ms = atoi(delay);
-  char err[8192];
-  if (train_ps_create(&t->ps, t->rep.model, &po, err, sizeof err) != 0) die("%s", err);
+  if (!ps_mode(&t->o)) return;
+  train_ps_run_start_t at = {.optim = replica_opts(t).optim, .sched = t->sched,
+                             .steps = t->steps, .accum = t->accum, .windows = t->windows,
+                             .start_epoch = t->start_epoch, .start_step = t->start_step};
+  train_ps_run_err_t e;
+  ps_check(train_ps_run_start(&t->ps, &t->o, t->rep.model, &at, &e), &e);
   t->step.ps = t->ps;
   t->step.buckets = NULL;
 }
 
-/* An epoch's end: every rank takes the first worker's weights and buffers (a dedicated
-   server has none of its own; async workers differ), and, for a checkpoint, the shards'
-   optimizer state. */
 static void ps_epoch_end(trainer_t *t) {
-  if (!t->ps) return;
-  nn_model_t *m = t->rep.model;
-  if (train_ps_update_status(t->ps) != NN_OK)
-    die("rank %d: an optimizer step on the parameter server failed: %s", t->rank,
-        train_ps_update_error(t->ps));
-  int root = train_ps_first_worker(t->ps);
-  hvd_check(hvd_broadcast("ps.epoch.params", nn_model_params(m), t->np, HVD_FLOAT32, root),
-            "broadcast of the weights");
-  if (t->nb > 0)
-    hvd_check(hvd_broadcast("ps.epoch.buffers", nn_model_buffers(m), t->nb, HVD_FLOAT32, root),
-              "broadcast of the buffers");
-  if (t->o.checkpoint_dir)
-    hvd_check(train_ps_gather_state(t->ps), "gathering the servers' optimizer state");
+  train_ps_run_err_t e;
+  ps_check(train_ps_run_epoch_end(t->ps, t->rep.model, t->o.checkpoint_dir != NULL, t->rank,
+                                  &e), &e);
 }
 
-/* --logdir: the pushes' staleness as a histogram of the train run (tag ps_staleness) at
-   the last epoch, one value per push (at most a million, in proportion beyond). */
-static void ps_staleness_to_tensorboard(trainer_t *t, const int64_t *hist) {
-  double total = 0;
-  for (int i = 0; i < HVD_PS_STALENESS_BINS; i++) total += (double)hist[i];
-  double keep = total > 1e6 ? 1e6 / total : 1.0;
-  size_t n = 0;
-  float *v = malloc((size_t)(total * keep + HVD_PS_STALENESS_BINS + 1) * sizeof(float));
-  if (!v) die("out of memory for the staleness histogram");
-  for (int i = 0; i < HVD_PS_STALENESS_BINS; i++)
-    for (int64_t k = 0; k < (int64_t)((double)hist[i] * keep + 0.5); k++) v[n++] = (float)i;
-  int rc = train_tfevents_histogram(&t->out.tb[TB_TRAIN], "ps_staleness", v, n,
-                                    (int64_t)t->run.st[ST_EPOCHS_DONE] - 1, train_wall_time());
-  free(v);
-  if (rc != 0) die("--logdir %s: writing the staleness histogram failed: %s", t->o.logdir,
-                   strerror(errno));
-}
-
-/* After the last epoch: the servers stop; rank 0 prints their traffic and staleness. */
+/* After the last epoch: the servers stop; rank 0 prints their traffic and staleness (and
+   with --logdir writes the staleness histogram). */
 static void ps_end(trainer_t *t) {
   if (!t->ps) return;
-  hvd_ps_stats_t st;
-  hvd_check(train_ps_finish(t->ps, &st), "the parameter servers' end");
+  train_ps_run_report_t r;
+  train_ps_run_err_t e;
+  int rc = train_ps_run_end(t->ps, &t->o, t->rank, &r, &e);
   t->ps = NULL;
   t->step.ps = NULL;
-  int64_t sums[HVD_PS_STALENESS_BINS + 3], most = (int64_t)st.max_staleness;
-  for (int i = 0; i < HVD_PS_STALENESS_BINS; i++) sums[i] = (int64_t)st.staleness[i];
-  sums[HVD_PS_STALENESS_BINS] = (int64_t)st.pushes;
-  /* bytes through the servers' links: what a server received and sent */
-  int serves = t->o.num_ps == 0 || t->rank < t->o.num_ps;
-  sums[HVD_PS_STALENESS_BINS + 1] = serves ? (int64_t)st.bytes_in : 0;
-  sums[HVD_PS_STALENESS_BINS + 2] = serves ? (int64_t)st.bytes_out : 0;
-  int64_t busiest = serves ? (int64_t)(st.bytes_in + st.bytes_out) : 0;
-  hvd_check(hvd_allreduce("ps.end.sums", sums, sums, HVD_PS_STALENESS_BINS + 3, HVD_INT64,
-                          HVD_SUM), "allreduce of the servers' figures");
-  hvd_check(hvd_allreduce("ps.end.max", &most, &most, 1, HVD_INT64, HVD_MAX),
-            "allreduce of the servers' figures");
-  hvd_check(hvd_allreduce("ps.end.busiest", &busiest, &busiest, 1, HVD_INT64, HVD_MAX),
-            "allreduce of the servers' figures");
+  ps_check(rc, &e);
   if (t->rank != 0) return;
-  printf("parameter servers (%s, %s): %lld pushes, staleness max %lld, histogram",
-         t->o.variable_update, t->o.num_ps ? "dedicated" : "colocated",
-         (long long)sums[HVD_PS_STALENESS_BINS], (long long)most);
-  int last = 0;
-  for (int i = 0; i < HVD_PS_STALENESS_BINS; i++) if (sums[i]) last = i;
-  for (int i = 0; i <= last; i++) printf(" %d:%lld", i, (long long)sums[i]);
-  printf("; server links %.1f MB in, %.1f MB out, the busiest %.1f MB\n",
-         sums[HVD_PS_STALENESS_BINS + 1] / 1e6, sums[HVD_PS_STALENESS_BINS + 2] / 1e6,
-         busiest / 1e6);
+  char line[2048];
+  train_ps_run_format(&r, &t->o, line, sizeof line);
+  printf("%s\n", line);
   fflush(stdout);
-  if (t->o.logdir) ps_staleness_to_tensorboard(t, sums);
+  if (t->o.logdir)
+    ps_check(train_ps_run_staleness_to_tensorboard(&t->out.tb[TB_TRAIN], t->o.logdir, &r,
+                                                   (int64_t)t->run.st[ST_EPOCHS_DONE] - 1,
+                                                   train_wall_time(), &e), &e);
 }
 
 /* Flag combinations that cannot work, found before any data is loaded. */
