@@ -257,6 +257,7 @@ range-cut-ignores-graph-inputs|nn/model_range.c|s/      if (t == 1 \&\& !nn_laye
 pipe-gather-ignores-freeze|train/pipeline_step.c|s/  size_t arrays = state \&\& per \&\& nstate % per == 0 ? nstate \/ per : 0;/  size_t arrays = state \&\& nstate % plen == 0 ? nstate \/ plen : 0;/|test_train_pipeline_freeze.sh
 range-forward-trains-frozen|nn/model_range.c|s/    s = b->layer\[l->kind\].forward(m, i, n, training \&\& !l->frozen);/    s = b->layer[l->kind].forward(m, i, n, training);/|test_nn_model_range
 range-backward-below-trainable|nn/model_range.c|s/ i >= first \&\& i >= m->train_layer; i--) {/ i >= first; i--) {/|test_nn_model_range
+serve-rest-port-shared|serve/http.c|s#      MHD_OPTION_END);#      MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);#|test_serve_grpc_errors.sh
 EOF
 )
 

@@ -778,7 +778,6 @@ int serve_http_start(serve_http_t **out, const serve_http_config_t *cfg, serve_m
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
       MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
       MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
-      MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
       MHD_OPTION_END);
   if (!s->daemon) {
     snprintf(err, errlen, "cannot listen on port %d (in use, or not allowed)", cfg->port);
