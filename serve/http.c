@@ -337,10 +337,7 @@ static enum MHD_Result post_run(serve_http_t *s, struct MHD_Connection *c, reque
                                 serve_version_t *v, int classify) {
   serve_instances_t in;
   char err[512];
-  serve_input_spec_t spec = s->cfg.input;
-  memcpy(spec.mean, v->info.mean, sizeof spec.mean);
-  memcpy(spec.std, v->info.std, sizeof spec.std);
-  spec.identity = v->info.identity;
+  serve_input_spec_t spec = serve_version_input(v, &s->cfg.input);
   int prc = classify ? serve_examples_parse(r->body ? r->body : "", r->len, &spec, &in, err,
                                             sizeof err)
                      : serve_instances_parse(r->body ? r->body : "", r->len, &spec, &in, err,
