@@ -19,7 +19,8 @@ scripts/serve_torch_peer.py, and the helpers the tests/test_serve_*.sh tests imp
     HTTP/1.1 keep-alive for REST, HTTP/2 for gRPC), N connections, one call at a time
     each, --requests (1 image) or --big-requests (64) calls per connection after a
     warm-up. One line per case: images/sec, p50, p99 of both protocols side by side, the
-    ratio, and the server's CPU microseconds per image. Each case is first checked by a
+    ratio, and the CPU microseconds per image of the server and of h2load (the client
+    runs on the same cores: a saturated client would cap the case). Each case is first checked by a
     Python call (REST: 200 and its predictions; gRPC: grpcio, status OK); h2load's runs
     must answer every call 200, and every gRPC call with the checked answer's bytes (an
     error is an HTTP 200 without data, grpc-status in its trailers).
@@ -543,7 +544,8 @@ def protocols(a):
     grpc_headers = ["content-type: application/grpc", "te: trailers"]
     rest_headers = ["content-type: application/json"]
     print("%-6s %-5s %4s | %-32s | %-32s | %s" % ("model", "input", "imgs", "REST: img/s   p50 ms   p99 ms",
-          "gRPC: img/s   p50 ms   p99 ms", "gRPC/REST  serve CPU us/img REST gRPC"), flush=True)
+          "gRPC: img/s   p50 ms   p99 ms", "gRPC/REST | CPU us/img: serve REST gRPC, h2load REST gRPC"),
+          flush=True)
     rows = []
 
     def line(r, per, calls):
@@ -581,9 +583,9 @@ def protocols(a):
                                       grpc_headers, False, calls, all_answered)
                 ri, rl = line(rest, per, calls)
                 gi, gl = line(grpc_r, per, calls)
-                print("%-6s %-5s %4d | %s | %s | %6.2fx   %9.1f %6.1f" % (
-                    model, kind, per, rl, gl, gi / ri, 1e6 * rest["server_cpu"] / (calls * per),
-                    1e6 * grpc_r["server_cpu"] / (calls * per)), flush=True)
+                us = [1e6 * r[k] / (calls * per) for k in ("server_cpu", "client_cpu") for r in (rest, grpc_r)]
+                print("%-6s %-5s %4d | %s | %s | %6.2fx   | %17.1f %6.1f %12.1f %6.1f" % (
+                    model, kind, per, rl, gl, gi / ri, *us), flush=True)
                 rows.append((model, kind, per, rest, grpc_r))
         finally:
             p.terminate()
@@ -598,9 +600,9 @@ def protocols(a):
                 r = protocol_run(a, tmp, "peer-%s-%d.json" % (model, per), p.pid,
                                  "http://127.0.0.1:%d/v1/models/%s:predict" % (port, model),
                                  body.encode(), rest_headers, True, calls, lambda r: None)
-                print("%-6s %-5s %4d | %s | PyTorch + http.server (REST)    |           %9.1f" % (
-                    model, kind, per, line(r, per, calls)[1], 1e6 * r["server_cpu"] / (calls * per)),
-                    flush=True)
+                print("%-6s %-5s %4d | %s | PyTorch + http.server (REST)    |           | %17.1f %20.1f" % (
+                    model, kind, per, line(r, per, calls)[1], 1e6 * r["server_cpu"] / (calls * per),
+                    1e6 * r["client_cpu"] / (calls * per)), flush=True)
         finally:
             p.terminate()
             p.wait()
