@@ -176,7 +176,7 @@ grpc-request-timeout-off|serve/grpc_server.c|s#else if (k->state == READING \&\&
 grpc-idle-connection-kept|serve/grpc_server.c|s#if (!working \&\& now - (c->open ? c->last_io : c->last_call) > s->cfg.idle_timeout_s) {#if (0) {#|test_serve_grpc_errors.sh
 grpc-shape-height-unchecked|serve/grpc_calls.c|s#(nd == 4 \&\& d\[1\] == sp->h \&\&#(nd == 4 \&\&#|test_serve_grpc_errors.sh
 grpc-normalise-rounded-otherwise|serve/grpc_calls.c|s#(float)(x \* 255.0) \* scale - shift#(float)(x * 255.0 * scale - shift)#|test_serve_grpc.sh
-grpc-version-normalisation-dropped|serve/grpc_calls.c|/memcpy(spec.std, v->info.std, sizeof spec.std);/d|test_serve_grpc.sh
+grpc-version-normalisation-dropped|serve/versions.c|/memcpy(spec.std, v->info.std, sizeof spec.std);/d|test_serve_accuracy.sh
 grpc-inflight-budget-off|serve/grpc_server.c|s#int room = s->held + (cap - k->cap) <= s->cfg.max_inflight_bytes;#int room = 1;#|test_serve_grpc_errors.sh
 version-label-unloaded-accepted|serve/main.c|s#serve_models_acquire(models, labels->version\[i\]);#serve_models_acquire(models, 0);#|test_serve_grpc.sh
 image-pixel-scale-off|serve/image_input.c|s#spec->w, spec->h) / 255.0;#spec->w, spec->h) / 256.0;#|test_serve_grpc_images.sh
@@ -281,6 +281,8 @@ agree-skip-bad-images-not-compared|train/agree.c|/"--skip-bad-images"/d|test_tra
 resample-flip-ignored|data/transform.c|s#out_map_t m = {.C = C, .out_w = out_w, .flip = flip,#out_map_t m = {.C = C, .out_w = out_w, .flip = 0,#|test_data_images
 ps-small-shards-not-fused|hvd/ps_engine.c|s/  if (n < 2) return;/  if (n < 1u << 30) return;/|test_hvd_ps
 cnn-bench-async-total-until-all|bench/cnn_bench.c|s/  const int async = t->step.ps \&\& strcmp/  const int async = 0 \&\& t->step.ps \&\& strcmp/|test_cnn_bench_ps.sh
+serve-rest-port-shared|serve/http.c|s#      MHD_OPTION_END);#      MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);#|test_serve_grpc_errors.sh
+grpc-calls-queued-on-one-thread|serve/call_pool.c|s#if (p->idle <= p->queued) {#if (p->threads == 0) {#|test_serve_grpc_sigterm.sh
 EOF
 )
 

@@ -9,12 +9,21 @@ scripts/serve_torch_peer.py, and the helpers the tests/test_serve_*.sh tests imp
     prints requests/sec and latency percentiles, and checks every answer against the
     answer the server gave the same image alone before the run ("wrong" column).
 
-  serve_load.py protocols --serve build/serve --weights FILE [--clients 64] [--requests 100]
-    One build/serve (REST and gRPC) and the PyTorch peer (REST) on the same weights: for
-    each protocol, requests of 1 and of 64 images, as floats (REST JSON; gRPC
-    tensor_content) and as JPEG bytes (REST {"b64"}; gRPC DT_STRING), N clients (threads,
-    a connection each, requests encoded before the clock starts; a 64-image case makes
-    --requests/64 calls per client, at least 2): requests/sec, images/sec, p50, p99.
+  serve_load.py protocols --serve build/serve --weights LENET --weights MLP [--clients 64]
+                          [--requests 32] [--big-requests 4]
+    REST against gRPC: for each export (lenet; mlp, whose compute is small, so that the
+    protocols' own cost shows), one build/serve (batching on, max batch 64) answers
+    requests of 1 and of 64 images, as floats (REST JSON; gRPC tensor_content) and as
+    JPEG bytes (REST {"b64"}; gRPC DT_STRING), then the PyTorch peer answers the float
+    ones (REST). Every call is made by h2load (nghttp2-client: a C client, one thread;
+    HTTP/1.1 keep-alive for REST, HTTP/2 for gRPC), N connections, one call at a time
+    each, --requests (1 image) or --big-requests (64) calls per connection after a
+    warm-up. One line per case: images/sec, p50, p99 of both protocols side by side, the
+    ratio, and the CPU microseconds per image of the server and of h2load (the client
+    runs on the same cores: a saturated client would cap the case). Each case is first checked by a
+    Python call (REST: 200 and its predictions; gRPC: grpcio, status OK); h2load's runs
+    must answer every call 200, and every gRPC call with the checked answer's bytes (an
+    error is an HTTP 200 without data, grpc-status in its trailers).
 
   serve_load.py compare --serve build/serve --weights FILE [--clients 64] [--requests 100]
     Starts, one after the other, build/serve with batching on, build/serve with batching
@@ -397,7 +406,7 @@ def bench(a, port, label):
 
 def compare(a):
     here = os.path.dirname(os.path.abspath(__file__))
-    common = ["--model", a.model, "--weights", a.weights, "--port", "0", "--threads", str(a.threads)]
+    common = ["--model", a.model, "--weights", a.weights[0], "--port", "0", "--threads", str(a.threads)]
     servers = [
         ("serve, batching on", [a.serve] + common + ["--log-level", "warning",
                                                      "--max-batch-size", str(a.max_batch),
@@ -416,130 +425,189 @@ def compare(a):
     return rc
 
 
-def run_calls(clients, requests, make_worker):
-    """clients threads x requests calls. make_worker(k) -> (call, close): call(j) makes
-    call j and returns the images answered (raises on a failure). Returns figures."""
-    lat, errors, images = [], [], [0]
-    lock = threading.Lock()
-    gate = threading.Barrier(clients + 1)
+# ---- protocols: REST against gRPC, through one C client (h2load) ----
 
-    def worker(k):
-        call, close = make_worker(k)
-        mine, n = [], 0
-        gate.wait()
-        for j in range(requests):
-            t0 = time.perf_counter()
-            try:
-                n += call(j)
-            except Exception as e:  # noqa: BLE001: every failure is counted
-                with lock:
-                    errors.append("client %d: %r" % (k, e))
-                continue
-            mine.append(time.perf_counter() - t0)
-        close()
-        with lock:
-            lat.extend(mine)
-            images[0] += n
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
-    for t in threads:
-        t.start()
-    gate.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    lat.sort()
-    return {"ok": len(lat), "errors": errors, "rps": len(lat) / wall, "ips": images[0] / wall,
-            "p50_ms": 1e3 * percentile(lat, 50), "p99_ms": 1e3 * percentile(lat, 99)}
+def cpu_seconds(pid):
+    """User + system CPU seconds process pid has used (all its threads), from /proc."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def rest_worker(port, bodies, per_call):
-    def make(k):
-        c = Client(port, timeout=600)  # a loaded machine: slow, not failed
+def h2load(url, body_file, headers, calls, clients, h1, log_file):
+    """One h2load run: calls POSTs of body_file, clients connections (HTTP/1.1 keep-alive
+    with h1, else HTTP/2 with one call at a time each), one client thread. Returns its
+    counts, the seconds it took and its CPU seconds, and each call's HTTP status and
+    microseconds from its log file."""
+    cmd = ["h2load", "-n", str(calls), "-c", str(clients), "-m", "1", "-t", "1", "-d", body_file,
+           "--log-file", log_file] + (["--h1"] if h1 else [])
+    for h in headers:
+        cmd += ["-H", h]
+    before = os.times()
+    p = subprocess.run(cmd + [url], capture_output=True, text=True, timeout=900)
+    after = os.times()
+    out = p.stdout
+    if p.returncode != 0 or "finished in" not in out:
+        raise RuntimeError("%s: exit %d\n%s%s" % (" ".join(cmd), p.returncode, out[-2000:], p.stderr[-2000:]))
 
-        def call(j):
-            status, doc = c.request("POST", "/v1/models/lenet:predict", bodies[(k + j) % len(bodies)],
-                                    {"Content-Type": "application/json"})
-            if status != 200 or len(doc["predictions"]) != per_call:
-                raise RuntimeError("status %d %s" % (status, str(doc)[:200]))
-            return per_call
-        return call, c.close
-    return make
+    def num(pattern):
+        import re
+        m = re.search(pattern, out)
+        if not m:
+            raise RuntimeError("h2load's output has no %r:\n%s" % (pattern, out[-2000:]))
+        return float(m.group(1))
+    unit = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+    import re
+    m = re.search(r"finished in ([0-9.]+)(s|ms|us),", out)
+    rows = [line.split("\t") for line in open(log_file) if line.strip()]
+    return {"seconds": float(m.group(1)) * unit[m.group(2)],
+            "succeeded": int(num(r"(\d+) succeeded")), "s2xx": int(num(r"status codes: (\d+) 2xx")),
+            "data": int(num(r"traffic: .*\((\d+)\) data")),
+            "status": [int(r[1]) for r in rows], "us": sorted(int(r[2]) for r in rows),
+            "client_cpu": (after.children_user + after.children_system
+                           - before.children_user - before.children_system)}
 
 
-def grpc_worker(port, msgs, requests_bytes, per_call):
-    response = msgs["predict"].PredictResponse
+def check_rest(port, model, body, per):
+    """One REST call by Python: 200 and per rows of predictions, or raises."""
+    c = Client(port, timeout=600)
+    status, doc = c.request("POST", "/v1/models/%s:predict" % model, body,
+                            {"Content-Type": "application/json"})
+    c.close()
+    if status != 200 or len(doc.get("predictions", [])) != per:
+        raise RuntimeError("REST check: status %d %s" % (status, str(doc)[:300]))
 
-    def make(k):
-        g = GrpcClient(port, msgs)
-        f = g.channel.unary_unary(PREDICT)  # bytes in, bytes out: encoded once, up front
 
-        def call(j):
-            r = response.FromString(f(requests_bytes[(k + j) % len(requests_bytes)], timeout=600))
-            if len(r.outputs["predictions"].float_val) != per_call * 10:
-                raise RuntimeError("%d scores" % len(r.outputs["predictions"].float_val))
-            return per_call
-        return call, g.close
-    return make
+def check_grpc(port, msgs, message, per):
+    """One gRPC call by grpcio: status OK and per rows of predictions, or raises. Returns
+    the bytes of the answer's DATA (length prefix and message): the same for every call
+    of a case, so h2load's data bytes say how many calls were answered OK (an error is a
+    trailers-only answer, HTTP 200 without data)."""
+    g = GrpcClient(port, msgs)
+    answer = g.channel.unary_unary(PREDICT)(message, timeout=600)
+    g.close()
+    t = msgs["predict"].PredictResponse.FromString(answer).outputs["predictions"]
+    if len(t.tensor_shape.dim) != 2 or t.tensor_shape.dim[0].size != per:
+        raise RuntimeError("gRPC check: predictions of shape %s" % [d.size for d in t.tensor_shape.dim])
+    return 5 + len(answer)
+
+
+def protocol_cases(a, model, images, msgs):
+    """[(input, images per call, REST body, gRPC message)]: the first images of the test
+    set, as floats (REST JSON, gRPC tensor_content) and as JPEG bytes (REST {"b64"},
+    gRPC DT_STRING)."""
+    probe = GrpcClient(0, msgs)  # request builders only; its channel is never used
+    cases = []
+    for per in (1, 64):
+        x = images[:per].reshape(-1, 28, 28, 1)
+        jpegs = [encode_image(im) for im in images[:per]]
+        cases.append(("float", per, json.dumps({"instances": [instance(im) for im in images[:per]]}),
+                      probe.predict_request(x, content=True, model=model).SerializeToString()))
+        cases.append(("JPEG", per,
+                      json.dumps({"instances": [{"b64": base64.b64encode(j).decode()} for j in jpegs]}),
+                      probe.image_request(jpegs, model=model).SerializeToString()))
+    probe.close()
+    return cases
+
+
+def protocol_run(a, tmp, name, pid, url, body, headers, h1, calls, check):
+    """Warm-up, then the measured h2load run; figures with the server's CPU seconds.
+    check(result) raises when the answers were not all right."""
+    f = os.path.join(tmp, name)
+    with open(f, "wb") as out:
+        out.write(body)
+    log = os.path.join(tmp, name + ".log")
+    h2load(url, f, headers, min(8, a.clients), min(8, a.clients), h1, log)
+    cpu0 = cpu_seconds(pid)
+    r = h2load(url, f, headers, calls, a.clients, h1, log)
+    r["server_cpu"] = cpu_seconds(pid) - cpu0
+    bad = calls - r["succeeded"] + calls - r["s2xx"] + sum(1 for s in r["status"] if s != 200)
+    if bad:
+        raise RuntimeError("%s: %d of %d calls failed or were not answered 200" % (name, bad, calls))
+    check(r)
+    return r
 
 
 def protocols(a):
-    """REST vs gRPC on one build/serve, and the PyTorch peer's REST, one table."""
+    """REST against gRPC on one build/serve per model, and the PyTorch peer's REST: one
+    table, every call made by h2load."""
+    import shutil
     import tempfile
+    if not shutil.which("h2load"):
+        print("serve_load.py protocols: h2load is not installed (Debian's nghttp2-client: "
+              "scripts/install-deps.sh)", file=sys.stderr)
+        return 2
     here = os.path.dirname(os.path.abspath(__file__))
-    images, _ = test_images(a.data_dir, a.images)
-    msgs = grpc_messages(tempfile.mkdtemp(prefix="serve_load_"))
-    probe = GrpcClient(0, msgs)  # request builders only; its channel is never used
-    jpegs = [encode_image(im) for im in images]
-    x = images.reshape(-1, 28, 28, 1)
-    cases = []  # (label, per_call, REST bodies, gRPC request bytes)
-    for per in (1, 64):
-        groups = [list(range(i, i + per)) for i in range(0, len(images) - per + 1, per)][:50]
-        cases.append(("float", per, [json.dumps({"instances": [instance(images[i]) for i in g]}) for g in groups],
-                      [probe.predict_request(x[g], content=True).SerializeToString() for g in groups]))
-        cases.append(("JPEG", per,
-                      [json.dumps({"instances": [{"b64": base64.b64encode(jpegs[i]).decode()} for i in g]})
-                       for g in groups],
-                      [probe.image_request([jpegs[i] for i in g]).SerializeToString() for g in groups]))
-    probe.close()
-    common = ["--model", "lenet", "--weights", a.weights, "--port", "0", "--threads", str(a.threads)]
+    tmp = tempfile.mkdtemp(prefix="serve_load_")
+    images, _ = test_images(a.data_dir, 64)
+    msgs = grpc_messages(tmp)
+    grpc_headers = ["content-type: application/grpc", "te: trailers"]
+    rest_headers = ["content-type: application/json"]
+    print("%-6s %-5s %4s | %-32s | %-32s | %s" % ("model", "input", "imgs", "REST: img/s   p50 ms   p99 ms",
+          "gRPC: img/s   p50 ms   p99 ms", "gRPC/REST | CPU us/img: serve REST gRPC, h2load REST gRPC"),
+          flush=True)
     rows = []
 
-    def measure(label, make, per):
-        run_calls(min(a.clients, 8), 2, make)  # warm-up
-        reqs = max(2, a.requests // per) if per > 1 else a.requests
-        r = run_calls(a.clients, reqs, make)
-        rows.append((label, r))
-        print("%-34s %8.1f req/s %9.1f img/s  p50 %8.2f ms  p99 %8.2f ms  errors %d"
-              % (label, r["rps"], r["ips"], r["p50_ms"], r["p99_ms"], len(r["errors"])), flush=True)
-        for e in r["errors"][:3]:
-            print("  error: " + e)
+    def line(r, per, calls):
+        ips = calls * per / r["seconds"]
+        return ips, "%10.1f %8.2f %8.2f" % (ips, percentile(r["us"], 50) / 1e3, percentile(r["us"], 99) / 1e3)
 
-    p, port = start_server([a.serve] + common + ["--log-level", "warning", "--max-batch-size", "64",
-                                                 "--batch-timeout-micros", str(a.timeout_us)])
-    try:
-        gport = None
-        for line in p.stdout:
-            if line.startswith("serve: gRPC port "):
-                gport = int(line.split()[-1])
-                break
-        for kind, per, bodies, reqs in cases:
-            measure("serve REST, %s, %d/request" % (kind, per), rest_worker(port, bodies, per), per)
-            measure("serve gRPC, %s, %d/request" % (kind, per), grpc_worker(gport, msgs, reqs, per), per)
-    finally:
-        p.terminate()
-        p.wait()
-    p, port = start_server(["/usr/bin/python3", os.path.join(here, "serve_torch_peer.py")] + common)
-    try:
-        for kind, per, bodies, _ in cases:
-            if kind == "float":
-                measure("PyTorch + http.server REST, float, %d/request" % per,
-                        rest_worker(port, bodies, per), per)
-    finally:
-        p.terminate()
-        p.wait()
-    return 1 if any(r["errors"] for _, r in rows) else 0
+    for weights in a.weights:
+        meta = st_metadata(weights) or {}
+        model = meta.get("model")
+        if model not in ("lenet", "mlp"):
+            print("serve_load.py protocols: %s records model %r: expected a lenet or mlp export "
+                  "(train --model lenet|mlp --export FILE)" % (weights, model), file=sys.stderr)
+            return 2
+        cases = protocol_cases(a, model, images, msgs)
+        common = ["--model", model, "--weights", weights, "--port", "0", "--threads", str(a.threads)]
+        p, port = start_server([a.serve] + common + ["--log-level", "warning", "--max-batch-size", "64",
+                                                     "--batch-timeout-micros", str(a.timeout_us)])
+        try:
+            gport = next(int(l.split()[-1]) for l in p.stdout if l.startswith("serve: gRPC port "))
+            for kind, per, body, message in cases:
+                calls = a.clients * (a.requests if per == 1 else a.big_requests)
+                tag = "%s-%s-%d" % (model, kind, per)
+                check_rest(port, model, body, per)
+                rest = protocol_run(a, tmp, tag + ".json", p.pid,
+                                    "http://127.0.0.1:%d/v1/models/%s:predict" % (port, model),
+                                    body.encode(), rest_headers, True, calls, lambda r: None)
+                answer = check_grpc(gport, msgs, message, per)
+
+                def all_answered(r, answer=answer, calls=calls, tag=tag):
+                    if r["data"] != calls * answer:
+                        raise RuntimeError("%s gRPC: %d data bytes, expected %d calls x %d: some calls "
+                                           "failed (grpc-status)" % (tag, r["data"], calls, answer))
+                grpc_r = protocol_run(a, tmp, tag + ".grpc", p.pid, "http://127.0.0.1:%d%s" % (gport, PREDICT),
+                                      bytes([0]) + struct.pack(">I", len(message)) + message,
+                                      grpc_headers, False, calls, all_answered)
+                ri, rl = line(rest, per, calls)
+                gi, gl = line(grpc_r, per, calls)
+                us = [1e6 * r[k] / (calls * per) for k in ("server_cpu", "client_cpu") for r in (rest, grpc_r)]
+                print("%-6s %-5s %4d | %s | %s | %6.2fx   | %17.1f %6.1f %12.1f %6.1f" % (
+                    model, kind, per, rl, gl, gi / ri, *us), flush=True)
+                rows.append((model, kind, per, rest, grpc_r))
+        finally:
+            p.terminate()
+            p.wait()
+        p, port = start_server(["/usr/bin/python3", os.path.join(here, "serve_torch_peer.py")] + common)
+        try:
+            for kind, per, body, _ in cases:
+                if kind != "float":
+                    continue
+                calls = a.clients * (a.requests if per == 1 else a.big_requests)
+                check_rest(port, model, body, per)
+                r = protocol_run(a, tmp, "peer-%s-%d.json" % (model, per), p.pid,
+                                 "http://127.0.0.1:%d/v1/models/%s:predict" % (port, model),
+                                 body.encode(), rest_headers, True, calls, lambda r: None)
+                print("%-6s %-5s %4d | %s | PyTorch + http.server (REST)    |           | %17.1f %20.1f" % (
+                    model, kind, per, line(r, per, calls)[1], 1e6 * r["server_cpu"] / (calls * per),
+                    1e6 * r["client_cpu"] / (calls * per)), flush=True)
+        finally:
+            p.terminate()
+            p.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
 
 
 def main():
@@ -547,13 +615,16 @@ def main():
     ap.add_argument("mode", choices=["bench", "compare", "protocols"])
     ap.add_argument("--port", type=int, help="bench: the server's port")
     ap.add_argument("--serve", default="build/serve", help="compare: the serve binary")
-    ap.add_argument("--weights", help="compare: the safetensors file (train --export)")
+    ap.add_argument("--weights", action="append",
+                    help="compare: the safetensors file (train --export); protocols: one per "
+                         "model (lenet, mlp), repeat the flag")
     ap.add_argument("--threads", type=int, default=1, help="compare: compute threads of each server")
     ap.add_argument("--max-batch", type=int, default=32, help="compare: serve --max-batch-size")
     ap.add_argument("--timeout-us", type=int, default=1000, help="compare: serve --batch-timeout-micros")
     ap.add_argument("--model", default="lenet")
     ap.add_argument("--clients", type=int, default=64)
-    ap.add_argument("--requests", type=int, default=100, help="per client")
+    ap.add_argument("--requests", type=int, default=100, help="per client (protocols: 1-image calls)")
+    ap.add_argument("--big-requests", type=int, default=4, help="protocols: 64-image calls per client")
     ap.add_argument("--images", type=int, default=200, help="distinct test images cycled through")
     ap.add_argument("--data-dir", default=DATA_DIR)
     ap.add_argument("--label", default="", help="a name printed with the figures")

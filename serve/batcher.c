@@ -19,7 +19,6 @@ struct serve_batcher {
   float *stage;               /* [max_batch][per]: the jobs of one batch side by side */
   pthread_mutex_t mu;
   pthread_cond_t have_work;   /* a job was queued, or stop was asked                  */
-  pthread_cond_t answered;    /* some job got done                                    */
   serve_job_t *head, *tail;
   int queued_samples;
   int stopping;
@@ -144,12 +143,12 @@ static void *worker_main(void *arg) {
     check_pthread(pthread_mutex_lock(&bt->mu), "pthread_mutex_lock");
     bt->stats.forwards += (uint64_t)((total + bt->cfg.max_batch - 1) / bt->cfg.max_batch);
     bt->stats.samples += (uint64_t)total;
-    for (serve_job_t *j = jobs, *next; j; j = next) {
+    for (serve_job_t *j = jobs, *next; j; j = next) { /* j is its caller's again at done */
       next = j->next;
       j->done = 1;
       bt->stats.jobs++;
+      check_pthread(pthread_cond_signal(&j->answered), "pthread_cond_signal");
     }
-    check_pthread(pthread_cond_broadcast(&bt->answered), "pthread_cond_broadcast");
   }
   check_pthread(pthread_mutex_unlock(&bt->mu), "pthread_mutex_unlock");
   return NULL;
@@ -180,7 +179,6 @@ int serve_batcher_start(serve_batcher_t **out, nn_model_t *model, const serve_ba
   if (rc == 0) rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   if (rc == 0) rc = pthread_mutex_init(&bt->mu, NULL);
   if (rc == 0) rc = pthread_cond_init(&bt->have_work, &ca);
-  if (rc == 0) rc = pthread_cond_init(&bt->answered, NULL);
   if (rc == 0) rc = pthread_create(&bt->worker, NULL, worker_main, bt);
   if (rc != 0) {
     snprintf(err, errlen, "starting the batcher: %s", strerror(rc));
@@ -203,6 +201,9 @@ int serve_batcher_run(serve_batcher_t *bt, serve_job_t *job) {
     snprintf(job->err, sizeof job->err, "the model is being unloaded");
     return -1;
   }
+  /* Its own condition: the worker wakes this job's thread only, not every waiting one
+     at every batch. */
+  check_pthread(pthread_cond_init(&job->answered, NULL), "pthread_cond_init");
   job->queued_at = util_now_s();
   if (bt->tail) bt->tail->next = job;
   else bt->head = job;
@@ -210,8 +211,9 @@ int serve_batcher_run(serve_batcher_t *bt, serve_job_t *job) {
   bt->queued_samples += job->n;
   check_pthread(pthread_cond_signal(&bt->have_work), "pthread_cond_signal");
   while (!job->done)
-    check_pthread(pthread_cond_wait(&bt->answered, &bt->mu), "pthread_cond_wait");
+    check_pthread(pthread_cond_wait(&job->answered, &bt->mu), "pthread_cond_wait");
   check_pthread(pthread_mutex_unlock(&bt->mu), "pthread_mutex_unlock");
+  pthread_cond_destroy(&job->answered);
   return job->status;
 }
 
@@ -222,7 +224,6 @@ void serve_batcher_stop(serve_batcher_t *bt) {
   check_pthread(pthread_cond_broadcast(&bt->have_work), "pthread_cond_broadcast");
   check_pthread(pthread_mutex_unlock(&bt->mu), "pthread_mutex_unlock");
   check_pthread(pthread_join(bt->worker, NULL), "pthread_join");
-  pthread_cond_destroy(&bt->answered);
   pthread_cond_destroy(&bt->have_work);
   pthread_mutex_destroy(&bt->mu);
   nn_model_free(bt->model);

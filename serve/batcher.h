@@ -30,6 +30,7 @@ struct serve_job {
   int status;               /* 0 ok, -1: err holds why                                */
   char err[160];
   int done;                 /* the batcher's own fields from here                     */
+  pthread_cond_t answered;  /* signalled at done                                      */
   double queued_at;
   serve_job_t *next;
 };

@@ -7,7 +7,7 @@
    with grpc-status and grpc-message (an error).
    Threads: one per connection (its HTTP/2 session and socket) and one per call while
    it runs (decoding, the batcher, encoding), so the calls of one connection batch
-   together. Limits: max_message_bytes per message (RESOURCE_EXHAUSTED, said as soon as
+   together; a call's thread is kept for later calls (serve/call_pool.h). Limits: max_message_bytes per message (RESOURCE_EXHAUSTED, said as soon as
    the length prefix is in), max_inflight_bytes for all of them, max_connections, 100
    concurrent calls per connection (SETTINGS_MAX_CONCURRENT_STREAMS), a call's grpc-timeout (DEADLINE_EXCEEDED at the
    deadline, even while its batch runs), request_timeout_s for a call's message to

@@ -368,6 +368,30 @@ static void answer_predictions(serve_grpc_answer_t *out, const char *name, long 
   answer_message(out, &r.base);
 }
 
+/* The batch made from the request (code: OK, or why it could not be made) through v's
+   batcher: its probabilities [n][*classes], malloc'ed, or NULL with the status in out. */
+static float *run_batch(const serve_version_t *v, int code, const serve_instances_t *batch,
+                        int *classes, serve_grpc_answer_t *out) {
+  *classes = serve_batcher_classes(v->batcher);
+  if (code != 0) {
+    out->code = code;
+    return NULL;
+  }
+  float *probs = malloc((size_t)batch->n * *classes * sizeof(float));
+  if (!probs) {
+    answer_error(out, SERVE_GRPC_INTERNAL, "out of memory for %d predictions", batch->n);
+    return NULL;
+  }
+  serve_job_t job = {.x = batch->x, .n = batch->n, .probs = probs};
+  out->instances = batch->n;
+  if (serve_batcher_run(v->batcher, &job) != 0) {
+    answer_error(out, SERVE_GRPC_INTERNAL, "%s", job.err);
+    free(probs);
+    return NULL;
+  }
+  return probs;
+}
+
 static void predict(const serve_grpc_env_t *env, const uint8_t *msg, size_t len,
                     serve_grpc_answer_t *out) {
   long number;
@@ -384,27 +408,13 @@ static void predict(const serve_grpc_env_t *env, const uint8_t *msg, size_t len,
     not_served(out, env->model_name, number);
     return;
   }
-  serve_input_spec_t spec = env->input; /* normalised as this version's file asks */
-  memcpy(spec.mean, v->info.mean, sizeof spec.mean);
-  memcpy(spec.std, v->info.std, sizeof spec.std);
-  spec.identity = v->info.identity;
+  serve_input_spec_t spec = serve_version_input(v, &env->input);
   serve_instances_t batch;
   code = serve_grpc_predict_batch(p, &spec, &batch, out->message, sizeof out->message);
   serve_grpc_predict_close(p);
-  int classes = serve_batcher_classes(v->batcher);
-  float *probs = code == 0 ? malloc((size_t)batch.n * classes * sizeof(float)) : NULL;
-  if (code != 0) {
-    out->code = code;
-  } else if (!probs) {
-    answer_error(out, SERVE_GRPC_INTERNAL, "out of memory for %d predictions", batch.n);
-  } else {
-    serve_job_t job = {.x = batch.x, .n = batch.n, .probs = probs};
-    out->instances = batch.n;
-    if (serve_batcher_run(v->batcher, &job) != 0)
-      answer_error(out, SERVE_GRPC_INTERNAL, "%s", job.err);
-    else
-      answer_predictions(out, env->model_name, v->number, probs, batch.n, classes);
-  }
+  int classes;
+  float *probs = run_batch(v, code, &batch, &classes, out);
+  if (probs) answer_predictions(out, env->model_name, v->number, probs, batch.n, classes);
   free(probs);
   serve_instances_free(&batch);
   serve_models_release(env->models, v);
@@ -710,27 +720,13 @@ static void classify(const serve_grpc_env_t *env, const uint8_t *msg, size_t len
     else not_served(out, env->model_name, number);
     return;
   }
-  serve_input_spec_t spec = env->input;
-  memcpy(spec.mean, v->info.mean, sizeof spec.mean);
-  memcpy(spec.std, v->info.std, sizeof spec.std);
-  spec.identity = v->info.identity;
+  serve_input_spec_t spec = serve_version_input(v, &env->input);
   serve_instances_t batch;
   code = examples_batch(req->input, &spec, &batch, out->message, sizeof out->message);
   tensorflow__serving__classification_request__free_unpacked(req, NULL);
-  int classes = serve_batcher_classes(v->batcher);
-  float *probs = code == 0 ? malloc((size_t)batch.n * classes * sizeof(float)) : NULL;
-  if (code != 0) {
-    out->code = code;
-  } else if (!probs) {
-    answer_error(out, SERVE_GRPC_INTERNAL, "out of memory for %d classifications", batch.n);
-  } else {
-    serve_job_t job = {.x = batch.x, .n = batch.n, .probs = probs};
-    out->instances = batch.n;
-    if (serve_batcher_run(v->batcher, &job) != 0)
-      answer_error(out, SERVE_GRPC_INTERNAL, "%s", job.err);
-    else
-      answer_classes(out, v, env->model_name, probs, batch.n, classes);
-  }
+  int classes;
+  float *probs = run_batch(v, code, &batch, &classes, out);
+  if (probs) answer_classes(out, v, env->model_name, probs, batch.n, classes);
   free(probs);
   serve_instances_free(&batch);
   serve_models_release(env->models, v);

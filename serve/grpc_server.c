@@ -1,7 +1,9 @@
 /* serve/grpc_server.c: the listening socket, one thread per connection running its
-   nghttp2 server session, one thread per call while it runs, gRPC's framing and
-   status trailers, deadlines and the drain (see grpc.h). */
+   nghttp2 server session, a pool thread per call while it runs (serve/call_pool.h),
+   gRPC's framing and status trailers, deadlines and the drain (see grpc.h). */
 #include "serve/grpc.h"
+
+#include "serve/call_pool.h"
 
 #include "util/clock.h"
 
@@ -13,6 +15,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +30,7 @@
    bound; a call over this limit is answered UNAVAILABLE instead. */
 #define MAX_WORKERS MAX_STREAMS
 #define TICK_MS 100              /* how often a connection checks deadlines and drain   */
+#define KEEP_IDLE 256            /* pool threads kept waiting for the next call         */
 
 typedef struct call call_t;
 typedef struct gconn gconn_t;
@@ -38,6 +42,7 @@ struct serve_grpc {
   pthread_t acceptor;
   int acceptor_running;
   nghttp2_session_callbacks *callbacks;
+  serve_pool_t *pool;         /* the threads of the calls                               */
   pthread_mutex_t mu;         /* everything below                                       */
   pthread_cond_t cv;          /* signalled when a connection ends or a call is answered */
   gconn_t *conns;
@@ -50,6 +55,7 @@ struct serve_grpc {
 enum { READING, RUNNING, ANSWERED };
 
 struct call {
+  serve_pool_task_t task;     /* runs call_main                                         */
   gconn_t *c;
   int32_t id;
   char path[128];
@@ -198,10 +204,10 @@ static void free_call(call_t *k) {
   free(k);
 }
 
-/* A call thread: the method, from message to answer; then hands the call back to its
+/* A call's thread: the method, from message to answer; then hands the call back to its
    connection's thread. */
-static void *call_main(void *arg) {
-  call_t *k = arg;
+static void call_main(serve_pool_task_t *task) {
+  call_t *k = (call_t *)((char *)task - offsetof(call_t, task));
   gconn_t *c = k->c;
   serve_grpc_call(&c->s->cfg.env, k->path, k->buf + 5, k->len - 5, &k->ans);
   lock(&c->mu);
@@ -212,7 +218,6 @@ static void *call_main(void *arg) {
   c->workers--;
   check_pthread(pthread_cond_broadcast(&c->cv), "pthread_cond_broadcast");
   unlock(&c->mu);
-  return NULL;
 }
 
 /* The request is in (END_STREAM): checks its framing, then runs it on a call thread. */
@@ -248,12 +253,8 @@ static void request_complete(gconn_t *c, call_t *k) {
                         "connection still running (cancelled or past their deadline ones "
                         "included); retry", MAX_WORKERS);
   k->working = 1;
-  pthread_attr_t attr;
-  pthread_t t;
-  int rc = pthread_attr_init(&attr);
-  if (rc == 0) rc = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (rc == 0) rc = pthread_create(&t, &attr, call_main, k);
-  pthread_attr_destroy(&attr);
+  k->task.fn = call_main;
+  int rc = serve_pool_run(c->s->pool, &k->task);
   if (rc != 0) {
     lock(&c->mu);
     c->workers--;
@@ -726,6 +727,8 @@ int serve_grpc_start(serve_grpc_t **out, const serve_grpc_config_t *cfg, char *e
   int rc = pthread_mutex_init(&s->mu, NULL) || pthread_cond_init(&s->cv, NULL) ? -1 : 0;
   if (rc != 0) serve_fail(err, errlen, "pthread init failed");
   if (rc == 0 && make_callbacks(s) != 0) rc = serve_fail(err, errlen, "out of memory (nghttp2)");
+  if (rc == 0 && !(s->pool = serve_pool_new(KEEP_IDLE)))
+    rc = serve_fail(err, errlen, "out of memory (the call threads)");
   if (rc == 0 && pipe2(s->wake, O_CLOEXEC) != 0)
     rc = serve_fail(err, errlen, "pipe: %s", strerror(errno));
   if (rc == 0) rc = listen_on(s, cfg->port, err, errlen);
@@ -781,6 +784,7 @@ void serve_grpc_stop(serve_grpc_t *g) {
   for (gconn_t *c = g->conns; c; c = c->next) shutdown(c->fd, SHUT_RDWR);
   while (g->nconns > 0) check_pthread(pthread_cond_wait(&g->cv, &g->mu), "pthread_cond_wait");
   unlock(&g->mu);
+  serve_pool_free(g->pool); /* its tasks ended with their connections */
   if (g->listen_fd >= 0) close(g->listen_fd);
   if (g->wake[0] >= 0) close(g->wake[0]), close(g->wake[1]);
   if (g->callbacks) nghttp2_session_callbacks_del(g->callbacks);

@@ -337,10 +337,7 @@ static enum MHD_Result post_run(serve_http_t *s, struct MHD_Connection *c, reque
                                 serve_version_t *v, int classify) {
   serve_instances_t in;
   char err[512];
-  serve_input_spec_t spec = s->cfg.input;
-  memcpy(spec.mean, v->info.mean, sizeof spec.mean);
-  memcpy(spec.std, v->info.std, sizeof spec.std);
-  spec.identity = v->info.identity;
+  serve_input_spec_t spec = serve_version_input(v, &s->cfg.input);
   int prc = classify ? serve_examples_parse(r->body ? r->body : "", r->len, &spec, &in, err,
                                             sizeof err)
                      : serve_instances_parse(r->body ? r->body : "", r->len, &spec, &in, err,
@@ -778,7 +775,6 @@ int serve_http_start(serve_http_t **out, const serve_http_config_t *cfg, serve_m
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
       MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
       MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
-      MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
       MHD_OPTION_END);
   if (!s->daemon) {
     snprintf(err, errlen, "cannot listen on port %d (in use, or not allowed)", cfg->port);

@@ -483,3 +483,11 @@ void serve_models_close(serve_models_t *m) {
   pthread_mutex_destroy(&m->mu);
   free(m);
 }
+
+serve_input_spec_t serve_version_input(const serve_version_t *v, const serve_input_spec_t *base) {
+  serve_input_spec_t spec = *base;
+  memcpy(spec.mean, v->info.mean, sizeof spec.mean);
+  memcpy(spec.std, v->info.std, sizeof spec.std);
+  spec.identity = v->info.identity;
+  return spec;
+}

@@ -10,6 +10,7 @@
 #define SERVE_VERSIONS_H
 
 #include "serve/batcher.h"
+#include "serve/instances.h"
 
 #include <stddef.h>
 
@@ -74,6 +75,9 @@ void serve_models_stats(serve_models_t *m, serve_batcher_stats_t *st);
 /* Versions in memory now: the one served and those still answering their last requests
    (each holds a model and a batcher thread). */
 int serve_models_loaded(serve_models_t *m);
+/* The input of a request run on v: shape and limits from base, the normalisation v's
+   file asks for. */
+serve_input_spec_t serve_version_input(const serve_version_t *v, const serve_input_spec_t *base);
 /* Unloads every version; requests must be over. NULL: nothing. */
 void serve_models_close(serve_models_t *m);
 

@@ -11,29 +11,14 @@
 set -u
 per_client_on=100 per_client_off=50 images=200
 if [ -n "${HVD_TEST_SANITIZER:-}" ]; then per_client_on=10 per_client_off=5 images=64; fi
-build=${HVD_BUILD:-build}
-for p in "$build/train" "$build/serve"; do
-  [ -x "$p" ] || { echo "FAIL: $p is not built (run make)"; exit 1; }
-done
-tmp=$(mktemp -d /tmp/test_serve_concurrency.XXXXXX)
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
-timeout -k 5 120 "$build/train" --model lenet --max-train 1000 --max-test 100 --epochs 1 \
-  --threads 2 --export "$tmp/lenet.safetensors" >"$tmp/train.out" 2>&1 \
-  || { echo "FAIL train:"; cat "$tmp/train.out"; exit 1; }
+. "$(dirname "$0")/serve_prelude.sh"
 
 fails=0
 # run_case NAME CLIENTS REQUESTS SERVE_FLAGS...: serves, loads, checks the metrics.
 run_case() {
   local name=$1 clients=$2 requests=$3
   shift 3
-  "$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --port 0 --threads 1 \
-    --log-level warning "$@" >"$tmp/serve.out" 2>"$tmp/serve.err" &
-  pid=$!
-  for _ in $(seq 600); do grep -q 'listening on port' "$tmp/serve.out" && break; sleep 0.1; done
-  local port
-  port=$(sed -n 's/.*listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
-  [ -n "$port" ] || { echo "FAIL $name: serve did not start:"; cat "$tmp/serve.err"; exit 1; }
+  serve_start --log-level warning "$@"
   timeout -k 5 100 /usr/bin/python3 scripts/serve_load.py bench --port "$port" --clients "$clients" \
     --requests "$requests" --images "$images" --label "$name"
   local brc=$?

@@ -11,7 +11,7 @@
 # would hold a connection: a call whose message never comes is answered DEADLINE_EXCEEDED
 # at its grpc-timeout by the server (its log says so), or without one at
 # --request-timeout; a connection that sends nothing is closed after --idle-timeout; one
-# that is not HTTP/2 is closed.
+# that is not HTTP/2 is closed. A second serve on either port it holds does not start.
 set -u
 . "$(dirname "$0")/serve_prelude.sh"
 serve_start --max-body-bytes 100000 --max-inflight-body-bytes 60000 --request-timeout 2 \
@@ -173,5 +173,16 @@ PY
 grep -q "DEADLINE_EXCEEDED .*: Deadline Exceeded (grpc-timeout) before the request arrived" "$tmp/serve.err" || {
   echo "FAIL the server did not answer DEADLINE_EXCEEDED at the call's grpc-timeout:"
   grep gRPC "$tmp/serve.err" | tail; exit 1; }
+# A port in use is refused, REST's as gRPC's: not shared with this server (SO_REUSEPORT
+# would let a second one on --port take half of this one's connections).
+for flags in "--port $port --grpc-port 0" "--port 0 --grpc-port $grpc_port"; do
+  # shellcheck disable=SC2086
+  timeout -k 5 20 "$build/serve" --model lenet --weights "$tmp/lenet.safetensors" --threads 1 \
+    $flags >"$tmp/second.out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "cannot listen on .*port" "$tmp/second.out" || {
+    echo "FAIL a second serve $flags (a port this one holds): exit $rc, expected 1 and" \
+      "\"cannot listen\":"; cat "$tmp/second.out"; exit 1; }
+done
 serve_stop
 echo "ok: serve exited 0"

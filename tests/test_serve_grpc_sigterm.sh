@@ -4,13 +4,15 @@
 # call the server began: serve exits 0; every call a client got an answer to is correct
 # (the answer the image batch got alone before); the others failed UNAVAILABLE (not
 # taken: refused by GOAWAY, or the server gone); the server logged exactly as many
-# answered Predicts as the clients received, and no call cut unanswered.
+# answered Predicts as the clients received, and no call cut unanswered. Before the
+# SIGTERM, the calls of the 16 connections ran in batches together (fewer forward passes
+# than calls on the metrics page): each call has its own thread, none waits behind another.
 set -u
 . "$(dirname "$0")/serve_prelude.sh"
 serve_start --batch-timeout-micros 5000
 
-PYTHONPATH=scripts timeout -k 5 90 /usr/bin/python3 - "$grpc_port" "$pid" "$tmp" >"$tmp/client.out" <<'PY'
-import os, signal, sys, threading, time
+PYTHONPATH=scripts timeout -k 5 90 /usr/bin/python3 - "$grpc_port" "$pid" "$tmp" "$port" >"$tmp/client.out" <<'PY'
+import os, signal, sys, threading, time, urllib.request
 import grpc
 import numpy as np
 from serve_load import GrpcClient, grpc_messages, test_images
@@ -48,19 +50,24 @@ def client(k):
 
 ts = [threading.Thread(target=client, args=(k,)) for k in range(16)]
 [t.start() for t in ts]
-for _ in range(300):  # under load: 16 answers first (30 s at most: a loaded machine)
+for _ in range(300):  # under load: 64 answers first (30 s at most: a loaded machine)
     time.sleep(0.1)
     with lock:
-        if counts["ok"] >= 16:
+        if counts["ok"] >= 64:
             break
 with lock:
     before = counts["ok"]
+metrics = urllib.request.urlopen("http://127.0.0.1:%s/monitoring/prometheus/metrics" % sys.argv[4],
+                                 timeout=30).read().decode()
 os.kill(pid, signal.SIGTERM)
+fw, jobs = (int(l.split()[1]) for l in metrics.splitlines()
+            if l.startswith(("serve_forward_passes_total ", "serve_batched_jobs_total ")))
 time.sleep(2)
 stop.set()
 [t.join() for t in ts]
 print("ok %(ok)d wrong %(wrong)d unavailable %(unavailable)d other %(other)d" % counts)
 print("before_signal %d" % before)
+print("batches %d forward passes for %d calls" % (fw, jobs))
 for o in others[:5]:
     print("other: " + o)
 PY
@@ -76,6 +83,8 @@ cut=$(grep -c "gRPC Predict .*the connection closed" "$tmp/serve.err")
 fail=0
 [ "$wrong" -eq 0 ] && [ "$other" -eq 0 ] || { echo "FAIL $wrong wrong answers, $other calls failed otherwise than UNAVAILABLE"; fail=1; }
 [ "$before" -gt 0 ] || { echo "FAIL no call answered before SIGTERM: no load"; fail=1; }
+read -r _ fw _ _ _ jobs _ < <(grep '^batches ' "$tmp/client.out")
+[ "$fw" -lt "$jobs" ] || { echo "FAIL $fw forward passes for $jobs calls: no batch of calls"; fail=1; }
 # the 8 calls of the warm-up are logged too
 [ "$logged" -eq $((ok + 8)) ] || { echo "FAIL the server logged $logged answered Predicts, the clients received $ok (+8 warm-up)"; fail=1; }
 [ "$cut" -eq 0 ] || { echo "FAIL $cut call(s) cut unanswered:"; grep "connection closed" "$tmp/serve.err" | head -3; fail=1; }

@@ -1,0 +1,102 @@
+/* serve/call_pool.c: the threads that run gRPC calls (see call_pool.h). */
+#include "serve/call_pool.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct serve_pool {
+  pthread_mutex_t mu;
+  pthread_cond_t work;          /* a task was queued, or the pool is being freed        */
+  pthread_cond_t gone;          /* a thread exited                                      */
+  serve_pool_task_t *head, *tail;
+  int threads, idle, queued, keep_idle, stopping;
+};
+
+static void check_pthread(int rc, const char *what) {
+  if (rc != 0) {
+    fprintf(stderr, "serve: %s failed: %s\n", what, strerror(rc));
+    abort();
+  }
+}
+static void lock(serve_pool_t *p) { check_pthread(pthread_mutex_lock(&p->mu), "pthread_mutex_lock"); }
+static void unlock(serve_pool_t *p) {
+  check_pthread(pthread_mutex_unlock(&p->mu), "pthread_mutex_unlock");
+}
+
+static void *pool_main(void *arg) {
+  serve_pool_t *p = arg;
+  lock(p);
+  for (;;) {
+    while (!p->head && !p->stopping)
+      check_pthread(pthread_cond_wait(&p->work, &p->mu), "pthread_cond_wait");
+    if (!p->head) { /* stopping */
+      p->idle--;
+      break;
+    }
+    serve_pool_task_t *t = p->head;
+    p->head = t->next;
+    if (!p->head) p->tail = NULL;
+    p->queued--;
+    p->idle--;
+    unlock(p);
+    t->fn(t);
+    lock(p);
+    if (p->idle >= p->keep_idle) break; /* enough wait already */
+    p->idle++;
+  }
+  p->threads--;
+  check_pthread(pthread_cond_broadcast(&p->gone), "pthread_cond_broadcast");
+  unlock(p);
+  return NULL;
+}
+
+serve_pool_t *serve_pool_new(int keep_idle) {
+  serve_pool_t *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->keep_idle = keep_idle;
+  if (pthread_mutex_init(&p->mu, NULL) != 0) return free(p), NULL;
+  if (pthread_cond_init(&p->work, NULL) != 0 || pthread_cond_init(&p->gone, NULL) != 0) {
+    pthread_mutex_destroy(&p->mu);
+    return free(p), NULL;
+  }
+  return p;
+}
+
+int serve_pool_run(serve_pool_t *p, serve_pool_task_t *task) {
+  task->next = NULL;
+  lock(p);
+  int rc = 0;
+  if (p->idle <= p->queued) { /* every idle thread has a task coming: one more thread */
+    pthread_attr_t attr;
+    pthread_t t;
+    rc = pthread_attr_init(&attr);
+    if (rc == 0) rc = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (rc == 0) rc = pthread_create(&t, &attr, pool_main, p);
+    pthread_attr_destroy(&attr);
+    if (rc == 0) p->threads++, p->idle++;
+  }
+  if (rc == 0) {
+    if (p->tail) p->tail->next = task;
+    else p->head = task;
+    p->tail = task;
+    p->queued++;
+    check_pthread(pthread_cond_signal(&p->work), "pthread_cond_signal");
+  }
+  unlock(p);
+  return rc;
+}
+
+void serve_pool_free(serve_pool_t *p) {
+  if (!p) return;
+  lock(p);
+  p->stopping = 1;
+  check_pthread(pthread_cond_broadcast(&p->work), "pthread_cond_broadcast");
+  while (p->threads > 0) check_pthread(pthread_cond_wait(&p->gone, &p->mu), "pthread_cond_wait");
+  unlock(p);
+  pthread_cond_destroy(&p->work);
+  pthread_cond_destroy(&p->gone);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
