@@ -257,6 +257,7 @@ range-cut-ignores-graph-inputs|nn/model_range.c|s/      if (t == 1 \&\& !nn_laye
 pipe-gather-ignores-freeze|train/pipeline_step.c|s/  size_t arrays = state \&\& per \&\& nstate % per == 0 ? nstate \/ per : 0;/  size_t arrays = state \&\& nstate % plen == 0 ? nstate \/ plen : 0;/|test_train_pipeline_freeze.sh
 range-forward-trains-frozen|nn/model_range.c|s/    s = b->layer\[l->kind\].forward(m, i, n, training \&\& !l->frozen);/    s = b->layer[l->kind].forward(m, i, n, training);/|test_nn_model_range
 range-backward-below-trainable|nn/model_range.c|s/ i >= first \&\& i >= m->train_layer; i--) {/ i >= first; i--) {/|test_nn_model_range
+hvdrun-all-hosts-for-fewer-ranks|launcher/command.c|s#char \*hosts = hvdrun_hosts_format_first(\&o->hosts, np);#char *hosts = hvdrun_hosts_format(\&o->hosts);#|test_hvdrun_args.sh
 EOF
 )
 
