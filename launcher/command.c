@@ -294,7 +294,10 @@ int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char
                        "hvdrun starts at most; give the number of ranks with -np N", slots,
                        HVDRUN_MAX_RANKS);
   int np = o->np > 0 ? o->np : (int)slots;
-  char *hosts = hvdrun_hosts_format(&o->hosts);
+  /* Fewer ranks than slots: the launcher gets only the first hosts' slots, in order,
+     the hosts the job runs on (horovodrun's placement); the rest are left out, not
+     handed over for it to use (--map-by node would spread the ranks over them all). */
+  char *hosts = hvdrun_hosts_format_first(&o->hosts, np);
   if (np > slots && !oversubscribe) {
     char *which = have_hosts ? describe_hosts(&o->hosts, hosts)
                              : hvdrun_xstrdup("this machine's cores");

@@ -227,12 +227,21 @@ int hvdrun_hosts_keep_slots(hvdrun_hosts_t *h, long long slots)
 
 char *hvdrun_hosts_format(const hvdrun_hosts_t *h)
 {
+  return hvdrun_hosts_format_first(h, hvdrun_hosts_total_slots(h));
+}
+
+char *hvdrun_hosts_format_first(const hvdrun_hosts_t *h, long long slots)
+{
   size_t len = 1;
   for (int i = 0; i < h->n; i++) len += strlen(h->v[i].name) + 2 + 10;   /* ",name:slots" */
   char *s = hvdrun_xmalloc(len), *p = s;
   *p = '\0';
-  for (int i = 0; i < h->n; i++)
-    p += sprintf(p, "%s%s:%d", i ? "," : "", h->v[i].name, h->v[i].slots);
+  long long kept = 0;
+  for (int i = 0; i < h->n && kept < slots; i++) {
+    int n = h->v[i].slots > slots - kept ? (int)(slots - kept) : h->v[i].slots;
+    p += sprintf(p, "%s%s:%d", i ? "," : "", h->v[i].name, n);
+    kept += n;
+  }
   return s;
 }
 

@@ -83,6 +83,10 @@ long long hvdrun_hosts_total_slots(const hvdrun_hosts_t *h);
 int hvdrun_hosts_keep_slots(hvdrun_hosts_t *h, long long slots);
 /* "a:2,b:4": the list for the launcher's -H / -hosts, a new string. */
 char *hvdrun_hosts_format(const hvdrun_hosts_t *h);
+/* The same for the first hosts whose slots add up to slots, the last of them with only
+   the slots needed (all of them when they have fewer): the hosts a job of that many
+   ranks runs on, as horovodrun places ranks on the hosts' slots in order. */
+char *hvdrun_hosts_format_first(const hvdrun_hosts_t *h, long long slots);
 void hvdrun_hosts_free(hvdrun_hosts_t *h);
 
 /* ---- a SLURM allocation (launcher/slurm.c) ---- */

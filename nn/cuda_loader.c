@@ -63,7 +63,8 @@ static void load(void) {
   }
   pthread_mutex_lock(&tf32_mu);
   atomic_store(&backend, t);
-  if (tf32_wanted >= 0) t->set_tf32(tf32_wanted);
+  /* No context yet (it is made through this backend): only remembered, cannot fail. */
+  if (tf32_wanted >= 0) (void)t->set_tf32(tf32_wanted);
   pthread_mutex_unlock(&tf32_mu);
 }
 
@@ -109,12 +110,14 @@ nn_status_t nn_cuda_synchronize(void) {
   const nn_cuda_plugin_t *b = need();
   return b ? b->synchronize() : unavailable("nn_cuda_synchronize");
 }
-void nn_cuda_set_tf32(int on) {
+nn_status_t nn_cuda_set_tf32(int on) {
+  nn_status_t s = NN_OK;
   pthread_mutex_lock(&tf32_mu);
   const nn_cuda_plugin_t *b = loaded();
-  if (b) b->set_tf32(on);
+  if (b) s = b->set_tf32(on);
   else tf32_wanted = on != 0;
   pthread_mutex_unlock(&tf32_mu);
+  return s;
 }
 
 /* ---- memory ---- */

@@ -21,7 +21,7 @@
 
 #include <stddef.h>
 
-#define NN_CUDA_PLUGIN_ABI 1
+#define NN_CUDA_PLUGIN_ABI 2
 #define NN_CUDA_PLUGIN_SONAME "libnn_cuda.so.0"
 #define NN_CUDA_PLUGIN_SYMBOL "nn_cuda_plugin_v1"
 
@@ -36,7 +36,7 @@ typedef struct {
   nn_status_t (*set_device)(int device);
   void *(*stream)(void);
   nn_status_t (*synchronize)(void);
-  void (*set_tf32)(int on);
+  nn_status_t (*set_tf32)(int on);
   /* memory */
   nn_status_t (*malloc)(void **p, size_t bytes);
   void (*free)(void *p);

@@ -21,7 +21,10 @@ nn_status_t nn_cuda_set_device(int device) {
 }
 void *nn_cuda_stream(void) { return NULL; }
 nn_status_t nn_cuda_synchronize(void) { return no_cuda("nn_cuda_synchronize"); }
-void nn_cuda_set_tf32(int on) { (void)on; }
+nn_status_t nn_cuda_set_tf32(int on) {
+  (void)on;
+  return NN_OK;
+}
 int nn_cuda_is_device_ptr(const void *p) {
   (void)p;
   return 0;

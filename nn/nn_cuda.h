@@ -42,8 +42,10 @@ nn_status_t nn_cuda_set_device(int device);
    hvd_cuda_set_stream so allreduces of gradients are ordered after backward. */
 void *nn_cuda_stream(void);
 nn_status_t nn_cuda_synchronize(void);
-/* TF32 tensor-core math for cuBLAS GEMMs and cuDNN convolutions (default off: fp32). */
-void nn_cuda_set_tf32(int on);
+/* TF32 tensor-core math for cuBLAS GEMMs and cuDNN convolutions (default off: fp32).
+   Remembered until the device is first used; NN_ERR_BACKEND when cuBLAS refuses the
+   math mode (the setting is then unchanged). NN_OK without CUDA (nothing to set). */
+nn_status_t nn_cuda_set_tf32(int on);
 
 /* Device memory helpers (float counts, not bytes, for the float versions). */
 nn_status_t nn_cuda_malloc(void **p, size_t bytes);

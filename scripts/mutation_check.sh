@@ -10,7 +10,8 @@
 # mutation that does not apply or does not build fails the check as well (a list that
 # rots must not look green).
 #
-# Usage: scripts/mutation_check.sh [--list | --stale] [NAME...]   (no NAME: all of them)
+# Usage: scripts/mutation_check.sh [--list | --stale] [NAME...]   (no NAME: all of them;
+#   names run in the order given)
 #   --stale: builds and runs nothing; says which expressions no longer change their
 #   file (a list that rots), and exits 0 only if none.
 # Environment: BUILD (the build directory to start from, default build; `make` first),
@@ -283,6 +284,8 @@ ps-small-shards-not-fused|hvd/ps_engine.c|s/  if (n < 2) return;/  if (n < 1u <<
 cnn-bench-async-total-until-all|bench/cnn_bench.c|s/  const int async = t->step.ps \&\& strcmp/  const int async = 0 \&\& t->step.ps \&\& strcmp/|test_cnn_bench_ps.sh
 serve-rest-port-shared|serve/http.c|s#      MHD_OPTION_END);#      MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);#|test_serve_grpc_errors.sh
 grpc-calls-queued-on-one-thread|serve/call_pool.c|s#if (p->idle <= p->queued) {#if (p->threads == 0) {#|test_serve_grpc_sigterm.sh
+hvdrun-all-hosts-for-fewer-ranks|launcher/command.c|s#char \*hosts = hvdrun_hosts_format_first(\&o->hosts, np);#char *hosts = hvdrun_hosts_format(\&o->hosts);#|test_hvdrun_args.sh
+agree-histogram-freq-left-out|train/agree.c|s#^  line(\&out, "--histogram-freq", "%d", o->histogram_freq);#  /* --histogram-freq left out */#|test_train_agree
 EOF
 )
 
@@ -292,22 +295,21 @@ for a in "$@"; do
   case $a in
     --list) list_only=1 ;;
     --stale) stale_only=1 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) want+=("$a") ;;
   esac
 done
 
+# The mutations named, in the order given (else the whole list, in its order).
 selected=()
 while IFS= read -r line; do
-  [ -z "$line" ] && continue
-  name=${line%%|*}
-  if [ ${#want[@]} -gt 0 ]; then
-    keep=0
-    for w in "${want[@]}"; do [ "$w" = "$name" ] && keep=1; done
-    [ $keep -eq 1 ] || continue
-  fi
-  selected+=("$line")
+  [ -n "$line" ] && [ ${#want[@]} -eq 0 ] && selected+=("$line")
 done <<< "$MUTATIONS"
+for w in "${want[@]}"; do
+  while IFS= read -r line; do
+    [ "${line%%|*}" = "$w" ] && { selected+=("$line"); break; }
+  done <<< "$MUTATIONS"
+done
 if [ ${#want[@]} -gt 0 ] && [ ${#selected[@]} -ne ${#want[@]} ]; then
   echo "mutation_check: unknown mutation name among: ${want[*]} (--list shows them)" >&2
   exit 2
@@ -343,6 +345,19 @@ if ! make -j"$JOBS" BUILD="$BUILD" > "$scratch/base-build.log" 2>&1; then
   exit 2
 fi
 
+# What a mutation rebuilds: only the programs of its tests when they are all C tests (its
+# library and a link or two, not the hundred-odd programs of make all, twice: mutated,
+# then restored); everything when a script is among them (it may run any program).
+# Make's times keep this right: a program built from the mutated file is rebuilt once
+# the file is put back and a later mutation needs it.
+targets_of() {
+  local t out=()
+  for t in $1; do
+    if [ -f "tests/$t.c" ]; then out+=("$BUILD/tests/$t"); else echo all; return; fi
+  done
+  echo "${out[@]}"
+}
+
 caught=0; missed=0; broken=0
 for line in "${selected[@]}"; do
   IFS='|' read -r name file expr tests <<< "$line"
@@ -350,7 +365,7 @@ for line in "${selected[@]}"; do
   sed -i -e "$expr" "$file"
   if cmp -s "$file" "$scratch/orig"; then
     result="STALE (the sed expression no longer matches $file)"; broken=$((broken + 1))
-  elif ! make -j"$JOBS" BUILD="$BUILD" > "$scratch/$name.build.log" 2>&1; then
+  elif ! make -j"$JOBS" BUILD="$BUILD" $(targets_of "$tests") > "$scratch/$name.build.log" 2>&1; then
     result="DOES NOT BUILD (fix the expression)"; broken=$((broken + 1))
   else
     failing=()

@@ -1,6 +1,7 @@
 /* tests/cuda_check.h: helpers of the GPU tests (header only): skip when there is no
    device, device copies of random host arrays, relative comparison. Used by the
-   tests/test_cuda_*.c programs, which scripts/gpu_check.sh also builds and runs. */
+   tests/test_cuda_*.c programs, which scripts/gpu_check.sh also builds and runs. Every
+   build can include it (without CUDA, nn_cuda_available() is 0: the test skips). */
 #ifndef TESTS_CUDA_CHECK_H
 #define TESTS_CUDA_CHECK_H
 
@@ -30,6 +31,17 @@ static inline void cc_require_device(void) {
     exit(77);
   }
   printf("%s\n", nn_cuda_info());
+}
+
+/* The end of a GPU test's main: how many checks failed (exit status 1), or the line
+   saying that all passed (0). */
+static inline int cc_finish(const char *all_passed) {
+  if (cc_failures) {
+    printf("%d check(s) failed\n", cc_failures);
+    return 1;
+  }
+  printf("%s\n", all_passed);
+  return 0;
 }
 
 static uint64_t cc_rng = 0x9E3779B97F4A7C15ull;

@@ -178,12 +178,7 @@ int main(void) {
   unsetenv("NN_CUDA_POOL");
   check_descriptors(NN_PRECISION_FP32, 0);
   check_descriptors(NN_PRECISION_FP16, 1);
-  if (cc_failures) {
-    printf("%d check(s) failed\n", cc_failures);
-    return 1;
-  }
-  printf("all CUDA backward-store and descriptor checks passed\n");
-  return 0;
+  return cc_finish("all CUDA backward-store and descriptor checks passed");
 }
 #else
 int main(void) {

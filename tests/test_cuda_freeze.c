@@ -7,12 +7,10 @@
    one more step: conv1 moves on the GPU as on the CPU. Exits 77 without a CUDA device. */
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
+#include "tests/cuda_check.h"
 
 #include <stdio.h>
 #include <string.h>
-
-#ifdef NN_WITH_CUDA
-#include "tests/cuda_check.h"
 
 enum { BATCH = 8, STEPS = 3 };
 
@@ -96,16 +94,5 @@ int main(void) {
   free(p0);
   free(b0);
   free(x);
-  if (cc_failures) {
-    printf("%d check(s) failed\n", cc_failures);
-    return 1;
-  }
-  printf("frozen layers on the GPU: kept, and trainable again after unfreezing\n");
-  return 0;
+  return cc_finish("frozen layers on the GPU: kept, and trainable again after unfreezing");
 }
-#else
-int main(void) {
-  printf("skipped: no CUDA device (this build has no CUDA: make CUDA=1)\n");
-  return 77;
-}
-#endif

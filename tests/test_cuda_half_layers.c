@@ -552,12 +552,7 @@ int main(void) {
     printf("== %s NHWC (channels last)\n", nn_precision_name(P));
     check_layout_dependent();
   }
-  if (cc_failures) {
-    printf("%d comparison(s) failed\n", cc_failures);
-    return 1;
-  }
-  printf("all half-precision and channels-last CUDA layer checks passed\n");
-  return 0;
+  return cc_finish("all half-precision and channels-last CUDA layer checks passed");
 }
 #else
 int main(void) {

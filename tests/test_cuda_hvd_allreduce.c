@@ -326,12 +326,7 @@ int main(void) {
   }
   unlink(timeline);
   MPI_Finalize();
-  if (cc_failures) {
-    printf("%d check(s) failed\n", cc_failures);
-    return 1;
-  }
-  printf("all device allreduce checks passed\n");
-  return 0;
+  return cc_finish("all device allreduce checks passed");
 }
 #else
 int main(void) {

@@ -380,12 +380,7 @@ int main(int argc, char **argv) {
   check_optim(NN_OPTIM_ADAM, 0, 0, 1e-2f);
   check_optim(NN_OPTIM_ADAMW, 0, 0, 1e-2f);
   check_graph_layers();
-  if (cc_failures) {
-    printf("%d comparison(s) failed\n", cc_failures);
-    return 1;
-  }
-  printf("all CUDA layer checks passed\n");
-  return 0;
+  return cc_finish("all CUDA layer checks passed");
 }
 #else
 int main(void) {

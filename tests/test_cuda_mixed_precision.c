@@ -344,12 +344,7 @@ int main(int argc, char **argv) {
     reference_free(&ref);
   }
   if (argc <= 1 || strstr(argv[1], "scaling")) check_loss_scaling();
-  if (cc_failures) {
-    printf("%d comparison(s) failed\n", cc_failures);
-    return 1;
-  }
-  printf("all mixed-precision model checks passed\n");
-  return 0;
+  return cc_finish("all mixed-precision model checks passed");
 }
 #else
 int main(void) {

@@ -108,12 +108,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strstr(argv[1], cases[i].name)) continue;
     run_case(&cases[i]);
   }
-  if (cc_failures) {
-    printf("%d comparison(s) failed\n", cc_failures);
-    return 1;
-  }
-  printf("all CUDA model steps match the CPU\n");
-  return 0;
+  return cc_finish("all CUDA model steps match the CPU");
 }
 #else
 int main(void) {

@@ -4,7 +4,7 @@
 # file per rank via --output-filename); horovodrun's tuning flags arrive as HVD_*
 # variables; -x sets variables; "--" and unknown arguments after the program are the
 # program's. Then the argv hvdrun builds (--dry-run) for hostfiles in both dialects,
-# binding defaults, --start-timeout, and MPICH's spelling of the same options; then
+# fewer ranks than slots (only the first hosts' slots go to the launcher), binding defaults, --start-timeout, and MPICH's spelling of the same options; then
 # horovodrun's --network-interface, -p/--ssh-port and --mpi-args, their bad values, and
 # a real run with the loopback interface and extra launcher words.
 set -u
@@ -102,7 +102,10 @@ expect_cmd() {   # expect_cmd "substring" ARGS...
   [[ "$got" == *"$want"* ]] || fail "hvdrun $*: command lacks '$want': $got"
 }
 expect_cmd " -np 7 -H nodeA:3,nodeB:3,nodeC:1 " --hostfile "$tmp/hosts" /bin/true
-expect_cmd " -np 4 -H nodeA:3,nodeB:3,nodeC:1,nodeD:2 " --hostfile "$tmp/hosts" -H nodeD:2 -np 4 /bin/true
+expect_cmd " -np 9 -H nodeA:3,nodeB:3,nodeC:1,nodeD:2 " --hostfile "$tmp/hosts" -H nodeD:2 -np 9 /bin/true
+# Fewer ranks than slots: the first hosts' slots in order, the others left out (horovodrun).
+expect_cmd " -np 4 -H nodeA:3,nodeB:1 " --hostfile "$tmp/hosts" -H nodeD:2 -np 4 /bin/true
+expect_cmd " -np 2 -H a:2 " -H a:2,b:2 -np 2 /bin/true
 expect_cmd " --bind-to core --map-by slot " -np 1 /bin/true
 expect_cmd " --oversubscribe --bind-to none --map-by slot " --oversubscribe -np 64 /bin/true
 expect_cmd " --bind-to socket --map-by node " --bind-to socket --map-by node -np 1 /bin/true
@@ -117,7 +120,7 @@ expect_cmd "-x HVD_FUSION_THRESHOLD=1572864 " --fusion-threshold-mb=1.5 -np 1 /b
 # MPICH (Hydra) spells the same things differently.
 got=$(dry --mpi mpich -np 3 -H a:2,b:2 -x FOO_X=1 -x 'FOO_Y=two words' --hierarchical-allreduce \
       --output-filename /tmp/o --start-timeout 9 /bin/echo hi)
-want_tail="-np 3 -hosts a:2,b:2 -bind-to core -outfile-pattern /tmp/o/rank.%r.stdout -errfile-pattern /tmp/o/rank.%r.stderr -genv FOO_X 1 -genv FOO_Y 'two words' -genv HVD_HIERARCHICAL_ALLREDUCE 1 -genv HVD_START_TIMEOUT 9 /bin/echo hi"
+want_tail="-np 3 -hosts a:2,b:1 -bind-to core -outfile-pattern /tmp/o/rank.%r.stdout -errfile-pattern /tmp/o/rank.%r.stderr -genv FOO_X 1 -genv FOO_Y 'two words' -genv HVD_HIERARCHICAL_ALLREDUCE 1 -genv HVD_START_TIMEOUT 9 /bin/echo hi"
 [[ "$got" == *" $want_tail" ]] || fail "MPICH command: got '$got', expected it to end with '$want_tail'"
 [[ "$got" == *"--allow-run-as-root"* ]] && fail "MPICH command has OpenMPI's --allow-run-as-root: $got"
 

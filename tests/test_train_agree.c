@@ -78,6 +78,7 @@ static const flag_t FLAGS[] = {
     F("--restore-best-weights", KIND_BOOL, restore_best),
     F("--checkpoint-every-steps", KIND_INT, checkpoint_every_steps),
     F("--tensorboard-update-freq", KIND_INT, tb_update_freq),
+    F("--histogram-freq", KIND_INT, histogram_freq),
     F("--resume", KIND_PTR, resume),
 };
 #undef F

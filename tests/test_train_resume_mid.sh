@@ -6,9 +6,10 @@
 # accuracy, val_loss, val_accuracy, lr) the same too. The cases of
 # test_train_resume.sh and alexnet (dropout), killed inside the last epoch of a shorter
 # run. Under a sanitizer (HVD_TEST_SANITIZER, set by make SANITIZE=... test), which
-# looks for memory errors, not figures, alexnet has 16 samples (2 steps an epoch, the
-# second one short): the same paths in 8 alexnet steps instead of 12; resnet20 runs
-# batches of 4 instead of 16. This is the only dropout case (see
+# looks for memory errors, not figures, resnet20 runs batches of 4 instead of 16, and
+# alexnet is left out: its 456 MB checkpoint every step was three quarters of the test's
+# time, and the checkpoint and resume code it runs is the other cases' (its one field of
+# its own, the dropout step, is a number). This is the only dropout case (see
 # test_train_resume.sh).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -26,9 +27,7 @@ resnet=(160 16)
 every=2 at_step=3 check_case resnet20_adam_mid 9 1 2 --model resnet20 --dataset synthetic \
   --synthetic-samples "${resnet[0]}" --batch-size "${resnet[1]}" --seed 5 --threads 1 \
   --optimizer adam --augment
-# alexnet: 3 steps an epoch, every 1: the kill at step 5 finds step 2 of epoch 2. (16
-# samples: 2 steps an epoch; the kill at step 3 finds step 1 of epoch 2.)
-alexnet=(24 5 2)
-[ -n "${HVD_TEST_SANITIZER:-}" ] && alexnet=(16 3 1)
-every=1 at_step=${alexnet[2]} check_case alexnet_dropout_mid "${alexnet[1]}" 1 2 --model alexnet \
-  --dataset synthetic --synthetic-samples "${alexnet[0]}" --batch-size 4 --seed 3 --threads 1 --lr 0.001
+# alexnet: 3 steps an epoch, every 1: the kill at step 5 finds step 2 of epoch 2.
+[ -n "${HVD_TEST_SANITIZER:-}" ] && exit 0
+every=1 at_step=2 check_case alexnet_dropout_mid 5 1 2 --model alexnet \
+  --dataset synthetic --synthetic-samples 24 --batch-size 4 --seed 3 --threads 1 --lr 0.001

@@ -93,6 +93,7 @@ void train_agree_describe(const train_opts_t *o, const train_agree_data_t *d,
   line(&out, "--restore-best-weights", "%s", yes_no(o->restore_best));
   line(&out, "--checkpoint-every-steps", "%d", o->checkpoint_every_steps);
   line(&out, "--tensorboard-update-freq", "%d", o->tb_update_freq);
+  line(&out, "--histogram-freq", "%d", o->histogram_freq);
   line(&out, "--resume", "%s", o->resume ? "given" : "not given");
   /* What each rank loaded from its own disk. */
   line(&out, "the training set's size", "%d samples", d->train);

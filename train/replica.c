@@ -68,7 +68,8 @@ int train_replica_start(train_replica_t *r, const train_replica_opts_t *o) {
   if (o->gpu) {
     nn_status_t s = nn_model_set_precision(m, &o->precision);
     if (s != NN_OK) return nn_failed(r, TRAIN_REPLICA_PRECISION, s);
-    if (o->tf32 >= 0) nn_cuda_set_tf32(o->tf32);
+    if (o->tf32 >= 0 && (s = nn_cuda_set_tf32(o->tf32)) != NN_OK)
+      return nn_failed(r, TRAIN_REPLICA_PRECISION, s);
     s = nn_model_to_device(m, NN_DEVICE_CUDA);
     if (s != NN_OK) return nn_failed(r, TRAIN_REPLICA_DEVICE, s);
     /* A bucket's allreduce waits for the kernels queued on nn's stream so far (backward's

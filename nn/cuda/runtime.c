@@ -157,14 +157,22 @@ nn_status_t nn_cuda_synchronize(void) {
   return NN_OK;
 }
 
-void nn_cuda_set_tf32(int on) {
+nn_status_t nn_cuda_set_tf32(int on) {
+  nn_status_t s = NN_OK;
   pthread_mutex_lock(&ctx_mu);
-  wanted_tf32 = on != 0;
-  int ready = ctx_ready;
-  if (ready) ctx.tf32 = wanted_tf32;
+  if (ctx_ready) {
+    /* Under the lock: ctx.tf32 (which cuDNN's convolutions follow) and cuBLAS's mode
+       change together or not at all. */
+    cublasStatus_t e = cublasSetMathMode(ctx.cublas, on ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                        : CUBLAS_DEFAULT_MATH);
+    if (e != CUBLAS_STATUS_SUCCESS)
+      s = nn_cuda_fail(__FILE__, __LINE__, "cublasSetMathMode", cublasGetStatusString(e));
+    else
+      ctx.tf32 = on != 0;
+  }
+  if (s == NN_OK) wanted_tf32 = on != 0;
   pthread_mutex_unlock(&ctx_mu);
-  if (ready)
-    (void)cublasSetMathMode(ctx.cublas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  return s;
 }
 
 nn_status_t nn_cuda_malloc(void **p, size_t bytes) {

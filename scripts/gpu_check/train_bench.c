@@ -50,7 +50,7 @@ int main(int argc, char **argv) {
     printf("skipped: no CUDA device\n");
     return 77;
   }
-  nn_cuda_set_tf32(strcmp(prec, "tf32") == 0);
+  OK(nn_cuda_set_tf32(strcmp(prec, "tf32") == 0));
   nn_model_config_t cfg = {batch, 1, 0, 0, 0, 0};
   nn_model_t *m;
   OK(nn_model_create(&m, name, &cfg));
