@@ -69,8 +69,9 @@ printf 'nodeA slots=2   # %s\nnodeB:3\n' "$long" > "$tmp/longline"
 seq 1 3000 | sed 's/^/n/; s/$/ slots=1000000/' > "$tmp/big"          # 3e9 slots
 out=$(dry -np 2400 --hostfile "$tmp/big" /bin/true)
 [[ "$out" == *" -np 2400 "* ]] || fail "3000 x 1000000 slots, -np 2400: ${out:0:200}"
-[ "$(arg_after -H <<<"$out")" = "$(seq 1 3000 | sed 's/^/n/; s/$/:1000000/' | paste -sd,)" ] \
-  || fail "3000 x 1000000 slots: the host list is not whole"
+# Fewer ranks than slots: the first host's slots (as Horovod places them).
+[ "$(arg_after -H <<<"$out")" = "n1:2400" ] \
+  || fail "3000 x 1000000 slots, -np 2400: want -H n1:2400, got $(arg_after -H <<<"$out" | head -c 200)"
 expect_error "the hosts have 3000000000 slots in all, more than the 1000000 ranks" --hostfile "$tmp/big" /bin/true
 yes 'big slots=1000000' | head -n 3000 > "$tmp/repeat"                   # one host, 3e9
 expect_error "hostfile '$tmp/repeat' line 2: host 'big' would have 2000000 slots" \
@@ -81,13 +82,13 @@ expect_error "-H 'a:2000000000': malformed host 'a:2000000000'" -H a:2000000000 
 # 100000 hosts: a repeated host is found at once, not by a scan of all before it.
 seq 1 100000 | sed 's/^/node-/; s/$/ slots=8/' > "$tmp/hosts100k"
 start=$(date +%s%N)
-n=$(dry -np 8 --hostfile "$tmp/hosts100k" /bin/true | arg_after -H | tr ',' '\n' | wc -l)
+n=$(dry -np 800000 --hostfile "$tmp/hosts100k" /bin/true | arg_after -H | tr ',' '\n' | wc -l)
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 [ "$n" -eq 100000 ] && [ "$ms" -lt 5000 ] || fail "hostfile of 100000 hosts: $n hosts in ${ms} ms (expected 100000 within 5 s)"
 
 # Past what Linux takes in one argument (128 KiB) the exec fails: the error says why.
 sed -n '1,4000p' "$tmp/hosts100k" | sed 's/^node-/rack-07-node-/; s/ slots=8/.cluster.example.internal:1/' > "$tmp/hosts4k"
-out=$(run -np 1 --mpi openmpi --hostfile "$tmp/hosts4k" /bin/true 2>&1); rc=$?
+out=$(run -np 4000 --mpi openmpi --hostfile "$tmp/hosts4k" /bin/true 2>&1); rc=$?
 [ $rc -eq 127 ] && [[ "$out" == "hvdrun: error: cannot run the MPI launcher '/bin/true': "*"takes at most 131072 in one"* ]] \
   || fail "a host list of 4000 hosts past 128 KiB: exit $rc, '$out'"
 

@@ -62,7 +62,8 @@ out=$(env SLURM_JOB_ID=42 SLURM_JOB_NODELIST='c[1-2]' SLURM_JOB_CPUS_PER_NODE='4
 grep -q -- "-np 8 -H c1:4,c2:4 " <<<"$out" && echo "ok   SLURM_JOB_CPUS_PER_NODE" \
   || fail "SLURM_JOB_CPUS_PER_NODE='4(x2)': want -np 8 -H c1:4,c2:4: $out"
 # The command line wins.
-expect 'node[1-2]' '2(x2)' '-np 3 -H node1:2,node2:2' -np 3
+# -np below the allocation's slots: the first hosts' slots in order (as Horovod places them).
+expect 'node[1-2]' '2(x2)' '-np 3 -H node1:2,node2:1' -np 3
 out=$(run 'node[1-2]' '2(x2)' -H x:1)
 grep -q -- "-np 1 -H x:1 " <<<"$out" && echo "ok   -H wins" || fail "-H x:1 in an allocation: $out"
 # Outside an allocation: no hosts.
