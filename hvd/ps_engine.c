@@ -23,6 +23,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define PS_TAG 1   /* every message: one tag keeps them in order per pair */
 static pthread_mutex_t ps_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -49,20 +50,40 @@ hvd_status_t hvd_ps_comm_init(MPI_Comm ctrl) {
   return HVD_OK;
 }
 
+/* Receives whose buffers MPI may still write (matched, neither completed nor cancelled):
+   kept, reachable, for the life of the process rather than freed under MPI. */
+static ps_recv_t *abandoned;
+
+/* Whether r's receive is over (completed or cancelled) within about 100 ms. */
+static int recv_settled(ps_recv_t *r) {
+  for (int i = 0; i < 1000; i++) {
+    int done = 0;
+    if (MPI_Test(&r->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0;
+    if (done) return 1;
+    if (i == 0 && MPI_Cancel(&r->req) != MPI_SUCCESS) return 0;
+    usleep(100);
+  }
+  return 0;
+}
+
 void hvd_ps_comm_free(int mpi_too) {
-  if (mpi_too && ps_comm != MPI_COMM_NULL) MPI_Comm_free(&ps_comm);
-  ps_comm = MPI_COMM_NULL;
-  /* What a stopped run left posted (a lost peer's message): not waited for. */
+  /* What a stopped run left posted (a lost peer's message): not waited for. A receive
+     MPI leaves running (or every receive, when MPI is left alone after a failure) keeps
+     its buffer: it was matched to a message that may still be arriving. */
   while (recvs) {
     ps_recv_t *r = recvs;
     recvs = r->next;
-    if (mpi_too) {
-      MPI_Cancel(&r->req);
-      MPI_Request_free(&r->req);
+    if (mpi_too && recv_settled(r)) {
+      free(r->buf);
+      free(r);
+    } else {
+      if (mpi_too) MPI_Request_free(&r->req);
+      r->next = abandoned;
+      abandoned = r;
     }
-    free(r->buf);
-    free(r);
   }
+  if (mpi_too && ps_comm != MPI_COMM_NULL) MPI_Comm_free(&ps_comm);
+  ps_comm = MPI_COMM_NULL;
 }
 
 int hvd_ps_busy(void) { return atomic_load(&installed); }

@@ -263,9 +263,11 @@ py-pset-reducescatter-world-split|python/hvd/_core.py|s#    n, me = ps.size, max
 py-pset-unadded-accepted|python/hvd/process_sets.py|s#    if ps_id is None or _registered.get(ps_id) is not process_set:#    if False:#|test_python.sh
 py-pset-alltoall-world-splits|python/hvd/_core.py|s#    n = ps.size#    n = lib.hvd_size()#|test_python.sh
 py-allgather-object-order|python/hvd/_core.py|s#        out.append(pickle.loads(gathered\[start:start + n\].tobytes()))#        out.insert(0, pickle.loads(gathered[start:start + n].tobytes()))#|test_python.sh
-py-torch-nice-not-zero|python/hvd/torch/__init__.py|s#    os.environ.setdefault("HVD_BACKGROUND_NICE", "0")#    pass#|test_python.sh
-py-torch-nice-overrides-user|python/hvd/torch/__init__.py|s#    os.environ.setdefault("HVD_BACKGROUND_NICE", "0")#    os.environ["HVD_BACKGROUND_NICE"] = "0"#|test_python.sh
-py-grouped-reducescatter-order|python/hvd/_api.py|s#        return \[h.wait() for h in self._handles\]#        return [h.wait() for h in self._handles][::-1]#|test_python.sh
+py-torch-nice-not-zero|python/hvd/torch/__init__.py|s#        os.environ\["HVD_BACKGROUND_NICE"\] = "0"#        pass#|test_python.sh
+py-torch-nice-overrides-user|python/hvd/torch/__init__.py|s#    ours = "HVD_BACKGROUND_NICE" not in os.environ#    ours = True#|test_python.sh
+py-grouped-reducescatter-order|python/hvd/_api.py|s#^        return out$#        return out[::-1]#|test_python.sh
+py-optimizer-outside-set-allreduces|python/hvd/torch/optimizer.py|s/        return self.process_set is None or self.process_set.included() is not False/        return True/|test_python.sh
+py-torch-nice-left-in-environment|python/hvd/torch/__init__.py|s/            del os.environ\["HVD_BACKGROUND_NICE"\]/            pass/|test_python.sh
 onnx-steps-add-grad-accumulates|nn/model_cpu.c|s#nn_layer_in_grad(m, l->in\[1\]), !l->dx_first\[1\]);#nn_layer_in_grad(m, l->in[1]), 1);#|test_onnx_models
 pipe-gather-no-bn-stats|train/pipeline_step.c|s/^  return gather_stats(p, err, errlen);/  return 0;/|test_train_pipeline test_train_pipeline.sh
 range-stash-no-bn-stats|nn/model_range.c|s/    add_region(r, l->save_invstd, (size_t)l->c \* 4);/    (void)0;/|test_train_pipeline

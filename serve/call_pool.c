@@ -57,7 +57,12 @@ serve_pool_t *serve_pool_new(int keep_idle) {
   if (!p) return NULL;
   p->keep_idle = keep_idle;
   if (pthread_mutex_init(&p->mu, NULL) != 0) return free(p), NULL;
-  if (pthread_cond_init(&p->work, NULL) != 0 || pthread_cond_init(&p->gone, NULL) != 0) {
+  if (pthread_cond_init(&p->work, NULL) != 0) {
+    pthread_mutex_destroy(&p->mu);
+    return free(p), NULL;
+  }
+  if (pthread_cond_init(&p->gone, NULL) != 0) {
+    pthread_cond_destroy(&p->work);
     pthread_mutex_destroy(&p->mu);
     return free(p), NULL;
   }
@@ -72,9 +77,11 @@ int serve_pool_run(serve_pool_t *p, serve_pool_task_t *task) {
     pthread_attr_t attr;
     pthread_t t;
     rc = pthread_attr_init(&attr);
-    if (rc == 0) rc = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (rc == 0) rc = pthread_create(&t, &attr, pool_main, p);
-    pthread_attr_destroy(&attr);
+    if (rc == 0) {
+      rc = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+      if (rc == 0) rc = pthread_create(&t, &attr, pool_main, p);
+      pthread_attr_destroy(&attr);
+    }
     if (rc == 0) p->threads++, p->idle++;
   }
   if (rc == 0) {

@@ -84,7 +84,12 @@ fail=0
 [ "$wrong" -eq 0 ] && [ "$other" -eq 0 ] || { echo "FAIL $wrong wrong answers, $other calls failed otherwise than UNAVAILABLE"; fail=1; }
 [ "$before" -gt 0 ] || { echo "FAIL no call answered before SIGTERM: no load"; fail=1; }
 read -r _ fw _ _ _ jobs _ < <(grep '^batches ' "$tmp/client.out")
-[ "$fw" -lt "$jobs" ] || { echo "FAIL $fw forward passes for $jobs calls: no batch of calls"; fail=1; }
+# Batching is judged under load only: 64 answers before the metrics were read.
+if [ "$before" -lt 64 ]; then
+  echo "FAIL only $before calls answered in 30 s before SIGTERM: too little load to judge batching"; fail=1
+elif [ "$fw" -ge "$jobs" ]; then
+  echo "FAIL $fw forward passes for $jobs calls: no batch of calls"; fail=1
+fi
 # the 8 calls of the warm-up are logged too
 [ "$logged" -eq $((ok + 8)) ] || { echo "FAIL the server logged $logged answered Predicts, the clients received $ok (+8 warm-up)"; fail=1; }
 [ "$cut" -eq 0 ] || { echo "FAIL $cut call(s) cut unanswered:"; grep "connection closed" "$tmp/serve.err" | head -3; fail=1; }

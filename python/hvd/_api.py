@@ -37,7 +37,18 @@ class _GroupHandle(_core.Handle):
         return all([h.poll() for h in self._handles])
 
     def wait(self):
-        return [h.wait() for h in self._handles]
+        # Every operation is waited for (their buffers are released) before the first
+        # failure is raised.
+        out, first = [], None
+        for h in self._handles:
+            try:
+                out.append(h.wait())
+            except Exception as e:  # noqa: BLE001 -- re-raised below
+                out.append(None)
+                first = first or e
+        if first is not None:
+            raise first
+        return out
 
 
 class Api:

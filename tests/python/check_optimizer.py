@@ -3,6 +3,7 @@ against results computed by hand. Under mpirun (tests/test_python.sh, np 2). The
 is w (1x2, no bias) with loss = w . x, so the gradient of one backward pass is x itself:
 rank r's inputs are chosen so that every expected weight is exact. Exits 1 after
 printing every mismatch."""
+import os
 import sys
 
 import torch
@@ -145,6 +146,8 @@ for op, want in ((hvd.Sum, float(N)), (hvd.Average, 1.0)):
 # hvd.torch.init() runs hvd's background thread at the trainer's priority when
 # HVD_BACKGROUND_NICE is not set (check_collectives.py sets it).
 check("background thread's nice steps below the trainer", [background_nice_steps()], [0])
+check("HVD_BACKGROUND_NICE not left for child processes", ["HVD_BACKGROUND_NICE" in os.environ],
+      [False])
 
 if failures:
     print("rank %d: %d FAILED\n%s" % (R, len(failures), "\n".join(failures)))

@@ -71,14 +71,16 @@ def _collectives(api, to_arr, ps, tag, check):
 
 def _optimizer(ps, check):
     """DistributedOptimizer over ps: rank r's gradient is r + 1, so SGD(lr=1) from 0 moves
-    w to minus the set's average of r + 1."""
+    w to minus the set's average of r + 1; a rank outside the set steps on its own
+    gradient (as Horovod's: no allreduce, no error)."""
     w = torch.nn.Parameter(torch.zeros(2))
     opt = ht.DistributedOptimizer(torch.optim.SGD([w], lr=1.0),
                                   named_parameters=[("w", w)], process_set=ps)
     (w * (hvd.rank() + 1)).sum().backward()
     opt.step()
-    check("DistributedOptimizer over %s" % ps.ranks, w.detach(),
-          np.full(2, -np.mean([r + 1 for r in ps.ranks])))
+    want = np.mean([r + 1 for r in ps.ranks]) if hvd.rank() in ps.ranks else hvd.rank() + 1
+    check("DistributedOptimizer over %s on rank %d" % (ps.ranks, hvd.rank()), w.detach(),
+          np.full(2, -want))
 
 
 def run(A, check, failures):
@@ -110,6 +112,7 @@ def run(A, check, failures):
                               ValueError, ["root_rank %d" % outside],
                               lambda: ht.broadcast(torch.ones(1), outside, process_set=ps))
         else:
+            _optimizer(ps, check)
             # A rank outside the set: hvd's own message, from the C call.
             for api, mk in ((hvd, lambda: np.ones(2, np.float32)), (ht, lambda: torch.ones(2))):
                 _expect_error(failures, "%s allreduce outside %s" % (api.__name__, ps.ranks),

@@ -37,8 +37,16 @@ def init(comm=None, process_sets=None):
     a nice-19 thread then gets next to no CPU until the trainer blocks in synchronize(),
     so the gradients' allreduces no longer overlap backward, and each wait for a peer
     waits for that thread's turn. PyTorch DDP's gloo threads run at nice 0 too."""
-    os.environ.setdefault("HVD_BACKGROUND_NICE", "0")
-    _hvd_init(comm, process_sets)
+    ours = "HVD_BACKGROUND_NICE" not in os.environ
+    if ours:
+        os.environ["HVD_BACKGROUND_NICE"] = "0"
+    try:
+        _hvd_init(comm, process_sets)
+    finally:
+        # The runtime read it at init: child processes (a C trainer started from this
+        # script) keep the runtime's own default.
+        if ours:
+            del os.environ["HVD_BACKGROUND_NICE"]
 
 
 class _TorchTensors:

@@ -51,8 +51,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._requires_update = set()
         self._synchronized = False
         self._should_synchronize = True
-        if size() > 1:
+        # A rank outside the set keeps its local gradients (as Horovod: no hooks, and
+        # synchronize() has nothing to wait for).
+        if size() > 1 and self._included():
             self._register_hooks()
+
+    def _included(self):
+        return self.process_set is None or self.process_set.included() is not False
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
@@ -109,7 +114,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those backward did not reach);
         p.grad then holds the reduced gradient."""
-        if size() == 1:
+        if size() == 1 or not self._included():
             self._synchronized = True
             return
         for p in self._requires_update - set(self._handles):
