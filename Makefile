@@ -533,13 +533,13 @@ SERVE_PROTO   := $(addprefix proto/,google/protobuf/any.proto google/protobuf/wr
                    tensorflow/core/example/feature.proto tensorflow/core/example/example.proto \
                    tensorflow_serving/apis/input.proto tensorflow_serving/apis/classification.proto)
 SERVE_PROTO_OBJ := $(call obj,$(call proto_c,$(SERVE_PROTO)))
-# Encoded images (serve/image_input.c): TurboJPEG and libpng.
-SERVE_CFLAGS  += $(shell pkg-config --cflags libnghttp2 libturbojpeg libpng 2>/dev/null)
+# Encoded images (serve/image_input.c): data/'s decoder (libdata.a, TurboJPEG and libpng).
+SERVE_CFLAGS  += $(shell pkg-config --cflags libnghttp2 2>/dev/null)
 SERVE_LDLIBS  += $(shell pkg-config --libs libnghttp2 2>/dev/null || echo -lnghttp2) $(PROTOBUF_LDLIBS) \
-                 $(shell pkg-config --libs libturbojpeg libpng 2>/dev/null || echo -lturbojpeg -lpng)
+                 $(DATA_LDLIBS)
 $(call obj,$(SERVE_SRC)): | $(call proto_h,$(SERVE_PROTO))
 $(call obj,$(SERVE_SRC)): CFLAGS += $(SERVE_CFLAGS)
-$(BUILD)/serve: $(call obj,$(SERVE_SRC)) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL)
+$(BUILD)/serve: $(call obj,$(SERVE_SRC)) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL) $(LIBDATA)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(call obj,$(SERVE_SRC)) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL) $(SERVE_LDLIBS) $(BLAS_LDFLAGS) \
 	  $(if $(filter 1,$(USE_CUDA)),$(CUDA_LDLIBS) -ldl -lrt -lstdc++) -lm -lpthread -o $@
@@ -549,7 +549,7 @@ $(BUILD)/serve: $(call obj,$(SERVE_SRC)) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL)
 SERVE_FUZZ_OBJ := $(call obj,$(filter-out serve/main.c serve/http.c,$(SERVE_SRC)))
 $(call obj,tests/fuzz/fuzz_grpc_predict.c): | $(call proto_h,$(SERVE_PROTO))
 $(BUILD)/fuzz/fuzz_grpc_predict: $(call obj,tests/fuzz/fuzz_grpc_predict.c) $(filter %.o,$(FUZZ_MAIN)) \
-                                 $(SERVE_FUZZ_OBJ) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL)
+                                 $(SERVE_FUZZ_OBJ) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL) $(LIBDATA)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(FUZZ_MAIN) $(SERVE_FUZZ_OBJ) $(SERVE_PROTO_OBJ) $(LIBNN) $(LIBUTIL) \
 	  $(SERVE_LDLIBS) $(BLAS_LDFLAGS) \

@@ -228,7 +228,6 @@ never-unfreezes|train/main.c|s/  if (nn_model_trainable_from(model) == 0) return
 init-skip-loads-head|train/transfer.c|s/    if (skipped(s->name, skip)) continue;/    if (0) continue;/|test_train_freeze.sh
 init-weights-ignored|train/main.c|s/  if (t->init \&\& !t->resumed) {/  if (0) {/|test_train_transfer.sh
 grpc-call-threads-unbounded|serve/grpc_server.c|s#^\#define MAX_WORKERS MAX_STREAMS#\#define MAX_WORKERS 1000000#|test_serve_grpc_threads.sh
-jpeg-scans-unlimited|serve/image_input.c|s#TJFLAG_LIMITSCANS)#0)#|test_serve_grpc_images.sh
 tfrecord-length-crc-unchecked|data/tfrecord.c|s#if (data_crc32c_masked(h, 8) != le32(h + 8)) {#if (0) {#|test_data_images
 tfrecord-data-crc-unchecked|data/tfrecord.c|s#if (data_crc32c_masked(\*buf, (size_t)rec.length) != le32(\*buf + rec.length)) {#if (0) {#|test_data_images
 image-size-unchecked-before-alloc|data/decode.c|s#^  if (check_size(w, h, err, errlen) != 0) return -1;#  (void)check_size;#|test_data_images

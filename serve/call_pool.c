@@ -12,7 +12,11 @@ struct serve_pool {
   pthread_cond_t gone;          /* a thread exited                                      */
   serve_pool_task_t *head, *tail;
   int threads, idle, queued, keep_idle, stopping;
+  int returning;                /* threads whose task called serve_pool_task_ending     */
 };
+
+/* Whether this thread's current task called serve_pool_task_ending. */
+static _Thread_local int ending;
 
 static void check_pthread(int rc, const char *what) {
   if (rc != 0) {
@@ -41,9 +45,12 @@ static void *pool_main(void *arg) {
     p->queued--;
     p->idle--;
     unlock(p);
+    ending = 0;
     t->fn(t);
     lock(p);
-    if (p->idle >= p->keep_idle) break; /* enough wait already */
+    if (ending) p->returning--;
+    /* Enough wait already, unless a task was queued for this thread. */
+    if (p->idle >= p->keep_idle && p->queued <= p->idle) break;
     p->idle++;
   }
   p->threads--;
@@ -73,7 +80,8 @@ int serve_pool_run(serve_pool_t *p, serve_pool_task_t *task) {
   task->next = NULL;
   lock(p);
   int rc = 0;
-  if (p->idle <= p->queued) { /* every idle thread has a task coming: one more thread */
+  /* Every idle or returning thread has a task coming: one more thread. */
+  if (p->idle + p->returning <= p->queued) {
     pthread_attr_t attr;
     pthread_t t;
     rc = pthread_attr_init(&attr);
@@ -93,6 +101,13 @@ int serve_pool_run(serve_pool_t *p, serve_pool_task_t *task) {
   }
   unlock(p);
   return rc;
+}
+
+void serve_pool_task_ending(serve_pool_t *p) {
+  lock(p);
+  p->returning++;
+  ending = 1;
+  unlock(p);
 }
 
 void serve_pool_free(serve_pool_t *p) {

@@ -21,6 +21,12 @@ typedef struct serve_pool serve_pool_t;
 /* NULL when out of memory or pthread objects cannot be made. */
 serve_pool_t *serve_pool_new(int keep_idle);
 int serve_pool_run(serve_pool_t *p, serve_pool_task_t *task);
+/* Called by a task's fn on its pool thread, just before it releases the caller's bound
+   on calls in flight (its last use of the caller's state): the thread counts as
+   returning, so a task queued from then on waits for it instead of starting one more
+   thread (else, while finished threads wait for a core, the caller's bound lets new
+   calls in and each starts a thread: up to twice the bound). */
+void serve_pool_task_ending(serve_pool_t *p);
 /* Waits for every task to end and every thread to exit, and frees p (NULL: nothing). */
 void serve_pool_free(serve_pool_t *p);
 

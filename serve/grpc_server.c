@@ -210,6 +210,7 @@ static void call_main(serve_pool_task_t *task) {
   call_t *k = (call_t *)((char *)task - offsetof(call_t, task));
   gconn_t *c = k->c;
   serve_grpc_call(&c->s->cfg.env, k->path, k->buf + 5, k->len - 5, &k->ans);
+  serve_pool_task_ending(c->s->pool);
   lock(&c->mu);
   k->done_next = c->done;
   c->done = k;

@@ -1,12 +1,12 @@
 /* serve/image_input.c: JPEG/PNG bytes -> a normalised model input (see image_input.h). */
 #include "serve/image_input.h"
 
-#include <png.h>
+#include "data/data.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
-#include <turbojpeg.h>
 
 /* serve_fail's twin: instances.c calls this file, so this file does not call it back. */
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -19,58 +19,18 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
   return -1;
 }
 
-/* JPEG -> pixels[h][w][c] (c 1: grey, 3: RGB), malloc'ed; the size is checked first.
-   TJFLAG_LIMITSCANS: a progressive JPEG of more than 500 scans is refused (each scan
-   decodes the whole image again: a small message could ask for minutes of CPU), as
-   TurboJPEG advises for images from untrusted sources. */
-static int decode_jpeg(const uint8_t *b, size_t len, int c, uint8_t **px, int *w, int *h,
-                       char *err, size_t errlen) {
-  tjhandle tj = tjInitDecompress();
-  if (!tj) return fail(err, errlen, "TurboJPEG: %s", tjGetErrorStr2(NULL));
-  int sub, space, rc = 0;
-  if (tjDecompressHeader3(tj, b, (unsigned long)len, w, h, &sub, &space) != 0)
-    rc = fail(err, errlen, "not a JPEG image TurboJPEG can read: %s", tjGetErrorStr2(tj));
-  else if (*w < 1 || *h < 1 || (size_t)*w * (size_t)*h > SERVE_IMAGE_MAX_PIXELS)
-    rc = fail(err, errlen, "a JPEG image of %dx%d: at most %u pixels", *w, *h,
-                    SERVE_IMAGE_MAX_PIXELS);
-  else if (!(*px = malloc((size_t)*w * *h * c)))
-    rc = fail(err, errlen, "out of memory for a %dx%d image", *w, *h);
-  else if (tjDecompress2(tj, b, (unsigned long)len, *px, *w, 0, *h, c == 1 ? TJPF_GRAY : TJPF_RGB,
-                         TJFLAG_ACCURATEDCT | TJFLAG_LIMITSCANS) != 0 && tjGetErrorCode(tj) == TJERR_FATAL) {
-    rc = fail(err, errlen, "JPEG decoding failed: %s", tjGetErrorStr2(tj));
-    free(*px);
-    *px = NULL;
-  }
-  tjDestroy(tj);
-  return rc;
-}
-
-/* PNG -> pixels[h][w][c], with libpng's simplified API (any bit depth, palette, alpha
-   composited on black... by libpng's rules for dropping alpha). */
-static int decode_png(const uint8_t *b, size_t len, int c, uint8_t **px, int *w, int *h,
-                      char *err, size_t errlen) {
-  png_image im;
-  memset(&im, 0, sizeof im);
-  im.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_memory(&im, b, len))
-    return fail(err, errlen, "not a PNG image libpng can read: %s", im.message);
-  *w = (int)im.width, *h = (int)im.height;
-  if ((size_t)im.width * im.height > SERVE_IMAGE_MAX_PIXELS) {
-    png_image_free(&im);
-    return fail(err, errlen, "a PNG image of %ux%u: at most %u pixels", im.width,
-                      im.height, SERVE_IMAGE_MAX_PIXELS);
-  }
-  im.format = c == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-  if (!(*px = malloc(PNG_IMAGE_SIZE(im)))) {
-    png_image_free(&im);
-    return fail(err, errlen, "out of memory for a %dx%d image", *w, *h);
-  }
-  if (!png_image_finish_read(&im, NULL, *px, 0, NULL)) {
-    free(*px);
-    *px = NULL;
-    return fail(err, errlen, "PNG decoding failed: %s", im.message);
-  }
-  return 0;
+/* JPEG or PNG -> pixels[h][w][c] (c 1: grey, 3: RGB) at full size, with data/'s decoder
+   (train's and cnn_bench's: TurboJPEG and libpng, grey/CMYK/palette/alpha/16-bit
+   converted, progressive JPEGs of more than 500 scans refused, a damaged JPEG refused as
+   PIL would). The header's size is checked first against serve's own, lower limit. */
+static int decode(const uint8_t *b, size_t len, int c, data_pixels_t *px, char *err,
+                  size_t errlen) {
+  data_image_info_t info;
+  if (data_image_info(b, len, &info, err, errlen) != 0) return -1;
+  if ((size_t)info.width * (size_t)info.height > SERVE_IMAGE_MAX_PIXELS)
+    return fail(err, errlen, "a %s image of %dx%d: at most %u pixels",
+                info.is_jpeg ? "JPEG" : "PNG", info.width, info.height, SERVE_IMAGE_MAX_PIXELS);
+  return data_image_decode(b, len, c, 0, 0, px, err, errlen);
 }
 
 /* Pixel (x, y) of channel ch, as a value 0..255 on the model's grid: the image's own
@@ -92,17 +52,20 @@ static double sample(const uint8_t *px, int w, int h, int c, int ch, int x, int 
 int serve_image_decode(const uint8_t *bytes, size_t len, const serve_input_spec_t *spec,
                        float *x, char *err, size_t errlen) {
   static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  int c = spec->c, w, h, rc;
-  uint8_t *px = NULL;
+  int c = spec->c;
   if (c != 1 && c != 3)
     return fail(err, errlen, "the model takes %d channels: images give 1 or 3", c);
-  if (len >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8 && bytes[2] == 0xff)
-    rc = decode_jpeg(bytes, len, c, &px, &w, &h, err, errlen);
-  else if (len >= 8 && memcmp(bytes, png_sig, 8) == 0)
-    rc = decode_png(bytes, len, c, &px, &w, &h, err, errlen);
-  else
+  if (!(len >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8 && bytes[2] == 0xff) &&
+      !(len >= 8 && memcmp(bytes, png_sig, 8) == 0))
     return fail(err, errlen, "%zu bytes that are neither JPEG nor PNG", len);
-  if (rc != 0) return -1;
+  data_pixels_t pix;
+  memset(&pix, 0, sizeof pix);
+  if (decode(bytes, len, c, &pix, err, errlen) != 0) {
+    data_pixels_free(&pix);
+    return -1;
+  }
+  const uint8_t *px = pix.pixels;
+  int w = pix.width, h = pix.height;
   size_t hw = (size_t)spec->h * spec->w;
   for (int ch = 0; ch < c; ch++) {
     int k = ch < 3 ? ch : 2;
@@ -114,7 +77,7 @@ int serve_image_decode(const uint8_t *bytes, size_t len, const serve_input_spec_
             spec->identity ? (float)v : (float)(v * 255.0) * scale - shift;
       }
   }
-  free(px);
+  data_pixels_free(&pix);
   return 0;
 }
 
