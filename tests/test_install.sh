@@ -335,8 +335,9 @@ if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; th
 import numpy as np, hvd
 hvd.init()
 print("python rank %d of %d: sum %s from %s" % (hvd.rank(), hvd.size(),
-      hvd.allreduce(np.ones(2), op=hvd.Sum).tolist(), hvd.library()))' 2>&1); rc=$?
-    grep -qx "python rank 0 of 2: sum \[2.0, 2.0\] from $site/hvd/libhvd.so.0" <<<"$out" && [ $rc -eq 0 ] ||
+      hvd.allreduce(np.ones(2), op=hvd.Sum).tolist(), hvd.library()), flush=True)' 2>&1); rc=$?
+    # mpirun may join the ranks' lines (seen once: no newline between them).
+    grep -q "python rank 0 of 2: sum \[2.0, 2.0\] from $site/hvd/libhvd.so.0" <<<"$out" && [ $rc -eq 0 ] ||
       fail "the installed Python package on 2 ranks: exit $rc: $out"
     grep '^python rank 0' <<<"$out"
   else
