@@ -1036,6 +1036,8 @@ static void ps_report(train_ps_t *ps, const options_t *o, int rank) {
 }
 
 int main(int argc, char **argv) {
+  if (nn_blas_fix_misdetected_core(argv) != NN_OK)
+    fprintf(stderr, "cnn_bench: warning: %s\n", nn_last_error());
   options_t o = default_options();
   parse_args(argc, argv, &o);
   const int rank = start_runtime(&o), size = hvd_size();

@@ -297,6 +297,8 @@ static void time_layer(const layer_t *L, int batch, int reps, int warmup, int us
 }
 
 int main(int argc, char **argv) {
+  if (nn_blas_fix_misdetected_core(argv) != NN_OK)
+    fprintf(stderr, "nn_layer_bench: warning: %s\n", nn_last_error());
   int threads = 1, batch = 64, reps = 20, warmup = 2;
   const char *filter = NULL, *shapes = NULL;
   int use_min = 0; /* --min: fastest rep instead of the median (for a loaded machine) */

@@ -13,6 +13,8 @@
 #include <time.h>
 
 int main(int argc, char **argv) {
+  if (nn_blas_fix_misdetected_core(argv) != NN_OK)
+    fprintf(stderr, "nn_train_bench: warning: %s\n", nn_last_error());
   const char *model = "lenet";
   int batch = 64, steps = 20, warmup = 3, threads = 0, profile = 0;
   const util_flag_t table[] = {

@@ -5,10 +5,13 @@
 #include "nn/threads_internal.h"
 
 #include <cblas.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 /* ---- OpenBLAS's kernel set ----
@@ -17,7 +20,9 @@
    training step (1 thread, batch 64) by 12% (Haswell's AVX2 kernels 475 img/s,
    Cooperlake's AVX-512 ones 530, AMD Zen 5). nn leaves the choice to OpenBLAS and the
    user (some machines set OPENBLAS_CORETYPE because older OpenBLAS builds miscompute on
-   them) and only reports it, so a benchmark says which kernels ran. The OpenBLAS
+   them) except where OpenBLAS fell back to pre-AVX2 kernels on a CPU with AVX2
+   (nn_blas_fix_misdetected_core), and reports it, so a benchmark says which kernels
+   ran. The OpenBLAS
    function is a weak reference: an OpenBLAS without DYNAMIC_ARCH, or the GPU check's
    plain C SGEMM, lacks it. */
 extern char *openblas_get_corename(void) __attribute__((weak));
@@ -30,6 +35,10 @@ static void blas_info_fill(void) {
   const char *forced = getenv("OPENBLAS_CORETYPE");
   if (!core)
     snprintf(blas_info, sizeof blas_info, "a BLAS that does not name its kernels");
+  else if (forced && *forced && getenv("NN_BLAS_CORE_SET"))
+    snprintf(blas_info, sizeof blas_info,
+             "OpenBLAS %s kernels (OPENBLAS_CORETYPE=%s, set by nn: OpenBLAS did not know "
+             "this CPU)", core, forced);
   else if (forced && *forced)
     snprintf(blas_info, sizeof blas_info, "OpenBLAS %s kernels (OPENBLAS_CORETYPE=%s)", core,
              forced);
@@ -40,6 +49,44 @@ static void blas_info_fill(void) {
 const char *nn_blas_kernels(void) {
   pthread_once(&blas_info_once, blas_info_fill);
   return blas_info;
+}
+
+/* Kernel sets of OpenBLAS that use AVX2 and FMA; any other choice on a CPU that has
+   both is a fallback (nn.h, nn_blas_fix_misdetected_core). */
+static int blas_core_has_avx2(const char *core) {
+  static const char *const avx2_cores[] = {"haswell", "skylakex", "cooperlake",
+                                           "sapphirerapids", "zen", "excavator"};
+  for (size_t i = 0; i < sizeof avx2_cores / sizeof avx2_cores[0]; i++)
+    if (strcasecmp(core, avx2_cores[i]) == 0) return 1;
+  return 0;
+}
+
+nn_status_t nn_blas_fix_misdetected_core(char **argv) {
+#if defined(__x86_64__)
+  const char *forced = getenv("OPENBLAS_CORETYPE");
+  if (!openblas_get_corename || (forced && *forced)) return NN_OK;
+  const char *core = openblas_get_corename();
+  __builtin_cpu_init();
+  if (!core || blas_core_has_avx2(core) || !__builtin_cpu_supports("avx2") ||
+      !__builtin_cpu_supports("fma"))
+    return NN_OK;
+  int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  if (setenv("OPENBLAS_CORETYPE", avx512 ? "SkylakeX" : "Haswell", 1) != 0 ||
+      setenv("NN_BLAS_CORE_SET", "1", 1) != 0)
+    return nn_set_error(NN_ERR_IO, "setenv OPENBLAS_CORETYPE failed");
+  execv("/proc/self/exe", argv);
+  int e = errno;
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv("NN_BLAS_CORE_SET");
+  return nn_set_error(NN_ERR_IO,
+                      "OpenBLAS chose its %s kernels on a CPU with AVX2; running again with "
+                      "better ones failed (execv /proc/self/exe: %s): set OPENBLAS_CORETYPE=%s",
+                      core, strerror(e), avx512 ? "SkylakeX" : "Haswell");
+#else
+  (void)argv;
+  return NN_OK;
+#endif
 }
 
 /* ---- thread count ----

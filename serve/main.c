@@ -244,6 +244,8 @@ static int parse_flags(int argc, char **argv, opts_t *o) {
 }
 
 int main(int argc, char **argv) {
+  if (nn_blas_fix_misdetected_core(argv) != NN_OK)
+    fprintf(stderr, "serve: warning: %s\n", nn_last_error());
   opts_t o;
   int rc = parse_flags(argc, argv, &o);
   if (rc >= 0) return rc;

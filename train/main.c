@@ -1270,6 +1270,8 @@ static void free_all(trainer_t *t) {
 }
 
 int main(int argc, char **argv) {
+  if (nn_blas_fix_misdetected_core(argv) != NN_OK)
+    fprintf(stderr, "train: warning: %s\n", nn_last_error());
   g_rank = env_rank();
   /* Over a file-size limit a write fails with EFBIG and is reported like a full disk,
      instead of the signal killing the process without a word. */
