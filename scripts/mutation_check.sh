@@ -287,6 +287,11 @@ serve-rest-port-shared|serve/http.c|s#      MHD_OPTION_END);#      MHD_OPTION_LI
 grpc-calls-queued-on-one-thread|serve/call_pool.c|s#if (p->idle + p->returning <= p->queued) {#if (p->threads == 0) {#|test_serve_grpc_sigterm.sh
 hvdrun-all-hosts-for-fewer-ranks|launcher/command.c|s#char \*hosts = hvdrun_hosts_format_first(\&o->hosts, np);#char *hosts = hvdrun_hosts_format(\&o->hosts);#|test_hvdrun_args.sh
 agree-histogram-freq-left-out|train/agree.c|s#^  line(\&out, "--histogram-freq", "%d", o->histogram_freq);#  /* --histogram-freq left out */#|test_train_agree
+plot-strategies-drops-a-strategy|scripts/plot_strategies.py|s#    strategies = known + sorted#    strategies = known[:-1] + sorted#|test_plots.sh
+plot-strategies-height-not-ips|scripts/plot_strategies.py|s#bar = ax.bar(x, row\["ips"\] or 0,#bar = ax.bar(x, row["link"] or 0,#|test_plots.sh
+plot-pipeline-drops-last-stage|scripts/plot_pipeline_timeline.py|s#for s, boxes in enumerate(run\["boxes"\]):#for s, boxes in enumerate(run["boxes"][:-1]):#|test_plots.sh
+plot-pipeline-short-box-forward|scripts/plot_pipeline_timeline.py|s#("B" if micro in seen_f else "F")#"F"#|test_plots.sh
+plot-pipeline-box-one-column|scripts/plot_pipeline_timeline.py|s#ax.barh(y, width \* per_column, 0.8#ax.barh(y, per_column, 0.8#|test_plots.sh
 EOF
 )
 
