@@ -22,6 +22,7 @@ diffable, searchable) and prints where. Needs matplotlib (Debian: python3-matplo
 import argparse
 import re
 import sys
+import textwrap
 
 PLAN = re.compile(r"^pipeline: (\d+) stages x (\d+) replicas, (\d+) micro-batches of (\d+), (\S+)")
 STEP = re.compile(r"^pipeline: the last step of replica 0, ([0-9.]+) ms")
@@ -156,7 +157,7 @@ def main():
     fig.legend(handles, [NAMES[k] for k in COLOURS] + [], loc="lower center", ncol=2,
                fontsize=8, title="the number in a box: its micro-batch; blank: idle",
                title_fontsize=8)
-    fig.suptitle(args.title)
+    fig.suptitle(textwrap.fill(args.title, 100))
     fig.tight_layout(rect=(0, 0.09, 1, 1))
     try:
         fig.savefig(args.out, metadata={"Date": None})

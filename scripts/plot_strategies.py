@@ -18,6 +18,7 @@ its text as text: small, diffable, searchable) and prints where.
 Needs matplotlib (Debian: python3-matplotlib)."""
 import argparse
 import sys
+import textwrap
 
 # The strategies in the table's order, with what each means (compare_strategies.sh).
 STRATEGIES = [
@@ -146,7 +147,7 @@ def main():
     fig, axes = plt.subplots(len(models), 1, figsize=(8, 3.6 * len(models)), squeeze=False)
     for ax, model in zip(axes[:, 0], models):
         draw_model(ax, model, [r for r in rows if r["model"] == model])
-    fig.suptitle(args.title)
+    fig.suptitle(textwrap.fill(args.title, 100))
     fig.text(0.01, 0.005, "Above each bar: MB per step through host 1's link (sent + received) "
              "and, for parameter servers, through the busiest server's link.", fontsize=7)
     fig.tight_layout(rect=(0, 0.02, 1, 1))
