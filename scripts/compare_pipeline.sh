@@ -10,6 +10,9 @@
 # forward and backward of the micro-batch whose digit starts them, '.' idle (the bubble).
 # Usage: scripts/compare_pipeline.sh [BUILD_DIR]   (default build; `make` first)
 # Environment: SAMPLES (training samples, default 1920), EPOCHS (default 1).
+# PLOT: where the picture of those two steps goes (scripts/plot_pipeline_timeline.py: a
+# Gantt chart per schedule, one row per stage), default docs/img/pipeline_timeline.svg;
+# PLOT= (empty): no picture.
 set -u
 build=${1:-build}
 train=$build/train
@@ -47,3 +50,8 @@ for sched in gpipe 1f1b; do
 done
 sed -n 's/^unsplit model: activations of a \([0-9]*\)-sample batch \([0-9.]*\) MiB/unsplit model: activations of the \1-sample batch: \2 MiB/p' "$out"
 sed -n '/^stage [0-9]: layers/p' "$out"
+plot=${PLOT-$(dirname "$0")/../docs/img/pipeline_timeline.svg}
+if [ -n "$plot" ]; then   # the two M = 4 steps drawn (prints where it wrote them)
+  /usr/bin/python3 "$(dirname "$0")/plot_pipeline_timeline.py" "$tmp/gpipe.4" "$tmp/1f1b.4" \
+    --out "$plot" || { echo "compare_pipeline: no picture (PLOT= skips it)" >&2; exit 1; }
+fi

@@ -3,7 +3,7 @@
 # run, as the field compares them (tf_cnn_benchmarks' --variable_update).
 #
 #   scripts/compare_strategies.sh [--models "resnet20 vgg16"] [--rate 1gbit]
-#                                 [--no-accuracy] [--out FILE]
+#                                 [--no-accuracy] [--out FILE] [--plot FILE.svg]
 #
 # Two simulated hosts of two ranks each (scripts/netns-hosts.sh up 2 --rate RATE: both
 # directions of each host's link shaped with tc tbf; taken down at exit, under the lock
@@ -26,16 +26,19 @@
 # straggler (scripts/ps_async_accuracy.sh --straggler; --no-accuracy skips it), and
 # writes the table to FILE (default: stdout only).
 # Needs root (namespaces, tc), OpenMPI and build/cnn_bench (HVD_BUILD=DIR: another).
+# --plot FILE.svg: also draws the table (scripts/plot_strategies.py: images/sec per
+# strategy and model, without and with the straggler, MB per step over each bar).
 set -u
 cd "$(dirname "$0")/.." || exit 2
-models="resnet20 vgg16" rate=1gbit out="" accuracy=1
+models="resnet20 vgg16" rate=1gbit out="" accuracy=1 plot=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --no-accuracy) accuracy=0; shift ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --plot) plot=$2; [[ "$plot" = /* ]] || plot=$OLDPWD/$plot; shift 2 ;;   # the caller's directory
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare_strategies: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,6 +51,9 @@ declare -A steps=([resnet20]="16 10 2" [vgg16]="2 2 1")   # batch, timed, warm-u
 for model in $models; do
   [ -n "${steps[$model]:-}" ] || { echo "compare_strategies: --models: '$model' has no step settings here (resnet20, vgg16)" >&2; exit 2; }
 done
+# --plot: fail now rather than after the runs.
+[ -z "$plot" ] || /usr/bin/python3 -c 'import matplotlib' 2>/dev/null ||
+  { echo "compare_strategies: --plot needs matplotlib for /usr/bin/python3 (apt-get install -y python3-matplotlib)" >&2; exit 2; }
 
 # One user of the simulated hosts at a time (tests/netns_prelude.sh takes the same lock).
 exec 9>/run/hvd-netns.lock
@@ -130,6 +136,10 @@ done
 echo
 cat "$table"
 [ -n "$out" ] && cp "$table" "$out"
+if [ -n "$plot" ]; then   # the picture of this table (prints where it wrote it)
+  /usr/bin/python3 scripts/plot_strategies.py "$table" --out "$plot" --title \
+    "Ring against parameter servers: cnn_bench, 2 hosts x 2 ranks, links $rate, $(date -u +%F)" || exit 1
+fi
 if [ "$accuracy" = 1 ]; then
   echo
   scripts/ps_async_accuracy.sh --straggler "$build" || exit 1

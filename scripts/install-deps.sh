@@ -27,6 +27,7 @@ packages=(
   python3-grpcio python3-grpc-tools python3-protobuf  # the gRPC client of the serve tests
   python3-onnx                      # ONNX models in the tests (torch.onnx.export, onnx.checker)
   nghttp2-client                    # h2load: the C client of scripts/serve_load.py protocols (REST and gRPC)
+  python3-matplotlib                # the benchmarks' pictures (scripts/plot_*.py, scripts/figures.py; tests/test_plots.sh)
 )
 
 # The interchange tests' interpreter must import what they use: a package recorded as

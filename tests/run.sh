@@ -68,6 +68,7 @@ pooled=(
   test_hvd_ps test_train_ps.sh test_cnn_bench_ps.sh
   test_serve_grpc_threads.sh test_train_pipeline_freeze.sh
   test_blas_core.sh
+  test_plots.sh
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build
