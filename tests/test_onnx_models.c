@@ -70,6 +70,31 @@ static const float *model_tensor(nn_model_t *m, const nn_st_tensor_t *t, const c
   return NULL;
 }
 
+/* PyTorch's float64 steps (after64.*, where the reference has them) against its float32
+   ones and against ours: nn's float32 error should be the size of PyTorch's own. */
+static void report_float64(nn_model_t *m, const nn_st_file_t *ref) {
+  double torch32 = 0, ours = 0;
+  const char *torch32_at = "", *ours_at = "";
+  int compared = 0;
+  for (int i = 0; i < ref->count; i++) {
+    const nn_st_tensor_t *t = &ref->tensors[i];
+    if (strncmp(t->name, "after64.", 8) != 0) continue;
+    char name32[256];
+    snprintf(name32, sizeof name32, "after.%s", t->name + 8);
+    const nn_st_tensor_t *t32 = nn_st_find(ref, name32);
+    size_t numel = 0, rows = 1;
+    const float *got = model_tensor(m, t, t->name + 8, &numel, &rows);
+    if (!t32 || t32->nbytes != t->nbytes || !got || numel * sizeof(float) != t->nbytes) continue;
+    double e32 = rel_err(t32->data, t->data, numel), e = rel_err_t(got, t->data, numel, rows);
+    if (e32 > torch32) torch32 = e32, torch32_at = t->name + 8;
+    if (e > ours) ours = e, ours_at = t->name + 8;
+    compared++;
+  }
+  if (compared)
+    printf("  against PyTorch's float64 steps (%d tensors), worst rel err: PyTorch's float32 "
+           "%.2e (%s), nn %.2e (%s)\n", compared, torch32, torch32_at, ours, ours_at);
+}
+
 static void check_steps(nn_model_t *m, const nn_st_file_t *ref, const float *x,
                         const int32_t *y, int n) {
   const nn_st_tensor_t *ts = need(ref, "steps", NN_ST_I64), *tlr = need(ref, "lr", NN_ST_F32);
@@ -111,6 +136,7 @@ static void check_steps(nn_model_t *m, const nn_st_file_t *ref, const float *x,
          "margin %.2e\n", worst <= TOL && compared ? "ok  " : "FAIL", compared, steps,
          (double)lr, worst, tm && tm->nbytes == 4 ? (double)*(const float *)tm->data : -1.0);
   if (!compared) failures++;
+  report_float64(m, ref);
   return;
 fail:
   printf("  FAIL training step: %s\n", nn_last_error());
