@@ -287,6 +287,8 @@ serve-rest-port-shared|serve/http.c|s#      MHD_OPTION_END);#      MHD_OPTION_LI
 grpc-calls-queued-on-one-thread|serve/call_pool.c|s#if (p->idle + p->returning <= p->queued) {#if (p->threads == 0) {#|test_serve_grpc_sigterm.sh
 hvdrun-all-hosts-for-fewer-ranks|launcher/command.c|s#char \*hosts = hvdrun_hosts_format_first(\&o->hosts, np);#char *hosts = hvdrun_hosts_format(\&o->hosts);#|test_hvdrun_args.sh
 agree-histogram-freq-left-out|train/agree.c|s#^  line(\&out, "--histogram-freq", "%d", o->histogram_freq);#  /* --histogram-freq left out */#|test_train_agree
+onnx-clip-grad-past-max|nn/graph_kernels.c|s#default: dx\[i\] += (x\[i\] > lo \&\& x\[i\] < hi) ? g : 0.0f; break;#default: dx[i] += x[i] > lo ? g : 0.0f; break;#|test_onnx_models
+gconv-weight-grad-taps-transposed|nn/graph_kernels.c|s#if (dw) dw\[woff + ki \* s->kw + kj\] += (float)gw;#if (dw) dw[woff + kj * s->kw + ki] += (float)gw;#|test_onnx_models
 EOF
 )
 
