@@ -204,24 +204,17 @@ static float *dx1_to_add_into(nn_model_t *m, int i, int n) {
   return db;
 }
 
-static nn_gconv_shape_t gconv_shape(const nn_layer_t *l, int n) {
-  nn_gconv_shape_t s = {n, l->in_c, l->in_h, l->in_w, l->c, l->kh, l->kw, l->groups,
-                        l->stride, l->stride_w, l->pad, l->pad_w, l->dil_h, l->dil_w,
-                        l->h, l->w};
-  return s;
-}
-
 static nn_status_t gconv_forward(nn_model_t *m, int i, int n, int training) {
   LAYER_VARS;
   (void)training;
-  nn_gconv_shape_t s = gconv_shape(l, n);
+  nn_gconv_shape_t s = nn_layer_gconv_shape(l, n);
   nn_gconv_forward(&s, x, P + l->w_off, l->has_bias ? P + l->b_off : NULL, l->out);
   return NN_OK;
 }
 
 static nn_status_t gconv_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
-  nn_gconv_shape_t s = gconv_shape(l, n);
+  nn_gconv_shape_t s = nn_layer_gconv_shape(l, n);
   /* The gradient of the model input is wanted by nobody. */
   float *dx = l->in[0] == NN_MODEL_INPUT ? NULL : dx_to_add_into(m, i, n);
   nn_gconv_backward(&s, x, P + l->w_off, l->dout, dx, G + l->w_off,

@@ -8,6 +8,7 @@
 #define NN_MODEL_INTERNAL_H
 
 #include "nn/dropout_rng.h"
+#include "nn/graph_kernels_internal.h"
 #include "nn/nn.h"
 
 /* The layer kinds, each with the stem of its functions in every backend: a backend
@@ -280,6 +281,12 @@ static inline nn_pool2d_shape_t nn_layer_pool_shape(const nn_layer_t *l, int n) 
 }
 static inline nn_batchnorm2d_shape_t nn_layer_bn_shape(const nn_layer_t *l, int n) {
   nn_batchnorm2d_shape_t s = {n, l->c, l->h, l->w, l->eps, l->momentum};
+  return s;
+}
+static inline nn_gconv_shape_t nn_layer_gconv_shape(const nn_layer_t *l, int n) {
+  nn_gconv_shape_t s = {n, l->in_c, l->in_h, l->in_w, l->c, l->kh, l->kw, l->groups,
+                        l->stride, l->stride_w, l->pad, l->pad_w, l->dil_h, l->dil_w,
+                        l->h, l->w};
   return s;
 }
 /* Whether layers of this kind read a second input (in[1]). */

@@ -294,6 +294,8 @@ plot-strategies-height-not-ips|scripts/plot_strategies.py|s#bar = ax.bar(x, row\
 plot-pipeline-drops-last-stage|scripts/plot_pipeline_timeline.py|s#for s, boxes in enumerate(run\["boxes"\]):#for s, boxes in enumerate(run["boxes"][:-1]):#|test_plots.sh
 plot-pipeline-short-box-forward|scripts/plot_pipeline_timeline.py|s#("B" if micro in seen_f else "F")#"F"#|test_plots.sh
 plot-pipeline-box-one-column|scripts/plot_pipeline_timeline.py|s#ax.barh(y, width \* per_column, 0.8#ax.barh(y, per_column, 0.8#|test_plots.sh
+onnx-clip-grad-past-max|nn/graph_kernels.c|s#default: dx\[i\] += (x\[i\] > lo \&\& x\[i\] < hi) ? g : 0.0f; break;#default: dx[i] += x[i] > lo ? g : 0.0f; break;#|test_onnx_models
+gconv-weight-grad-taps-transposed|nn/graph_kernels.c|s#if (dw) dw\[woff + ki \* s->kw + kj\] += (float)gw;#if (dw) dw[woff + kj * s->kw + ki] += (float)gw;#|test_onnx_models
 EOF
 )
 

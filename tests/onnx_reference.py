@@ -11,25 +11,36 @@ initializers keep the state_dict's names), and DIR/<model>.ref.safetensors holds
   after.<name>    every parameter and running statistic after those steps of
                   torch.optim.SGD(lr=lr, momentum=0.9) on (x, y) with cross-entropy
   lr              its learning rate (F32)
+  after64.<name>  (mobilenet_v2) the same steps from the same start in float64, rounded
+                  to F32: PyTorch's own float32 error
   margin          how close its training steps came to a kink (F32): the smallest
                   |input| of a ReLU (or distance of a ReLU6 input from 0 and 6), and the
                   smallest gap between the two largest values of a max-pool window
-Steps: 5 of SGD for the custom CNN and vgg11 (batch 4, lr 0.01) and resnet18 (3x64x64,
-batch 2, lr 0.001); mobilenet_v2 is compared in its forward only.
-Why the batch seeds and the small learning rate: nn and PyTorch round differently (about
-1e-6 of a pre-activation after a batch norm), so a ReLU input that PyTorch computes
-within about 1e-6 of 0 may fall on the other side in nn; that switches the whole
-gradient of one element (resnet18 at batch 2, 64x64, seed 99: one input at 7.5e-7 in
-PyTorch, negative in nn, put layer1.0.bn1.bias's gradient 2.7e-2 apart after one step).
-resnet18's batch (seed 36) keeps every kink at least 2e-6 away during PyTorch's 5 steps
-(of 40 seeds the largest margin; most stay within 1e-6), and lr 0.001 keeps the steps
-small enough that the two sides do not drift apart (at lr 0.01 PyTorch's own float32
-and float64 runs differ by 5e-3 after 5 steps, at 0.001 by 9e-6).
-mobilenet_v2 has no such batch at a size it trains well: at 32x32 its last maps are 1x1,
-batch norm over 2 values has variances of 1e-11 and gradients of 2.5e5 (PyTorch's
-float32 and float64 runs differ by 0.04 after one step); at 64x64 (2x2 maps) no seed of
-30 kept its ReLU6 inputs more than 8e-7 from a kink, and the best still flipped one in
-nn (features.12's gradients 0.13 apart after one step).
+Steps: 5 of SGD for the custom CNN and vgg11 (batch 4, lr 0.01), resnet18 (3x64x64,
+batch 2, lr 0.001) and mobilenet_v2 (3x64x64, batch 4, lr 0.001; its last maps are 2x2,
+so each batch norm there normalizes 16 values).
+Why the batch seeds, the small learning rate and mobilenet_v2's batch norm weights: nn
+and PyTorch round differently (about 1e-6 of a pre-activation after a batch norm), so a
+ReLU input that PyTorch computes within about 1e-6 of 0 may fall on the other side in
+nn; that switches the whole gradient of one element (resnet18 at batch 2, 64x64, seed
+99: one input at 7.5e-7 in PyTorch, negative in nn, put layer1.0.bn1.bias's gradient
+2.7e-2 apart after one step). resnet18's batch (seed 36) keeps every kink at least 2e-6
+away during PyTorch's 5 steps (of 40 seeds the largest margin; most stay within 1e-6),
+and lr 0.001 keeps the steps small enough that the two sides do not drift apart (at lr
+0.01 PyTorch's own float32 and float64 runs differ by 5e-3 after 5 steps, at 0.001 by
+9e-6). mobilenet_v2 with torchvision's initialization has no such batch (at 64x64 no
+seed of 30 kept its ReLU6 inputs more than 8e-7 from a kink: a batch norm with weight 1
+and bias 0 puts millions of inputs around 0), so its batch norms before a ReLU6 start
+from weights that keep every channel's inputs several spreads from 0 and 6
+(away_from_kinks); the channels are then off, linear or saturated, every op still
+carries gradient, and PyTorch's float32 steps agree with its float64 steps (after64.*,
+saved for mobilenet_v2) to 4e-6 of each tensor's largest value.
+mobilenet_v2's blocks end in a batch norm without activation (conv.2 or conv.3) whose
+output reaches the loss only through 1x1 convolutions and residual adds into another
+batch norm, which subtracts any per-channel shift: the gradient of those biases is zero
+(rounding noise on both sides), so they start from nonzero values and compare as
+unchanged. So does the bias of the batch norm after each depthwise convolution: its
+ReLU6 passes a shift unchanged (linear) or not at all, into the 1x1 projection.
 The models: torchvision's resnet18 and mobilenet_v2 with 10 classes
 (mobilenet_v2's dropout at p=0 so that both sides draw no masks), torchvision's vgg11
 convolutions with a classifier
@@ -38,6 +49,7 @@ small custom CNN on 1x28x28 inputs that uses every op nn imports beyond those.
 Also DIR/unsupported_op.onnx (a Resize node) and DIR/rank2_input.onnx (an [N, 784]
 input), for the error checks.
 """
+import copy
 import os
 import sys
 
@@ -94,7 +106,34 @@ def vgg11_32():
 def mobilenet_v2():
     m = torchvision.models.mobilenet_v2(num_classes=10)
     m.classifier[0].p = 0.0
+    away_from_kinks(m)
     return m
+
+
+def away_from_kinks(m):
+    """Batch norm weights and biases (seeded) that keep every ReLU6 input far from 0 and 6.
+    In training mode a batch norm's output channel has exactly its bias as mean and about
+    its weight as spread over the batch; before a ReLU6 each channel gets a weight of
+    0.4-0.6 and a bias of -3 (off: no gradient), 3 (linear; half the channels) or 9
+    (saturated: no gradient), so a kink is at least 5 spreads away (PyTorch's margin,
+    saved with the reference, is 2.35e-4 at the batch of MODELS; the two sides round
+    about 1e-6 apart). The other batch norms (the blocks' linear outputs) get biases of
+    spread 0.5, so that their values are not rounding noise: no gradient reaches them
+    (see the module's docstring)."""
+    g = torch.Generator().manual_seed(7)
+    gated = set()
+    for mod in m.modules():
+        if isinstance(mod, nn.Sequential) and len(mod) == 3 and isinstance(mod[2], nn.ReLU6):
+            bn, c = mod[1], mod[1].num_features
+            with torch.no_grad():
+                bn.weight.copy_(0.5 * (0.8 + 0.4 * torch.rand(c, generator=g)))
+                shifts = torch.tensor([-3.0, 3.0, 3.0, 9.0])
+                bn.bias.copy_(shifts[torch.randint(0, 4, (c,), generator=g)])
+            gated.add(bn)
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d) and mod not in gated:
+            with torch.no_grad():
+                mod.bias.normal_(0.0, 0.5, generator=g)
 
 
 # name: (constructor, input shape, batch, learning rate, SGD steps, seed of the batch)
@@ -102,9 +141,12 @@ MODELS = {
     "custom": (Custom, (1, 28, 28), 4, 0.01, 5, 99),
     "resnet18": (lambda: torchvision.models.resnet18(num_classes=10), (3, 64, 64), 2, 0.001, 5,
                  36),
-    "mobilenet_v2": (mobilenet_v2, (3, 32, 32), 4, 0.01, 0, 99),
+    "mobilenet_v2": (mobilenet_v2, (3, 64, 64), 4, 0.001, 5, 99),
     "vgg11": (vgg11_32, (3, 32, 32), 4, 0.01, 5, 99),
 }
+# Models whose steps are also taken in float64 (after64.*), to measure PyTorch's own
+# float32 error.
+FLOAT64_TOO = {"mobilenet_v2"}
 
 
 def export(model, shape, path):
@@ -151,6 +193,14 @@ def kink_margin(model):
     return margin
 
 
+def sgd_steps(model, x, y, lr, steps):
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    for _ in range(steps):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
 def reference(name, outdir):
     make, shape, batch, lr, steps, seed = MODELS[name]
     torch.manual_seed(1234)
@@ -163,18 +213,20 @@ def reference(name, outdir):
     with torch.no_grad():
         logits = model(x)
     model.train()
+    model64 = copy.deepcopy(model).double() if name in FLOAT64_TOO else None
     margin = kink_margin(model)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    for _ in range(steps):
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
+    sgd_steps(model, x, y, lr, steps)
     out = {"x": x, "y": y.to(torch.int64), "logits": logits,
            "steps": torch.tensor([steps], dtype=torch.int64), "lr": torch.tensor([lr]),
            "margin": torch.tensor([margin[0]])}
     for k, v in model.state_dict().items():
         if v.dtype == torch.float32:
             out["after." + k] = v
+    if model64 is not None:
+        sgd_steps(model64, x.double(), y, lr, steps)
+        for k, v in model64.state_dict().items():
+            if v.dtype == torch.float64:
+                out["after64." + k] = v.float()
     save_file(out, os.path.join(outdir, name + ".ref.safetensors"))
 
 

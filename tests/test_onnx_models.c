@@ -4,13 +4,15 @@
    classifier for 32x32 inputs) and a small custom CNN with torch.onnx.export, and saves
    PyTorch's eval forward of a batch and every parameter and running statistic (batch
    norm in training mode: the running statistics too) after 5 SGD steps (momentum 0.9,
-   the reference's learning rate) on that batch (the custom CNN, vgg11 and resnet18;
-   mobilenet_v2 in its forward only: tests/onnx_reference.py says why). For each model
-   this test builds it with nn_model_from_onnx and checks:
+   the reference's learning rate) on that batch (tests/onnx_reference.py says why each
+   model's batch, learning rate and starting weights keep every ReLU input away from its
+   kink). For each model this test builds it with nn_model_from_onnx and checks:
    1. the eval forward equals PyTorch's logits,
    2. after the same SGD steps every tensor (by the graph's names) equals PyTorch's (a
       MatMul's weight, which nn keeps as [out, in], transposed back);
-   err = max|ours - torch| / max|torch| per tensor, below 1e-4.
+   err = max|ours - torch| / max|torch| per tensor, below 1e-4. Where the reference
+   also took the steps in float64 (mobilenet_v2), the test prints PyTorch's float32 error
+   and ours against those: the tolerance's measure of what float32 can promise.
    Then the errors: an unsupported op names the node, the op and what is supported; a
    truncated file and an input of rank 2 are clear errors, not crashes; the custom CNN
    (every graph layer kind) moves to a GPU where there is one, else is refused for want
@@ -70,6 +72,31 @@ static const float *model_tensor(nn_model_t *m, const nn_st_tensor_t *t, const c
   return NULL;
 }
 
+/* PyTorch's float64 steps (after64.*, where the reference has them) against its float32
+   ones and against ours: nn's float32 error should be the size of PyTorch's own. */
+static void report_float64(nn_model_t *m, const nn_st_file_t *ref) {
+  double torch32 = 0, ours = 0;
+  const char *torch32_at = "", *ours_at = "";
+  int compared = 0;
+  for (int i = 0; i < ref->count; i++) {
+    const nn_st_tensor_t *t = &ref->tensors[i];
+    if (strncmp(t->name, "after64.", 8) != 0) continue;
+    char name32[256];
+    snprintf(name32, sizeof name32, "after.%s", t->name + 8);
+    const nn_st_tensor_t *t32 = nn_st_find(ref, name32);
+    size_t numel = 0, rows = 1;
+    const float *got = model_tensor(m, t, t->name + 8, &numel, &rows);
+    if (!t32 || t32->nbytes != t->nbytes || !got || numel * sizeof(float) != t->nbytes) continue;
+    double e32 = rel_err(t32->data, t->data, numel), e = rel_err_t(got, t->data, numel, rows);
+    if (e32 > torch32) torch32 = e32, torch32_at = t->name + 8;
+    if (e > ours) ours = e, ours_at = t->name + 8;
+    compared++;
+  }
+  if (compared)
+    printf("  against PyTorch's float64 steps (%d tensors), worst rel err: PyTorch's float32 "
+           "%.2e (%s), nn %.2e (%s)\n", compared, torch32, torch32_at, ours, ours_at);
+}
+
 static void check_steps(nn_model_t *m, const nn_st_file_t *ref, const float *x,
                         const int32_t *y, int n) {
   const nn_st_tensor_t *ts = need(ref, "steps", NN_ST_I64), *tlr = need(ref, "lr", NN_ST_F32);
@@ -111,6 +138,7 @@ static void check_steps(nn_model_t *m, const nn_st_file_t *ref, const float *x,
          "margin %.2e\n", worst <= TOL && compared ? "ok  " : "FAIL", compared, steps,
          (double)lr, worst, tm && tm->nbytes == 4 ? (double)*(const float *)tm->data : -1.0);
   if (!compared) failures++;
+  report_float64(m, ref);
   return;
 fail:
   printf("  FAIL training step: %s\n", nn_last_error());

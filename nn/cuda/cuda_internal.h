@@ -29,6 +29,9 @@ typedef struct {
 /* The context, created at first use on the selected device. NN_ERR_UNSUPPORTED when
    there is no device (nn_cuda_available() == 0). */
 nn_status_t nn_cuda_ctx(nn_cuda_ctx_t **out);
+/* ctx.tf32 now, read under the context's lock (nn_cuda_set_tf32 may change it from
+   another thread): a plan reads it once and keeps that value. */
+int nn_cuda_tf32(void);
 /* A workspace of at least bytes on the compute stream (may free and reallocate). */
 nn_status_t nn_cuda_workspace(nn_cuda_ctx_t *c, size_t bytes, void **ws);
 

@@ -143,8 +143,9 @@ static nn_status_t plan_for(nn_cuda_ctx_t *c, nn_cuda_fmt_t f, const nn_gconv_sh
     return nn_set_error(NN_ERR_ARG, "grouped convolution (CUDA): channels %d -> %d not "
                         "divisible by %d groups, or an empty output", s.c_in, s.c_out,
                         s.groups);
+  const int tf32 = nn_cuda_tf32();
   nn_cuda_gconv_plan_t *p = *slot;
-  if (p && p->tf32 == c->tf32 && p->fmt.prec == f.prec && p->fmt.nhwc == f.nhwc &&
+  if (p && p->tf32 == tf32 && p->fmt.prec == f.prec && p->fmt.nhwc == f.nhwc &&
       memcmp(&p->shape, &s, sizeof s) == 0) {
     *out = p;
     return NN_OK;
@@ -155,7 +156,7 @@ static nn_status_t plan_for(nn_cuda_ctx_t *c, nn_cuda_fmt_t f, const nn_gconv_sh
     return nn_set_error(NN_ERR_NO_MEMORY, "grouped convolution (CUDA): out of memory");
   p->shape = s;
   p->fmt = f;
-  p->tf32 = c->tf32;
+  p->tf32 = tf32;
   nn_status_t st = build(c, p);
   if (st != NN_OK) {
     nn_cuda_gconv_plan_free(p);

@@ -824,17 +824,10 @@ static nn_status_t add_backward(nn_model_t *m, int i, int n) {
 /* ---- the graph kinds (nn/model_internal.h, NN_LAYER_GRAPH_KIND_LIST) ----
    nn/cuda/gconv_cudnn.c and graph_kernels.cu; the grouped convolution's weights are a
    convolution's (compute copy, gathered gradients). */
-static nn_gconv_shape_t layer_gconv_shape(const nn_layer_t *l, int n) {
-  nn_gconv_shape_t s = {n, l->in_c, l->in_h, l->in_w, l->c, l->kh, l->kw, l->groups,
-                        l->stride, l->stride_w, l->pad, l->pad_w, l->dil_h, l->dil_w,
-                        l->h, l->w};
-  return s;
-}
-
 static nn_status_t gconv_forward(nn_model_t *m, int i, int n, int training) {
   LAYER_VARS;
   (void)training;
-  nn_gconv_shape_t sh = layer_gconv_shape(l, n);
+  nn_gconv_shape_t sh = nn_layer_gconv_shape(l, n);
   return nn_gconv_forward_cuda_p(f, &sh, x, gemm_param(d, l->w_off),
                                  l->has_bias ? gemm_param(d, l->b_off) : NULL, l->out,
                                  &dl->gconv);
@@ -842,7 +835,7 @@ static nn_status_t gconv_forward(nn_model_t *m, int i, int n, int training) {
 
 static nn_status_t gconv_backward(nn_model_t *m, int i, int n) {
   LAYER_VARS;
-  nn_gconv_shape_t sh = layer_gconv_shape(l, n);
+  nn_gconv_shape_t sh = nn_layer_gconv_shape(l, n);
   /* The gradient of the model input is wanted by nobody. */
   void *dx = nn_layer_input_grad_wanted(m, l->in[0]) ? nn_layer_dx(m, i) : NULL;
   s = nn_gconv_backward_cuda_p(f, &sh, x, gemm_param(d, l->w_off), l->dout, dx,

@@ -157,6 +157,13 @@ nn_status_t nn_cuda_synchronize(void) {
   return NN_OK;
 }
 
+int nn_cuda_tf32(void) {
+  pthread_mutex_lock(&ctx_mu);
+  int on = ctx.tf32;
+  pthread_mutex_unlock(&ctx_mu);
+  return on;
+}
+
 nn_status_t nn_cuda_set_tf32(int on) {
   nn_status_t s = NN_OK;
   pthread_mutex_lock(&ctx_mu);
