@@ -276,13 +276,14 @@ static void plan_free(conv_plan_t *p) {
   free(p);
 }
 
-static nn_status_t conv_plan(nn_cuda_ctx_t *c, nn_cuda_fmt_t fmt,
+static nn_status_t conv_plan(nn_cuda_fmt_t fmt,
                              const nn_conv2d_shape_t *s0, conv_plan_t **out) {
   nn_conv2d_shape_t s = *s0;
   if (nn_conv2d_shape(&s) != NN_OK) return NN_ERR_ARG;
+  const int tf32 = nn_cuda_tf32();  /* once, under the context's lock */
   pthread_mutex_lock(&cache_mu);
   for (int i = 0; i < cache_n; i++)
-    if (cache[i]->tf32 == c->tf32 && cache[i]->fmt.prec == fmt.prec &&
+    if (cache[i]->tf32 == tf32 && cache[i]->fmt.prec == fmt.prec &&
         cache[i]->fmt.nhwc == fmt.nhwc &&
         same_shape(&cache[i]->shape, &s)) {
       *out = cache[i];
@@ -293,7 +294,7 @@ static nn_status_t conv_plan(nn_cuda_ctx_t *c, nn_cuda_fmt_t fmt,
   nn_status_t st = p ? NN_OK : nn_set_error(NN_ERR_NO_MEMORY, "conv plan: out of memory");
   if (p) {
     p->shape = s;
-    p->tf32 = c->tf32;
+    p->tf32 = tf32;
     p->fmt = fmt;
     st = plan_build(&s, p);
   }
@@ -320,7 +321,7 @@ nn_status_t nn_conv2d_forward_cuda_p(nn_cuda_fmt_t fmt, const nn_conv2d_shape_t 
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK) return st;
   conv_plan_t *p;
-  if ((st = conv_plan(c, fmt, s, &p)) != NN_OK) {
+  if ((st = conv_plan(fmt, s, &p)) != NN_OK) {
     if (st == NN_ERR_ARG) return nn_set_error(st, "nn_conv2d_forward_cuda: empty output");
     return st;
   }
@@ -349,7 +350,7 @@ nn_status_t nn_conv2d_backward_cuda_p(nn_cuda_fmt_t fmt, const nn_conv2d_shape_t
   nn_status_t st = nn_cuda_ctx(&c);
   if (st != NN_OK) return st;
   conv_plan_t *p;
-  if ((st = conv_plan(c, fmt, s, &p)) != NN_OK) {
+  if ((st = conv_plan(fmt, s, &p)) != NN_OK) {
     if (st == NN_ERR_ARG) return nn_set_error(st, "nn_conv2d_backward_cuda: empty output");
     return st;
   }
