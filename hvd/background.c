@@ -45,6 +45,7 @@
 #include "hvd/cache_rounds.h"
 #include "hvd/control.h"
 #include "hvd/execute.h"
+#include "hvd/joined_sets.h"
 #include "hvd/liveness.h"
 #include "hvd/negotiation.h"
 #include "hvd/ps_internal.h"
@@ -323,7 +324,11 @@ static int take_submissions(bg_t *bg, int *shutdown_requested, int *end) {
   for (struct hvd_request *r = head; r && ok; r = r->next_queue, n++) {
     r->device = r->kind == HVD_KIND_BARRIER || r->kind == HVD_KIND_JOIN || helping
                     ? -1 : hvd_device_of_buffers(r->sendbuf, r->recvbuf);
-    if (r->kind == HVD_KIND_JOIN) hvd_g.joined = 1;
+    /* From here this rank stands in with zeros for the set's collectives. */
+    if (r->kind == HVD_KIND_JOIN && !hvd_joined_sets_add(r->set)) {
+      ok = 0;
+      break;
+    }
     /* Cache on: a pending hit waits for the others in the rounds (hvd/cache_rounds.c). */
     if (bg->rounds) {
       int hit = hvd_cache_rounds_submit(bg->rounds, r);
@@ -616,7 +621,7 @@ static int hook_fail(void *arg, hvd_status_t s, const char *text) {
 
 static int hook_self_joined(void *arg) {
   (void)arg;
-  return hvd_g.joined;
+  return hvd_joined_sets_any();
 }
 
 /* Cache on (hvd_g.round_words > 0): the protocol, over the MPI peers. 0: out of memory. */

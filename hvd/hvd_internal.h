@@ -250,9 +250,6 @@ typedef struct {
   /* Responses executed: from the cache (agreed hits) and from coordinator lists; the
      tests read them (the background loop writes, anyone reads). */
   atomic_ullong stat_cached, stat_negotiated;
-  int joined;                 /* background loop only: this rank's hvd_join went to
-                                 the coordinator and has not been answered yet; it
-                                 takes part in others' collectives with zeros         */
 } hvd_state_t;
 
 extern hvd_state_t hvd_g;
