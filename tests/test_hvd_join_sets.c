@@ -259,7 +259,7 @@ static int lost(void) {
 
 static int launch(const char *self) {
   for (int np = 2; np <= 4; np++)
-    if (hvd_test_mpirun(self, np, "", "HVD_FUSION_THRESHOLD=4096", 120, NULL, 0) != 0) {
+    if (hvd_test_mpirun(self, np, "", "HVD_FUSION_THRESHOLD=4096", 60, NULL, 0) != 0) {
       printf("FAIL at np=%d\n", np);
       return 1;
     }
