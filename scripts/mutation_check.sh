@@ -295,6 +295,8 @@ join-last-rank-set-index|hvd/negotiation.c|s#  js->last_joined = rank;#  js->las
 join-set-broadcast-allowed|hvd/negotiation.c|s#    int unsupported = a->kind != HVD_KIND_ALLREDUCE \&\&#    int unsupported = a->set == 0 \&\& a->kind != HVD_KIND_ALLREDUCE \&\&#|test_hvd_join_sets
 join-ex-outside-set-accepted|hvd/api_ex.c|s#  hvd_status_t s = hvd_call_options_enter(opts, "hvd_join");#  hvd_status_t s = HVD_OK; (void)opts;#|test_hvd_join_sets
 join-set-never-left|hvd/execute.c|s#^      hvd_joined_sets_remove(resp\[i\].set);#      ;#|test_hvd_join_sets
+shutdown-ack-wait-fixed|hvd/background.c|s#  if (now_us < start_us + DRAIN_LIMIT_US) return 1;#  return now_us < start_us + DRAIN_LIMIT_US;#|test_hvd_shutdown_slow
+shutdown-waits-for-the-dead|hvd/background.c|s#  double limit_us = start_us + DRAIN_LIMIT_US + timeout_us;#  double limit_us = 1e300;#;s#hvd_liveness_silent_us(r, now_us) > timeout_us) return 0;#hvd_liveness_silent_us(r, now_us) > 1e300) return 0;#|test_hvd_shutdown_slow
 EOF
 )
 
