@@ -10,9 +10,10 @@
 
    A mismatch arrives as a failed response and fails only that request.
 
-   A rank that has called hvd_join is answered the others' collectives too: it takes
-   part with a stand-in request (zeros of the response's dtype and count, its result
-   dropped), so the collective has every rank. */
+   A rank that has called hvd_join (hvd_join_ex: of a process set, hvd/joined_sets.c) is
+   answered the others' collectives of that set too: it takes part with a stand-in
+   request (zeros of the response's dtype and count, its result dropped), so the
+   collective has every rank. */
 #include "hvd/execute.h"
 #include "hvd/hvd_internal.h"
 #include "hvd/joined_sets.h"
