@@ -113,3 +113,11 @@ hvd_status_t hvd_barrier_ex(const hvd_options_t *opts) {
   if (s == HVD_OK) s = hvd_barrier();
   return hvd_call_options_leave(s);
 }
+
+/* Join within the set (Horovod's join(process_set)): the set's names go on with this
+   rank's zeros until every rank of the set has joined; other sets are not affected. */
+hvd_status_t hvd_join_ex(int *last_rank, const hvd_options_t *opts) {
+  hvd_status_t s = hvd_call_options_enter(opts, "hvd_join");
+  if (s == HVD_OK) s = hvd_join(last_rank);
+  return hvd_call_options_leave(s);
+}

@@ -29,9 +29,9 @@
 
    Shutdown (hvd_shutdown on any rank, the coordinator's stall timeout, an error every
    rank saw at the same response): the coordinator sends SHUTDOWN to every worker,
-   fails everything pending, and waits (DRAIN_LIMIT_US at most) for every worker's
-   SHUTDOWN_ACK, so no control message is left unreceived before the communicators are
-   freed. A worker that wants to stop asks the coordinator (SHUTDOWN_REQ) and keeps
+   fails everything pending, and waits for every worker's SHUTDOWN_ACK (DRAIN_LIMIT_US,
+   or longer while the workers it waits for still send heartbeats: ack_wait_on), so no
+   control message is left unreceived before the communicators are freed. A worker that wants to stop asks the coordinator (SHUTDOWN_REQ) and keeps
    executing response lists until SHUTDOWN arrives, so no peer is left waiting inside a
    collective for it.
 
@@ -45,6 +45,7 @@
 #include "hvd/cache_rounds.h"
 #include "hvd/control.h"
 #include "hvd/execute.h"
+#include "hvd/joined_sets.h"
 #include "hvd/liveness.h"
 #include "hvd/negotiation.h"
 #include "hvd/ps_internal.h"
@@ -214,6 +215,26 @@ static void rounds_finish(bg_t *bg, double deadline_us) {
   }
 }
 
+/* Rank 0, waiting for the workers' SHUTDOWN_ACK since start_us: whether to wait on at
+   now_us. DRAIN_LIMIT_US at first; beyond it, as long as every worker that has not
+   acknowledged (acked[r] == 0; acked NULL: none known) still gives signs of life
+   (heartbeats, which rank 0 keeps exchanging here) within the peer timeout, and for the
+   peer timeout more at most: a worker whose background thread runs seldom (nice 19 on
+   a loaded machine) is waited for, a dead one ends the wait within the peer timeout
+   (sooner when its silence is seen: time rank 0 itself was away does not count). */
+static int ack_wait_on(const unsigned char *acked, double start_us, double now_us) {
+  char reason[HVD_ERROR_MAX];
+  (void)hvd_liveness_tick(now_us, reason, sizeof(reason));   /* the silent: below */
+  if (now_us < start_us + DRAIN_LIMIT_US) return 1;
+  double timeout_us = hvd_g.cfg.peer_timeout_s * 1e6;
+  if (timeout_us <= 0 || acked == NULL) return 0;
+  double limit_us = start_us + DRAIN_LIMIT_US + timeout_us;
+  if (now_us >= limit_us) return 0;
+  for (int r = 1; r < hvd_g.size; r++)
+    if (!acked[r] && hvd_liveness_silent_us(r, now_us) > timeout_us) return 0;
+  return 1;
+}
+
 /* Rank 0: stops every rank. s is what pending requests report. */
 static void global_shutdown(bg_t *bg, hvd_status_t s, const char *text) {
   char full[HVD_ERROR_MAX], err[HVD_ERROR_MAX];
@@ -234,25 +255,32 @@ static void global_shutdown(bg_t *bg, hvd_status_t s, const char *text) {
       hvd_log(HVD_LOG_ERROR, "%s", err);
   hvd_buf_free(&b);
   local_stop(s, full);
-  double deadline = util_now_us() + DRAIN_LIMIT_US;
+  double start = util_now_us();
+  unsigned char *acked = calloc((size_t)hvd_g.size, 1);   /* NULL: DRAIN_LIMIT_US only */
   int acks = 0, src;
-  while (acks < hvd_g.size - 1 && util_now_us() < deadline) {
+  while (acks < hvd_g.size - 1 && ack_wait_on(acked, start, util_now_us())) {
     int got = hvd_control_poll(&bg->ctl, &src, err, sizeof(err));
     if (got < 0) break;
     if (got == 1) {
       hvd_msg_header_t h;
       memcpy(&h, bg->ctl.in.p, sizeof(h));
-      if (h.type == HVD_MSG_SHUTDOWN_ACK) acks++;
+      if (h.type == HVD_MSG_SHUTDOWN_ACK) {
+        acks++;
+        if (acked) acked[src] = 1;
+      }
       continue;   /* anything else is moot now */
     }
     rounds_stop_step(bg);
     hvd_control_progress(&bg->ctl, 0, 0);
     sched_yield();
   }
+  free(acked);
+  /* A worker that never acknowledged will not finish the rounds either. */
+  double deadline = util_now_us() + (acks == hvd_g.size - 1 ? DRAIN_LIMIT_US : 0);
   rounds_finish(bg, deadline);
   if (acks < hvd_g.size - 1) {
-    hvd_log(HVD_LOG_WARNING, "shutdown: only %d of %d ranks acknowledged", acks,
-            hvd_g.size - 1);
+    hvd_log(HVD_LOG_WARNING, "shutdown: only %d of %d ranks acknowledged within %.1f s",
+            acks, hvd_g.size - 1, (util_now_us() - start) * 1e-6);
     atomic_store(&hvd_g.failed, 1);
   }
   hvd_control_progress(&bg->ctl, 1, deadline);
@@ -323,7 +351,11 @@ static int take_submissions(bg_t *bg, int *shutdown_requested, int *end) {
   for (struct hvd_request *r = head; r && ok; r = r->next_queue, n++) {
     r->device = r->kind == HVD_KIND_BARRIER || r->kind == HVD_KIND_JOIN || helping
                     ? -1 : hvd_device_of_buffers(r->sendbuf, r->recvbuf);
-    if (r->kind == HVD_KIND_JOIN) hvd_g.joined = 1;
+    /* From here this rank stands in with zeros for the set's collectives. */
+    if (r->kind == HVD_KIND_JOIN && !hvd_joined_sets_add(r->set)) {
+      ok = 0;
+      break;
+    }
     /* Cache on: a pending hit waits for the others in the rounds (hvd/cache_rounds.c). */
     if (bg->rounds) {
       int hit = hvd_cache_rounds_submit(bg->rounds, r);
@@ -616,7 +648,7 @@ static int hook_fail(void *arg, hvd_status_t s, const char *text) {
 
 static int hook_self_joined(void *arg) {
   (void)arg;
-  return hvd_g.joined;
+  return hvd_joined_sets_any();
 }
 
 /* Cache on (hvd_g.round_words > 0): the protocol, over the MPI peers. 0: out of memory. */

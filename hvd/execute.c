@@ -10,11 +10,13 @@
 
    A mismatch arrives as a failed response and fails only that request.
 
-   A rank that has called hvd_join is answered the others' collectives too: it takes
-   part with a stand-in request (zeros of the response's dtype and count, its result
-   dropped), so the collective has every rank. */
+   A rank that has called hvd_join (hvd_join_ex: of a process set, hvd/joined_sets.c) is
+   answered the others' collectives of that set too: it takes part with a stand-in
+   request (zeros of the response's dtype and count, its result dropped), so the
+   collective has every rank. */
 #include "hvd/execute.h"
 #include "hvd/hvd_internal.h"
+#include "hvd/joined_sets.h"
 #include "hvd/requests.h"
 
 #include <stdlib.h>
@@ -48,6 +50,7 @@ static struct hvd_request *phantom_new(const hvd_response_t *r) {
   p->root = r->root;
   p->count = (size_t)r->count;
   p->device = -1;
+  p->set = r->set;   /* the collective runs on the set's ranks */
   p->sendbuf = buf;
   p->recvbuf = buf + bytes;
   size_t kl = r->key_len < HVD_KEY_MAX - 1 ? r->key_len : HVD_KEY_MAX - 1;
@@ -166,14 +169,23 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
       return broken_list(reqs, phantoms, i);
     }
     if (reqs[i]) reqs[i]->held = 1;
-    /* A process set's name comes to every rank; those outside the set skip it. (A rank
-       of the set has submitted it before the coordinator could answer it.) */
-    if (reqs[i] == NULL && resp[i].set != 0) continue;
     /* The coordinator answers a name without this rank's request only when this rank
-       has joined; a failed one needs no stand-in (the others only complete it). */
-    if (reqs[i] == NULL && hvd_g.joined && resp[i].status == HVD_OK)
+       has joined the name's set; a failed one needs no stand-in (the others only
+       complete it). */
+    int joined = reqs[i] == NULL && hvd_joined_sets_has(resp[i].set);
+    if (joined && resp[i].status == HVD_OK) {
       reqs[i] = phantoms[i] = phantom_new(&resp[i]);
-    if (reqs[i] == NULL && !(hvd_g.joined && resp[i].status != HVD_OK)) {
+      if (reqs[i] == NULL) {
+        snprintf(msg, len, "rank %d: out of memory for the zeros of tensor \"%s\" (it "
+                 "has joined)", hvd_g.rank, key);
+        return broken_list(reqs, phantoms, i);
+      }
+    }
+    /* A process set's name comes to every rank; those outside the set skip it. (A rank
+       of the set has submitted it or joined the set before the coordinator could
+       answer it.) */
+    if (reqs[i] == NULL && !joined && resp[i].set != 0) continue;
+    if (reqs[i] == NULL && !joined) {
       snprintf(msg, len, "rank %d received a response for tensor \"%s\" that it has not "
                "submitted (internal error)", hvd_g.rank, key);
       return broken_list(reqs, phantoms, i);
@@ -189,8 +201,9 @@ hvd_status_t hvd_execute(const hvd_response_t *resp, int n, char *msg, size_t le
       continue;
     }
     if (resp[i].kind == HVD_KIND_JOIN) {
-      /* Every rank has joined: each rank's join returns, the runtime goes on as before. */
-      hvd_g.joined = 0;
+      /* Every rank of the set has joined: each one's join returns, the set goes on as
+         before. */
+      hvd_joined_sets_remove(resp[i].set);
       reqs[i]->result_last_rank = resp[i].root;
       reqs[i]->results |= HVD_RESULT_LAST_RANK;
       complete_group(&reqs[i], 1, HVD_OK, NULL);

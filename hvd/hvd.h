@@ -146,8 +146,11 @@ typedef struct {
    reducescatter) of floating-point data (another dtype: HVD_ERR_INVALID_ARGUMENT) and
    are ignored by the other collectives; ranks that pass different factors or sets for a
    name get HVD_ERR_MISMATCH. A set's collectives, and the factors, work on host memory
-   (device memory: HVD_ERR_INVALID_ARGUMENT on every rank of the set, at execution);
-   hvd_join concerns the world only. */
+   (device memory: HVD_ERR_INVALID_ARGUMENT on every rank of the set, at execution).
+   hvd_join_ex joins within the set: as hvd_join, for the set's collectives and ranks
+   (AVERAGE divides by the set's size, joined ranks included; *last_rank: the world rank
+   of the set's last member to join). Joins are per set, as Horovod's: collectives of
+   other sets and the world go on as usual, on this rank too (from another thread). */
 hvd_status_t hvd_allreduce_ex(const char *name, const void *sendbuf, void *recvbuf,
                               size_t count, hvd_dtype_t dtype, hvd_op_t op,
                               const hvd_options_t *opts);
@@ -187,6 +190,7 @@ hvd_status_t hvd_grouped_allreduce_async_ex(size_t n, const char *const *names,
                                             hvd_dtype_t dtype, hvd_op_t op,
                                             const hvd_options_t *opts, hvd_request_t *req);
 hvd_status_t hvd_barrier_ex(const hvd_options_t *opts);
+hvd_status_t hvd_join_ex(int *last_rank, const hvd_options_t *opts);
 
 /* ---- extensions ---- */
 

@@ -20,7 +20,8 @@
    Process sets: api_ex.c (the _ex forms) -> call_options.c (this call's set and
    factors, which api.c reads) -> process_set_registry.c (the sets, which the coordinator
    does not need and host_backend.c and execute.c read); process_sets.c (add/remove)
-   -> api.c and the registry.
+   -> api.c and the registry. joined_sets.c: the sets this rank has joined (the
+   background loop's, read by execute.c).
 
    This header holds what nearly every file uses: the request, the response, the shared
    state, the names (names.c), the log (env.c), the backend tables and the device
@@ -250,9 +251,6 @@ typedef struct {
   /* Responses executed: from the cache (agreed hits) and from coordinator lists; the
      tests read them (the background loop writes, anyone reads). */
   atomic_ullong stat_cached, stat_negotiated;
-  int joined;                 /* background loop only: this rank's hvd_join went to
-                                 the coordinator and has not been answered yet; it
-                                 takes part in others' collectives with zeros         */
 } hvd_state_t;
 
 extern hvd_state_t hvd_g;

@@ -14,6 +14,7 @@
 #include "hvd/background.h"
 #include "hvd/cache_rounds.h"
 #include "hvd/env.h"
+#include "hvd/joined_sets.h"
 #include "hvd/liveness.h"
 #include "hvd/ps_internal.h"
 #include "hvd/rounds.h"
@@ -388,7 +389,7 @@ hvd_status_t hvd_init(void) {
   atomic_store(&hvd_g.stat_cached, 0);
   atomic_store(&hvd_g.stat_negotiated, 0);
   hvd_g.cancel = 0;
-  hvd_g.joined = 0;
+  hvd_joined_sets_free();
   atomic_store(&hvd_g.failed, 0);
   atomic_store(&hvd_g.peer_lost, 0);
   atomic_store(&hvd_g.bg_alive_us, (long long)util_now_us());
@@ -535,6 +536,7 @@ hvd_status_t hvd_shutdown(void) {
   pthread_join(hvd_g.thread, NULL);   /* it released the device state as it ended */
   hvd_watchdog_stop();
   hvd_process_sets_free();
+  hvd_joined_sets_free();
   /* From here on calls return HVD_ERR_NOT_INITIALIZED. */
   atomic_store(&hvd_g_initialized, 0);
   pthread_cond_destroy(&hvd_g.work_cv);

@@ -81,6 +81,10 @@ void hvd_liveness_heard(int src) {
   if (L.heard_us && src >= 0 && src < hvd_g.size) L.heard_us[src] = util_now_us();
 }
 
+double hvd_liveness_silent_us(int rank, double now_us) {
+  return L.heard_us && rank >= 0 && rank < hvd_g.size ? now_us - L.heard_us[rank] : 0;
+}
+
 const char *hvd_host_of(int rank) {
   return hvd_g.hosts && rank >= 0 && rank < hvd_g.size ? hvd_g.hosts[rank] : "?";
 }

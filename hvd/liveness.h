@@ -23,6 +23,8 @@ void hvd_liveness_send_stop(hvd_status_t s, const char *msg);
 /* 1 when this process itself was stopped longer than the peer timeout: the others have
    given it up, so it neither answers censuses nor sends notices. */
 int hvd_liveness_given_up(void);
+/* How long rank (a partner) has given no sign of life (0 before init). */
+double hvd_liveness_silent_us(int rank, double now_us);
 const char *hvd_host_of(int rank);
 
 #endif /* HVD_LIVENESS_H */

@@ -89,6 +89,15 @@ typedef struct {
   double first_seen_us, ready_us, last_warn_us;
 } entry_t;
 
+/* One process set's join in progress (Horovod keeps one per process set): the ranks of
+   the set that joined (they count as having submitted every name of the set, with
+   zeros) and the last one to join (a world rank); dropped when all have. */
+typedef struct {
+  int32_t set, set_size;
+  unsigned char *joined;       /* per world rank */
+  int njoined, last_joined;
+} join_state_t;
+
 struct hvd_coordinator {
   int size;
   entry_t **pending;           /* names not yet submitted by every rank */
@@ -98,21 +107,15 @@ struct hvd_coordinator {
   size_t ready_bytes;
   double *times;               /* of the last emit */
   int cap_times;
-  /* hvd_join: ranks that joined (they count as having submitted every name, with
-     zeros) and the last one to join; reset when all have. */
-  unsigned char *joined;
-  int njoined, last_joined;
+  /* hvd_join per process set: the sets with a join in progress. */
+  join_state_t *joins;
+  int njoins, cap_joins;
 };
 
 hvd_coordinator_t *hvd_coordinator_create(int size) {
   hvd_coordinator_t *c = calloc(1, sizeof(*c));
   if (c == NULL) return NULL;
   c->size = size;
-  c->joined = calloc((size_t)size, 1);
-  if (c->joined == NULL) {
-    free(c);
-    return NULL;
-  }
   return c;
 }
 
@@ -130,7 +133,8 @@ void hvd_coordinator_free(hvd_coordinator_t *c) {
   free(c->pending);
   free(c->ready);
   free(c->times);
-  free(c->joined);
+  for (int i = 0; i < c->njoins; i++) free(c->joins[i].joined);
+  free(c->joins);
   free(c);
 }
 
@@ -170,15 +174,30 @@ static int entry_need(const hvd_coordinator_t *c, const entry_t *e) {
   return w->set != 0 ? w->set_size : c->size;
 }
 
-/* Whether every rank has submitted pending[idx] or joined (joins count for the world's
-   names only); if so it moves to the ready list (pending keeps arrival order: it is also
-   the stall report's order). 0 when out of memory. */
+/* The join in progress in set (NULL: none). */
+static join_state_t *join_find(const hvd_coordinator_t *c, int32_t set) {
+  for (int i = 0; i < c->njoins; i++)
+    if (c->joins[i].set == set) return &c->joins[i];
+  return NULL;
+}
+
+/* A rank of e's set that has joined it and not submitted e (-1: none). */
+static int joined_rank_of(const hvd_coordinator_t *c, const entry_t *e) {
+  const join_state_t *js = join_find(c, e->req[e->ref].set);
+  for (int r = 0; js && r < c->size; r++)
+    if (js->joined[r] && !e->have[r]) return r;
+  return -1;
+}
+
+/* Whether every rank has submitted pending[idx] or joined its set (a join counts for
+   the names of its own set only); if so it moves to the ready list (pending keeps
+   arrival order: it is also the stall report's order). 0 when out of memory. */
 static int promote_if_ready(hvd_coordinator_t *c, int idx, double now_us) {
   entry_t *e = c->pending[idx];
   int have = e->nhave;
-  int world = e->req[e->ref].set == 0;
-  for (int r = 0; r < c->size && c->njoined > 0 && world; r++)
-    have += c->joined[r] && !e->have[r];
+  const join_state_t *js = join_find(c, e->req[e->ref].set);
+  for (int r = 0; js && r < c->size; r++)
+    have += js->joined[r] && !e->have[r];
   if (have < entry_need(c, e)) return 1;
   memmove(&c->pending[idx], &c->pending[idx + 1],
           (size_t)(c->npending - idx - 1) * sizeof(entry_t *));
@@ -191,28 +210,48 @@ static int promote_if_ready(hvd_coordinator_t *c, int idx, double now_us) {
   return 1;
 }
 
-/* rank joined (its join request w under key): every pending name that only waited for
-   it becomes ready; when it is the last, the join itself is answered. */
+/* The join state of w's set, a new one if none is in progress. NULL: out of memory. */
+static join_state_t *join_open(hvd_coordinator_t *c, const wire_request_t *w) {
+  join_state_t *js = join_find(c, w->set);
+  if (js) return js;
+  if (c->njoins == c->cap_joins) {
+    int nc = c->cap_joins ? 2 * c->cap_joins : 4;
+    join_state_t *p = realloc(c->joins, (size_t)nc * sizeof(*p));
+    if (!p) return NULL;
+    c->joins = p;
+    c->cap_joins = nc;
+  }
+  unsigned char *joined = calloc((size_t)c->size, 1);
+  if (!joined) return NULL;
+  js = &c->joins[c->njoins++];
+  *js = (join_state_t){w->set, w->set != 0 ? w->set_size : c->size, joined, 0, -1};
+  return js;
+}
+
+/* rank joined w's set (its join request w under key): every pending name of the set
+   that only waited for it becomes ready; when it is the set's last, the join itself is
+   answered (to the set's ranks; root: the last rank to join). */
 static int add_join(hvd_coordinator_t *c, int rank, const wire_request_t *w,
                     const char *key, size_t key_len, double now_us) {
-  if (c->joined[rank]) return 0;   /* a rank never has two joins in flight */
-  c->joined[rank] = 1;
-  c->njoined++;
-  c->last_joined = rank;
+  join_state_t *js = join_open(c, w);
+  if (!js || js->joined[rank]) return 0;   /* a rank never has two joins of a set */
+  js->joined[rank] = 1;
+  js->njoined++;
+  js->last_joined = rank;
   for (int j = c->npending - 1; j >= 0; j--)
     if (!promote_if_ready(c, j, now_us)) return 0;
-  if (c->njoined < c->size) return 1;
+  if (js->njoined < js->set_size) return 1;
   entry_t *e = entry_new(c, key, key_len, rank, now_us);
   if (!e) return 0;
   e->req[rank] = *w;
-  e->req[rank].root = c->last_joined;
+  e->req[rank].root = js->last_joined;
   e->ready_us = now_us;
   if (!push(&c->ready, &c->nready, &c->cap_ready, e)) {
     entry_free(e);
     return 0;
   }
-  memset(c->joined, 0, (size_t)c->size);
-  c->njoined = 0;
+  free(js->joined);
+  *js = c->joins[--c->njoins];
   return 1;
 }
 
@@ -356,12 +395,11 @@ static hvd_status_t check_mismatch(const hvd_coordinator_t *c, const entry_t *e,
     int unsupported = a->kind != HVD_KIND_ALLREDUCE && a->kind != HVD_KIND_REDUCESCATTER &&
                       a->kind != HVD_KIND_BARRIER;
     if (unsupported || a->device >= 0) {
-      int j = 0;
-      while (j < c->size && e->have[j]) j++;
       snprintf(msg, HVD_ERROR_MAX,
                "%s of tensor \"%s\"%s is not supported while a rank has called hvd_join "
-               "(rank %d has joined)", kind, name,
-               unsupported ? "" : " on CUDA device memory", j);
+               "(rank %d has joined%s)", kind, name,
+               unsupported ? "" : " on CUDA device memory", joined_rank_of(c, e),
+               a->set != 0 ? " the process set" : "");
       return HVD_ERR_INVALID_ARGUMENT;
     }
   }

@@ -193,7 +193,7 @@ py-opt-state-not-loaded|python/hvd/torch/functions.py|s#        optimizer.load_s
 py-uninstall-keeps-package|Makefile|s#  rm -rf '\$(DESTDIR)'"\$\$site/hvd"; fi#  true; fi#|test_install.sh
 py-allreduce-grad-not-reduced|python/hvd/torch/__init__.py|s#        grad = synchronize(_api_torch.allreduce_async(grad_output, None, None, op, pre, post,#        grad = grad_output; len((grad_output, None, None, op, pre, post,#|test_python.sh
 pset-average-divides-by-world|hvd/host_backend.c|s/send, recv, count, dt, v->size);/send, recv, count, dt, hvd_g.size);/|test_hvd_process_sets
-pset-outsider-runs-response|hvd/execute.c|s/if (reqs\[i\] == NULL \&\& resp\[i\].set != 0) continue;/(void)0;/|test_hvd_process_sets
+pset-outsider-runs-response|hvd/execute.c|s/if (reqs\[i\] == NULL \&\& !joined \&\& resp\[i\].set != 0) continue;/(void)0;/|test_hvd_process_sets
 pset-allgather-world-counts|hvd/host_backend.c|s/hvd_response_count(resp, v.ranks ? v.ranks\[i\] : i)/hvd_response_count(resp, i)/|test_hvd_process_sets
 pset-fuse-across-sets|hvd/negotiation.c|s/b->count > 0 \&\& b->set == a->set \&\&/b->count > 0 \&\&/|test_hvd_process_sets
 pset-outsider-not-refused|hvd/process_set_registry.c|s/  if (!in)$/  if (0)/|test_hvd_process_sets
@@ -296,6 +296,16 @@ plot-pipeline-short-box-forward|scripts/plot_pipeline_timeline.py|s#("B" if micr
 plot-pipeline-box-one-column|scripts/plot_pipeline_timeline.py|s#ax.barh(y, width \* per_column, 0.8#ax.barh(y, per_column, 0.8#|test_plots.sh
 onnx-clip-grad-past-max|nn/graph_kernels.c|s#default: dx\[i\] += (x\[i\] > lo \&\& x\[i\] < hi) ? g : 0.0f; break;#default: dx[i] += x[i] > lo ? g : 0.0f; break;#|test_onnx_models
 gconv-weight-grad-taps-transposed|nn/graph_kernels.c|s#if (dw) dw\[woff + ki \* s->kw + kj\] += (float)gw;#if (dw) dw[woff + kj * s->kw + ki] += (float)gw;#|test_onnx_models
+join-set-stand-in-on-world|hvd/execute.c|s#  p->set = r->set;   /\* the collective runs on the set's ranks \*/#  p->set = 0;#|test_hvd_join_sets
+join-counts-for-every-set|hvd/negotiation.c|s#  const join_state_t \*js = join_find(c, e->req\[e->ref\].set);#  const join_state_t *js = c->njoins ? \&c->joins[0] : NULL;#|test_hvd_join_sets
+join-set-waits-for-world|hvd/negotiation.c|s#w->set != 0 ? w->set_size : c->size, joined, 0, -1#c->size, joined, 0, -1#|test_hvd_join_sets
+join-set-no-stand-in|hvd/execute.c|s#int joined = reqs\[i\] == NULL \&\& hvd_joined_sets_has(resp\[i\].set);#int joined = reqs[i] == NULL \&\& hvd_joined_sets_has(0);#|test_hvd_join_sets
+join-last-rank-set-index|hvd/negotiation.c|s#  js->last_joined = rank;#  js->last_joined = js->njoined - 1;#|test_hvd_join_sets
+join-set-broadcast-allowed|hvd/negotiation.c|s#    int unsupported = a->kind != HVD_KIND_ALLREDUCE \&\&#    int unsupported = a->set == 0 \&\& a->kind != HVD_KIND_ALLREDUCE \&\&#|test_hvd_join_sets
+join-ex-outside-set-accepted|hvd/api_ex.c|s#  hvd_status_t s = hvd_call_options_enter(opts, "hvd_join");#  hvd_status_t s = HVD_OK; (void)opts;#|test_hvd_join_sets
+join-set-never-left|hvd/execute.c|s#^      hvd_joined_sets_remove(resp\[i\].set);#      ;#|test_hvd_join_sets
+shutdown-ack-wait-fixed|hvd/background.c|s#  if (now_us < start_us + DRAIN_LIMIT_US) return 1;#  return now_us < start_us + DRAIN_LIMIT_US;#|test_hvd_shutdown_slow
+shutdown-waits-for-the-dead|hvd/background.c|s#  double limit_us = start_us + DRAIN_LIMIT_US + timeout_us;#  double limit_us = 1e300;#;s#hvd_liveness_silent_us(r, now_us) > timeout_us) return 0;#hvd_liveness_silent_us(r, now_us) > 1e300) return 0;#|test_hvd_shutdown_slow
 EOF
 )
 

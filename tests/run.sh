@@ -69,6 +69,7 @@ pooled=(
   test_serve_grpc_threads.sh test_train_pipeline_freeze.sh
   test_blas_core.sh
   test_plots.sh
+  test_hvd_join_sets
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build
