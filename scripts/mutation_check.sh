@@ -285,7 +285,7 @@ ps-small-shards-not-fused|hvd/ps_engine.c|s/  if (n < 2) return;/  if (n < 1u <<
 cnn-bench-async-total-until-all|bench/cnn_bench.c|s/  const int async = t->step.ps \&\& strcmp/  const int async = 0 \&\& t->step.ps \&\& strcmp/|test_cnn_bench_ps.sh
 serve-rest-port-shared|serve/http.c|s#      MHD_OPTION_END);#      MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);#|test_serve_grpc_errors.sh
 grpc-calls-queued-on-one-thread|serve/call_pool.c|s#if (p->idle + p->returning <= p->queued) {#if (p->threads == 0) {#|test_serve_grpc_sigterm.sh
-hvdrun-all-hosts-for-fewer-ranks|launcher/command.c|s#char \*hosts = hvdrun_hosts_format_first(\&o->hosts, np);#char *hosts = hvdrun_hosts_format(\&o->hosts);#|test_hvdrun_args.sh
+hvdrun-all-hosts-for-fewer-ranks|launcher/command.c|s#p->hosts = hvdrun_hosts_format_first(\&o->hosts, p->np);#p->hosts = hvdrun_hosts_format(\&o->hosts);#|test_hvdrun_args.sh
 agree-histogram-freq-left-out|train/agree.c|s#^  line(\&out, "--histogram-freq", "%d", o->histogram_freq);#  /* --histogram-freq left out */#|test_train_agree
 EOF
 )
