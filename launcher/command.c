@@ -281,203 +281,247 @@ static char *describe_hosts(const hvdrun_hosts_t *h, const char *list)
                           last->name, last->slots);
 }
 
-int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char *launcher,
-                         hvdrun_argv_t *cmd, char *err)
+/* Where the ranks go and how the launcher reaches the hosts: hvdrun's options resolved
+   into what both launchers' flags are made of. */
+typedef struct {
+  int np, have_hosts, oversubscribe, netns;
+  char *hosts;               /* the hosts' slots the job runs on, as -H takes them */
+  const char *bind_to, *map_by;
+  const char *agent;         /* the rsh agent, or NULL: the launcher's own */
+  char *agent_found;         /* the namespace hosts' agent, when not given */
+  const char *subnet;        /* the namespace hosts' bridge */
+} placement_t;
+
+static void placement_free(placement_t *p)
 {
+  free(p->hosts);
+  free(p->agent_found);
+  p->hosts = p->agent_found = NULL;
+}
+
+/* Binding is off when ranks outnumber cores (bound ranks would pile onto the same cores)
+   and on the namespace hosts, which are all this one machine: each host's daemon would
+   bind its ranks to the same cores. */
+static const char *default_bind_to(const hvdrun_options_t *o, const placement_t *p,
+                                   long long slots)
+{
+  int overloaded = p->np > slots;
+  if (!p->have_hosts && p->np > local_core_count()) overloaded = 1;
+  for (int i = 0; i < o->hosts.n; i++)
+    if (is_this_machine(o->hosts.v[i].name) && o->hosts.v[i].slots > local_core_count())
+      overloaded = 1;
+  return overloaded || p->netns ? "none" : "core";
+}
+
+static int placement_plan(const hvdrun_options_t *o, placement_t *p, char *err)
+{
+  memset(p, 0, sizeof *p);
   /* Slots: the hosts' slots, or this machine's cores (OpenMPI's default). Counted in a
      long long: many hosts of many slots add up past INT_MAX. */
-  int have_hosts = o->hosts.n > 0;
-  long long slots = have_hosts ? hvdrun_hosts_total_slots(&o->hosts) : local_core_count();
-  int oversubscribe = o->oversubscribe || env_true("OMPI_MCA_rmaps_base_oversubscribe");
+  p->have_hosts = o->hosts.n > 0;
+  long long slots = p->have_hosts ? hvdrun_hosts_total_slots(&o->hosts) : local_core_count();
+  p->oversubscribe = o->oversubscribe || env_true("OMPI_MCA_rmaps_base_oversubscribe");
   if (o->np <= 0 && slots > HVDRUN_MAX_RANKS)
     return hvdrun_errf(err, "the hosts have %lld slots in all, more than the %d ranks "
                        "hvdrun starts at most; give the number of ranks with -np N", slots,
                        HVDRUN_MAX_RANKS);
-  int np = o->np > 0 ? o->np : (int)slots;
+  p->np = o->np > 0 ? o->np : (int)slots;
   /* Fewer ranks than slots: the launcher gets only the first hosts' slots, in order,
      the hosts the job runs on (horovodrun's placement); the rest are left out, not
      handed over for it to use (--map-by node would spread the ranks over them all). */
-  char *hosts = hvdrun_hosts_format_first(&o->hosts, np);
-  if (np > slots && !oversubscribe) {
-    char *which = have_hosts ? describe_hosts(&o->hosts, hosts)
-                             : hvdrun_xstrdup("this machine's cores");
+  p->hosts = hvdrun_hosts_format_first(&o->hosts, p->np);
+  if (p->np > slots && !p->oversubscribe) {
+    char *which = p->have_hosts ? describe_hosts(&o->hosts, p->hosts)
+                                : hvdrun_xstrdup("this machine's cores");
     hvdrun_errf(err, "-np %d is more than the %lld slots available (%s); add slots (-H "
-                "host:N, --hostfile) or pass --oversubscribe", np, slots, which);
+                "host:N, --hostfile) or pass --oversubscribe", p->np, slots, which);
     free(which);
-    free(hosts);
+    placement_free(p);
     return -1;
   }
 
   /* One process per device: on CPU a rank per core, bound to it, ranks of a host placed
-     next to each other (map by slot). Binding is off when ranks outnumber cores (bound
-     ranks would pile onto the same cores) and on the namespace hosts, which are all
-     this one machine: each host's daemon would bind its ranks to the same cores. */
-  int netns = hvdrun_hosts_are_netns(&o->hosts);
-  int overloaded = np > slots;
-  if (!have_hosts && np > local_core_count()) overloaded = 1;
-  for (int i = 0; i < o->hosts.n; i++)
-    if (is_this_machine(o->hosts.v[i].name) && o->hosts.v[i].slots > local_core_count())
-      overloaded = 1;
-  const char *bind_to = o->bind_to ? o->bind_to : (overloaded || netns) ? "none" : "core";
-  const char *map_by = o->map_by ? o->map_by : "slot";
-
-  char *agent_found = NULL;   /* the namespace hosts' agent, when not given */
-  if (!o->rsh_agent && netns && netns_agent(&agent_found, err) != 0) {
-    free(hosts);
+     next to each other (map by slot). */
+  p->netns = hvdrun_hosts_are_netns(&o->hosts);
+  p->bind_to = o->bind_to ? o->bind_to : default_bind_to(o, p, slots);
+  p->map_by = o->map_by ? o->map_by : "slot";
+  if (!o->rsh_agent && p->netns && netns_agent(&p->agent_found, err) != 0) {
+    placement_free(p);
     return -1;
   }
-  const char *agent = o->rsh_agent ? o->rsh_agent : agent_found;
-  const char *subnet = getenv("HVD_NETNS_SUBNET");
-  if (!subnet || !*subnet) subnet = HVDRUN_NETNS_SUBNET;
-  int rc = 0;
+  p->agent = o->rsh_agent ? o->rsh_agent : p->agent_found;
+  p->subnet = getenv("HVD_NETNS_SUBNET");
+  if (!p->subnet || !*p->subnet) p->subnet = HVDRUN_NETNS_SUBNET;
+  return 0;
+}
 
-  hvdrun_argv_push(cmd, launcher);
-  if (mpi == HVDRUN_OPENMPI) {
-    if (geteuid() == 0) hvdrun_argv_push(cmd, "--allow-run-as-root");
-    hvdrun_argv_push(cmd, "-np");
-    hvdrun_argv_pushf(cmd, "%d", np);
-    if (have_hosts) {
-      hvdrun_argv_push(cmd, "-H");
-      hvdrun_argv_push(cmd, hosts);
-    }
-    if (oversubscribe) hvdrun_argv_push(cmd, "--oversubscribe");
-    hvdrun_argv_push(cmd, "--bind-to");
-    hvdrun_argv_push(cmd, bind_to);
-    hvdrun_argv_push(cmd, "--map-by");
-    hvdrun_argv_push(cmd, map_by);
-    if (o->output_dir) {
-      hvdrun_argv_push(cmd, "--output-filename");
-      hvdrun_argv_push(cmd, o->output_dir);
-    }
-    if (o->start_timeout > 0) {
-      hvdrun_argv_push(cmd, "--mca");
-      hvdrun_argv_push(cmd, "orte_startup_timeout");
-      hvdrun_argv_pushf(cmd, "%d", o->start_timeout);
-    }
-    if (agent) {
-      hvdrun_argv_push(cmd, "--mca");
-      hvdrun_argv_push(cmd, "plm_rsh_agent");
-      hvdrun_argv_push(cmd, agent);
-    }
-    if (o->ssh_port > 0) {
-      hvdrun_argv_push(cmd, "--mca");
-      hvdrun_argv_push(cmd, "plm_rsh_args");
-      hvdrun_argv_pushf(cmd, "-p %d", o->ssh_port);
-    }
-    if (o->network_interface) {
-      /* As horovodrun: both the daemons' out-of-band channel and the ranks' TCP
-         transport, and NCCL's sockets (a -x given later still wins). */
-      hvdrun_argv_push(cmd, "--mca");
-      hvdrun_argv_push(cmd, "btl_tcp_if_include");
-      hvdrun_argv_push(cmd, o->network_interface);
-      hvdrun_argv_push(cmd, "--mca");
-      hvdrun_argv_push(cmd, "oob_tcp_if_include");
-      hvdrun_argv_push(cmd, o->network_interface);
-      if (!strchr(o->network_interface, '/')) {
-        hvdrun_argv_push(cmd, "-x");
-        hvdrun_argv_pushf(cmd, "NCCL_SOCKET_IFNAME=%s", o->network_interface);
-      }
-    } else if (netns) {
-      /* The daemons in the namespaces reach mpirun, and ranks reach each other, only
-         over the bridge: keep OpenMPI off every other interface. */
-      hvdrun_argv_push(cmd, "--mca");
-      hvdrun_argv_push(cmd, "oob_tcp_if_include");
-      hvdrun_argv_push(cmd, subnet);
-      hvdrun_argv_push(cmd, "--mca");
-      hvdrun_argv_push(cmd, "btl_tcp_if_include");
-      hvdrun_argv_push(cmd, subnet);
-    }
-    for (int i = 0; i + 1 < o->mca.n; i += 2) {
-      hvdrun_argv_push(cmd, "--mca");
-      hvdrun_argv_push(cmd, o->mca.v[i]);
-      hvdrun_argv_push(cmd, o->mca.v[i + 1]);
-    }
-    for (int i = 0; i < o->env.n; i++) {
+static void push_mca(hvdrun_argv_t *cmd, const char *name, const char *value)
+{
+  hvdrun_argv_push(cmd, "--mca");
+  hvdrun_argv_push(cmd, name);
+  hvdrun_argv_push(cmd, value);
+}
+
+/* OpenMPI's network flags: the interface asked for, else the namespace hosts' bridge. */
+static void push_openmpi_network(const hvdrun_options_t *o, const placement_t *p,
+                                 hvdrun_argv_t *cmd)
+{
+  if (o->network_interface) {
+    /* As horovodrun: both the daemons' out-of-band channel and the ranks' TCP
+       transport, and NCCL's sockets (a -x given later still wins). */
+    push_mca(cmd, "btl_tcp_if_include", o->network_interface);
+    push_mca(cmd, "oob_tcp_if_include", o->network_interface);
+    if (!strchr(o->network_interface, '/')) {
       hvdrun_argv_push(cmd, "-x");
-      hvdrun_argv_push(cmd, o->env.v[i]);
+      hvdrun_argv_pushf(cmd, "NCCL_SOCKET_IFNAME=%s", o->network_interface);
     }
-    if (o->start_timeout > 0) {
-      hvdrun_argv_push(cmd, "-x");
-      hvdrun_argv_pushf(cmd, "HVD_START_TIMEOUT=%d", o->start_timeout);
-    }
-  } else if (mpi == HVDRUN_MPICH) {
-    if (o->mca.n > 0) {
-      rc = hvdrun_errf(err, "--mca %s: MCA parameters are OpenMPI's; the launcher '%s' is "
+  } else if (p->netns) {
+    /* The daemons in the namespaces reach mpirun, and ranks reach each other, only
+       over the bridge: keep OpenMPI off every other interface. */
+    push_mca(cmd, "oob_tcp_if_include", p->subnet);
+    push_mca(cmd, "btl_tcp_if_include", p->subnet);
+  }
+}
+
+static void push_openmpi(const hvdrun_options_t *o, const placement_t *p, hvdrun_argv_t *cmd)
+{
+  if (geteuid() == 0) hvdrun_argv_push(cmd, "--allow-run-as-root");
+  hvdrun_argv_push(cmd, "-np");
+  hvdrun_argv_pushf(cmd, "%d", p->np);
+  if (p->have_hosts) {
+    hvdrun_argv_push(cmd, "-H");
+    hvdrun_argv_push(cmd, p->hosts);
+  }
+  if (p->oversubscribe) hvdrun_argv_push(cmd, "--oversubscribe");
+  hvdrun_argv_push(cmd, "--bind-to");
+  hvdrun_argv_push(cmd, p->bind_to);
+  hvdrun_argv_push(cmd, "--map-by");
+  hvdrun_argv_push(cmd, p->map_by);
+  if (o->output_dir) {
+    hvdrun_argv_push(cmd, "--output-filename");
+    hvdrun_argv_push(cmd, o->output_dir);
+  }
+  if (o->start_timeout > 0) {
+    hvdrun_argv_push(cmd, "--mca");
+    hvdrun_argv_push(cmd, "orte_startup_timeout");
+    hvdrun_argv_pushf(cmd, "%d", o->start_timeout);
+  }
+  if (p->agent) push_mca(cmd, "plm_rsh_agent", p->agent);
+  if (o->ssh_port > 0) {
+    hvdrun_argv_push(cmd, "--mca");
+    hvdrun_argv_push(cmd, "plm_rsh_args");
+    hvdrun_argv_pushf(cmd, "-p %d", o->ssh_port);
+  }
+  push_openmpi_network(o, p, cmd);
+  for (int i = 0; i + 1 < o->mca.n; i += 2) push_mca(cmd, o->mca.v[i], o->mca.v[i + 1]);
+  for (int i = 0; i < o->env.n; i++) {
+    hvdrun_argv_push(cmd, "-x");
+    hvdrun_argv_push(cmd, o->env.v[i]);
+  }
+  if (o->start_timeout > 0) {
+    hvdrun_argv_push(cmd, "-x");
+    hvdrun_argv_pushf(cmd, "HVD_START_TIMEOUT=%d", o->start_timeout);
+  }
+}
+
+/* hvdrun's options that MPICH's launcher has no flag for. */
+static int check_mpich(const hvdrun_options_t *o, const char *launcher, char *err)
+{
+  if (o->mca.n > 0)
+    return hvdrun_errf(err, "--mca %s: MCA parameters are OpenMPI's; the launcher '%s' is "
                        "MPICH's", o->mca.v[0], launcher);
-      goto out;
-    }
-    if (o->ssh_port > 0) {
-      rc = hvdrun_errf(err, "--ssh-port %d: MPICH's launcher '%s' takes no arguments for "
+  if (o->ssh_port > 0)
+    return hvdrun_errf(err, "--ssh-port %d: MPICH's launcher '%s' takes no arguments for "
                        "ssh; set the port for the hosts in ~/.ssh/config ('Port %d'), or "
                        "use OpenMPI", o->ssh_port, launcher, o->ssh_port);
-      goto out;
-    }
-    if (o->network_interface && strpbrk(o->network_interface, ",/")) {
-      rc = hvdrun_errf(err, "--network-interface %s: MPICH's -iface takes one interface "
+  if (o->network_interface && strpbrk(o->network_interface, ",/"))
+    return hvdrun_errf(err, "--network-interface %s: MPICH's -iface takes one interface "
                        "name (such as eth0), not a list or a subnet", o->network_interface);
-      goto out;
+  return 0;
+}
+
+/* -genv NAME VALUE for each --env / -x: "VAR=value", or "VAR" taken from here. */
+static void push_mpich_env(const hvdrun_options_t *o, hvdrun_argv_t *cmd)
+{
+  for (int i = 0; i < o->env.n; i++) {
+    const char *e = o->env.v[i], *eq = strchr(e, '=');
+    hvdrun_argv_push(cmd, "-genv");
+    if (eq) {
+      hvdrun_argv_pushf(cmd, "%.*s", (int)(eq - e), e);
+      hvdrun_argv_push(cmd, eq + 1);
+    } else {
+      const char *val = getenv(e);
+      hvdrun_argv_push(cmd, e);
+      hvdrun_argv_push(cmd, val ? val : "");
     }
-    hvdrun_argv_push(cmd, "-np");
-    hvdrun_argv_pushf(cmd, "%d", np);
-    if (have_hosts) {
-      hvdrun_argv_push(cmd, "-hosts");
-      hvdrun_argv_push(cmd, hosts);
-    }
-    hvdrun_argv_push(cmd, "-bind-to");
-    hvdrun_argv_push(cmd, bind_to);
-    if (o->map_by) {
-      hvdrun_argv_push(cmd, "-map-by");
-      hvdrun_argv_push(cmd, o->map_by);
-    }
-    if (o->output_dir) {
-      hvdrun_argv_push(cmd, "-outfile-pattern");
-      hvdrun_argv_pushf(cmd, "%s/rank.%%r.stdout", o->output_dir);
-      hvdrun_argv_push(cmd, "-errfile-pattern");
-      hvdrun_argv_pushf(cmd, "%s/rank.%%r.stderr", o->output_dir);
-    }
-    if (agent) {
-      hvdrun_argv_push(cmd, "-launcher");
-      hvdrun_argv_push(cmd, "rsh");
-      hvdrun_argv_push(cmd, "-launcher-exec");
-      hvdrun_argv_push(cmd, agent);
-    }
-    if (o->network_interface) {
-      hvdrun_argv_push(cmd, "-iface");
-      hvdrun_argv_push(cmd, o->network_interface);
-      hvdrun_argv_push(cmd, "-genv");
-      hvdrun_argv_push(cmd, "NCCL_SOCKET_IFNAME");
-      hvdrun_argv_push(cmd, o->network_interface);
-    }
-    for (int i = 0; i < o->env.n; i++) {
-      const char *e = o->env.v[i], *eq = strchr(e, '=');
-      hvdrun_argv_push(cmd, "-genv");
-      if (eq) {
-        hvdrun_argv_pushf(cmd, "%.*s", (int)(eq - e), e);
-        hvdrun_argv_push(cmd, eq + 1);
-      } else {
-        const char *val = getenv(e);
-        hvdrun_argv_push(cmd, e);
-        hvdrun_argv_push(cmd, val ? val : "");
-      }
-    }
-    if (o->start_timeout > 0) {
-      hvdrun_argv_push(cmd, "-genv");
-      hvdrun_argv_push(cmd, "HVD_START_TIMEOUT");
-      hvdrun_argv_pushf(cmd, "%d", o->start_timeout);
-    }
+  }
+  if (o->start_timeout > 0) {
+    hvdrun_argv_push(cmd, "-genv");
+    hvdrun_argv_push(cmd, "HVD_START_TIMEOUT");
+    hvdrun_argv_pushf(cmd, "%d", o->start_timeout);
+  }
+}
+
+static void push_mpich(const hvdrun_options_t *o, const placement_t *p, hvdrun_argv_t *cmd)
+{
+  hvdrun_argv_push(cmd, "-np");
+  hvdrun_argv_pushf(cmd, "%d", p->np);
+  if (p->have_hosts) {
+    hvdrun_argv_push(cmd, "-hosts");
+    hvdrun_argv_push(cmd, p->hosts);
+  }
+  hvdrun_argv_push(cmd, "-bind-to");
+  hvdrun_argv_push(cmd, p->bind_to);
+  if (o->map_by) {
+    hvdrun_argv_push(cmd, "-map-by");
+    hvdrun_argv_push(cmd, o->map_by);
+  }
+  if (o->output_dir) {
+    hvdrun_argv_push(cmd, "-outfile-pattern");
+    hvdrun_argv_pushf(cmd, "%s/rank.%%r.stdout", o->output_dir);
+    hvdrun_argv_push(cmd, "-errfile-pattern");
+    hvdrun_argv_pushf(cmd, "%s/rank.%%r.stderr", o->output_dir);
+  }
+  if (p->agent) {
+    hvdrun_argv_push(cmd, "-launcher");
+    hvdrun_argv_push(cmd, "rsh");
+    hvdrun_argv_push(cmd, "-launcher-exec");
+    hvdrun_argv_push(cmd, p->agent);
+  }
+  if (o->network_interface) {
+    hvdrun_argv_push(cmd, "-iface");
+    hvdrun_argv_push(cmd, o->network_interface);
+    hvdrun_argv_push(cmd, "-genv");
+    hvdrun_argv_push(cmd, "NCCL_SOCKET_IFNAME");
+    hvdrun_argv_push(cmd, o->network_interface);
+  }
+  push_mpich_env(o, cmd);
+}
+
+int hvdrun_build_command(const hvdrun_options_t *o, hvdrun_mpi_t mpi, const char *launcher,
+                         hvdrun_argv_t *cmd, char *err)
+{
+  placement_t p;
+  if (placement_plan(o, &p, err) != 0) return -1;
+  int rc = 0;
+  hvdrun_argv_push(cmd, launcher);
+  if (mpi == HVDRUN_OPENMPI) {
+    push_openmpi(o, &p, cmd);
+  } else if (mpi == HVDRUN_MPICH) {
+    rc = check_mpich(o, launcher, err);
+    if (rc == 0) push_mpich(o, &p, cmd);
   } else {
     rc = hvdrun_errf(err, "cannot tell which MPI '%s' belongs to (its --version names "
                      "neither Open MPI nor MPICH/Hydra); pass --mpi openmpi or --mpi mpich",
                      launcher);
-    goto out;
   }
-  /* --mpi-args last, as horovodrun places them: after hvdrun's own options (a launcher
-     that takes an option twice mostly keeps the later one), before the program. */
-  for (int i = 0; i < o->mpi_args.n; i++) hvdrun_argv_push(cmd, o->mpi_args.v[i]);
-  for (int i = 0; i < o->prog_argc; i++) hvdrun_argv_push(cmd, o->prog_argv[i]);
-out:
-  free(agent_found);
-  free(hosts);
+  if (rc == 0) {
+    /* --mpi-args last, as horovodrun places them: after hvdrun's own options (a launcher
+       that takes an option twice mostly keeps the later one), before the program. */
+    for (int i = 0; i < o->mpi_args.n; i++) hvdrun_argv_push(cmd, o->mpi_args.v[i]);
+    for (int i = 0; i < o->prog_argc; i++) hvdrun_argv_push(cmd, o->prog_argv[i]);
+  }
+  placement_free(&p);
   return rc;
 }
 

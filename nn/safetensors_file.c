@@ -388,194 +388,213 @@ static int st_pread_all(int fd, void *buf, size_t n, off_t offset) {
   return 1;
 }
 
-nn_status_t nn_st_read(const char *path, nn_st_file_t *f) {
-  if (!f || !path) return nn_set_error(NN_ERR_ARG, "nn_st_read: path or file is NULL");
-  f->count = 0;
-  f->tensors = NULL;
-  f->blob = NULL;
-  f->meta_count = 0;
-  f->meta = NULL;
-  f->meta_blob = NULL;
+/* One nn_st_read in progress: what it has found so far, freed by st_reader_free unless
+   handed to the caller. */
+typedef struct {
+  const char *path;
+  int fd;
+  uint64_t hlen, data_start, data_size;
+  char *header;
+  nn_st_tensor_t *ts;
+  uint64_t (*offs)[2];   /* each tensor's data_offsets */
+  int count, cap;
+  void *meta_blob;
+  int meta_count;
+  unsigned char *blob;
+} st_reader_t;
 
-  nn_status_t st = NN_OK;
-  void *meta_blob = NULL;
-  int meta_count = 0;
-  char *header = NULL;
-  nn_st_tensor_t *ts = NULL;
-  uint64_t(*offs)[2] = NULL;
-  st_range_t *ranges = NULL;
-  unsigned char *blob = NULL;
-  int count = 0, cap = 0;
+static void st_reader_free(st_reader_t *r) {
+  close(r->fd);
+  free(r->header);
+  free(r->ts);
+  free(r->offs);
+  free(r->blob);
+  free(r->meta_blob);
+}
 
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return nn_set_error(NN_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+/* The 8-byte header length, bounded by the format's limit and the file, then the
+   header's bytes. */
+static nn_status_t st_read_header(st_reader_t *r) {
+  const char *path = r->path;
   struct stat sb;
-  if (fstat(fd, &sb) != 0) {
-    st = nn_set_error(NN_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
-    goto out;
-  }
+  if (fstat(r->fd, &sb) != 0)
+    return nn_set_error(NN_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
   uint64_t file_size = (uint64_t)sb.st_size;
   unsigned char lenbuf[8];
-  if (file_size < 8 || !st_pread_all(fd, lenbuf, 8, 0)) {
-    st = nn_set_error(NN_ERR_FORMAT, "safetensors file %s: truncated (%llu bytes, no 8-byte header length)",
-                      path, (unsigned long long)file_size);
-    goto out;
-  }
+  if (file_size < 8 || !st_pread_all(r->fd, lenbuf, 8, 0))
+    return nn_set_error(NN_ERR_FORMAT, "safetensors file %s: truncated (%llu bytes, no 8-byte header length)",
+                        path, (unsigned long long)file_size);
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | lenbuf[i];
-  if (hlen < 2 || hlen > ST_MAX_HEADER) {
-    st = nn_set_error(NN_ERR_FORMAT, "safetensors file %s: header length %llu is outside 2..%u bytes "
-                      "(not a safetensors file?)",
-                      path, (unsigned long long)hlen, ST_MAX_HEADER);
-    goto out;
-  }
-  if (hlen > file_size - 8) {
-    st = nn_set_error(NN_ERR_FORMAT, "safetensors file %s: truncated (header of %llu bytes but file has %llu)",
-                      path, (unsigned long long)hlen, (unsigned long long)file_size);
-    goto out;
-  }
-  uint64_t data_start = 8 + hlen, data_size = file_size - data_start;
-  header = malloc(hlen);
-  if (!header) { st = nn_set_error(NN_ERR_NO_MEMORY, "nn_st_read %s: no memory for header", path); goto out; }
-  if (!st_pread_all(fd, header, hlen, 8)) {
-    st = nn_set_error(NN_ERR_IO, "cannot read header of %s: %s", path, strerror(errno));
-    goto out;
-  }
+  if (hlen < 2 || hlen > ST_MAX_HEADER)
+    return nn_set_error(NN_ERR_FORMAT, "safetensors file %s: header length %llu is outside 2..%u bytes "
+                        "(not a safetensors file?)",
+                        path, (unsigned long long)hlen, ST_MAX_HEADER);
+  if (hlen > file_size - 8)
+    return nn_set_error(NN_ERR_FORMAT, "safetensors file %s: truncated (header of %llu bytes but file has %llu)",
+                        path, (unsigned long long)hlen, (unsigned long long)file_size);
+  r->hlen = hlen;
+  r->data_start = 8 + hlen;
+  r->data_size = file_size - r->data_start;
+  r->header = malloc(hlen);
+  if (!r->header) return nn_set_error(NN_ERR_NO_MEMORY, "nn_st_read %s: no memory for header", path);
+  if (!st_pread_all(r->fd, r->header, hlen, 8))
+    return nn_set_error(NN_ERR_IO, "cannot read header of %s: %s", path, strerror(errno));
+  return NN_OK;
+}
 
-  st_json_t j = {header, header + hlen, header, path, 0};
+/* Room for one more tensor entry, doubling, up to ST_MAX_TENSORS. */
+static nn_status_t st_grow(st_reader_t *r, st_json_t *j) {
+  if (r->count < r->cap) return NN_OK;
+  if (r->cap >= ST_MAX_TENSORS) return st_fail(j, "too many tensors");
+  int ncap = r->cap ? r->cap * 2 : 16;
+  void *nt = realloc(r->ts, (size_t)ncap * sizeof *r->ts);
+  if (!nt) return nn_set_error(NN_ERR_NO_MEMORY, "nn_st_read %s: no memory", r->path);
+  r->ts = nt;
+  void *no = realloc(r->offs, (size_t)ncap * sizeof *r->offs);
+  if (!no) return nn_set_error(NN_ERR_NO_MEMORY, "nn_st_read %s: no memory", r->path);
+  r->offs = no;
+  r->cap = ncap;
+  return NN_OK;
+}
+
+/* The header object: tensor entries and at most one __metadata__. */
+static nn_status_t st_parse_header(st_reader_t *r) {
+  st_json_t j = {r->header, r->header + r->hlen, r->header, r->path, 0};
+  nn_status_t st;
   int have_meta = 0;
-  if (!st_expect(&j, '{')) { st = st_fail(&j, "the header is not a JSON object (not a safetensors file?)"); goto out; }
+  if (!st_expect(&j, '{')) return st_fail(&j, "the header is not a JSON object (not a safetensors file?)");
   if (!st_expect(&j, '}')) {
     for (;;) {
       nn_st_tensor_t t;
       memset(&t, 0, sizeof t);
-      int r = st_string(&j, t.name, sizeof t.name);
-      if (r == 0) { st = st_fail(&j, "expected a tensor name string"); goto out; }
-      if (r < 0) {
-        st = nn_set_error(NN_ERR_FORMAT, "safetensors file %s: tensor name '%.40s...' is longer than %zu bytes",
-                          path, t.name, sizeof t.name - 1);
-        goto out;
-      }
-      if (!st_expect(&j, ':')) { st = st_fail(&j, "expected ':' after a tensor name"); goto out; }
+      int got = st_string(&j, t.name, sizeof t.name);
+      if (got == 0) return st_fail(&j, "expected a tensor name string");
+      if (got < 0)
+        return nn_set_error(NN_ERR_FORMAT, "safetensors file %s: tensor name '%.40s...' is longer than %zu bytes",
+                            r->path, t.name, sizeof t.name - 1);
+      if (!st_expect(&j, ':')) return st_fail(&j, "expected ':' after a tensor name");
       if (strcmp(t.name, "__metadata__") == 0) {
-        if (have_meta) { st = st_fail(&j, "__metadata__ appears twice"); goto out; }
+        if (have_meta) return st_fail(&j, "__metadata__ appears twice");
         have_meta = 1;
-        if ((st = st_metadata(&j, &meta_blob, &meta_count)) != NN_OK) goto out;
+        if ((st = st_metadata(&j, &r->meta_blob, &r->meta_count)) != NN_OK) return st;
       } else {
-        if (count == cap) {
-          if (cap >= ST_MAX_TENSORS) { st = st_fail(&j, "too many tensors"); goto out; }
-          int ncap = cap ? cap * 2 : 16;
-          void *nt = realloc(ts, (size_t)ncap * sizeof *ts);
-          if (!nt) { st = nn_set_error(NN_ERR_NO_MEMORY, "nn_st_read %s: no memory", path); goto out; }
-          ts = nt;
-          void *no = realloc(offs, (size_t)ncap * sizeof *offs);
-          if (!no) { st = nn_set_error(NN_ERR_NO_MEMORY, "nn_st_read %s: no memory", path); goto out; }
-          offs = no;
-          cap = ncap;
-        }
-        if ((st = st_tensor_entry(&j, &t, offs[count])) != NN_OK) goto out;
-        ts[count++] = t;
+        if ((st = st_grow(r, &j)) != NN_OK) return st;
+        if ((st = st_tensor_entry(&j, &t, r->offs[r->count])) != NN_OK) return st;
+        r->ts[r->count++] = t;
       }
       if (st_expect(&j, ',')) continue;
-      if (!st_expect(&j, '}')) { st = st_fail(&j, "expected ',' or '}' after a tensor"); goto out; }
+      if (!st_expect(&j, '}')) return st_fail(&j, "expected ',' or '}' after a tensor");
       break;
     }
   }
-  if (st_peek(&j) != -1) { st = st_fail(&j, "trailing bytes after the header object"); goto out; }
+  if (st_peek(&j) != -1) return st_fail(&j, "trailing bytes after the header object");
+  return NN_OK;
+}
 
-  /* Check each tensor's size against its byte range and the file. */
-  uint64_t blob_size = 0;
-  for (int i = 0; i < count; i++) {
-    nn_st_tensor_t *t = &ts[i];
+/* Each tensor's size against its byte range and the file; *blob_size: the aligned slots. */
+static nn_status_t st_check_sizes(st_reader_t *r, uint64_t *blob_size) {
+  const char *path = r->path;
+  *blob_size = 0;
+  for (int i = 0; i < r->count; i++) {
+    nn_st_tensor_t *t = &r->ts[i];
     uint64_t n = nn_st_dtype_size(t->dtype);
     for (int d = 0; d < t->ndim; d++) {
       uint64_t s = (uint64_t)t->shape[d];
-      if (s != 0 && n > UINT64_MAX / s) {
-        st = nn_set_error(NN_ERR_FORMAT, "safetensors file %s: tensor '%s' shape overflows", path, t->name);
-        goto out;
-      }
+      if (s != 0 && n > UINT64_MAX / s)
+        return nn_set_error(NN_ERR_FORMAT, "safetensors file %s: tensor '%s' shape overflows", path, t->name);
       n *= s;
     }
-    uint64_t b = offs[i][0], e = offs[i][1];
-    if (b > e || e - b != n) {
-      st = nn_set_error(NN_ERR_FORMAT, "safetensors file %s: tensor '%s' has data_offsets [%llu, %llu] "
-                        "but its dtype and shape need %llu bytes", path, t->name,
-                        (unsigned long long)b, (unsigned long long)e, (unsigned long long)n);
-      goto out;
-    }
-    if (e > data_size) {
-      st = nn_set_error(NN_ERR_FORMAT, "safetensors file %s: tensor '%s' ends at data byte %llu but the "
-                        "data section has only %llu bytes (truncated file?)", path, t->name,
-                        (unsigned long long)e, (unsigned long long)data_size);
-      goto out;
-    }
+    uint64_t b = r->offs[i][0], e = r->offs[i][1];
+    if (b > e || e - b != n)
+      return nn_set_error(NN_ERR_FORMAT, "safetensors file %s: tensor '%s' has data_offsets [%llu, %llu] "
+                          "but its dtype and shape need %llu bytes", path, t->name,
+                          (unsigned long long)b, (unsigned long long)e, (unsigned long long)n);
+    if (e > r->data_size)
+      return nn_set_error(NN_ERR_FORMAT, "safetensors file %s: tensor '%s' ends at data byte %llu but the "
+                          "data section has only %llu bytes (truncated file?)", path, t->name,
+                          (unsigned long long)e, (unsigned long long)r->data_size);
     t->nbytes = (size_t)n;
-    blob_size += (n + ST_ALIGN - 1) / ST_ALIGN * ST_ALIGN;
+    *blob_size += (n + ST_ALIGN - 1) / ST_ALIGN * ST_ALIGN;
   }
-  /* No two tensors may share bytes, nor two share a name. */
-  if (count > 0) {
-    ranges = malloc((size_t)count * sizeof *ranges);
-    if (!ranges) { st = nn_set_error(NN_ERR_NO_MEMORY, "nn_st_read %s: no memory", path); goto out; }
-    for (int i = 0; i < count; i++) ranges[i] = (st_range_t){offs[i][0], offs[i][1], i};
-    qsort(ranges, (size_t)count, sizeof *ranges, st_range_cmp);
-    uint64_t prev_end = 0;
-    int prev = -1;
-    for (int i = 0; i < count; i++) {
-      if (ranges[i].begin == ranges[i].end) continue;  /* empty tensors occupy nothing */
-      if (prev >= 0 && ranges[i].begin < prev_end) {
-        st = nn_set_error(NN_ERR_FORMAT, "safetensors file %s: tensors '%s' and '%s' overlap", path,
-                          ts[ranges[prev].index].name, ts[ranges[i].index].name);
-        goto out;
-      }
-      prev = i;
-      prev_end = ranges[i].end;
-    }
-    for (int a = 0; a < count; a++)
-      for (int b = a + 1; b < count; b++)
-        if (strcmp(ts[a].name, ts[b].name) == 0) {
-          st = nn_set_error(NN_ERR_FORMAT, "safetensors file %s: tensor '%s' appears twice", path, ts[a].name);
-          goto out;
-        }
-  }
+  return NN_OK;
+}
 
-  if (blob_size > SIZE_MAX - ST_ALIGN) {
-    st = nn_set_error(NN_ERR_FORMAT, "safetensors file %s: data too large", path);
-    goto out;
+/* No two tensors may share bytes, nor two share a name. */
+static nn_status_t st_check_disjoint(const st_reader_t *r) {
+  const char *path = r->path;
+  const nn_st_tensor_t *ts = r->ts;
+  int count = r->count;
+  if (count <= 0) return NN_OK;
+  st_range_t *ranges = malloc((size_t)count * sizeof *ranges);
+  if (!ranges) return nn_set_error(NN_ERR_NO_MEMORY, "nn_st_read %s: no memory", path);
+  for (int i = 0; i < count; i++) ranges[i] = (st_range_t){r->offs[i][0], r->offs[i][1], i};
+  qsort(ranges, (size_t)count, sizeof *ranges, st_range_cmp);
+  uint64_t prev_end = 0;
+  int prev = -1;
+  nn_status_t st = NN_OK;
+  for (int i = 0; i < count && st == NN_OK; i++) {
+    if (ranges[i].begin == ranges[i].end) continue;  /* empty tensors occupy nothing */
+    if (prev >= 0 && ranges[i].begin < prev_end)
+      st = nn_set_error(NN_ERR_FORMAT, "safetensors file %s: tensors '%s' and '%s' overlap", path,
+                        ts[ranges[prev].index].name, ts[ranges[i].index].name);
+    prev = i;
+    prev_end = ranges[i].end;
   }
-  blob = aligned_alloc(ST_ALIGN, (size_t)(blob_size ? blob_size : ST_ALIGN));
-  if (!blob) {
-    st = nn_set_error(NN_ERR_NO_MEMORY, "nn_st_read %s: cannot allocate %llu bytes", path,
-                      (unsigned long long)blob_size);
-    goto out;
-  }
-  size_t pos = 0;
-  for (int i = 0; i < count; i++) {
-    ts[i].data = blob + pos;
-    if (ts[i].nbytes && !st_pread_all(fd, blob + pos, ts[i].nbytes, (off_t)(data_start + offs[i][0]))) {
-      st = nn_set_error(NN_ERR_IO, "cannot read tensor '%s' of %s: %s", ts[i].name, path,
-                        errno ? strerror(errno) : "short read");
-      goto out;
-    }
-    pos += (ts[i].nbytes + ST_ALIGN - 1) / ST_ALIGN * ST_ALIGN;
-  }
-  f->count = count;
-  f->tensors = ts;
-  f->blob = blob;
-  f->meta_count = meta_count;
-  f->meta = meta_blob;
-  f->meta_blob = meta_blob;
-  ts = NULL;
-  blob = NULL;
-  meta_blob = NULL;
-
-out:
-  close(fd);
-  free(header);
-  free(ts);
-  free(offs);
   free(ranges);
-  free(blob);
-  free(meta_blob);
+  if (st != NN_OK) return st;
+  for (int a = 0; a < count; a++)
+    for (int b = a + 1; b < count; b++)
+      if (strcmp(ts[a].name, ts[b].name) == 0)
+        return nn_set_error(NN_ERR_FORMAT, "safetensors file %s: tensor '%s' appears twice", path, ts[a].name);
+  return NN_OK;
+}
+
+/* Each tensor's bytes into its own ST_ALIGN-aligned slot of one blob. */
+static nn_status_t st_read_data(st_reader_t *r, uint64_t blob_size) {
+  const char *path = r->path;
+  if (blob_size > SIZE_MAX - ST_ALIGN)
+    return nn_set_error(NN_ERR_FORMAT, "safetensors file %s: data too large", path);
+  r->blob = aligned_alloc(ST_ALIGN, (size_t)(blob_size ? blob_size : ST_ALIGN));
+  if (!r->blob)
+    return nn_set_error(NN_ERR_NO_MEMORY, "nn_st_read %s: cannot allocate %llu bytes", path,
+                        (unsigned long long)blob_size);
+  size_t pos = 0;
+  for (int i = 0; i < r->count; i++) {
+    nn_st_tensor_t *t = &r->ts[i];
+    t->data = r->blob + pos;
+    if (t->nbytes && !st_pread_all(r->fd, r->blob + pos, t->nbytes, (off_t)(r->data_start + r->offs[i][0])))
+      return nn_set_error(NN_ERR_IO, "cannot read tensor '%s' of %s: %s", t->name, path,
+                          errno ? strerror(errno) : "short read");
+    pos += (t->nbytes + ST_ALIGN - 1) / ST_ALIGN * ST_ALIGN;
+  }
+  return NN_OK;
+}
+
+nn_status_t nn_st_read(const char *path, nn_st_file_t *f) {
+  if (!f || !path) return nn_set_error(NN_ERR_ARG, "nn_st_read: path or file is NULL");
+  memset(f, 0, sizeof *f);
+  st_reader_t r = {.path = path};
+  r.fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (r.fd < 0) return nn_set_error(NN_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+  uint64_t blob_size = 0;
+  nn_status_t st = st_read_header(&r);
+  if (st == NN_OK) st = st_parse_header(&r);
+  if (st == NN_OK) st = st_check_sizes(&r, &blob_size);
+  if (st == NN_OK) st = st_check_disjoint(&r);
+  if (st == NN_OK) st = st_read_data(&r, blob_size);
+  if (st == NN_OK) {
+    f->count = r.count;
+    f->tensors = r.ts;
+    f->blob = r.blob;
+    f->meta_count = r.meta_count;
+    f->meta = r.meta_blob;
+    f->meta_blob = r.meta_blob;
+    r.ts = NULL;
+    r.blob = NULL;
+    r.meta_blob = NULL;
+  }
+  st_reader_free(&r);
   return st;
 }
 

@@ -1,6 +1,7 @@
 /* serve/batcher.c: the queue of jobs and the worker thread that runs them through the
    model (see batcher.h for the batching rule). */
 #include "serve/batcher.h"
+#include "serve/sync.h"
 
 #include "util/clock.h"
 
@@ -25,15 +26,6 @@ struct serve_batcher {
   pthread_t worker;
   serve_batcher_stats_t stats;
 };
-
-/* pthread calls on a mutex or condition we own fail only on a programming error; abort
-   then rather than carry on with a queue in an unknown state. */
-static void check_pthread(int rc, const char *what) {
-  if (rc != 0) {
-    fprintf(stderr, "serve: %s failed: %s\n", what, strerror(rc));
-    abort();
-  }
-}
 
 static void softmax_rows(const float *logits, int n, int k, float *out) {
   for (int i = 0; i < n; i++) {
@@ -76,7 +68,7 @@ static void wait_for_company(serve_batcher_t *bt) {
     ts.tv_nsec += (long)((left - (double)sec) * 1e9);
     if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
     int rc = pthread_cond_timedwait(&bt->have_work, &bt->mu, &ts);
-    if (rc != 0 && rc != ETIMEDOUT) check_pthread(rc, "pthread_cond_timedwait");
+    if (rc != 0 && rc != ETIMEDOUT) serve_check_pthread(rc, "pthread_cond_timedwait");
   }
 }
 
@@ -130,27 +122,27 @@ static void run_batch(serve_batcher_t *bt, serve_job_t *jobs, int total) {
 
 static void *worker_main(void *arg) {
   serve_batcher_t *bt = arg;
-  check_pthread(pthread_mutex_lock(&bt->mu), "pthread_mutex_lock");
+  serve_lock(&bt->mu);
   for (;;) {
     while (!bt->head && !bt->stopping)
-      check_pthread(pthread_cond_wait(&bt->have_work, &bt->mu), "pthread_cond_wait");
+      serve_check_pthread(pthread_cond_wait(&bt->have_work, &bt->mu), "pthread_cond_wait");
     if (!bt->head) break; /* stopping, and every job answered */
     wait_for_company(bt);
     int total = 0;
     serve_job_t *jobs = take_batch(bt, &total);
-    check_pthread(pthread_mutex_unlock(&bt->mu), "pthread_mutex_unlock");
+    serve_unlock(&bt->mu);
     run_batch(bt, jobs, total);
-    check_pthread(pthread_mutex_lock(&bt->mu), "pthread_mutex_lock");
+    serve_lock(&bt->mu);
     bt->stats.forwards += (uint64_t)((total + bt->cfg.max_batch - 1) / bt->cfg.max_batch);
     bt->stats.samples += (uint64_t)total;
     for (serve_job_t *j = jobs, *next; j; j = next) { /* j is its caller's again at done */
       next = j->next;
       j->done = 1;
       bt->stats.jobs++;
-      check_pthread(pthread_cond_signal(&j->answered), "pthread_cond_signal");
+      serve_check_pthread(pthread_cond_signal(&j->answered), "pthread_cond_signal");
     }
   }
-  check_pthread(pthread_mutex_unlock(&bt->mu), "pthread_mutex_unlock");
+  serve_unlock(&bt->mu);
   return NULL;
 }
 
@@ -195,35 +187,35 @@ int serve_batcher_run(serve_batcher_t *bt, serve_job_t *job) {
   job->done = 0;
   job->next = NULL;
   job->err[0] = '\0';
-  check_pthread(pthread_mutex_lock(&bt->mu), "pthread_mutex_lock");
+  serve_lock(&bt->mu);
   if (bt->stopping) {
-    check_pthread(pthread_mutex_unlock(&bt->mu), "pthread_mutex_unlock");
+    serve_unlock(&bt->mu);
     snprintf(job->err, sizeof job->err, "the model is being unloaded");
     return -1;
   }
   /* Its own condition: the worker wakes this job's thread only, not every waiting one
      at every batch. */
-  check_pthread(pthread_cond_init(&job->answered, NULL), "pthread_cond_init");
+  serve_check_pthread(pthread_cond_init(&job->answered, NULL), "pthread_cond_init");
   job->queued_at = util_now_s();
   if (bt->tail) bt->tail->next = job;
   else bt->head = job;
   bt->tail = job;
   bt->queued_samples += job->n;
-  check_pthread(pthread_cond_signal(&bt->have_work), "pthread_cond_signal");
+  serve_check_pthread(pthread_cond_signal(&bt->have_work), "pthread_cond_signal");
   while (!job->done)
-    check_pthread(pthread_cond_wait(&job->answered, &bt->mu), "pthread_cond_wait");
-  check_pthread(pthread_mutex_unlock(&bt->mu), "pthread_mutex_unlock");
+    serve_check_pthread(pthread_cond_wait(&job->answered, &bt->mu), "pthread_cond_wait");
+  serve_unlock(&bt->mu);
   pthread_cond_destroy(&job->answered);
   return job->status;
 }
 
 void serve_batcher_stop(serve_batcher_t *bt) {
   if (!bt) return;
-  check_pthread(pthread_mutex_lock(&bt->mu), "pthread_mutex_lock");
+  serve_lock(&bt->mu);
   bt->stopping = 1;
-  check_pthread(pthread_cond_broadcast(&bt->have_work), "pthread_cond_broadcast");
-  check_pthread(pthread_mutex_unlock(&bt->mu), "pthread_mutex_unlock");
-  check_pthread(pthread_join(bt->worker, NULL), "pthread_join");
+  serve_check_pthread(pthread_cond_broadcast(&bt->have_work), "pthread_cond_broadcast");
+  serve_unlock(&bt->mu);
+  serve_check_pthread(pthread_join(bt->worker, NULL), "pthread_join");
   pthread_cond_destroy(&bt->have_work);
   pthread_mutex_destroy(&bt->mu);
   nn_model_free(bt->model);
@@ -232,9 +224,9 @@ void serve_batcher_stop(serve_batcher_t *bt) {
 }
 
 void serve_batcher_stats(serve_batcher_t *bt, serve_batcher_stats_t *st) {
-  check_pthread(pthread_mutex_lock(&bt->mu), "pthread_mutex_lock");
+  serve_lock(&bt->mu);
   *st = bt->stats;
-  check_pthread(pthread_mutex_unlock(&bt->mu), "pthread_mutex_unlock");
+  serve_unlock(&bt->mu);
 }
 
 int serve_batcher_classes(const serve_batcher_t *bt) { return bt->classes; }

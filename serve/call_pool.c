@@ -1,10 +1,9 @@
 /* serve/call_pool.c: the threads that run gRPC calls (see call_pool.h). */
 #include "serve/call_pool.h"
+#include "serve/sync.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 struct serve_pool {
   pthread_mutex_t mu;
@@ -18,23 +17,12 @@ struct serve_pool {
 /* Whether this thread's current task called serve_pool_task_ending. */
 static _Thread_local int ending;
 
-static void check_pthread(int rc, const char *what) {
-  if (rc != 0) {
-    fprintf(stderr, "serve: %s failed: %s\n", what, strerror(rc));
-    abort();
-  }
-}
-static void lock(serve_pool_t *p) { check_pthread(pthread_mutex_lock(&p->mu), "pthread_mutex_lock"); }
-static void unlock(serve_pool_t *p) {
-  check_pthread(pthread_mutex_unlock(&p->mu), "pthread_mutex_unlock");
-}
-
 static void *pool_main(void *arg) {
   serve_pool_t *p = arg;
-  lock(p);
+  serve_lock(&p->mu);
   for (;;) {
     while (!p->head && !p->stopping)
-      check_pthread(pthread_cond_wait(&p->work, &p->mu), "pthread_cond_wait");
+      serve_check_pthread(pthread_cond_wait(&p->work, &p->mu), "pthread_cond_wait");
     if (!p->head) { /* stopping */
       p->idle--;
       break;
@@ -44,18 +32,18 @@ static void *pool_main(void *arg) {
     if (!p->head) p->tail = NULL;
     p->queued--;
     p->idle--;
-    unlock(p);
+    serve_unlock(&p->mu);
     ending = 0;
     t->fn(t);
-    lock(p);
+    serve_lock(&p->mu);
     if (ending) p->returning--;
     /* Enough wait already, unless a task was queued for this thread. */
     if (p->idle >= p->keep_idle && p->queued <= p->idle) break;
     p->idle++;
   }
   p->threads--;
-  check_pthread(pthread_cond_broadcast(&p->gone), "pthread_cond_broadcast");
-  unlock(p);
+  serve_check_pthread(pthread_cond_broadcast(&p->gone), "pthread_cond_broadcast");
+  serve_unlock(&p->mu);
   return NULL;
 }
 
@@ -78,7 +66,7 @@ serve_pool_t *serve_pool_new(int keep_idle) {
 
 int serve_pool_run(serve_pool_t *p, serve_pool_task_t *task) {
   task->next = NULL;
-  lock(p);
+  serve_lock(&p->mu);
   int rc = 0;
   /* Every idle or returning thread has a task coming: one more thread. */
   if (p->idle + p->returning <= p->queued) {
@@ -97,26 +85,26 @@ int serve_pool_run(serve_pool_t *p, serve_pool_task_t *task) {
     else p->head = task;
     p->tail = task;
     p->queued++;
-    check_pthread(pthread_cond_signal(&p->work), "pthread_cond_signal");
+    serve_check_pthread(pthread_cond_signal(&p->work), "pthread_cond_signal");
   }
-  unlock(p);
+  serve_unlock(&p->mu);
   return rc;
 }
 
 void serve_pool_task_ending(serve_pool_t *p) {
-  lock(p);
+  serve_lock(&p->mu);
   p->returning++;
   ending = 1;
-  unlock(p);
+  serve_unlock(&p->mu);
 }
 
 void serve_pool_free(serve_pool_t *p) {
   if (!p) return;
-  lock(p);
+  serve_lock(&p->mu);
   p->stopping = 1;
-  check_pthread(pthread_cond_broadcast(&p->work), "pthread_cond_broadcast");
-  while (p->threads > 0) check_pthread(pthread_cond_wait(&p->gone, &p->mu), "pthread_cond_wait");
-  unlock(p);
+  serve_check_pthread(pthread_cond_broadcast(&p->work), "pthread_cond_broadcast");
+  while (p->threads > 0) serve_check_pthread(pthread_cond_wait(&p->gone, &p->mu), "pthread_cond_wait");
+  serve_unlock(&p->mu);
   pthread_cond_destroy(&p->work);
   pthread_cond_destroy(&p->gone);
   pthread_mutex_destroy(&p->mu);

@@ -4,6 +4,7 @@
 #include "serve/grpc.h"
 
 #include "serve/call_pool.h"
+#include "serve/sync.h"
 
 #include "util/clock.h"
 
@@ -89,17 +90,6 @@ struct gconn {
   call_t *done;
   gconn_t *prev, *next;
 };
-
-static void check_pthread(int rc, const char *what) {
-  if (rc != 0) {
-    fprintf(stderr, "serve: %s failed: %s\n", what, strerror(rc));
-    abort();
-  }
-}
-static void lock(pthread_mutex_t *m) { check_pthread(pthread_mutex_lock(m), "pthread_mutex_lock"); }
-static void unlock(pthread_mutex_t *m) {
-  check_pthread(pthread_mutex_unlock(m), "pthread_mutex_unlock");
-}
 
 static void logf_(serve_grpc_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void logf_(serve_grpc_t *s, const char *fmt, ...) {
@@ -195,9 +185,9 @@ static void answer_ok(gconn_t *c, call_t *k) {
 static void free_call(call_t *k) {
   if (k->reserved) {
     serve_grpc_t *s = k->c->s;
-    lock(&s->mu);
+    serve_lock(&s->mu);
     s->held -= k->reserved;
-    unlock(&s->mu);
+    serve_unlock(&s->mu);
   }
   free(k->buf);
   free(k->ans.body);
@@ -211,14 +201,14 @@ static void call_main(serve_pool_task_t *task) {
   gconn_t *c = k->c;
   serve_grpc_call(&c->s->cfg.env, k->path, k->buf + 5, k->len - 5, &k->ans);
   serve_pool_task_ending(c->s->pool);
-  lock(&c->mu);
+  serve_lock(&c->mu);
   k->done_next = c->done;
   c->done = k;
   uint64_t one = 1; /* an eventfd counter cannot overflow at one per call */
   if (write(c->efd, &one, sizeof one) != (ssize_t)sizeof one) abort();
   c->workers--;
-  check_pthread(pthread_cond_broadcast(&c->cv), "pthread_cond_broadcast");
-  unlock(&c->mu);
+  serve_check_pthread(pthread_cond_broadcast(&c->cv), "pthread_cond_broadcast");
+  serve_unlock(&c->mu);
 }
 
 /* The request is in (END_STREAM): checks its framing, then runs it on a call thread. */
@@ -245,10 +235,10 @@ static void request_complete(gconn_t *c, call_t *k) {
     return answer_error(c, k, SERVE_GRPC_DEADLINE_EXCEEDED, "Deadline Exceeded (grpc-timeout) "
                         "before the call ran");
   k->state = RUNNING;
-  lock(&c->mu);
+  serve_lock(&c->mu);
   int busy = c->workers >= MAX_WORKERS;
   if (!busy) c->workers++;
-  unlock(&c->mu);
+  serve_unlock(&c->mu);
   if (busy)
     return answer_error(c, k, SERVE_GRPC_UNAVAILABLE, "server busy: %d calls of this "
                         "connection still running (cancelled or past their deadline ones "
@@ -257,9 +247,9 @@ static void request_complete(gconn_t *c, call_t *k) {
   k->task.fn = call_main;
   int rc = serve_pool_run(c->s->pool, &k->task);
   if (rc != 0) {
-    lock(&c->mu);
+    serve_lock(&c->mu);
     c->workers--;
-    unlock(&c->mu);
+    serve_unlock(&c->mu);
     k->working = 0;
     answer_error(c, k, SERVE_GRPC_UNAVAILABLE, "server busy: cannot start a thread for the "
                  "call (%s); retry", strerror(rc));
@@ -270,10 +260,10 @@ static void request_complete(gconn_t *c, call_t *k) {
 static void take_finished(gconn_t *c) {
   uint64_t n;
   if (read(c->efd, &n, sizeof n) < 0 && errno != EAGAIN) abort();
-  lock(&c->mu);
+  serve_lock(&c->mu);
   call_t *k = c->done;
   c->done = NULL;
-  unlock(&c->mu);
+  serve_unlock(&c->mu);
   while (k) {
     call_t *next = k->done_next;
     k->working = 0;
@@ -327,9 +317,9 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *u
   k->next = c->open;
   if (k->next) k->next->prev = k;
   c->open = k;
-  lock(&c->s->mu);
+  serve_lock(&c->s->mu);
   c->s->calls++;
-  unlock(&c->s->mu);
+  serve_unlock(&c->s->mu);
   return nghttp2_session_set_stream_user_data(h2, k->id, k) == 0 ? 0 : NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
@@ -397,10 +387,10 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
       while (cap < k->len + n) cap *= 2;
       if (cap > want) cap = want;
       serve_grpc_t *s = c->s;
-      lock(&s->mu);
+      serve_lock(&s->mu);
       int room = s->held + (cap - k->cap) <= s->cfg.max_inflight_bytes;
       if (room) s->held += cap - k->cap;
-      unlock(&s->mu);
+      serve_unlock(&s->mu);
       if (!room) {
         answer_error(c, k, SERVE_GRPC_RESOURCE_EXHAUSTED, "server busy: request messages in "
                      "memory over %zu bytes (--max-inflight-body-bytes); retry",
@@ -463,10 +453,10 @@ static void forget_call(gconn_t *c, call_t *k) {
   else c->open = k->next;
   if (k->next) k->next->prev = k->prev;
   k->prev = k->next = NULL;
-  lock(&c->s->mu);
+  serve_lock(&c->s->mu);
   c->s->calls--;
-  check_pthread(pthread_cond_broadcast(&c->s->cv), "pthread_cond_broadcast");
-  unlock(&c->s->mu);
+  serve_check_pthread(pthread_cond_broadcast(&c->s->cv), "pthread_cond_broadcast");
+  serve_unlock(&c->s->mu);
 }
 
 static int on_close(nghttp2_session *h2, int32_t id, uint32_t error_code, void *user) {
@@ -504,9 +494,9 @@ static int read_some(gconn_t *c) {
 static void serve_connection(gconn_t *c) {
   serve_grpc_t *s = c->s;
   for (;;) {
-    lock(&s->mu);
+    serve_lock(&s->mu);
     int draining = s->draining, stopping = s->stopping;
-    unlock(&s->mu);
+    serve_unlock(&s->mu);
     if (stopping) return;
     if (draining && !c->goaway) {
       c->goaway = 1; /* the calls begun are answered; no later one is taken */
@@ -517,9 +507,9 @@ static void serve_connection(gconn_t *c) {
     check_times(c);
     if (nghttp2_session_send(c->h2) != 0) return;
     int wr = nghttp2_session_want_read(c->h2), ww = nghttp2_session_want_write(c->h2);
-    lock(&c->mu);
+    serve_lock(&c->mu);
     int working = c->workers > 0 || c->done;
-    unlock(&c->mu);
+    serve_unlock(&c->mu);
     if (!wr && !ww && !working) return;
     /* Idle: no call for --idle-timeout (PINGs do not count: they would hold the
        connection for ever), or calls whose client reads nothing for that long. The
@@ -556,9 +546,9 @@ static void *conn_main(void *arg) {
   serve_grpc_t *s = c->s;
   serve_connection(c);
   shutdown(c->fd, SHUT_RDWR); /* the client sees the end now, not after the calls */
-  lock(&c->mu);
-  while (c->workers > 0) check_pthread(pthread_cond_wait(&c->cv, &c->mu), "pthread_cond_wait");
-  unlock(&c->mu);
+  serve_lock(&c->mu);
+  while (c->workers > 0) serve_check_pthread(pthread_cond_wait(&c->cv, &c->mu), "pthread_cond_wait");
+  serve_unlock(&c->mu);
   take_finished(c);
   nghttp2_session_del(c->h2);
   while (c->open) {
@@ -572,13 +562,13 @@ static void *conn_main(void *arg) {
   close(c->efd);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
-  lock(&s->mu);
+  serve_lock(&s->mu);
   if (c->prev) c->prev->next = c->next;
   else s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   s->nconns--;
-  check_pthread(pthread_cond_broadcast(&s->cv), "pthread_cond_broadcast");
-  unlock(&s->mu);
+  serve_check_pthread(pthread_cond_broadcast(&s->cv), "pthread_cond_broadcast");
+  serve_unlock(&s->mu);
   free(c);
   return NULL;
 }
@@ -626,9 +616,9 @@ static void accept_one(serve_grpc_t *s) {
     }
     return;
   }
-  lock(&s->mu);
+  serve_lock(&s->mu);
   int full = s->nconns >= s->cfg.max_connections;
-  unlock(&s->mu);
+  serve_unlock(&s->mu);
   if (full) {
     logf_(s, "warning: gRPC: a connection refused: %d open (--max-connections)",
           s->cfg.max_connections);
@@ -643,12 +633,12 @@ static void accept_one(serve_grpc_t *s) {
     close(fd);
     return;
   }
-  lock(&s->mu);
+  serve_lock(&s->mu);
   c->next = s->conns;
   if (c->next) c->next->prev = c;
   s->conns = c;
   s->nconns++;
-  unlock(&s->mu);
+  serve_unlock(&s->mu);
   pthread_attr_t attr;
   pthread_t t;
   int rc = pthread_attr_init(&attr);
@@ -657,12 +647,12 @@ static void accept_one(serve_grpc_t *s) {
   pthread_attr_destroy(&attr);
   if (rc != 0) {
     logf_(s, "warning: gRPC: a connection closed at once: no thread: %s", strerror(rc));
-    lock(&s->mu);
+    serve_lock(&s->mu);
     if (c->prev) c->prev->next = c->next;
     else s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     s->nconns--;
-    unlock(&s->mu);
+    serve_unlock(&s->mu);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     conn_free_unstarted(c);
@@ -750,7 +740,7 @@ static void stop_accepting(serve_grpc_t *s) {
   if (!s->acceptor_running) return;
   char b = 0;
   if (write(s->wake[1], &b, 1) != 1) abort(); /* a fresh pipe has room for a byte */
-  check_pthread(pthread_join(s->acceptor, NULL), "pthread_join");
+  serve_check_pthread(pthread_join(s->acceptor, NULL), "pthread_join");
   s->acceptor_running = 0;
   close(s->listen_fd);
   s->listen_fd = -1;
@@ -758,33 +748,33 @@ static void stop_accepting(serve_grpc_t *s) {
 
 void serve_grpc_quiesce(serve_grpc_t *g) {
   stop_accepting(g);
-  lock(&g->mu);
+  serve_lock(&g->mu);
   g->draining = 1;
-  unlock(&g->mu);
+  serve_unlock(&g->mu);
 }
 
 int serve_grpc_drain(serve_grpc_t *g, double timeout_s) {
   serve_grpc_quiesce(g);
   double deadline = util_now_s() + timeout_s;
-  lock(&g->mu);
+  serve_lock(&g->mu);
   while ((g->calls > 0 || g->nconns > 0) && util_now_s() < deadline) {
-    unlock(&g->mu);
+    serve_unlock(&g->mu);
     usleep(10000);
-    lock(&g->mu);
+    serve_lock(&g->mu);
   }
   int left = g->calls;
-  unlock(&g->mu);
+  serve_unlock(&g->mu);
   return left;
 }
 
 void serve_grpc_stop(serve_grpc_t *g) {
   if (!g) return;
   stop_accepting(g);
-  lock(&g->mu);
+  serve_lock(&g->mu);
   g->stopping = 1;
   for (gconn_t *c = g->conns; c; c = c->next) shutdown(c->fd, SHUT_RDWR);
-  while (g->nconns > 0) check_pthread(pthread_cond_wait(&g->cv, &g->mu), "pthread_cond_wait");
-  unlock(&g->mu);
+  while (g->nconns > 0) serve_check_pthread(pthread_cond_wait(&g->cv, &g->mu), "pthread_cond_wait");
+  serve_unlock(&g->mu);
   serve_pool_free(g->pool); /* its tasks ended with their connections */
   if (g->listen_fd >= 0) close(g->listen_fd);
   if (g->wake[0] >= 0) close(g->wake[0]), close(g->wake[1]);

@@ -1,6 +1,7 @@
 /* serve/http.c: routing, request bodies and their limits, responses, the request log and
    the metrics page (see http.h). */
 #include "serve/http.h"
+#include "serve/sync.h"
 
 #include "util/clock.h"
 
@@ -64,17 +65,6 @@ typedef struct {
   char url[120];              /* for the log line (cut)                               */
 } request_t;
 
-static void check_pthread(int rc, const char *what) {
-  if (rc != 0) {
-    fprintf(stderr, "serve: %s failed: %s\n", what, strerror(rc));
-    abort();
-  }
-}
-static void lock(serve_http_t *s) { check_pthread(pthread_mutex_lock(&s->mu), "pthread_mutex_lock"); }
-static void unlock(serve_http_t *s) {
-  check_pthread(pthread_mutex_unlock(&s->mu), "pthread_mutex_unlock");
-}
-
 static void logf_(serve_http_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void logf_(serve_http_t *s, const char *fmt, ...) {
   if (!s->cfg.log) return;
@@ -103,9 +93,9 @@ static enum MHD_Result reply(serve_http_t *s, struct MHD_Connection *c, request_
     return MHD_NO;
   }
   int ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type) == MHD_YES;
-  lock(s);
+  serve_lock(&s->mu);
   int draining = s->draining;
-  unlock(s);
+  serve_unlock(&s->mu);
   if (ok && (draining || r->close))
     ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") == MHD_YES;
   enum MHD_Result rc = ok ? MHD_queue_response(c, (unsigned)status, resp) : MHD_NO;
@@ -369,7 +359,7 @@ static enum MHD_Result get_metrics(serve_http_t *s, struct MHD_Connection *c, re
   char *text = malloc(2048);
   if (!text) return reply(s, c, r, 500, NULL, "");
   size_t at = 0, cap = 2048;
-  lock(s);
+  serve_lock(&s->mu);
   at += (size_t)snprintf(text + at, cap - at, "# TYPE serve_requests_total counter\n");
   for (size_t i = 0; i <= NCODES; i++) {
     char code[16];
@@ -383,7 +373,7 @@ static enum MHD_Result get_metrics(serve_http_t *s, struct MHD_Connection *c, re
                          "serve_request_timeouts_total %llu\n",
                          (unsigned long long)s->instances, s->in_flight,
                          (unsigned long long)s->timeouts);
-  unlock(s);
+  serve_unlock(&s->mu);
   snprintf(text + at, cap - at,
            "serve_forward_passes_total %llu\nserve_forward_samples_total %llu\n"
            "serve_batched_jobs_total %llu\nserve_model_versions_loaded %d\n",
@@ -418,10 +408,10 @@ static enum MHD_Result route(serve_http_t *s, struct MHD_Connection *c, request_
 
 /* Takes bytes more of the shared body budget; 0, or -1 when over it. */
 static int reserve(serve_http_t *s, request_t *r, size_t bytes) {
-  lock(s);
+  serve_lock(&s->mu);
   int ok = s->body_bytes + bytes <= s->cfg.max_inflight_bytes;
   if (ok) s->body_bytes += bytes;
-  unlock(s);
+  serve_unlock(&s->mu);
   if (ok) r->reserved += bytes;
   return ok ? 0 : -1;
 }
@@ -442,9 +432,9 @@ static enum MHD_Result refuse_upload(serve_http_t *s, request_t *r, int status, 
   free(r->body);
   r->body = NULL;
   r->len = r->cap = 0;
-  lock(s);
+  serve_lock(&s->mu);
   s->body_bytes -= r->reserved;
-  unlock(s);
+  serve_unlock(&s->mu);
   r->reserved = 0;
   return MHD_YES;
 }
@@ -552,11 +542,11 @@ static int answer_bad_length(serve_http_t *s, struct MHD_Connection *c, unsigned
           sent < 0 || sent == n ? strerror(errno) : "short write");
     return -1;
   }
-  lock(s);
+  serve_lock(&s->mu);
   size_t i = 0;
   while (i < NCODES && counted_codes[i] != (int)status) i++;
   s->by_code[i]++;
-  unlock(s);
+  serve_unlock(&s->mu);
   logf_(s, "info: a request answered %u: %s; connection closed", status, msg);
   answered_length = 1;
   return 0;
@@ -567,9 +557,9 @@ static void request_clock(serve_http_t *s, struct MHD_Connection *c, int on) {
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   conn_t *k = ci ? ci->socket_context : NULL;
   if (!k) return;
-  lock(s);
+  serve_lock(&s->mu);
   k->since = on ? util_now_s() : 0;
-  unlock(s);
+  serve_unlock(&s->mu);
 }
 
 /* The headers are in: checks the framing and the declared length. */
@@ -581,9 +571,9 @@ static enum MHD_Result first_call(serve_http_t *s, struct MHD_Connection *c, con
   snprintf(r->method, sizeof r->method, "%s", method);
   snprintf(r->url, sizeof r->url, "%s", url);
   *con_cls = r;
-  lock(s);
+  serve_lock(&s->mu);
   s->in_flight++;
-  unlock(s);
+  serve_unlock(&s->mu);
   char why[160];
   if (ambiguous_length(c, why, sizeof why)) {
     r->close = 1;
@@ -636,14 +626,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   else
     logf_(s, "info: %s %s ended by %s after %.2f ms (%s)", r->method, r->url, reason, ms,
           r->responded ? "its response was not sent" : "no response");
-  lock(s);
+  serve_lock(&s->mu);
   size_t i = 0;
   while (i < NCODES && counted_codes[i] != r->status) i++;
   s->by_code[i]++;
   s->instances += (uint64_t)r->instances;
   s->body_bytes -= r->reserved;
   s->in_flight--;
-  unlock(s);
+  serve_unlock(&s->mu);
   free(r->body);
   free(r);
   *con_cls = NULL;
@@ -660,11 +650,11 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
   conn_t *k = *socket_context;
   if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
     if (!k) return;
-    lock(s);
+    serve_lock(&s->mu);
     if (k->prev) k->prev->next = k->next;
     else s->conns = k->next;
     if (k->next) k->next->prev = k->prev;
-    unlock(s);
+    serve_unlock(&s->mu);
     free(k);
     *socket_context = NULL;
     return;
@@ -678,11 +668,11 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
   }
   k->fd = ci->connect_fd;
   k->since = util_now_s();
-  lock(s);
+  serve_lock(&s->mu);
   k->next = s->conns;
   if (k->next) k->next->prev = k;
   s->conns = k;
-  unlock(s);
+  serve_unlock(&s->mu);
   *socket_context = k;
 }
 
@@ -702,9 +692,9 @@ static void *watchdog_main(void *arg) {
   serve_http_t *s = arg;
   for (;;) {
     int cut = 0, failed = 0, err = 0;
-    lock(s);
+    serve_lock(&s->mu);
     if (s->watchdog_stop) {
-      unlock(s);
+      serve_unlock(&s->mu);
       return NULL;
     }
     double now = util_now_s();
@@ -719,7 +709,7 @@ static void *watchdog_main(void *arg) {
       }
     }
     s->timeouts += (uint64_t)cut;
-    unlock(s);
+    serve_unlock(&s->mu);
     if (cut)
       logf_(s, "info: closed %d connection(s) whose request did not arrive within %d s "
             "(--request-timeout)", cut, s->cfg.request_timeout_s);
@@ -800,35 +790,35 @@ int serve_http_port(const serve_http_t *s) { return s->port; }
 int serve_http_drain(serve_http_t *s, double timeout_s) {
   MHD_socket fd = MHD_quiesce_daemon(s->daemon);
   if (fd != MHD_INVALID_SOCKET) close(fd);
-  lock(s);
+  serve_lock(&s->mu);
   s->draining = 1;
   double deadline = util_now_s() + timeout_s;
   /* A request read just before the quiesce may start a moment later: wait for a quiet
      spell of 100 ms, not just one moment at zero. */
   for (;;) {
     while (s->in_flight > 0 && util_now_s() < deadline) {
-      unlock(s);
+      serve_unlock(&s->mu);
       usleep(10000);
-      lock(s);
+      serve_lock(&s->mu);
     }
     if (s->in_flight > 0 || util_now_s() >= deadline) break;
-    unlock(s);
+    serve_unlock(&s->mu);
     usleep(100000);
-    lock(s);
+    serve_lock(&s->mu);
     if (s->in_flight == 0) break;
   }
   int left = s->in_flight;
-  unlock(s);
+  serve_unlock(&s->mu);
   return left;
 }
 
 void serve_http_stop(serve_http_t *s) {
   if (!s) return;
   if (s->watchdog_started) {
-    lock(s);
+    serve_lock(&s->mu);
     s->watchdog_stop = 1;
-    unlock(s);
-    check_pthread(pthread_join(s->watchdog, NULL), "pthread_join");
+    serve_unlock(&s->mu);
+    serve_check_pthread(pthread_join(s->watchdog, NULL), "pthread_join");
   }
   MHD_stop_daemon(s->daemon); /* hears every connection closed: s->conns empties */
   pthread_mutex_destroy(&s->mu);

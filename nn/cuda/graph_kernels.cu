@@ -80,18 +80,10 @@ __global__ void mul_bwd_b_full(size_t total, const T *a, const T *dy, T *db, int
 template <typename T>
 __global__ void mul_bwd_b_channel(size_t planes, int nhwc, int c, int hw, const T *a,
                                   const T *dy, T *db, int add) {
-  size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
-  int lane = threadIdx.x & 31;
-  if (warp >= planes) return;
-  const size_t smp = warp / (size_t)c;
-  const int ch = (int)(warp % (size_t)c);
-  float s = 0.0f;
-  for (int j = lane; j < hw; j += 32) {
-    size_t k = at4(nhwc, smp, ch, (size_t)j, c, hw);
-    s += ld(dy[k]) * ld(a[k]);
-  }
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
-  if (lane == 0) db[warp] = st<T>(add ? ld(db[warp]) + s : s);
+  const size_t plane = warp_of_grid();
+  if (plane >= planes) return;
+  float s = plane_sum(plane, nhwc, c, hw, [=](size_t k) { return ld(dy[k]) * ld(a[k]); });
+  if ((threadIdx.x & 31) == 0) db[plane] = st<T>(add ? ld(db[plane]) + s : s);
 }
 
 // Element i of y (n x (ca + cb) x hw) from a or b.

@@ -1,7 +1,7 @@
 // nn/cuda/kernel_common.cuh: what nn's CUDA kernel files share (kernels.cu,
 // graph_kernels.cu): the launch shape, the grid-stride loop, loads and stores in float
-// whatever the storage type, offsets in NCHW or NHWC, and the dispatch of a template
-// kernel on the precision. Internal linkage: each kernel file gets its own copy.
+// whatever the storage type, offsets in NCHW or NHWC, warp sums over a channel's plane,
+// and the dispatch of a template kernel on the precision. Internal linkage: each kernel file gets its own copy.
 #ifndef NN_CUDA_KERNEL_COMMON_CUH
 #define NN_CUDA_KERNEL_COMMON_CUH
 
@@ -46,6 +46,30 @@ __device__ __forceinline__ size_t at4(int nhwc, size_t s, int ch, size_t p, int 
 // Channel of flat offset i.
 __device__ __forceinline__ int chan_of(int nhwc, size_t i, int c, int hw) {
   return (int)(nhwc ? i % (size_t)c : (i / (size_t)hw) % (size_t)c);
+}
+
+// ---- warp reductions ----
+
+// This thread's warp among the grid's (warps of 32 threads, blockDim a multiple of 32).
+__device__ __forceinline__ size_t warp_of_grid() {
+  return (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+}
+
+// The sum of v over the warp's 32 lanes, in lane 0 (the others hold partial sums).
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// One warp per (sample, channel) plane of n x c x hw elements: the sum of term(k) over
+// the plane's positions, k the element's offset (either layout), in lane 0.
+template <typename Term>
+__device__ __forceinline__ float plane_sum(size_t plane, int nhwc, int c, int hw, Term term) {
+  const size_t smp = plane / (size_t)c;
+  const int ch = (int)(plane % (size_t)c);
+  float s = 0.0f;
+  for (int j = threadIdx.x & 31; j < hw; j += 32) s += term(at4(nhwc, smp, ch, (size_t)j, c, hw));
+  return warp_sum(s);
 }
 
 }  // namespace

@@ -51,15 +51,10 @@ template <typename T> __global__ void accumulate(size_t n, const T *dy, T *dx, i
 // One warp per (sample, channel): y[s][ch] = mean over positions (same in both layouts).
 template <typename T>
 __global__ void gap_fwd(size_t planes, int c, int hw, int nhwc, const T *x, T *y) {
-  size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
-  int lane = threadIdx.x & 31;
-  if (warp >= planes) return;
-  const size_t smp = warp / (size_t)c;
-  const int ch = (int)(warp % (size_t)c);
-  float s = 0.0f;
-  for (int j = lane; j < hw; j += 32) s += ld(x[at4(nhwc, smp, ch, (size_t)j, c, hw)]);
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
-  if (lane == 0) y[warp] = st<T>(s / (float)hw);
+  const size_t plane = warp_of_grid();
+  if (plane >= planes) return;
+  float s = plane_sum(plane, nhwc, c, hw, [=](size_t k) { return ld(x[k]); });
+  if ((threadIdx.x & 31) == 0) y[plane] = st<T>(s / (float)hw);
 }
 
 template <typename T>
@@ -162,7 +157,7 @@ __global__ void channel_bias_grad(int n, int c, int hw, int nhwc, const T *dy, T
 
 // Sum of v over the block; every thread gets it. part: blockDim.x / 32 floats.
 __device__ float block_sum(float v, float *part) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  v = warp_sum(v);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   __syncthreads();   // part may still be read by the previous call
   if (lane == 0) part[warp] = v;

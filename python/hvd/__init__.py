@@ -177,15 +177,4 @@ class _NumpyArrays:
 
 _A = _NumpyArrays()
 _api_numpy = _api.Api(_A)
-allreduce, allreduce_ = _api_numpy.allreduce, _api_numpy.allreduce_
-allreduce_async, allreduce_async_ = _api_numpy.allreduce_async, _api_numpy.allreduce_async_
-grouped_allreduce, grouped_allreduce_ = _api_numpy.grouped_allreduce, _api_numpy.grouped_allreduce_
-grouped_allreduce_async = _api_numpy.grouped_allreduce_async
-grouped_allreduce_async_ = _api_numpy.grouped_allreduce_async_
-allgather = _api_numpy.allgather
-broadcast, broadcast_ = _api_numpy.broadcast, _api_numpy.broadcast_
-broadcast_async, broadcast_async_ = _api_numpy.broadcast_async, _api_numpy.broadcast_async_
-alltoall, alltoall_async = _api_numpy.alltoall, _api_numpy.alltoall_async
-reducescatter, reducescatter_async = _api_numpy.reducescatter, _api_numpy.reducescatter_async
-grouped_reducescatter = _api_numpy.grouped_reducescatter
-grouped_reducescatter_async = _api_numpy.grouped_reducescatter_async
+_api.bind(_api_numpy, globals())

@@ -2,7 +2,7 @@
 hvd._core (numpy arrays for hvd, tensors for hvd.torch).
 
 A front end makes one Api (or a subclass overriding what differs) and exports its bound
-methods as module functions: `allreduce = _api.allreduce`. Besides _core's adapter
+methods as module functions with bind(api, globals()): the names in COLLECTIVES. Besides _core's adapter
 methods the adapter has as_input(x, what) (an input hvd only reads, contiguous),
 splits_list(splits) (a list of ints from a list, array or tensor), int_array(values)
 (the received splits of alltoall) and compress(x, compression) -> (x', ctx) /
@@ -11,6 +11,22 @@ decompress(x', ctx) (Horovod's compression; numpy has none).
 from . import _core
 from ._core import Average, synchronize
 from .process_sets import global_process_set, resolve
+
+
+# The collectives every front end exports, each the bound method of its Api of that name.
+COLLECTIVES = (
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "allgather", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+    "grouped_reducescatter", "grouped_reducescatter_async",
+)
+
+
+def bind(api, namespace):
+    """Puts api's COLLECTIVES into namespace (a front end's module globals())."""
+    for name in COLLECTIVES:
+        namespace[name] = getattr(api, name)
 
 
 class _AlltoallHandle(_core.Handle):

@@ -39,6 +39,31 @@ def _find():
     return "libhvd.so.0"
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _loaded_path(name, function):
+    """The file the loader took for name. A bare name is looked up on the loader's search
+    path (ldconfig, LD_LIBRARY_PATH), which Python does not see: dladdr on one of the
+    library's functions names the file (glibc has dladdr in libc from 2.34, in libdl
+    before). name itself when the loader cannot say."""
+    if os.sep in name:
+        return name
+    for where in (None, "libdl.so.2"):
+        try:
+            dladdr = ctypes.CDLL(where).dladdr
+        except (OSError, AttributeError):
+            continue
+        dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        dladdr.restype = ctypes.c_int
+        info = _DlInfo()
+        if dladdr(ctypes.cast(function, ctypes.c_void_p), ctypes.byref(info)) and info.dli_fname:
+            return os.fsdecode(info.dli_fname)
+    return name
+
+
 library_path = _find()
 try:
     # RTLD_GLOBAL: Open MPI loads its components with dlopen, and they look for libmpi's
@@ -48,6 +73,7 @@ except OSError as e:
     raise ImportError("hvd: cannot load %s (%s); build it with `make shared` (build/lib), "
                       "install it with `make install`, or set HVD_LIBRARY to its path"
                       % (library_path, e)) from None
+library_path = _loaded_path(library_path, lib.hvd_init)
 
 _libc = ctypes.CDLL(None)
 free = _libc.free

@@ -176,15 +176,4 @@ class _TorchApi(_api.Api):
 
 
 _api_torch = _TorchApi(_A)
-allreduce, allreduce_ = _api_torch.allreduce, _api_torch.allreduce_
-allreduce_async, allreduce_async_ = _api_torch.allreduce_async, _api_torch.allreduce_async_
-grouped_allreduce, grouped_allreduce_ = _api_torch.grouped_allreduce, _api_torch.grouped_allreduce_
-grouped_allreduce_async = _api_torch.grouped_allreduce_async
-grouped_allreduce_async_ = _api_torch.grouped_allreduce_async_
-allgather = _api_torch.allgather
-broadcast, broadcast_ = _api_torch.broadcast, _api_torch.broadcast_
-broadcast_async, broadcast_async_ = _api_torch.broadcast_async, _api_torch.broadcast_async_
-alltoall, alltoall_async = _api_torch.alltoall, _api_torch.alltoall_async
-reducescatter, reducescatter_async = _api_torch.reducescatter, _api_torch.reducescatter_async
-grouped_reducescatter = _api_torch.grouped_reducescatter
-grouped_reducescatter_async = _api_torch.grouped_reducescatter_async
+_api.bind(_api_torch, globals())
