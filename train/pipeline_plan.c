@@ -88,8 +88,13 @@ int train_pipeline_time_layers(nn_model_t *m, int micro_n, double *layer_s, char
   return 0;
 }
 
+/* Past the caches the speed no longer depends on the size: a large model's activations
+   are measured on a part of them. */
+#define COPY_MEASURE_MAX ((size_t)64 << 20)
+
 double train_pipeline_copy_cost(size_t bytes) {
   if (bytes == 0) return 0;
+  if (bytes > COPY_MEASURE_MAX) bytes = COPY_MEASURE_MAX;
   char *a = malloc(bytes), *b = malloc(bytes);
   double best = DBL_MAX;
   if (a && b) {

@@ -10,8 +10,8 @@
 int train_pipeline_time_layers(nn_model_t *m, int micro_n, double *layer_s, char *err,
                                size_t errlen);
 /* Seconds per byte of a stash and its unstash on this machine (two copies of each
-   byte), measured on a buffer of `bytes` (the best of a few passes); 0 when there is no
-   memory for the measurement (copies then cost nothing in the plan). */
+   byte), measured on a buffer of `bytes` (at most 64 MiB; the best of a few passes); 0
+   when there is no memory for the measurement (copies then cost nothing in the plan). */
 double train_pipeline_copy_cost(size_t bytes);
 
 /* The time per micro-batch of a stage of layers [first, last) as the plan counts it: its

@@ -202,13 +202,13 @@ static int share_batch(train_pipeline_t *p, step_t *st) {
     p->batch[0] = st->n;
     if (labels) memcpy(p->batch + 1, st->y, (size_t)labels * sizeof(int32_t));
     for (int s = 1; s < p->S; s++)
-      if (MPI_Isend(p->batch, 1 + labels, MPI_INT32_T, first + s, TAG_BATCH, p->comm,
-                    &p->batch_req[s]) != MPI_SUCCESS)
+      if (MPI_Isend(p->batch, (int)((1 + labels) * sizeof(int32_t)), MPI_BYTE, first + s,
+                    TAG_BATCH, p->comm, &p->batch_req[s]) != MPI_SUCCESS)
         return mpi_fail(st, "MPI_Isend of the batch", first + s);
     return 0;
   }
-  if (MPI_Irecv(p->batch, 1 + cap, MPI_INT32_T, first, TAG_BATCH, p->comm,
-                &p->batch_req[0]) != MPI_SUCCESS)
+  if (MPI_Irecv(p->batch, (int)((1 + cap) * sizeof(int32_t)), MPI_BYTE, first, TAG_BATCH,
+                p->comm, &p->batch_req[0]) != MPI_SUCCESS)
     return mpi_fail(st, "MPI_Irecv of the batch", first);
   if (train_pipeline_wait_peer(p, &p->batch_req[0], first, "the batch", st->err,
                                st->errlen) != 0)
