@@ -67,7 +67,7 @@ enum { GANTT_COLUMNS = 72 };
    trace (ev: per rank, 2 M events of 4 doubles: kind, micro-batch, start, end; kind 0
    past the end). A computation fills its columns with F or B, its first column with
    the micro-batch's last digit (two columns at least, so that a short one still shows
-   its kind); '.' is idle. */
+   its kind, pushing the next one right); '.' is idle. */
 static void print_gantt(FILE *out, const double *ev, int S, int M) {
   size_t per = (size_t)8 * M;
   double end = 0;
@@ -81,13 +81,15 @@ static void print_gantt(FILE *out, const double *ev, int S, int M) {
     char line[GANTT_COLUMNS + 1];
     memset(line, '.', GANTT_COLUMNS);
     line[GANTT_COLUMNS] = '\0';
-    for (int i = 0; i < 2 * M && ev[s * per + 4 * i] != 0; i++) {
+    for (int i = 0, next = 0; i < 2 * M && ev[s * per + 4 * i] != 0; i++) {
       const double *e = ev + s * per + 4 * i;
       int a = (int)(e[2] / end * GANTT_COLUMNS), b = (int)(e[3] / end * GANTT_COLUMNS);
-      if (a >= GANTT_COLUMNS) a = GANTT_COLUMNS - 1;
+      if (a < next) a = next;     /* after the previous computation's letters */
+      if (a > GANTT_COLUMNS - 2) a = GANTT_COLUMNS - 2;
       if (b < a + 2) b = a + 2;   /* the digit and at least one letter: F or B */
       for (int c = a; c < b && c < GANTT_COLUMNS; c++) line[c] = (char)e[0];
       line[a] = (char)('0' + (int)e[1] % 10);
+      next = b;
     }
     fprintf(out, "  stage %d |%s|\n", s, line);
   }
