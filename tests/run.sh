@@ -70,6 +70,7 @@ pooled=(
   test_blas_core.sh
   test_plots.sh
   test_hvd_join_sets
+  test_train_pipeline_faults test_train_pipeline_plan
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build

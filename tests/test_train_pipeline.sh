@@ -4,7 +4,8 @@
 # TensorBoard and CSV files, --checkpoint-dir), and the exported weights agree with the
 # unsplit model's to 1e-5 relative after an epoch of 9 steps on the same global batches.
 # The stages are printed, and the last step drawn. resnet20 (batch norm) in a pipeline trains as the unsplit model
-# with gradient accumulation over the micro-batches. A stage count that does not divide
+# with gradient accumulation over the micro-batches. Only stage 0 decodes images (a bad one
+# is counted once). A stage count that does not divide
 # the ranks is refused with exit status 2 and a line that says why.
 set -u
 build=${HVD_BUILD:-build}
@@ -76,6 +77,24 @@ timeout -k 5 120 mpirun -np 2 --oversubscribe --bind-to none "$train" "${bn[@]}"
   >"$tmp/bn_pipe.out" 2>&1 \
   || { echo "FAIL train (resnet20, pipeline):"; cat "$tmp/bn_pipe.out"; exit 1; }
 compare "$tmp/bn_acc.safetensors" "$tmp/bn_pipe.safetensors" || exit 1
+# Only stage 0 decodes the images: a truncated JPEG among 48 training images, with
+# --skip-bad-images, is counted once over the ranks (a stage 1 that decoded too would count
+# it again), and the batch of 15 it leaves reaches stage 1 from stage 0.
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  d=$tmp/fm
+  /usr/bin/python3 scripts/make_image_dataset.py fashion "$d" --train 48 --val 32 --size 28 \
+    >/dev/null || { echo "FAIL scripts/make_image_dataset.py fashion"; exit 1; }
+  first=$(find "$d/train" -name '*.jpg' | sort | head -1)
+  head -c 300 "$first" >"$(dirname "$first")/zz-truncated.jpg"
+  timeout -k 5 120 mpirun -np 2 --oversubscribe --bind-to none "$train" --model lenet \
+    --dataset imagefolder --data-dir "$d" --epochs 1 --batch-size 16 --threads 1 \
+    --validation-split 0 --skip-bad-images --pipeline-stages 2 --micro-batches 2 \
+    >"$tmp/images.out" 2>&1 || { echo "FAIL train (images, pipeline):"; cat "$tmp/images.out"; exit 1; }
+  grep -q -- '--skip-bad-images: 1 bad image(s) left out' "$tmp/images.out" \
+    || { echo "FAIL a bad image not counted once (stage 1 decoded too?):"; cat "$tmp/images.out"; exit 1; }
+else
+  echo "FAIL Fashion-MNIST is missing: run scripts/install-deps.sh (dataset-fashion-mnist)"; exit 1
+fi
 out=$(timeout -k 5 60 mpirun -np 2 --oversubscribe --bind-to none "$train" --model lenet \
   --dataset synthetic --synthetic-samples 64 --epochs 1 --pipeline-stages 4 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q 'does not divide the 2 ranks' <<<"$out" \

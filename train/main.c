@@ -332,10 +332,16 @@ static void die_images(const trainer_t *t, const char *err) {
   die("%s", err);
 }
 
+/* Whether this rank reads training batches: a data rank, and in a pipeline its stage 0
+   (which sends the other stages what they need: train/pipeline.h). */
+static int reads_batches(const trainer_t *t) {
+  return t->data_rank >= 0 && (!t->pipe || train_pipeline_stage(t->pipe) == 0);
+}
+
 /* Starts the decode threads of this rank's slices of the epoch, from step first. */
 static void images_epoch_begin(trainer_t *t, int epoch, int first) {
   char err[8192];
-  if (t->images && t->data_rank >= 0 &&
+  if (t->images && reads_batches(t) &&
       train_images_begin(t->images, TRAIN_IMAGES_TRAIN, epoch, first, t->data_rank,
                          t->data_size, t->o.batch, err, sizeof err) != 0)
     die_images(t, err);
@@ -993,8 +999,8 @@ static void train_steps(trainer_t *t, int epoch, int first, double sums[3], doub
     if (o->straggler_delay_ms > 0 && rank == o->straggler_rank)
       usleep((useconds_t)o->straggler_delay_ms * 1000);
     /* Streamed images: every step's batch is taken, an empty slice's too. */
-    if (t->images && t->data_rank >= 0) n = images_batch(t, s);
-    else if (n > 0) train_make_batch(&t->train, t->perm + offset, n, &t->bo, t->x, t->y);
+    if (t->images && reads_batches(t)) n = images_batch(t, s);
+    else if (n > 0 && reads_batches(t)) train_make_batch(&t->train, t->perm + offset, n, &t->bo, t->x, t->y);
     t->last_lr = nn_lr_at(&t->sched, epoch + (double)window_start / steps);
     int flags = TRAIN_STEP_FETCH_LOSS | (last_pass ? 0 : TRAIN_STEP_ACCUMULATE);
     char perr[1024];

@@ -59,9 +59,13 @@ static int fail(char *err, size_t errlen, const char *fmt, const char *detail) {
 static int plan(train_pipeline_t *p, const train_pipeline_opts_t *o, char *err, size_t errlen) {
   int L = nn_model_num_layers(p->m);
   int32_t cuts[MAX_STAGES];
-  double *layer_s = calloc((size_t)L, sizeof(double));
+  /* layer_s[L]: seconds per byte of a stash (none with one micro-batch). */
+  double *layer_s = calloc((size_t)L + 1, sizeof(double));
   if (!layer_s) return fail(err, errlen, "%s", "out of memory");
   int rc = train_pipeline_time_layers(p->m, p->micro_n, layer_s, err, errlen);
+  if (rc == 0 && p->M > 1)
+    layer_s[L] = train_pipeline_copy_cost(nn_model_range_stash_bytes(p->m, 0, L, p->micro_n));
+  int last_stashes = p->schedule == TRAIN_PIPE_GPIPE;
   if (rc == 0 && o->cuts) {
     for (int s = 0; s < p->S - 1 && rc == 0; s++) {
       cuts[s] = o->cuts[s];
@@ -73,22 +77,28 @@ static int plan(train_pipeline_t *p, const train_pipeline_opts_t *o, char *err, 
     }
   } else if (rc == 0) {
     int c[MAX_STAGES];
-    rc = train_pipeline_balance(p->m, layer_s, p->S, c, err, errlen);
+    rc = train_pipeline_balance(p->m, layer_s, p->S, p->micro_n, layer_s[L], last_stashes, c,
+                                err, errlen);
     for (int s = 0; rc == 0 && s < p->S - 1; s++) cuts[s] = c[s];
   }
   /* Rank 0's plan (and times) for everyone: timings differ from rank to rank. */
   int32_t ok = rc == 0;
   hvd_status_t hs = hvd_allreduce("pipe.plan.ok", &ok, &ok, 1, HVD_INT32, HVD_MIN);
   if (hs == HVD_OK && ok) hs = hvd_broadcast("pipe.plan.cuts", cuts, (size_t)p->S, HVD_INT32, 0);
-  if (hs == HVD_OK && ok) hs = hvd_broadcast("pipe.plan.times", layer_s, (size_t)L, HVD_FLOAT64, 0);
+  if (hs == HVD_OK && ok)
+    hs = hvd_broadcast("pipe.plan.times", layer_s, (size_t)L + 1, HVD_FLOAT64, 0);
   if (hs != HVD_OK) snprintf(err, errlen, "agreeing on the pipeline plan: %s", hvd_last_error());
   if (hs == HVD_OK && !ok && rc == 0) snprintf(err, errlen, "another rank could not plan the pipeline");
   p->bounds[0] = 0;
   for (int s = 0; s < p->S - 1; s++) p->bounds[s + 1] = cuts[s];
   p->bounds[p->S] = L;
-  for (int s = 0; s < p->S; s++) {
-    p->stage_s[s] = 0;
-    for (int i = p->bounds[s]; i < p->bounds[s + 1]; i++) p->stage_s[s] += layer_s[i];
+  for (int s = 0; s < p->S && hs == HVD_OK && ok; s++) {
+    int stashes = s < p->S - 1 || last_stashes;
+    p->stage_s[s] = train_pipeline_stage_time(p->m, layer_s, p->bounds[s], p->bounds[s + 1],
+                                              p->micro_n, layer_s[L], stashes);
+    p->stage_copy_s[s] = p->stage_s[s] - train_pipeline_stage_time(p->m, layer_s, p->bounds[s],
+                                                                   p->bounds[s + 1], p->micro_n,
+                                                                   0, 0);
   }
   free(layer_s);
   return hs == HVD_OK && ok ? 0 : -1;
@@ -127,14 +137,16 @@ static int alloc_buffers(train_pipeline_t *p) {
   p->recv_act = calloc((size_t)M * 4, sizeof(MPI_Request));
   p->trace = calloc((size_t)M * 2, sizeof(*p->trace));
   p->stash = calloc((size_t)M, sizeof(void *));
+  p->batch = calloc(1 + (size_t)M * mn, sizeof(int32_t));
   p->pool = calloc((size_t)M, sizeof(void *));
   if (!p->act_in || !p->grad_out || !p->act_out || !p->grad_in || !p->recv_act || !p->trace ||
-      !p->stash || !p->pool || p->stash_bytes == 0)
+      !p->stash || !p->pool || !p->batch || p->stash_bytes == 0)
     return 0;
   p->recv_grad = p->recv_act + M;
   p->send_act = p->recv_act + 2 * M;
   p->send_grad = p->recv_act + 3 * M;
   for (int i = 0; i < 4 * M; i++) p->recv_act[i] = MPI_REQUEST_NULL;
+  for (int s = 0; s < MAX_STAGES; s++) p->batch_req[s] = MPI_REQUEST_NULL;
   return 1;
 }
 
@@ -166,6 +178,15 @@ int train_pipeline_create(train_pipeline_t **out, nn_model_t *m,
   p->R = size / p->S;
   p->micro_n = micro_n;
   p->comm = MPI_COMM_NULL;
+  p->live = -1;
+  p->failed_step = -1;
+  /* Test knobs: HVD_TRAIN_TEST_PIPE_FAIL_STEP=N fails step N (from 0) on every rank,
+     stage 0 after its first forward (a send posted), the others before their first
+     wait; HVD_TRAIN_TEST_PIPE_GATHER_NOMEM=R: rank R's gather finds no memory. */
+  const char *knob = getenv("HVD_TRAIN_TEST_PIPE_FAIL_STEP");
+  p->fail_step = knob ? atoll(knob) : -1;
+  knob = getenv("HVD_TRAIN_TEST_PIPE_GATHER_NOMEM");
+  p->gather_nomem = knob && atoi(knob) == p->rank;
   /* A lost peer is hvd's to find (hvd_check_health); this only ends a wait on a live
      but stuck stage, long after the peer timeout would have named a lost one. */
   const char *t = getenv("HVD_PEER_TIMEOUT_SECONDS");
@@ -200,6 +221,7 @@ void train_pipeline_free(train_pipeline_t *p) {
   free(p->pool);
   free(p->stash);
   free(p->recv_act);
+  free(p->batch);
   free(p->trace);
   if (p->comm != MPI_COMM_NULL) MPI_Comm_free(&p->comm);
   free(p);
@@ -225,10 +247,11 @@ void train_pipeline_describe(const train_pipeline_t *p, char *buf, size_t len) {
     }
     off += (size_t)snprintf(buf + off, len - off,
                             "stage %d: layers %d-%d (%s .. %s), %zu parameters, %.3f ms "
-                            "per micro-batch\n", s, p->bounds[s], p->bounds[s + 1] - 1,
+                            "per micro-batch (%.3f of it copying activations)\n", s,
+                            p->bounds[s], p->bounds[s + 1] - 1,
                             nn_model_layer_name(p->m, p->bounds[s]),
                             nn_model_layer_name(p->m, p->bounds[s + 1] - 1), params,
-                            p->stage_s[s] * 1e3);
+                            p->stage_s[s] * 1e3, p->stage_copy_s[s] * 1e3);
   }
 }
 
@@ -259,6 +282,34 @@ int train_pipeline_wait_peer(train_pipeline_t *p, MPI_Request *r, int peer, cons
       return -1;
     }
   }
+}
+
+/* A failed step's requests: cancelled (a receive not matched yet, a send if this MPI
+   can), else completed, within DROP_WAIT_S in all; one still active then (a peer gone
+   mid-transfer) is freed, and MPI finishes it into buffers that live until
+   train_pipeline_free. */
+#define DROP_WAIT_S 2.0
+
+void train_pipeline_drop_requests(train_pipeline_t *p) {
+  double deadline = util_now_s() + DROP_WAIT_S;
+  for (int i = 0; i < 4 * p->M + MAX_STAGES; i++) {
+    MPI_Request *r = i < 4 * p->M ? &p->recv_act[i] : &p->batch_req[i - 4 * p->M];
+    if (*r == MPI_REQUEST_NULL) continue;
+    int done = 0, ok = MPI_Cancel(r) == MPI_SUCCESS;
+    while (ok && !done && util_now_s() < deadline) {
+      ok = MPI_Test(r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS;
+      if (!done) sched_yield();
+    }
+    /* Nothing more to do on a failure here: the step reports its own error. */
+    if (*r != MPI_REQUEST_NULL && MPI_Request_free(r) != MPI_SUCCESS) *r = MPI_REQUEST_NULL;
+  }
+  for (int k = 0; k < p->M; k++)
+    if (p->stash[k]) {
+      p->pool[p->npool++] = p->stash[k];
+      p->stash[k] = NULL;
+    }
+  p->live = -1;
+  p->inflight = 0;
 }
 
 void train_pipeline_note(train_pipeline_t *p, char kind, int k, double t0) {

@@ -8,7 +8,9 @@
    activations go forward and their gradients backward point-to-point between the
    neighbouring stages of a replica (non-blocking MPI, posted at the start of the step,
    so transfers overlap the compute); a stage keeps the micro-batches it has run forward
-   and not yet backward as stashed activations. After the last backward each stage
+   and not yet backward as stashed activations (copied out of the model's buffers only
+   when another micro-batch needs them: 1F1B's last stage, whose backward follows its
+   forward, copies none). After the last backward each stage
    averages its parameters' gradients over the replicas in its own hvd process set
    (stage s: ranks s, s + S, ...), then every rank takes the optimizer step.
 
@@ -43,10 +45,12 @@ typedef struct {
 typedef struct train_pipeline train_pipeline_t;
 
 /* Per stage, over the steps since creation: wall time of the steps' pipeline phase (from
-   the first micro-batch to the last backward), the part spent computing, and the
-   largest stash in bytes (activations of the micro-batches in flight). */
+   the first micro-batch to the last backward), the part spent computing, the part of
+   that spent copying activations (stashing a micro-batch's activations, putting them
+   back, copying an output or input gradient for its send), and the largest stash in
+   bytes (activations of the micro-batches in flight). */
 typedef struct {
-  double wall_s, busy_s;
+  double wall_s, busy_s, copy_s;
   size_t peak_stash_bytes;
   uint64_t steps;
 } train_pipeline_stats_t;
@@ -73,10 +77,11 @@ void train_pipeline_stage_layers(const train_pipeline_t *p, int s, int *first, i
 /* Several lines: layers, parameters and measured time per stage. */
 void train_pipeline_describe(const train_pipeline_t *p, char *buf, size_t len);
 
-/* One step on this replica's n samples (x: n inputs, y: n labels; every rank of the
-   replica passes the same; only stage 0 reads x, only the last stage y), learning rate
-   lr. *loss_sum and *correct (if not NULL) receive the sums over every replica's samples
-   (every rank gets them). 0, or -1 with err. */
+/* One step on this replica's n samples (x: n inputs, y: n labels), learning rate lr.
+   Only stage 0's x, y and n count: it sends n and the labels to the replica's other
+   stages, which pass anything (NULL, NULL, 0): they need not read the data set. *loss_sum and *correct (if not NULL) receive the sums over every replica's samples
+   (every rank gets them). 0, or -1 with err; a failed step leaves no transfer posted
+   (hvd calls and train_pipeline_free may follow) and the pipeline refuses later steps. */
 int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, int n,
                         float lr, double *loss_sum, long long *correct, char *err,
                         size_t errlen);

@@ -3,10 +3,15 @@
    Each layer is timed on this machine (the forward and backward of a micro-batch, the
    best of PASSES passes so that a busy moment does not count), and the layer list is cut
    into S contiguous stages that minimise the slowest stage: the pipeline runs at the
-   pace of its slowest stage. Only cuts that no connection crosses are allowed
+   pace of its slowest stage. A stage that keeps several micro-batches in flight also
+   copies each one's activations out of the model's buffers and back (the stash): its
+   bytes times the copy time measured here count too, so that the activation-heavy
+   first layers of a convolutional network do not make the slowest stage (1F1B's last
+   stage copies nothing: its backward follows its forward). Only cuts that no connection crosses are allowed
    (nn_model_range_cut_ok: a residual block stays whole). Dynamic programming over
    (stages, layers): S * L^2 steps, nothing for the layer counts of real models. */
 #include "train/pipeline_plan.h"
+#include "util/clock.h"
 
 #include <float.h>
 #include <stdio.h>
@@ -83,36 +88,72 @@ int train_pipeline_time_layers(nn_model_t *m, int micro_n, double *layer_s, char
   return 0;
 }
 
-int train_pipeline_balance(const nn_model_t *m, const double *layer_s, int S, int *cuts,
-                           char *err, size_t errlen) {
+/* Past the caches the speed no longer depends on the size: a large model's activations
+   are measured on a part of them. */
+#define COPY_MEASURE_MAX ((size_t)64 << 20)
+
+double train_pipeline_copy_cost(size_t bytes) {
+  if (bytes == 0) return 0;
+  if (bytes > COPY_MEASURE_MAX) bytes = COPY_MEASURE_MAX;
+  char *a = malloc(bytes), *b = malloc(bytes);
+  double best = DBL_MAX;
+  if (a && b) {
+    memset(a, 1, bytes);
+    memset(b, 2, bytes);
+    for (int pass = 0; pass < PASSES; pass++) {
+      double t0 = util_now_s();
+      memcpy(b, a, bytes);
+      memcpy(a, b, bytes);
+      double t = util_now_s() - t0;
+      if (t < best) best = t;
+    }
+  }
+  free(a);
+  free(b);
+  return best < DBL_MAX ? best / (double)bytes : 0;
+}
+
+double train_pipeline_stage_time(nn_model_t *m, const double *layer_s, int first, int last,
+                                 int micro_n, double copy_s_per_byte, int stashes) {
+  double t = 0;
+  for (int i = first; i < last; i++) t += layer_s[i];
+  if (stashes && copy_s_per_byte > 0)
+    t += copy_s_per_byte * (double)nn_model_range_stash_bytes(m, first, last, micro_n);
+  return t;
+}
+
+int train_pipeline_balance(nn_model_t *m, const double *layer_s, int S, int micro_n,
+                           double copy_s_per_byte, int last_stashes, int *cuts, char *err,
+                           size_t errlen) {
   int L = nn_model_num_layers(m);
   /* best[s][j]: the least slowest-stage time of layers [0, j) in s + 1 stages;
      from[s][j]: where its last stage starts. */
   double *best = malloc((size_t)S * (L + 1) * sizeof(double));
   int *from = malloc((size_t)S * (L + 1) * sizeof(int));
-  double *prefix = malloc((size_t)(L + 1) * sizeof(double));
-  if (!best || !from || !prefix) {
+  if (!best || !from) {
     free(best);
     free(from);
-    free(prefix);
     snprintf(err, errlen, "out of memory planning the pipeline");
     return -1;
   }
-  prefix[0] = 0;
-  for (int i = 0; i < L; i++) prefix[i + 1] = prefix[i] + layer_s[i];
 #define BEST(s, j) best[(size_t)(s) * (L + 1) + (j)]
 #define FROM(s, j) from[(size_t)(s) * (L + 1) + (j)]
   for (int s = 0; s < S; s++)
     for (int j = 0; j <= L; j++) {
       BEST(s, j) = DBL_MAX;
       FROM(s, j) = -1;
+      /* Stage s of [0, j) stashes unless it is the pipeline's last stage (j = L). */
+      int stashes = j < L || s < S - 1 || last_stashes;
       if (s == 0) {
-        if (j > 0) BEST(s, j) = prefix[j];
+        if (j > 0)
+          BEST(s, j) = train_pipeline_stage_time(m, layer_s, 0, j, micro_n, copy_s_per_byte,
+                                                 stashes);
         continue;
       }
       for (int k = s; k < j; k++) {   /* the last stage is [k, j): a cut before k */
         if (BEST(s - 1, k) == DBL_MAX || !nn_model_range_cut_ok(m, k)) continue;
-        double t = prefix[j] - prefix[k];
+        double t = train_pipeline_stage_time(m, layer_s, k, j, micro_n, copy_s_per_byte,
+                                             stashes);
         double worst = t > BEST(s - 1, k) ? t : BEST(s - 1, k);
         if (worst < BEST(s, j)) {
           BEST(s, j) = worst;
@@ -129,7 +170,6 @@ int train_pipeline_balance(const nn_model_t *m, const double *layer_s, int S, in
 #undef FROM
   free(best);
   free(from);
-  free(prefix);
   if (!ok) {
     snprintf(err, errlen, "%s cannot be cut into %d stages: it has fewer places that no "
              "connection crosses (a residual block stays whole)", nn_model_name(m), S);

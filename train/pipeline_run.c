@@ -66,7 +66,8 @@ enum { GANTT_COLUMNS = 72 };
 /* The last step of replica 0 as a Gantt chart, one line per stage, from every rank's
    trace (ev: per rank, 2 M events of 4 doubles: kind, micro-batch, start, end; kind 0
    past the end). A computation fills its columns with F or B, its first column with
-   the micro-batch's last digit; '.' is idle. */
+   the micro-batch's last digit (two columns at least, so that a short one still shows
+   its kind, pushing the next one right); '.' is idle. */
 static void print_gantt(FILE *out, const double *ev, int S, int M) {
   size_t per = (size_t)8 * M;
   double end = 0;
@@ -80,13 +81,15 @@ static void print_gantt(FILE *out, const double *ev, int S, int M) {
     char line[GANTT_COLUMNS + 1];
     memset(line, '.', GANTT_COLUMNS);
     line[GANTT_COLUMNS] = '\0';
-    for (int i = 0; i < 2 * M && ev[s * per + 4 * i] != 0; i++) {
+    for (int i = 0, next = 0; i < 2 * M && ev[s * per + 4 * i] != 0; i++) {
       const double *e = ev + s * per + 4 * i;
       int a = (int)(e[2] / end * GANTT_COLUMNS), b = (int)(e[3] / end * GANTT_COLUMNS);
-      if (a >= GANTT_COLUMNS) a = GANTT_COLUMNS - 1;
-      if (b <= a) b = a + 1;
+      if (a < next) a = next;     /* after the previous computation's letters */
+      if (a > GANTT_COLUMNS - 2) a = GANTT_COLUMNS - 2;
+      if (b < a + 2) b = a + 2;   /* the digit and at least one letter: F or B */
       for (int c = a; c < b && c < GANTT_COLUMNS; c++) line[c] = (char)e[0];
       line[a] = (char)('0' + (int)e[1] % 10);
+      next = b;
     }
     fprintf(out, "  stage %d |%s|\n", s, line);
   }
@@ -110,9 +113,10 @@ int train_pipeline_run_report(const train_pipeline_t *p, const train_opts_t *o,
                               nn_model_t *m, int rank, FILE *out, char *err, size_t errlen) {
   train_pipeline_stats_t st;
   train_pipeline_stats(p, &st);
-  double mine[3] = {st.wall_s, st.busy_s, (double)st.peak_stash_bytes}, *all = NULL;
+  double mine[4] = {st.wall_s, st.busy_s, (double)st.peak_stash_bytes, st.copy_s};
+  double *all = NULL;
   size_t got = 0;
-  if (hvd_allgather("pipe.report", mine, 3, HVD_FLOAT64, (void **)&all, &got) != HVD_OK) {
+  if (hvd_allgather("pipe.report", mine, 4, HVD_FLOAT64, (void **)&all, &got) != HVD_OK) {
     snprintf(err, errlen, "allgather of the pipeline's times: %s", hvd_last_error());
     return -1;
   }
@@ -133,11 +137,13 @@ int train_pipeline_run_report(const train_pipeline_t *p, const train_opts_t *o,
   }
   if (rank == 0 && !o->quiet) {
     print_gantt(out, traces, S, M);
-    for (int s = 0; s < S; s++)   /* replica 0's ranks are stages 0..S-1 */
-      fprintf(out, "pipeline stage %d: idle %.1f%% of the steps (bubble theory %.1f%%), peak "
-              "activation stash %.2f MiB\n", s,
-              all[3 * s] > 0 ? 100.0 * (1.0 - all[3 * s + 1] / all[3 * s]) : 0.0,
-              100.0 * (S - 1) / (M + S - 1), all[3 * s + 2] / 1048576.0);
+    for (int s = 0; s < S; s++) {  /* replica 0's ranks are stages 0..S-1 */
+      const double *a = all + 4 * s;
+      fprintf(out, "pipeline stage %d: idle %.1f%% of the steps (bubble theory %.1f%%), "
+              "copying activations %.1f%%, peak activation stash %.2f MiB\n", s,
+              a[0] > 0 ? 100.0 * (1.0 - a[1] / a[0]) : 0.0, 100.0 * (S - 1) / (M + S - 1),
+              a[0] > 0 ? 100.0 * a[3] / a[0] : 0.0, a[2] / 1048576.0);
+    }
     fprintf(out, "unsplit model: activations of a %d-sample batch %.2f MiB\n", o->batch,
             nn_model_range_stash_bytes(m, 0, nn_model_num_layers(m), o->batch) / 1048576.0);
   }

@@ -3,6 +3,7 @@
 #include "train/pipeline_internal.h"
 #include "util/clock.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,23 +31,59 @@ static int mpi_fail(step_t *st, const char *what, int peer) {
   return -1;
 }
 
-static int take_stash(train_pipeline_t *p, int k) {
+/* The micro-batch the model's buffers hold, if any, to a stash buffer: another one is
+   about to use them. */
+static int stash_live(train_pipeline_t *p, step_t *st) {
+  int k = p->live;
+  if (k < 0) return 0;
   void *b = p->npool > 0 ? p->pool[--p->npool] : malloc(p->stash_bytes);
-  if (!b) return 0;
+  if (!b) {
+    snprintf(st->err, st->errlen, "out of memory stashing a micro-batch (%zu bytes)",
+             p->stash_bytes);
+    return -1;
+  }
+  double t0 = util_now_s();
   p->stash[k] = b;
-  if (++p->inflight > p->peak_inflight) p->peak_inflight = p->inflight;
-  return 1;
+  p->live = -1;
+  if (nn_model_range_stash(p->m, p->bounds[p->stage], p->bounds[p->stage + 1], b) != NN_OK)
+    return nn_fail(st, "pipeline stash");
+  p->stats.copy_s += util_now_s() - t0;
+  return 0;
 }
 
-static void give_stash(train_pipeline_t *p, int k) {
+/* Micro-batch k's activations back in the model's buffers (unless they never left). */
+static int unstash(train_pipeline_t *p, step_t *st, int k) {
+  if (p->live == k) return 0;
+  if (stash_live(p, st) != 0) return -1;
+  int first = p->bounds[p->stage], last = p->bounds[p->stage + 1];
+  double t0 = util_now_s();
+  if (nn_model_range_unstash(p->m, first, last, p->stash[k]) != NN_OK)
+    return nn_fail(st, "pipeline unstash");
   p->pool[p->npool++] = p->stash[k];
   p->stash[k] = NULL;
+  p->live = k;
+  p->stats.copy_s += util_now_s() - t0;
+  return 0;
+}
+
+/* Micro-batch k's backward is done: its activations are no longer needed. */
+static void release(train_pipeline_t *p, int k) {
+  if (p->live == k) p->live = -1;
+  if (p->stash[k]) {
+    p->pool[p->npool++] = p->stash[k];
+    p->stash[k] = NULL;
+  }
   p->inflight--;
 }
 
 static int forward(train_pipeline_t *p, step_t *st, int k) {
   int first = p->bounds[p->stage], last = p->bounds[p->stage + 1], nk = st->size[k];
   const float *in = NULL;
+  if (p->steps_begun - 1 == p->fail_step && k == (p->stage == 0 && st->M > 1)) {
+    snprintf(st->err, st->errlen, "HVD_TRAIN_TEST_PIPE_FAIL_STEP: step %lld fails here",
+             p->fail_step);
+    return -1;
+  }
   if (p->stage == 0) {
     int c, h, w;
     nn_model_input_shape(p->m, &c, &h, &w);
@@ -58,6 +95,7 @@ static int forward(train_pipeline_t *p, step_t *st, int k) {
     in = p->act_in[k];
   }
   double t0 = util_now_s();
+  if (stash_live(p, st) != 0) return -1;
   if (nn_model_forward_range(p->m, first, last, in, nk, 1) != NN_OK)
     return nn_fail(st, "pipeline forward");
   if (p->stage == p->S - 1) {
@@ -69,18 +107,15 @@ static int forward(train_pipeline_t *p, step_t *st, int k) {
     st->correct += correct;
   } else {
     size_t floats = (size_t)nk * p->out_floats;
+    double c0 = util_now_s();
     memcpy(p->act_out[k], nn_model_layer_out(p->m, last - 1), floats * sizeof(float));
+    p->stats.copy_s += util_now_s() - c0;
     if (MPI_Isend(p->act_out[k], (int)(floats * sizeof(float)), MPI_BYTE, p->rank + 1, TAG_ACT + k, p->comm,
                   &p->send_act[k]) != MPI_SUCCESS)
       return mpi_fail(st, "MPI_Isend of activations", p->rank + 1);
   }
-  if (!take_stash(p, k)) {
-    snprintf(st->err, st->errlen, "out of memory stashing a micro-batch (%zu bytes)",
-             p->stash_bytes);
-    return -1;
-  }
-  if (nn_model_range_stash(p->m, first, last, p->stash[k]) != NN_OK)
-    return nn_fail(st, "pipeline stash");
+  p->live = k;
+  if (++p->inflight > p->peak_inflight) p->peak_inflight = p->inflight;
   p->stats.busy_s += util_now_s() - t0;
   train_pipeline_note(p, 'F', k, t0);
   return 0;
@@ -92,16 +127,14 @@ static int backward(train_pipeline_t *p, step_t *st, int k) {
   /* A stage whose output gradient nobody computes (a flatten of the input alone) has
      no parameters: nothing to do but let the stash go. */
   if (!last_stage && !p->next_sends_dx) {
-    give_stash(p, k);
+    release(p, k);
     return 0;
   }
   if (!last_stage && train_pipeline_wait_peer(p, &p->recv_grad[k], p->rank + 1, "gradients",
                                               st->err, st->errlen) != 0)
     return -1;
   double t0 = util_now_s();
-  if (nn_model_range_unstash(p->m, first, last, p->stash[k]) != NN_OK)
-    return nn_fail(st, "pipeline unstash");
-  give_stash(p, k);
+  if (unstash(p, st, k) != 0) return -1;
   double w = (double)st->size[k] / st->n;
   if (st->weight != 0 && w != st->weight &&
       nn_model_scale_grads(p->m, p->pbegin, p->pend, (float)(st->weight / w)) != NN_OK)
@@ -110,9 +143,12 @@ static int backward(train_pipeline_t *p, step_t *st, int k) {
   if (nn_model_backward_range(p->m, first, last, last_stage ? NULL : p->grad_in[k], NULL,
                               NULL) != NN_OK)
     return nn_fail(st, "pipeline backward");
+  release(p, k);
   if (p->wants_dx) {
     size_t floats = (size_t)st->size[k] * p->in_floats;
+    double c0 = util_now_s();
     memcpy(p->grad_out[k], nn_model_range_input_grad(p->m, first), floats * sizeof(float));
+    p->stats.copy_s += util_now_s() - c0;
     if (MPI_Isend(p->grad_out[k], (int)(floats * sizeof(float)), MPI_BYTE, p->rank - 1, TAG_GRAD + k, p->comm,
                   &p->send_grad[k]) != MPI_SUCCESS)
       return mpi_fail(st, "MPI_Isend of gradients", p->rank - 1);
@@ -155,8 +191,41 @@ static int run_schedule(train_pipeline_t *p, step_t *st) {
   return rc;
 }
 
+/* The replica's batch as its stage 0 took it (train: only stage 0 reads the data set):
+   stage 0 sends its sample count and labels to the other stages (the last computes the
+   loss; the others need the count), which wait for them. An invalid count goes too, so
+   that every stage refuses the step alike. */
+static int share_batch(train_pipeline_t *p, step_t *st) {
+  int first = p->rank - p->stage, cap = p->M * p->micro_n;
+  if (p->stage == 0) {
+    int labels = st->n > 0 && st->n <= cap ? st->n : 0;
+    p->batch[0] = st->n;
+    if (labels) memcpy(p->batch + 1, st->y, (size_t)labels * sizeof(int32_t));
+    for (int s = 1; s < p->S; s++)
+      if (MPI_Isend(p->batch, (int)((1 + labels) * sizeof(int32_t)), MPI_BYTE, first + s,
+                    TAG_BATCH, p->comm, &p->batch_req[s]) != MPI_SUCCESS)
+        return mpi_fail(st, "MPI_Isend of the batch", first + s);
+    return 0;
+  }
+  if (MPI_Irecv(p->batch, (int)((1 + cap) * sizeof(int32_t)), MPI_BYTE, first, TAG_BATCH,
+                p->comm, &p->batch_req[0]) != MPI_SUCCESS)
+    return mpi_fail(st, "MPI_Irecv of the batch", first);
+  if (train_pipeline_wait_peer(p, &p->batch_req[0], first, "the batch", st->err,
+                               st->errlen) != 0)
+    return -1;
+  st->n = p->batch[0];
+  st->x = NULL;
+  st->y = p->batch + 1;
+  return 0;
+}
+
 /* The sends of the step, done. */
 static int finish_sends(train_pipeline_t *p, step_t *st) {
+  for (int s = 1; p->stage == 0 && s < p->S; s++)
+    if (p->batch_req[s] != MPI_REQUEST_NULL &&
+        train_pipeline_wait_peer(p, &p->batch_req[s], p->rank + s, "receipt of the batch",
+                                 st->err, st->errlen) != 0)
+      return -1;
   for (int k = 0; k < st->M; k++) {
     if (p->send_act[k] != MPI_REQUEST_NULL &&
         train_pipeline_wait_peer(p, &p->send_act[k], p->rank + 1, "receipt of activations",
@@ -208,12 +277,23 @@ int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, i
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  /* Every stage of a replica sees the same n, so all agree on the micro-batches. A
+  /* Every stage of a replica takes stage 0's n, so all agree on the micro-batches. A
      replica without samples (a shard's tail) still reduces (zeros) and steps. */
-  *st = (step_t){.x = x, .y = y, .n = n, .M = n < p->M ? n : p->M, .err = err,
-                 .errlen = errlen};
+  *st = (step_t){.x = x, .y = y, .n = n, .err = err, .errlen = errlen};
   int rc = 0;
-  if (n < 0 || p->M > 1024 || (st->M > 0 && (n + st->M - 1) / st->M > p->micro_n)) {
+  if (p->failed_step >= 0) {
+    snprintf(err, errlen, "the pipeline's step %lld failed: its stages no longer agree on "
+             "the messages in flight; restart (train resumes from its newest checkpoint)",
+             p->failed_step);
+    free(st);
+    return -1;
+  }
+  p->steps_begun++;
+  double t0 = util_now_s();
+  if (p->S > 1) rc = share_batch(p, st);
+  n = st->n;
+  st->M = n < p->M ? n : p->M;
+  if (rc == 0 && (n < 0 || p->M > 1024 || (st->M > 0 && (n + st->M - 1) / st->M > p->micro_n))) {
     snprintf(err, errlen, "a batch of %d samples cannot make %d micro-batches of at most %d",
              n, p->M, p->micro_n);
     rc = -1;
@@ -223,7 +303,6 @@ int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, i
     st->off[k] = off;
     off += st->size[k];
   }
-  double t0 = util_now_s();
   p->step_start_s = t0;
   p->ntrace = 0;
   if (rc == 0) rc = nn_model_zero_grads(p->m) == NN_OK ? 0 : nn_fail(st, "zeroing gradients");
@@ -234,6 +313,10 @@ int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, i
     p->stats.wall_s += util_now_s() - t0;
     p->stats.steps++;
     rc = reduce_and_update(p, st, lr);
+  }
+  if (rc != 0) {
+    train_pipeline_drop_requests(p);
+    p->failed_step = p->steps_begun - 1;
   }
   if (rc == 0 && loss_sum) *loss_sum = st->loss_sum;
   if (rc == 0 && correct) *correct = st->correct;
@@ -271,34 +354,43 @@ int train_pipeline_gather(train_pipeline_t *p, char *err, size_t errlen) {
 
 /* Stage s's batch-norm statistics and counters from its first rank (s) to the ranks of
    the other stages; the replicas of stage s keep their own (they advance on their own
-   samples until train_pipeline_average_stats). */
+   samples until train_pipeline_average_stats), receiving into scratch. Every rank says
+   whether its scratch was allocated before any broadcast, so that all take part in
+   each one or all fail alike. */
 static int gather_stats(train_pipeline_t *p, char *err, size_t errlen) {
-  for (int s = 0; s < p->S; s++) {
-    size_t b, e;
-    int cb, ce;
-    nn_model_range_buffers(p->m, p->bounds[s], p->bounds[s + 1], &b, &e, &cb, &ce);
-    if (e == b && ce == cb) continue;
-    int keep = p->stage == s && p->rank != s;
-    float *fb = keep ? malloc((e - b + 1) * sizeof(float)) : nn_model_buffers(p->m) + b;
-    int64_t *cnt = keep ? malloc((size_t)(ce - cb + 1) * sizeof(int64_t))
-                        : nn_model_counters(p->m) + cb;
-    char name[64];
-    hvd_status_t hs = fb && cnt ? HVD_OK : HVD_ERR_INVALID_ARGUMENT;
-    snprintf(name, sizeof(name), "pipe.gather.buffers.%d", s);
-    if (hs == HVD_OK && e > b) hs = hvd_broadcast(name, fb, e - b, HVD_FLOAT32, s);
-    snprintf(name, sizeof(name), "pipe.gather.counters.%d", s);
-    if (hs == HVD_OK && ce > cb) hs = hvd_broadcast(name, cnt, (size_t)(ce - cb), HVD_INT64, s);
-    if (keep) {
-      free(fb);
-      free(cnt);
-    }
-    if (hs != HVD_OK) {
-      snprintf(err, errlen, "gathering stage %d's batch-norm statistics: %s", s,
-               fb && cnt ? hvd_last_error() : "out of memory");
-      return -1;
-    }
+  size_t b, e;
+  int cb, ce;
+  nn_model_range_buffers(p->m, p->bounds[p->stage], p->bounds[p->stage + 1], &b, &e, &cb, &ce);
+  int keeps = p->rank != p->stage;
+  float *fb = keeps ? malloc((e - b + 1) * sizeof(float)) : NULL;
+  int64_t *cnt = keeps ? malloc((size_t)(ce - cb + 1) * sizeof(int64_t)) : NULL;
+  int32_t mine = (keeps && (!fb || !cnt)) || p->gather_nomem ? p->rank : INT32_MAX, first;
+  hvd_status_t hs = hvd_allreduce("pipe.gather.nomem", &mine, &first, 1, HVD_INT32, HVD_MIN);
+  if (hs == HVD_OK && first != INT32_MAX) {
+    snprintf(err, errlen, "gathering the batch-norm statistics: rank %d is out of memory "
+             "for %zu floats of scratch", (int)first, e - b + 1);
+    hs = HVD_ERR_INVALID_ARGUMENT;
+  } else if (hs != HVD_OK) {
+    snprintf(err, errlen, "gathering the batch-norm statistics: %s", hvd_last_error());
   }
-  return 0;
+  for (int s = 0; hs == HVD_OK && s < p->S; s++) {
+    nn_model_range_buffers(p->m, p->bounds[s], p->bounds[s + 1], &b, &e, &cb, &ce);
+    int keep = p->stage == s && keeps;
+    char name[64];
+    snprintf(name, sizeof(name), "pipe.gather.buffers.%d", s);
+    if (e > b) hs = hvd_broadcast(name, keep ? fb : nn_model_buffers(p->m) + b, e - b,
+                                  HVD_FLOAT32, s);
+    snprintf(name, sizeof(name), "pipe.gather.counters.%d", s);
+    if (hs == HVD_OK && ce > cb)
+      hs = hvd_broadcast(name, keep ? cnt : nn_model_counters(p->m) + cb, (size_t)(ce - cb),
+                         HVD_INT64, s);
+    if (hs != HVD_OK)
+      snprintf(err, errlen, "gathering stage %d's batch-norm statistics: %s", s,
+               hvd_last_error());
+  }
+  free(fb);
+  free(cnt);
+  return hs == HVD_OK ? 0 : -1;
 }
 
 int train_pipeline_average_stats(train_pipeline_t *p, char *err, size_t errlen) {
