@@ -81,6 +81,10 @@ int data_image_decode_box(const uint8_t *buf, size_t len, int channels, double b
                           double bw, double bh, int out_w, int out_h, data_pixels_t *out,
                           char *err, size_t errlen);
 
+/* A JPEG's entropy (Huffman) decoding alone, nothing after it: what no DCT scaling or
+   region decoding saves (data_bench's measure of the ceiling of those savings). */
+int data_jpeg_entropy_decode(const uint8_t *buf, size_t len, char *err, size_t errlen);
+
 /* ---- transforms (torchvision's) ---- */
 /* A crop box in the stored image's pixels (fractional after DCT scaling). */
 typedef struct {
