@@ -288,6 +288,7 @@ grpc-calls-queued-on-one-thread|serve/call_pool.c|s#if (p->idle + p->returning <
 hvdrun-all-hosts-for-fewer-ranks|launcher/command.c|s#char \*hosts = hvdrun_hosts_format_first(\&o->hosts, np);#char *hosts = hvdrun_hosts_format(\&o->hosts);#|test_hvdrun_args.sh
 agree-histogram-freq-left-out|train/agree.c|s#^  line(\&out, "--histogram-freq", "%d", o->histogram_freq);#  /* --histogram-freq left out */#|test_train_agree
 train-norm-per-host|train/main.c|s#^  bcast("setup.norm", ms, 6, HVD_FLOAT32);#  ;#|test_train_images.sh
+resample-rgb-load-stride|data/transform.c|s#\*(const v4f \*)(p + 3 \* j)#*(const v4f *)(p + 4 * j)#|test_data_torch.sh
 EOF
 )
 
