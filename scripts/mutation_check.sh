@@ -289,6 +289,9 @@ hvdrun-all-hosts-for-fewer-ranks|launcher/command.c|s#char \*hosts = hvdrun_host
 agree-histogram-freq-left-out|train/agree.c|s#^  line(\&out, "--histogram-freq", "%d", o->histogram_freq);#  /* --histogram-freq left out */#|test_train_agree
 train-norm-per-host|train/main.c|s#^  bcast("setup.norm", ms, 6, HVD_FLOAT32);#  ;#|test_train_images.sh
 resample-rgb-load-stride|data/transform.c|s#\*(const v4f \*)(p + 3 \* j)#*(const v4f *)(p + 4 * j)#|test_data_torch.sh
+pipeline-restart-keeps-step|data/pipeline.c|s#^  p->held = p->first_step;#  ;#|test_data_images
+stream-repeats-epoch|data/stream.c|s#data_pipeline_restart(s->p, ++s->epoch, 0, err, errlen)#data_pipeline_restart(s->p, s->epoch, 0, err, errlen)#|test_data_images
+compare-ratio-awk-redirect|scripts/compare_real_data.sh|s#(s > 0 ? i / s : 0) }#s > 0 ? i / s : 0 }#|test_compare_real_data.sh
 EOF
 )
 

@@ -67,6 +67,7 @@ pooled=(
   test_train_images.sh test_data_torch.sh test_data_images
   test_hvd_ps test_train_ps.sh test_cnn_bench_ps.sh
   test_serve_grpc_threads.sh test_train_pipeline_freeze.sh
+  test_compare_real_data.sh
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build
