@@ -35,10 +35,10 @@ typedef struct {
 typedef struct {
   const char *data_dir;
   const char *python;
-  int image_size, batch, images, repeats, max_threads, peer;
+  int image_size, batch, images, repeats, max_threads, peer, stages;
 } options_t;
 
-enum { NFLAGS = 8 };
+enum { NFLAGS = 9 };
 static void flag_table(options_t *o, util_flag_t t[NFLAGS]) {
   const util_flag_t f[NFLAGS] = {
       {"data_dir", UTIL_FLAG_STRING, &o->data_dir, .metavar = "DIR",
@@ -55,6 +55,9 @@ static void flag_table(options_t *o, util_flag_t t[NFLAGS]) {
        .help = "also run torchvision's DataLoader (--no-peer: hvd and the ceiling only)"},
       {"python", UTIL_FLAG_STRING, &o->python, .metavar = "PATH",
        .help = "the Python with torch, torchvision and PIL"},
+      {"stages", UTIL_FLAG_BOOL, &o->stages,
+       .help = "first, one thread's time per stage (read, entropy decode, full decode, "
+               "crop-only decode, resample), and the DCT scales the crops get"},
   };
   memcpy(t, f, sizeof f);
 }
@@ -111,6 +114,117 @@ static rate_t run_pipeline(const options_t *o, const data_source_t *src, int thr
   data_stream_close(s);
   free(x), free(y), free(rates);
   return m;
+}
+
+/* Where one thread's time goes, stage by stage, on the pipeline's own crops (the
+   sample's crop and flip as data/pipeline.c draws them for epoch 0, seed 1): reading the
+   file; the entropy (Huffman) pass alone over the whole file (what no DCT scaling or
+   region decoding saves above a crop's bottom edge); TurboJPEG's full decode (the
+   ceiling's); the crop-only decode (the crop's rows and iMCU columns at the DCT scale the
+   pipeline picks: the best this decoder does for these crops with nothing else); the
+   resample + flip + normalise into floats. Each in microseconds of the thread's CPU time per image, summed over
+   --images images, the median of --repeats passes. */
+enum { ST_READ, ST_ENTROPY, ST_FULL, ST_CROP, ST_RESAMPLE, ST_N };
+
+typedef struct {
+  double us[ST_N];
+  int scale_count[4];       /* crops decoded at 1/1, 1/2, 1/4, 1/8 */
+  double rows_frac, area_frac;   /* mean: rows up to the crop's bottom, the crop's area */
+} stages_t;
+
+/* The thread's CPU time: on a shared, loaded machine wall time per stage would count the
+   time other processes ran. */
+static double thread_cpu_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void stage_pass(const options_t *o, const data_source_t *src, stages_t *st, float *out) {
+  data_read_buf_t rb = {0};
+  data_pixels_t px = {0};
+  data_pipeline_opts_t po;
+  data_pipeline_defaults(&po);
+  char err[4800];
+  const int S = o->image_size;
+  memset(st, 0, sizeof *st);
+  for (int k = 0; k < o->images; k++) {
+    size_t idx = (size_t)k % src->n;
+    const uint8_t *b;
+    size_t len;
+    int32_t label;
+    double t0 = thread_cpu_now();
+    if (data_source_read(src, idx, &rb, &b, &len, &label, err, sizeof err) != 0) die("%s%s", err, "");
+    double t1 = thread_cpu_now();
+    data_image_info_t info;
+    if (data_image_info(b, len, &info, err, sizeof err) != 0) die("%s%s", err, "");
+    if (info.is_jpeg && data_jpeg_entropy_decode(b, len, err, sizeof err) != 0) die("%s%s", err, "");
+    double t2 = thread_cpu_now();
+    if (data_image_decode(b, len, 3, 0, 0, &px, err, sizeof err) != 0) die("%s%s", err, "");
+    double t3 = thread_cpu_now();
+    data_rng_t rng;
+    data_rng_init(&rng, 1, idx);
+    data_box_t box = data_random_resized_crop(info.width, info.height, 0.08, 1.0, 3.0 / 4,
+                                              4.0 / 3, &rng);
+    int flip = data_rng_uniform(&rng) < 0.5;
+    if (data_image_decode_box(b, len, 3, box.x, box.y, box.w, box.h, S, S, &px, err,
+                              sizeof err) != 0)
+      die("%s%s", err, "");
+    double t4 = thread_cpu_now();
+    double fx = (double)px.full_width / info.width, fy = (double)px.full_height / info.height;
+    data_box_t sb = {box.x * fx - px.x0, box.y * fy - px.y0, box.w * fx, box.h * fy};
+    if (data_resample(&px, sb, S, S, flip, po.mean, po.std, 0, out) != 0) die("out of memory%s%s", "", "");
+    double t5 = thread_cpu_now();
+    st->us[ST_READ] += t1 - t0;
+    st->us[ST_ENTROPY] += t2 - t1;
+    st->us[ST_FULL] += t3 - t2;
+    st->us[ST_CROP] += t4 - t3;
+    st->us[ST_RESAMPLE] += t5 - t4;
+    int sc = px.scale_denom / (px.scale_num ? px.scale_num : 1);
+    st->scale_count[sc >= 8 ? 3 : sc >= 4 ? 2 : sc >= 2 ? 1 : 0]++;
+    st->rows_frac += (box.y + box.h) / info.height;
+    st->area_frac += box.w * box.h / ((double)info.width * info.height);
+  }
+  for (int i = 0; i < ST_N; i++) st->us[i] *= 1e6 / o->images;
+  st->rows_frac /= o->images;
+  st->area_frac /= o->images;
+  data_read_buf_free(&rb);
+  data_pixels_free(&px);
+}
+
+static void run_stages(const options_t *o, const data_source_t *src) {
+  float *out = malloc(sizeof(float) * 3 * (size_t)o->image_size * o->image_size);
+  stages_t *st = malloc(sizeof *st * (size_t)o->repeats);
+  double *v = malloc(sizeof *v * (size_t)o->repeats);
+  if (!out || !st || !v) die("out of memory%s%s", "", "");
+  stages_t warm;
+  stage_pass(&(options_t){.image_size = o->image_size, .images = o->batch}, src, &warm, out);
+  for (int r = 0; r < o->repeats; r++) stage_pass(o, src, &st[r], out);
+  static const char *names[ST_N] = {
+      "read the file", "entropy decode only (whole file)", "full decode (TurboJPEG, RGB)",
+      "crop-only decode (crop rows/iMCUs, DCT scale)", "resample + flip + normalise"};
+  double med[ST_N];
+  for (int i = 0; i < ST_N; i++) {
+    for (int r = 0; r < o->repeats; r++) v[r] = st[r].us[i];
+    med[i] = median(v, o->repeats);
+  }
+  printf("stages, 1 thread, CPU microseconds per image (images per CPU second), median of %d passes:\n",
+         o->repeats);
+  for (int i = 0; i < ST_N; i++)
+    printf("  %-46s %9.1f us (%8.1f/s)\n", names[i], med[i], 1e6 / med[i]);
+  double crop_path = med[ST_READ] + med[ST_CROP] + med[ST_RESAMPLE];
+  printf("  crop-only decode / full decode: %.2fx; read + crop-only decode + resample: %.1f us "
+         "(%.1f/s, %.2fx the full decode)\n", med[ST_FULL] / med[ST_CROP], crop_path,
+         1e6 / crop_path, med[ST_FULL] / crop_path);
+  const stages_t *s = &st[0];
+  int n = s->scale_count[0] + s->scale_count[1] + s->scale_count[2] + s->scale_count[3];
+  printf("  crops: DCT scale 1/1 %.0f%%, 1/2 %.0f%%, 1/4 %.0f%%, 1/8 %.0f%%; rows down to the "
+         "crop's bottom %.0f%% of the height, crop area %.0f%% of the image (means)\n",
+         100.0 * s->scale_count[0] / n, 100.0 * s->scale_count[1] / n,
+         100.0 * s->scale_count[2] / n, 100.0 * s->scale_count[3] / n, 100 * s->rows_frac,
+         100 * s->area_frac);
+  fflush(stdout);
+  free(out), free(st), free(v);
 }
 
 /* The ceiling: every file decoded at full size to RGB, files split over threads. */
@@ -185,7 +299,7 @@ static rate_t run_peer(const options_t *o, const data_source_t *src, int workers
 
 int main(int argc, char **argv) {
   options_t o = {.image_size = 224, .batch = 32, .images = 256, .repeats = 3, .max_threads = 2,
-                 .peer = 1, .python = "/usr/bin/python3"};
+                 .peer = 1, .stages = 1, .python = "/usr/bin/python3"};
   util_flag_t table[NFLAGS];
   flag_table(&o, table);
   util_flags_spec_t spec = {.prog = "data_bench", .usage = "data_bench --data_dir DIR [flags]",
@@ -221,6 +335,7 @@ int main(int argc, char **argv) {
   printf("data_bench: %zu images in %s, RandomResizedCrop(%d) + flip + normalise, batch %d, "
          "median of %d passes of %d images\n", src.n, o.data_dir, o.image_size, o.batch,
          o.repeats, o.images);
+  if (o.stages) run_stages(&o, &src);
   printf("%-8s %-7s %12s %12s %14s\n", "threads", "method", "images/sec", "per thread",
          "per CPU second");
   for (int t = 1; t <= o.max_threads; t++) {

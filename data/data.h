@@ -81,6 +81,10 @@ int data_image_decode_box(const uint8_t *buf, size_t len, int channels, double b
                           double bw, double bh, int out_w, int out_h, data_pixels_t *out,
                           char *err, size_t errlen);
 
+/* A JPEG's entropy (Huffman) decoding alone, nothing after it: what no DCT scaling or
+   region decoding saves (data_bench's measure of the ceiling of those savings). */
+int data_jpeg_entropy_decode(const uint8_t *buf, size_t len, char *err, size_t errlen);
+
 /* ---- transforms (torchvision's) ---- */
 /* A crop box in the stored image's pixels (fractional after DCT scaling). */
 typedef struct {
@@ -208,6 +212,12 @@ uint64_t data_pipeline_skipped(const data_pipeline_t *p);
 /* Seconds data_pipeline_next spent waiting for decode threads so far. */
 double data_pipeline_wait_seconds(const data_pipeline_t *p);
 void data_pipeline_stop(data_pipeline_t *p);
+/* Ends p's pass and starts epoch `epoch` (from first_step) of the same source and
+   options, keeping the batch buffers: no allocation, and no first touch of fresh pages
+   (tens of megabytes a pass at 224x224). Skipped and wait counters start over. -1: a
+   thread could not start (err); p then gives no batches and must still be stopped. */
+int data_pipeline_restart(data_pipeline_t *p, int epoch, int first_step, char *err,
+                          size_t errlen);
 
 /* Batches without end (epoch after epoch; seeds as the pipeline's): each call fills x
    and y with exactly o->batch samples. For loops that count steps (cnn_bench). */

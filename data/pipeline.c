@@ -225,6 +225,46 @@ static int check_opts(const data_source_t *src, const data_pipeline_opts_t *o, c
   return 0;
 }
 
+/* Sets p up for epoch `epoch` from step first_step: the order, the job counters, the
+   slots' counts. The threads are not running. */
+static void begin_epoch(data_pipeline_t *p, int epoch, int first_step) {
+  data_pipeline_opts_t *o = &p->o;
+  p->epoch = epoch;
+  p->first_step = first_step < 0 ? 0 : first_step > p->steps ? p->steps : first_step;
+  p->held = p->first_step;
+  p->holding = 0;
+  p->stop = 0;
+  p->skipped = 0;
+  p->wait_s = 0;
+  p->next_job = 0;
+  p->end_job = (int64_t)(p->steps - p->first_step) * o->batch;
+  if (o->shuffle) data_epoch_permutation(p->perm, p->src->n, o->seed, epoch);
+  else for (size_t i = 0; i < p->src->n; i++) p->perm[i] = (uint32_t)i;
+  for (int s = p->first_step; s < p->first_step + o->prefetch; s++) slot_reset(p, s);
+}
+
+/* 0, or -1 with err when a thread cannot start (those started are stopped). */
+static int start_threads(data_pipeline_t *p, char *err, size_t errlen) {
+  for (int t = 0; t < p->o.threads; t++) {
+    if (pthread_create(&p->threads[t], NULL, worker, p) != 0) {
+      snprintf(err, errlen, "cannot start decode thread %d of %d", t + 1, p->o.threads);
+      p->nthreads = t;
+      return -1;
+    }
+  }
+  p->nthreads = p->o.threads;
+  return 0;
+}
+
+static void join_threads(data_pipeline_t *p) {
+  pthread_mutex_lock(&p->mu);
+  p->stop = 1;
+  pthread_cond_broadcast(&p->work);
+  pthread_mutex_unlock(&p->mu);
+  for (int t = 0; t < p->nthreads; t++) pthread_join(p->threads[t], NULL);
+  p->nthreads = 0;
+}
+
 data_pipeline_t *data_pipeline_start(const data_source_t *src, const data_pipeline_opts_t *opts,
                                      int epoch, int first_step, char *err, size_t errlen) {
   if (check_opts(src, opts, err, errlen) != 0) return NULL;
@@ -234,19 +274,12 @@ data_pipeline_t *data_pipeline_start(const data_source_t *src, const data_pipeli
   p->o = *opts;
   data_pipeline_opts_t *o = &p->o;
   resolve_defaults(o);
-  p->epoch = epoch;
   p->steps = data_steps_per_epoch(src->n, o->size, o->batch);
-  p->first_step = first_step < 0 ? 0 : first_step > p->steps ? p->steps : first_step;
-  p->held = p->first_step;
-  p->next_job = 0;
-  p->end_job = (int64_t)(p->steps - p->first_step) * o->batch;
   p->per = (size_t)o->channels * o->image_size * o->image_size;
   p->perm = malloc(sizeof *p->perm * src->n);
   p->slots = calloc((size_t)o->prefetch, sizeof *p->slots);
   p->threads = calloc((size_t)o->threads, sizeof *p->threads);
   if (!p->perm || !p->slots || !p->threads) goto oom;
-  if (o->shuffle) data_epoch_permutation(p->perm, src->n, o->seed, epoch);
-  else for (size_t i = 0; i < src->n; i++) p->perm[i] = (uint32_t)i;
   for (int k = 0; k < o->prefetch; k++) {
     slot_t *s = &p->slots[k];
     s->x = malloc(sizeof(float) * p->per * o->batch);
@@ -254,19 +287,14 @@ data_pipeline_t *data_pipeline_start(const data_source_t *src, const data_pipeli
     s->bad = malloc((size_t)o->batch);
     if (!s->x || !s->y || !s->bad) goto oom;
   }
-  for (int s = p->first_step; s < p->first_step + o->prefetch; s++) slot_reset(p, s);
+  begin_epoch(p, epoch, first_step);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->work, NULL);
   pthread_cond_init(&p->ready, NULL);
-  for (int t = 0; t < o->threads; t++) {
-    if (pthread_create(&p->threads[t], NULL, worker, p) != 0) {
-      snprintf(err, errlen, "cannot start decode thread %d of %d", t + 1, o->threads);
-      p->nthreads = t;
-      data_pipeline_stop(p);
-      return NULL;
-    }
+  if (start_threads(p, err, errlen) != 0) {
+    data_pipeline_stop(p);
+    return NULL;
   }
-  p->nthreads = o->threads;
   return p;
 oom:
   snprintf(err, errlen, "out of memory starting the input pipeline (%d batches of %d)",
@@ -283,6 +311,19 @@ oom:
     free(p);
   }
   return NULL;
+}
+
+int data_pipeline_restart(data_pipeline_t *p, int epoch, int first_step, char *err,
+                          size_t errlen) {
+  join_threads(p);
+  begin_epoch(p, epoch, first_step);
+  if (start_threads(p, err, errlen) != 0) {
+    join_threads(p);
+    p->end_job = 0;   /* a pass with nothing left: next says the epoch is over */
+    p->held = p->steps;
+    return -1;
+  }
+  return 0;
 }
 
 int data_pipeline_next(data_pipeline_t *p, data_batch_t *out, char *err, size_t errlen) {
@@ -337,11 +378,7 @@ double data_pipeline_wait_seconds(const data_pipeline_t *p) { return p->wait_s; 
 
 void data_pipeline_stop(data_pipeline_t *p) {
   if (!p) return;
-  pthread_mutex_lock(&p->mu);
-  p->stop = 1;
-  pthread_cond_broadcast(&p->work);
-  pthread_mutex_unlock(&p->mu);
-  for (int t = 0; t < p->nthreads; t++) pthread_join(p->threads[t], NULL);
+  join_threads(p);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->work);
   pthread_cond_destroy(&p->ready);

@@ -39,11 +39,9 @@ data_stream_t *data_stream_open(const data_source_t *src, const data_pipeline_op
   return s;
 }
 
-static void end_epoch(data_stream_t *s) {
+static void count_epoch(data_stream_t *s) {
   s->wait_s += data_pipeline_wait_seconds(s->p);
   s->skipped += data_pipeline_skipped(s->p);
-  data_pipeline_stop(s->p);
-  s->p = NULL;
 }
 
 int data_stream_next(data_stream_t *s, float *x, int32_t *y, char *err, size_t errlen) {
@@ -65,27 +63,28 @@ int data_stream_next(data_stream_t *s, float *x, int32_t *y, char *err, size_t e
       continue;
     }
     s->cur.count = 0;
-    end_epoch(s);
+    count_epoch(s);
     if (++empty_epochs > 2) {   /* two epochs in a row gave nothing: every image is bad */
       snprintf(err, errlen, "no image could be read (all %zu were bad)", s->src->n);
       return -1;
     }
-    if (!(s->p = data_pipeline_start(s->src, &s->o, ++s->epoch, 0, err, errlen))) return -1;
+    /* The next epoch in the same pipeline: its batch buffers are reused. */
+    if (data_pipeline_restart(s->p, ++s->epoch, 0, err, errlen) != 0) return -1;
   }
   return 0;
 }
 
 double data_stream_wait_seconds(const data_stream_t *s) {
-  return s->wait_s + (s->p ? data_pipeline_wait_seconds(s->p) : 0);
+  return s->wait_s + data_pipeline_wait_seconds(s->p);
 }
 
 uint64_t data_stream_skipped(const data_stream_t *s) {
-  return s->skipped + (s->p ? data_pipeline_skipped(s->p) : 0);
+  return s->skipped + data_pipeline_skipped(s->p);
 }
 
 void data_stream_close(data_stream_t *s) {
   if (!s) return;
-  if (s->p) data_pipeline_stop(s->p);
+  data_pipeline_stop(s->p);
   free(s);
 }
 

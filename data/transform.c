@@ -5,7 +5,7 @@
    fused into the write of the output tensor. The resample is separable and runs row by
    row: precomputed weights, loops of one length (weights padded with zeros), the 8-bit
    vertical pass vectorised by the compiler (built with -O3), the horizontal one on RGB
-   pixels held as four-float vectors. */
+   pixels loaded as four-float vectors straight from the vertical pass's row. */
 #include "data/data.h"
 
 #include <math.h>
@@ -154,26 +154,55 @@ static inline float finish(float v, float scale, float shift) {
 }
 
 /* Four floats as one SSE/NEON register (GCC's and Clang's vector extension): an RGB
-   pixel padded to four lanes is summed in one multiply-add per tap. Aligned as a float,
-   so no load assumes more than the allocator gives. */
+   pixel's three floats (and the next one's first) loaded at once, summed in one
+   multiply-add per tap, clamped and normalised in one register too. Aligned as a float:
+   the loads are unaligned, at any pixel. */
 typedef float v4f __attribute__((vector_size(16), aligned(4)));
+typedef int v4i __attribute__((vector_size(16)));
 
-/* The horizontal pass of one RGB row (the vertical pass's pixels from column c0 on, as
-   RGB0 quadruples, padded with zero pixels), every output reading cx->ksize inputs (the
-   weights past n[x] are 0: one loop length, no branch), finished and written. */
-static void pass_h_rgb(const v4f *row, const coeffs_t *cx, int c0, const out_map_t *m,
-                       float *dst) {
-  const int K = cx->ksize, W = m->out_w;
+/* finish() on the four lanes: compares give all-ones masks, so each clamp is an and
+   (and an or for the upper bound), no branch. */
+static inline v4f finish4(v4f v, v4f scale, v4f shift) {
+  const v4f zero = {0, 0, 0, 0}, top = {255.0f, 255.0f, 255.0f, 255.0f};
+  v = (v4f)((v4i)v & (v > zero));
+  v4i below = v < top;
+  v = (v4f)(((v4i)v & below) | ((v4i)top & ~below));
+  return v * scale - shift;
+}
+
+/* The horizontal pass of one RGB row (the vertical pass's floats from column c0 on,
+   interleaved, padded with zero pixels and one float more, so every 4-float load stays
+   inside), every output reading cx->ksize inputs (the weights past n[x] are 0: one loop
+   length, no branch), finished and written. The fourth lane carries the next pixel's
+   red and is never stored. */
+static inline void pass_h_rgb_k(const float *row, const coeffs_t *cx, int c0,
+                                 const out_map_t *m, float *dst, const int K) {
+  const int W = m->out_w;
   ptrdiff_t step = m->flip ? -m->px : m->px, ch = m->ch;
   float *o = dst + (m->flip ? (ptrdiff_t)(W - 1) * m->px : 0);
+  const v4f scale = {m->scale[0], m->scale[1], m->scale[2], 0};
+  const v4f shift = {m->shift[0], m->shift[1], m->shift[2], 0};
   for (int x = 0; x < W; x++, o += step) {
     const float *k = cx->k + (size_t)x * K;
-    const v4f *p = row + (cx->lo[x] - c0);
+    const float *p = row + 3 * (size_t)(cx->lo[x] - c0);
     v4f s = {0, 0, 0, 0};
-    for (int j = 0; j < K; j++) s += k[j] * p[j];
-    o[0] = finish(s[0], m->scale[0], m->shift[0]);
-    o[ch] = finish(s[1], m->scale[1], m->shift[1]);
-    o[2 * ch] = finish(s[2], m->scale[2], m->shift[2]);
+    for (int j = 0; j < K; j++) s += k[j] * *(const v4f *)(p + 3 * j);
+    s = finish4(s, scale, shift);
+    o[0] = s[0];
+    o[ch] = s[1];
+    o[2 * ch] = s[2];
+  }
+}
+
+/* The common filter lengths (upscaling: 3; downscaling up to 2x: 5; up to 3x: 7) with
+   the tap count known, so the compiler unrolls the tap loop. */
+static void pass_h_rgb(const float *row, const coeffs_t *cx, int c0, const out_map_t *m,
+                       float *dst) {
+  switch (cx->ksize) {
+  case 3: pass_h_rgb_k(row, cx, c0, m, dst, 3); break;
+  case 5: pass_h_rgb_k(row, cx, c0, m, dst, 5); break;
+  case 7: pass_h_rgb_k(row, cx, c0, m, dst, 7); break;
+  default: pass_h_rgb_k(row, cx, c0, m, dst, cx->ksize);
   }
 }
 
@@ -210,9 +239,9 @@ int data_resample(data_pixels_t *src, data_box_t box, int out_w, int out_h, int 
     if (cx.lo[i] + cx.n[i] > c1) c1 = cx.lo[i] + cx.n[i];
   }
   const size_t npx = (size_t)(c1 - c0) + (size_t)cx.ksize, len = (size_t)(c1 - c0) * C;
-  /* The vertical pass's row (len floats), then, for RGB, the same as RGB0 quadruples;
-     both padded with npx - (c1 - c0) zero pixels, which the padded taps read. */
-  const size_t need = npx * 4 + npx * C + 4;
+  /* The vertical pass's row (len floats), padded with npx - (c1 - c0) zero pixels, which
+     the padded taps read, and a float for the last pixel's 4-float load. */
+  const size_t need = npx * C + 4;
   if (src->scratch_cap < need) {
     float *g = realloc(src->scratch, sizeof(float) * need);
     if (!g) goto done;
@@ -220,9 +249,7 @@ int data_resample(data_pixels_t *src, data_box_t box, int out_w, int out_h, int 
     src->scratch_cap = need;
   }
   float *row = src->scratch;
-  v4f *row4 = (v4f *)(row + ((npx * C + 3) & ~(size_t)3));
-  for (size_t i = len; i < npx * C; i++) row[i] = 0;
-  for (size_t i = (size_t)(c1 - c0); i < npx; i++) row4[i] = (v4f){0, 0, 0, 0};
+  for (size_t i = len; i < need; i++) row[i] = 0;
   out_map_t m = {.C = C, .out_w = out_w, .flip = flip,
                  .px = nhwc ? C : 1, .ch = nhwc ? 1 : (ptrdiff_t)out_w * out_h};
   for (int c = 0; c < C; c++) {
@@ -235,9 +262,7 @@ int data_resample(data_pixels_t *src, data_box_t box, int out_w, int out_h, int 
            cy.k + (size_t)y * cy.ksize, cy.n[y], len, row);
     float *dst = out + (nhwc ? (size_t)y * out_w * C : (size_t)y * out_w);
     if (C == 3) {
-      for (int i = 0; i < c1 - c0; i++)
-        row4[i] = (v4f){row[3 * i], row[3 * i + 1], row[3 * i + 2], 0};
-      pass_h_rgb(row4, &cx, c0, &m, dst);
+      pass_h_rgb(row, &cx, c0, &m, dst);
     } else {
       pass_h_grey(row, &cx, c0, &m, dst);
     }

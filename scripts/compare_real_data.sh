@@ -50,4 +50,5 @@ done
 median() { sort -g "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 s=$(median "$log/synthetic.all") i=$(median "$log/imagenet.all")
 awk -v s="$s" -v i="$i" -v m="$model" -v n="$np" 'BEGIN {
-  printf "%s, %d ranks: real %.3g / synthetic %.3g images/sec (medians) = %.3f (goal: within 5%%)\n", m, n, i, s, s > 0 ? i / s : 0 }'
+  printf "%s, %d ranks: real %.3g / synthetic %.3g images/sec (medians) = %.3f (goal: within 5%%)\n", m, n, i, s, (s > 0 ? i / s : 0) }'
+echo "compare_real_data: $((2 * rounds)) runs in ${SECONDS} s"

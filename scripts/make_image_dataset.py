@@ -9,8 +9,8 @@
       records as tf_cnn_benchmarks reads ImageNet (image/encoded, image/class/label
       1-based), and OUT/idx/ the same images as IDX files (28x28, unchanged): the first
       N training and N test images, all sources in one order (class by class).
-  make_image_dataset.py photos OUT [--count N] [--seed X]
-      Realistic photographs at ImageNet's typical size (about 500x375, portrait or
+  make_image_dataset.py photos OUT [--count N] [--seed X] [--size WxH]
+      Realistic photographs at ImageNet's typical size (about 500x375, or WxH, portrait or
       landscape): random crops and rescales of the natural images that ship with
       scikit-image, JPEG quality 75..95, OUT/train/CLASS/*.jpg (one class per source
       image) and TFRecords OUT/train-*.
@@ -190,7 +190,7 @@ def photos(args):
     for i in range(args.count):
         label = i % len(sources)
         img = sources[label][1]
-        w, h = (500, 375) if rng.random() < 0.75 else (375, 500)
+        w, h = (args.width, args.height) if rng.random() < 0.75 else (args.height, args.width)
         w = int(w * rng.uniform(0.9, 1.1))
         h = int(h * rng.uniform(0.9, 1.1))
         # A random crop of the source covering a third to all of it, then rescaled.
@@ -220,7 +220,16 @@ def main():
     ph.add_argument("--count", type=int, default=200)
     ph.add_argument("--seed", type=int, default=1)
     ph.add_argument("--shards", type=int, default=2)
+    ph.add_argument("--size", default="500x375", help="WxH of a landscape photo (portrait: HxW)")
     args = p.parse_args()
+    if args.kind == "photos":
+        try:
+            args.width, args.height = (int(v) for v in args.size.lower().split("x"))
+            if not (64 <= args.width <= 8192 and 64 <= args.height <= 8192):
+                raise ValueError
+        except ValueError:
+            sys.exit(f"make_image_dataset.py: --size {args.size}: expected WxH, each 64..8192 "
+                     "(e.g. 500x375)")
     os.makedirs(args.out, exist_ok=True)
     fashion(args) if args.kind == "fashion" else photos(args)
 

@@ -316,6 +316,11 @@ pipe-unstash-skipped-for-other|train/pipeline_step.c|s/^  if (p->live == k) retu
 pipe-plan-ignores-copies|train/pipeline_plan.c|s/^  if (stashes \&\& copy_s_per_byte > 0)$/  if (0)/|test_train_pipeline_plan
 train-pipe-later-stages-decode|train/main.c|s/train_pipeline_stage(t->pipe) == 0);/1);/|test_train_pipeline.sh
 pipe-labels-not-shared|train/pipeline_step.c|s/^  st->y = p->batch + 1;$/  (void)0;/|test_train_pipeline.sh
+train-norm-per-host|train/main.c|s#^  bcast("setup.norm", ms, 6, HVD_FLOAT32);#  ;#|test_train_images.sh
+resample-rgb-load-stride|data/transform.c|s#\*(const v4f \*)(p + 3 \* j)#*(const v4f *)(p + 4 * j)#|test_data_torch.sh
+pipeline-restart-keeps-step|data/pipeline.c|s#^  p->held = p->first_step;#  ;#|test_data_images
+stream-repeats-epoch|data/stream.c|s#data_pipeline_restart(s->p, ++s->epoch, 0, err, errlen)#data_pipeline_restart(s->p, s->epoch, 0, err, errlen)#|test_data_images
+compare-ratio-awk-redirect|scripts/compare_real_data.sh|s#(s > 0 ? i / s : 0) }#s > 0 ? i / s : 0 }#|test_compare_real_data.sh
 EOF
 )
 

@@ -71,6 +71,7 @@ pooled=(
   test_plots.sh
   test_hvd_join_sets
   test_train_pipeline_faults test_train_pipeline_plan
+  test_compare_real_data.sh
 )
 cd "$(dirname "$0")/.."
 export HVD_BUILD=$build

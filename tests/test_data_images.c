@@ -356,6 +356,47 @@ static void test_pipeline(void) {
   data_source_free(&s);
 }
 
+/* The stream runs epoch after epoch in one pipeline (data_pipeline_restart keeps its
+   buffers): its batches, topped up across the epochs' ends, are the epochs' own in turn;
+   a thread count that differs from the epochs' makes no difference either. */
+static void test_stream(void) {
+  char root[400], err[4800];
+  snprintf(root, sizeof root, "%s/folder", dir);   /* test_pipeline's 12 images */
+  data_source_t s;
+  CHECK(data_source_imagefolder(root, &s, err, sizeof err) == 0, "%s", err);
+  data_pipeline_opts_t o;
+  data_pipeline_defaults(&o);
+  o.image_size = 8, o.batch = 5, o.threads = 1, o.prefetch = 2, o.augment = 1, o.seed = 9;
+  const size_t per = 3 * 8 * 8;
+  float *want = malloc(sizeof(float) * per * 36), *x = malloc(sizeof(float) * per * 5);
+  int32_t *wy = malloc(sizeof(int32_t) * 36), y[5];
+  CHECK(want && wy && x, "out of memory");
+  for (int e = 0; e < 3; e++) {
+    float *xe;
+    int32_t *ye;
+    int n;
+    CHECK(run_epoch(&s, o, e, &xe, &ye, &n, NULL, err, sizeof err) == 0 && n == 12,
+          "epoch %d: %s (%d samples)", e, err, n);
+    memcpy(want + per * 12 * e, xe, sizeof(float) * per * 12);
+    memcpy(wy + 12 * e, ye, sizeof(int32_t) * 12);
+    free(xe), free(ye);
+  }
+  o.threads = 3;
+  data_stream_t *st = data_stream_open(&s, &o, err, sizeof err);
+  CHECK(st, "%s", err);
+  for (int b = 0; b < 7; b++) {   /* 35 samples: into the third epoch */
+    CHECK(data_stream_next(st, x, y, err, sizeof err) == 0, "stream batch %d: %s", b, err);
+    CHECK(memcmp(x, want + per * 5 * b, sizeof(float) * per * 5) == 0 &&
+              memcmp(y, wy + 5 * b, sizeof y) == 0,
+          "stream batch %d differs from the epochs' samples %d..%d", b, 5 * b, 5 * b + 4);
+  }
+  CHECK(data_stream_skipped(st) == 0, "stream: %llu skipped",
+        (unsigned long long)data_stream_skipped(st));
+  data_stream_close(st);
+  free(want), free(wy), free(x);
+  data_source_free(&s);
+}
+
 static void test_pipeline_bad(void) {
   char root[400], err[4800];
   snprintf(root, sizeof root, "%s/badfolder", dir);
@@ -620,6 +661,7 @@ int main(int argc, char **argv) {
   test_bad_images();
   test_crops();
   test_pipeline();
+  test_stream();
   test_filelist();
   test_pipeline_bad();
   test_tfrecord();

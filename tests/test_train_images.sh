@@ -9,6 +9,7 @@
 #     resumed from its mid-epoch checkpoint has the epochs and, bit for bit, the weights
 #     of the uninterrupted run with 1 thread; resumed on 1 rank instead (elastic), its
 #     epoch figures;
+#   - ranks whose copies of the training images differ normalise with rank 0's mean and std;
 #   - a truncated JPEG in the training folder stops train with one line naming it (found
 #     while measuring the normalisation); one in the validation folder stops the run at
 #     its evaluation, named by the rank that read it; --skip-bad-images leaves it out and
@@ -85,6 +86,27 @@ if grep -q "resuming on 1 rank(s), the checkpoint's run had 2: batch 64" "$tmp/e
   echo "ok   the mid-epoch checkpoint resumed on 1 rank: the uninterrupted 2-rank run's epoch"
 else
   echo "FAIL resumed on 1 rank:"; tail -5 "$tmp/elastic.log"; fails=$((fails + 1))
+fi
+
+# The normalisation is measured per host on its own copy: two ranks whose copies differ
+# (rank 1's training images inverted) normalise with rank 0's figures, not each its own.
+mkdir -p "$tmp/fm2" && cp -r "$d/train" "$d/val" "$tmp/fm2/"
+/usr/bin/python3 - "$tmp/fm2/train" <<'PY'
+import glob, sys
+from PIL import Image, ImageOps
+for f in glob.glob(sys.argv[1] + "/*/*.jpg"):
+    ImageOps.invert(Image.open(f).convert("RGB")).save(f, quality=95)
+PY
+norm() { grep "rank $1 normalises" "$tmp/norm.err" | sed 's/.*normalises//'; }
+HVD_TRAIN_TEST_PRINT_NORM=1 timeout -k 5 120 mpirun --oversubscribe -x HVD_TRAIN_TEST_PRINT_NORM \
+  -np 1 "$train" --dataset imagefolder --data-dir "$d" --epochs 0 --max-test 32 : \
+  -np 1 "$train" --dataset imagefolder --data-dir "$tmp/fm2" --epochs 0 --max-test 32 \
+  > "$tmp/norm.log" 2> "$tmp/norm.err"
+if [ -n "$(norm 0)" ] && [ "$(norm 0)" = "$(norm 1)" ]; then
+  echo "ok   ranks with different copies of the data normalise alike:$(norm 1)"
+else
+  echo "FAIL ranks with different copies normalise differently: rank 0$(norm 0), rank 1$(norm 1)"
+  tail -3 "$tmp/norm.err"; fails=$((fails + 1))
 fi
 
 # Bad files.

@@ -234,6 +234,10 @@ fail:
   return -1;
 }
 
+void train_images_set_norm(train_images_t *im, const float mean[3], const float std[3]) {
+  for (int c = 0; c < 3; c++) im->po.mean[c] = mean[c], im->po.std[c] = std[c];
+}
+
 int train_images_begin(train_images_t *im, int part, int epoch, int first_step, int rank,
                        int size, int batch, char *err, size_t errlen) {
   train_images_end(im);

@@ -23,7 +23,9 @@ typedef struct train_images train_images_t;
    model_w). --max-train, --max-test and --validation-split (the training part's tail,
    as train_split_tail) are applied to the file lists; *val_is_test when there is no
    split. mean and std: per channel, measured on an evenly spaced sample of the training
-   part (before --max-train), the same on every rank and every run. TFRecords without
+   part (before --max-train), the same in every run of these files; each host measures
+   its own copy, so a multi-rank run replaces them with rank 0's (train_images_set_norm)
+   before the first pass. TFRecords without
    --num-classes: every record's label is read once to count the classes. */
 int train_images_open(const train_opts_t *o, int model_c, int model_h, int model_w,
                       train_images_t **out, train_dataset_t *train, train_dataset_t *val,
@@ -45,6 +47,8 @@ int train_images_begin(train_images_t *im, int part, int epoch, int first_step, 
 int train_images_next(train_images_t *im, float *x, int32_t *y, int *count, int *step,
                       char *err, size_t errlen);
 void train_images_end(train_images_t *im);
+/* The normalisation every later pass uses (rank 0's, agreed across the ranks). */
+void train_images_set_norm(train_images_t *im, const float mean[3], const float std[3]);
 /* Images left out with --skip-bad-images so far (every time one was read). */
 uint64_t train_images_skipped(const train_images_t *im);
 void train_images_free(train_images_t *im);

@@ -583,6 +583,24 @@ static void check_ranks_agree(const train_opts_t *o, const train_agree_data_t *d
   if (rc != 0) die_usage("%s", err);
 }
 
+/* The normalisation: each host measured it on its own copy of the data (an image set's
+   sample, a user's IDX files), so copies that differ by a file, or a host whose
+   measurement decoded other pixels, would feed the replicas differently scaled inputs.
+   Every rank takes rank 0's. HVD_TRAIN_TEST_PRINT_NORM: each rank prints what it uses. */
+static void agree_norm(trainer_t *t) {
+  float ms[6];
+  memcpy(ms, t->norm_mean, sizeof t->norm_mean);
+  memcpy(ms + 3, t->norm_std, sizeof t->norm_std);
+  bcast("setup.norm", ms, 6, HVD_FLOAT32);
+  memcpy(t->norm_mean, ms, sizeof t->norm_mean);
+  memcpy(t->norm_std, ms + 3, sizeof t->norm_std);
+  if (t->images) train_images_set_norm(t->images, t->norm_mean, t->norm_std);
+  if (getenv("HVD_TRAIN_TEST_PRINT_NORM"))
+    fprintf(stderr, "train: rank %d normalises with mean %.9g %.9g %.9g std %.9g %.9g %.9g\n",
+            t->rank, (double)ms[0], (double)ms[1], (double)ms[2], (double)ms[3],
+            (double)ms[4], (double)ms[5]);
+}
+
 /* hvd_init, the ranks' agreement on their flags, and the GPU of this local rank. */
 static void start_runtime(trainer_t *t) {
   /* The gradients already go in fixed buckets (--bucket-mb). Fusing ready buckets once
@@ -610,6 +628,7 @@ static void start_runtime(trainer_t *t) {
   }
   const train_agree_data_t sizes = {t->train.n, t->val_is_test ? 0 : t->val.n, t->test.n};
   check_ranks_agree(&t->o, &sizes, t->size);
+  agree_norm(t);
   if (t->train.n < t->size) die("%d training samples cannot feed %d ranks", t->train.n, t->size);
 #ifdef NN_WITH_CUDA
   /* A CUDA build on a machine without a usable GPU: say so once (the reason, and that
