@@ -62,13 +62,15 @@ const char *nn_blas_kernels(void);
 /* OpenBLAS 0.3.21 (Debian 12's) picks its kernels by CPU model and falls back to its
    oldest x86-64 kernels (Prescott, SSE3) for a model it does not know, as a virtual
    machine that hides the model often makes it: on one AVX-512 VM that made SGEMM 5-9x
-   slower. A program calls this first thing in main, before MPI or threads start: when
+   slower. A program calls this first thing in main, before MPI starts: when
    OPENBLAS_CORETYPE is unset and OpenBLAS chose kernels without AVX2 on a CPU that has
    AVX2 and FMA, it runs the program again (execv of /proc/self/exe, same pid, same
    argv) with OPENBLAS_CORETYPE set to the best kernels the CPU runs (SkylakeX with
    AVX-512, else Haswell) and NN_BLAS_CORE_SET=1 so nn_blas_kernels says who chose.
    Returns only when nothing needs doing (or the exec failed: NN_ERR_IO, the program
-   goes on with OpenBLAS's choice). Setting OPENBLAS_CORETYPE, to any value, opts out. */
+   goes on with OpenBLAS's choice). Setting OPENBLAS_CORETYPE, to any value, opts out;
+   nothing is done for an OpenBLAS without DYNAMIC_ARCH or a program started through the
+   loader (ld.so ./prog). */
 nn_status_t nn_blas_fix_misdetected_core(char **argv);
 
 /* ---- tensors ---- */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 /* ---- OpenBLAS's kernel set ----
@@ -22,10 +23,10 @@
    user (some machines set OPENBLAS_CORETYPE because older OpenBLAS builds miscompute on
    them) except where OpenBLAS fell back to pre-AVX2 kernels on a CPU with AVX2
    (nn_blas_fix_misdetected_core), and reports it, so a benchmark says which kernels
-   ran. The OpenBLAS
-   function is a weak reference: an OpenBLAS without DYNAMIC_ARCH, or the GPU check's
-   plain C SGEMM, lacks it. */
+   ran. The OpenBLAS functions are weak references: the GPU check's plain C SGEMM lacks
+   them (an OpenBLAS without DYNAMIC_ARCH has them, with one kernel set built in). */
 extern char *openblas_get_corename(void) __attribute__((weak));
+extern char *openblas_get_config(void) __attribute__((weak));
 
 static char blas_info[160];
 static pthread_once_t blas_info_once = PTHREAD_ONCE_INIT;
@@ -64,17 +65,30 @@ static int blas_core_has_avx2(const char *core) {
 nn_status_t nn_blas_fix_misdetected_core(char **argv) {
 #if defined(__x86_64__)
   const char *forced = getenv("OPENBLAS_CORETYPE");
-  if (!openblas_get_corename || (forced && *forced)) return NN_OK;
-  const char *core = openblas_get_corename();
+  if (!openblas_get_corename || !openblas_get_config || (forced && *forced)) return NN_OK;
+  /* Only a DYNAMIC_ARCH build can switch kernels; and with AT_BASE 0 the program was
+     started through the loader itself (ld.so ./prog), where /proc/self/exe is the
+     loader, not the program. */
+  const char *config = openblas_get_config();
+  if (!config || !strstr(config, "DYNAMIC_ARCH") || getauxval(AT_BASE) == 0) return NN_OK;
+  /* Test hook (tests/test_blas_core.sh): take OpenBLAS's choice to be this name, so the
+     path below runs on CPUs OpenBLAS knows too. */
+  const char *assumed = getenv("NN_TEST_BLAS_ASSUME_CORE");
+  const char *core = assumed && *assumed ? assumed : openblas_get_corename();
   __builtin_cpu_init();
   if (!core || blas_core_has_avx2(core) || !__builtin_cpu_supports("avx2") ||
       !__builtin_cpu_supports("fma"))
     return NN_OK;
   int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  if (setenv("OPENBLAS_CORETYPE", avx512 ? "SkylakeX" : "Haswell", 1) != 0 ||
-      setenv("NN_BLAS_CORE_SET", "1", 1) != 0)
-    return nn_set_error(NN_ERR_IO, "setenv OPENBLAS_CORETYPE failed");
+  const char *better = avx512 ? "SkylakeX" : "Haswell";
+  if (setenv("NN_BLAS_CORE_SET", "1", 1) != 0 ||
+      setenv("OPENBLAS_CORETYPE", better, 1) != 0) {
+    unsetenv("NN_BLAS_CORE_SET");
+    return nn_set_error(NN_ERR_IO, "setenv OPENBLAS_CORETYPE failed: set OPENBLAS_CORETYPE=%s",
+                        better);
+  }
+  unsetenv("NN_TEST_BLAS_ASSUME_CORE");
   execv("/proc/self/exe", argv);
   int e = errno;
   unsetenv("OPENBLAS_CORETYPE");
@@ -82,7 +96,7 @@ nn_status_t nn_blas_fix_misdetected_core(char **argv) {
   return nn_set_error(NN_ERR_IO,
                       "OpenBLAS chose its %s kernels on a CPU with AVX2; running again with "
                       "better ones failed (execv /proc/self/exe: %s): set OPENBLAS_CORETYPE=%s",
-                      core, strerror(e), avx512 ? "SkylakeX" : "Haswell");
+                      core, strerror(e), better);
 #else
   (void)argv;
   return NN_OK;

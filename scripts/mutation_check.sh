@@ -289,6 +289,7 @@ hvdrun-all-hosts-for-fewer-ranks|launcher/command.c|s#p->hosts = hvdrun_hosts_fo
 agree-histogram-freq-left-out|train/agree.c|s#^  line(\&out, "--histogram-freq", "%d", o->histogram_freq);#  /* --histogram-freq left out */#|test_train_agree
 nn-blas-misdetected-core-kept|nn/threads.c|s/  execv("\/proc\/self\/exe", argv);/  (void)argv;/|test_blas_core.sh
 nn-blas-user-coretype-overridden|nn/threads.c|s/(forced \&\& \*forced)) return NN_OK;/0) return NN_OK;/|test_blas_core.sh
+nn-blas-reexec-under-loader|nn/threads.c|s/getauxval(AT_BASE) == 0/getauxval(AT_BASE) == 12345/|test_blas_core.sh
 plot-strategies-drops-a-strategy|scripts/plot_strategies.py|s#    strategies = known + sorted#    strategies = known[:-1] + sorted#|test_plots.sh
 plot-strategies-height-not-ips|scripts/plot_strategies.py|s#bar = ax.bar(x, row\["ips"\] or 0,#bar = ax.bar(x, row["link"] or 0,#|test_plots.sh
 plot-pipeline-drops-last-stage|scripts/plot_pipeline_timeline.py|s#for s, boxes in enumerate(run\["boxes"\]):#for s, boxes in enumerate(run["boxes"][:-1]):#|test_plots.sh
