@@ -150,7 +150,10 @@ typedef struct {
    hvd_join_ex joins within the set: as hvd_join, for the set's collectives and ranks
    (AVERAGE divides by the set's size, joined ranks included; *last_rank: the world rank
    of the set's last member to join). Joins are per set, as Horovod's: collectives of
-   other sets and the world go on as usual, on this rank too (from another thread). */
+   other sets and the world go on as usual, on this rank too (from another thread). One
+   join per set at a time on a rank (two threads joining the same set: a fatal error of
+   the runtime, as for hvd_join). While any join is open, every collective is negotiated
+   in full (the response cache is not used), world ones included. */
 hvd_status_t hvd_allreduce_ex(const char *name, const void *sendbuf, void *recvbuf,
                               size_t count, hvd_dtype_t dtype, hvd_op_t op,
                               const hvd_options_t *opts);

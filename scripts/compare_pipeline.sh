@@ -26,6 +26,9 @@ set -u
 build=${1:-build}
 train=$build/train
 [ -x "$train" ] || { echo "compare_pipeline: $train is not built (run make)" >&2; exit 2; }
+plot=${PLOT-$(dirname "$0")/../docs/img/pipeline_timeline.svg}
+[ -z "$plot" ] || /usr/bin/python3 -c 'import matplotlib' 2>/dev/null ||
+  { echo "compare_pipeline: the picture needs matplotlib for /usr/bin/python3 (apt-get install -y python3-matplotlib; PLOT= skips it)" >&2; exit 2; }
 samples=${SAMPLES:-960}
 epochs=${EPOCHS:-1}
 model=${MODEL:-resnet20}
@@ -86,7 +89,6 @@ for sched in gpipe 1f1b; do
 done
 sed -n 's/^unsplit model: activations of a \([0-9]*\)-sample batch \([0-9.]*\) MiB/unsplit model: activations of the \1-sample batch: \2 MiB/p' "$out"
 sed -n '/^stage [0-9]: layers/p' "$out"
-plot=${PLOT-$(dirname "$0")/../docs/img/pipeline_timeline.svg}
 if [ -n "$plot" ]; then   # the two M = 4 steps drawn (prints where it wrote them)
   /usr/bin/python3 "$(dirname "$0")/plot_pipeline_timeline.py" "$tmp/gpipe.4" "$tmp/1f1b.4" \
     --out "$plot" || { echo "compare_pipeline: no picture (PLOT= skips it)" >&2; exit 1; }

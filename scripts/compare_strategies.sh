@@ -33,11 +33,16 @@ cd "$(dirname "$0")/.." || exit 2
 models="resnet20 vgg16" rate=1gbit out="" accuracy=1 plot=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --models|--rate|--out|--plot)
+      [ $# -ge 2 ] || { echo "compare_strategies: $1 needs a value (see --help)" >&2; exit 2; } ;;
+  esac
+  case "$1" in
     --models) models=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --no-accuracy) accuracy=0; shift ;;
-    --out) out=$2; shift 2 ;;
-    --plot) plot=$2; [[ "$plot" = /* ]] || plot=$OLDPWD/$plot; shift 2 ;;   # the caller's directory
+    # Files are named from the caller's directory (the script runs in the repository's).
+    --out) out=$2; [[ "$out" = /* ]] || out=$OLDPWD/$out; shift 2 ;;
+    --plot) plot=$2; [[ "$plot" = /* ]] || plot=$OLDPWD/$plot; shift 2 ;;
     -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare_strategies: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac

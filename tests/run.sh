@@ -69,7 +69,6 @@ pooled=(
   test_serve_grpc_threads.sh test_train_pipeline_freeze.sh
   test_blas_core.sh
   test_plots.sh
-  test_hvd_join_sets
   test_train_pipeline_faults test_train_pipeline_plan
   test_compare_real_data.sh
 )
