@@ -131,7 +131,7 @@ int train_ps_create(train_ps_t **out, nn_model_t *m, const train_ps_opts_t *o, c
   /* A parameter over 4 MiB (vgg16's classifier) is split over the servers. */
   hvd_ps_config_t cfg = {o->async ? HVD_PS_ASYNC : HVD_PS_SYNC, o->num_ps,
                          o->round_robin ? HVD_PS_ROUND_ROBIN : HVD_PS_GREEDY, 4u << 20,
-                         o->max_staleness, update, p};
+                         o->max_staleness, update, p, o->local_aggregation};
   hvd_status_t s = hvd_ps_create(&p->ps, &cfg, p->nvars, (const char *const *)p->names,
                                  counts, nn_model_params(m));
   free(counts);

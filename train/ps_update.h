@@ -24,6 +24,7 @@ typedef struct {
   int num_ps;                   /* 0: colocated */
   int round_robin;              /* placement */
   int max_staleness;
+  hvd_ps_local_agg_t local_aggregation;   /* sync: a host's gradients summed first */
   nn_optim_config_t optim;
   /* The learning rate at optimizer step g of the run (from 0): epoch g / windows, window
      g % windows, as the training loop computes it. */
