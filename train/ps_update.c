@@ -242,3 +242,8 @@ hvd_status_t train_ps_gather_state(train_ps_t *p) {
   if (s == HVD_OK && full_step) *full_step = step;
   return s;
 }
+
+hvd_ps_local_agg_t train_ps_local_aggregation(const char *name) {
+  return strcmp(name, "on") == 0 ? HVD_PS_AGG_ON
+         : strcmp(name, "off") == 0 ? HVD_PS_AGG_OFF : HVD_PS_AGG_AUTO;
+}

@@ -38,6 +38,9 @@ typedef struct {
 /* Collective. The variables are m's parameters (named "param.I"), their first values
    m's parameters, each shard's optimizer state the slice of m's own optimizer state
    (and its step count). 0, or -1 with err. */
+/* "auto", "on" or "off" (the flags' spelling) as hvd's setting; AUTO for anything else. */
+hvd_ps_local_agg_t train_ps_local_aggregation(const char *name);
+
 int train_ps_create(train_ps_t **out, nn_model_t *m, const train_ps_opts_t *o, char *err,
                     size_t len);
 /* Finishes (collective) and frees; *stats gets this rank's figures first when not NULL. */
