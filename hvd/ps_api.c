@@ -365,6 +365,9 @@ hvd_status_t hvd_ps_finish(hvd_ps_t *ps) {
   if (s == HVD_OK) s = hvd_wait(r);
   else if (r) hvd_request_free(r);
   hvd_ps_uninstall(ps);
+  /* A worker's end is its DONEs sent, not received: without this, a worker that went on
+     to hvd_shutdown could stop the runtime under a server still taking them. */
+  if (s == HVD_OK) s = hvd_barrier();
   return s;
 }
 

@@ -287,6 +287,11 @@ serve-rest-port-shared|serve/http.c|s#      MHD_OPTION_END);#      MHD_OPTION_LI
 grpc-calls-queued-on-one-thread|serve/call_pool.c|s#if (p->idle + p->returning <= p->queued) {#if (p->threads == 0) {#|test_serve_grpc_sigterm.sh
 hvdrun-all-hosts-for-fewer-ranks|launcher/command.c|s#char \*hosts = hvdrun_hosts_format_first(\&o->hosts, np);#char *hosts = hvdrun_hosts_format(\&o->hosts);#|test_hvdrun_args.sh
 agree-histogram-freq-left-out|train/agree.c|s#^  line(\&out, "--histogram-freq", "%d", o->histogram_freq);#  /* --histogram-freq left out */#|test_train_agree
+ps-local-agg-never|hvd/ps_api.c|s/  int agg = ps->cfg.mode == HVD_PS_SYNC \&\&/  int agg = 0 \&\&/|test_hvd_ps
+ps-agg-sum-drops-host|hvd/ps_engine.c|s/out\[i\] = data\[i\] + add\[i\];/out[i] = add[i];/|test_hvd_ps
+ps-fuse-uncapped|hvd/ps_engine.c|s/#define PS_FUSE_MAX (4 \* 1024 \* 1024)/#define PS_FUSE_MAX ((size_t)1 << 40)/|test_hvd_ps
+ps-finish-no-barrier|hvd/ps_api.c|s/  if (s == HVD_OK) s = hvd_barrier();//|test_hvd_ps
+ps-train-agg-flag-ignored|train/ps_run.c|s/train_ps_local_aggregation(o->ps_local_aggregation)/HVD_PS_AGG_OFF/|test_train_ps.sh
 EOF
 )
 

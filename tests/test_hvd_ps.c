@@ -10,7 +10,8 @@
                  bound was tested); the final values are the sum of every push.
      mismatch:   rank 2 registers "b" with 11 elements: HVD_ERR_MISMATCH on every rank
                  naming both sizes, and the runtime goes on (a good set runs after it).
-     placement:  greedy and round-robin place the shards as TF's strategies would.
+     placement:  greedy and round-robin place the shards as TF's strategies would; a
+                 fused message is capped (a request of 80 small shards goes as 2).
      agg:        2 fake hosts of 2 ranks: local aggregation gives the same values and
                  halves (about) the bytes a host sends to the other; dedicated with it.
    Started alone, it runs each mode under mpirun. */
@@ -225,6 +226,41 @@ static void check_servers(hvd_ps_placement_t placement, const int *want, size_t 
   hvd_ps_free(ps);
 }
 
+/* A fused message is capped (4 MiB): 80 variables of 64000 bytes (each small enough to
+   fuse) to the one server go as 2 messages a request, not one of 5 MB; the values come
+   back right. */
+static void check_fuse_cap(void) {
+  enum { NB = 80, C = 16000 };
+  static char bufs[NB][8];
+  static const char *bn[NB];
+  static size_t bc[NB];
+  static float v[NB * C], g[NB * C];
+  for (int i = 0; i < NB; i++) {
+    snprintf(bufs[i], sizeof(bufs[i]), "f%d", i);
+    bn[i] = bufs[i];
+    bc[i] = C;
+  }
+  hvd_ps_config_t cfg = {HVD_PS_SYNC, 1, HVD_PS_GREEDY, 0, -1, sgd, NULL, HVD_PS_AGG_AUTO};
+  hvd_ps_t *ps = NULL;
+  CHECK_OK(hvd_ps_create(&ps, &cfg, NB, bn, bc, NULL));
+  const int T = 3;
+  if (hvd_ps_is_worker(ps)) {
+    for (size_t i = 0; i < (size_t)NB * C; i++) g[i] = 1.0f;
+    for (int t = 0; t < T; t++) CHECK_OK(hvd_ps_push_pull(ps, 0, NB, g, v));
+    for (size_t i = 0; i < (size_t)NB * C; i += 997)
+      CHECK(fabsf(v[i] + (float)(LR * T)) < 1e-5f, "value %zu is %g, expected %g", i, v[i],
+            -LR * T);
+  }
+  CHECK_OK(hvd_ps_finish(ps));
+  hvd_ps_stats_t st;
+  hvd_ps_stats(ps, &st);
+  hvd_ps_free(ps);
+  if (hvd_rank() > 0)   /* the workers (rank 0 serves only) */
+    CHECK(st.messages_out >= (uint64_t)(2 * T), "a worker sent %llu messages for %d "
+          "requests of 5 MB: is a fused message capped?", (unsigned long long)st.messages_out,
+          T);
+}
+
 static int body(const char *mode) {
   CHECK_OK(hvd_init());
   R = hvd_rank();
@@ -250,6 +286,7 @@ static int body(const char *mode) {
     const int rr[] = {0, 1, 2, 0, 1, 2, 0};
     check_servers(HVD_PS_GREEDY, greedy, 7);
     check_servers(HVD_PS_ROUND_ROBIN, rr, 7);
+    check_fuse_cap();
     if (R == 0) printf("placement: OK\n");
   } else {
     CHECK(0, "unknown mode %s", mode);
