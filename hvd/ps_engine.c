@@ -47,14 +47,10 @@ static int *ps_hosts;
 const int *hvd_ps_hosts(void) { return ps_hosts; }
 
 static hvd_status_t gather_hosts(MPI_Comm ctrl) {
-  MPI_Group lg = MPI_GROUP_NULL, cg = MPI_GROUP_NULL;
-  int zero = 0, first = -1;
-  int rc = MPI_Comm_group(hvd_g.local_comm, &lg);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(ctrl, &cg);
-  if (rc == MPI_SUCCESS) rc = MPI_Group_translate_ranks(lg, 1, &zero, cg, &first);
-  if (lg != MPI_GROUP_NULL) MPI_Group_free(&lg);
-  if (cg != MPI_GROUP_NULL) MPI_Group_free(&cg);
-  if (rc == MPI_SUCCESS && first == MPI_UNDEFINED) rc = MPI_ERR_RANK;
+  /* The lowest rank of the host: the largest negated one (MPI_MAX). */
+  int neg = -hvd_g.rank, first = 0;
+  int rc = MPI_Allreduce(&neg, &first, 1, MPI_INT, MPI_MAX, hvd_g.local_comm);
+  first = -first;
   free(ps_hosts);
   ps_hosts = malloc((size_t)hvd_g.size * sizeof(int));
   if (!ps_hosts) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_init: out of memory");
