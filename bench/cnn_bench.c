@@ -100,6 +100,7 @@ typedef struct {
   const char *trace_file;    /* rank 0's compute phases, Chrome trace; NULL: none */
   /* --variable_update parameter_server (train/ps_update.h), as tf_cnn_benchmarks */
   const char *cross_replica_sync;   /* "true": ps-sync; "false": ps-async */
+  const char *ps_local_aggregation;  /* auto | on | off */
   int num_ps;                /* dedicated servers (ranks 0..K-1); 0: colocated */
   int max_staleness;         /* async: -1 unbounded */
   int straggler_delay_ms, straggler_rank;   /* that rank sleeps that long each step */
@@ -117,12 +118,13 @@ static options_t default_options(void) {
       .print_training_accuracy = 0, .data_name = "synthetic", .data_dir = NULL,
       .threads = 0, .bucket_mb = 25, .first_bucket_mb = 1, .overlap = 1,
       .fp16_allreduce = 0, .seed = 1, .trace_file = NULL, .data_threads = 2,
-      .cross_replica_sync = "true",
+      .cross_replica_sync = "true", .ps_local_aggregation = "auto",
       .num_ps = 0, .max_staleness = -1, .straggler_delay_ms = 0, .straggler_rank = -1};
 }
 
 static const char *const DEVICES[] = {"cpu", "gpu", NULL};
 static const char *const BOOLS[] = {"true", "false", NULL};
+static const char *const AGGREGATIONS[] = {"auto", "on", "off", NULL};
 static const char *const UPDATES[] = {"horovod", "none", "barrier", "parameter_server", NULL};
 static const char *const FORMATS[] = {"NCHW", "NHWC", NULL};
 static const char *const OPTIMIZERS[] = {"momentum", "sgd", "rmsprop", "adam", NULL};
@@ -133,7 +135,7 @@ static const char *const DATA_NAMES[] = {"synthetic", "fashion_mnist", "fashion-
 
 /* The flags (tf_cnn_benchmarks' names, '_' spelling), writing into o: --help builds the
    table over default_options() to show the defaults. */
-enum { NFLAGS = 40 };
+enum { NFLAGS = 41 };
 static void flag_table(options_t *o, util_flag_t table[NFLAGS]) {
   const util_flag_t t[] = {
       {"model", UTIL_FLAG_CHOICE, &o->model, .choices = nn_model_names(), .metavar = "NAME",
@@ -230,6 +232,10 @@ static void flag_table(options_t *o, util_flag_t table[NFLAGS]) {
       {"num_ps", UTIL_FLAG_INT, &o->num_ps, .min = 0, .max = 1 << 20, .def = "0: colocated",
        .help = "--variable_update parameter_server: ranks 0..K-1 only serve; 0: every rank "
                "serves a shard and works"},
+      {"ps_local_aggregation", UTIL_FLAG_CHOICE, &o->ps_local_aggregation,
+       .choices = AGGREGATIONS,
+       .help = "--cross_replica_sync true: a host's workers sum their gradients before one "
+               "push per host (auto: with --num_ps 0)"},
       {"max_staleness", UTIL_FLAG_INT, &o->max_staleness, .min = -1, .max = 1 << 20,
        .def = "-1: unbounded",
        .help = "--cross_replica_sync false: a worker more than S steps ahead waits"},
@@ -999,6 +1005,8 @@ static train_ps_t *ps_start(const options_t *o, trainer_t *t, nn_model_t *m,
   const int sync = strcmp(o->cross_replica_sync, "true") == 0;
   train_ps_opts_t po = {.async = !sync, .num_ps = o->num_ps,
                         .max_staleness = sync ? -1 : o->max_staleness,
+                        .local_aggregation =
+                            train_ps_local_aggregation(o->ps_local_aggregation),
                         .optim = ro->optim, .steps = 1, .accum = 1, .windows = 1};
   po.sched = (nn_lr_schedule_t){.kind = NN_LR_CONSTANT, .base_lr = o->learning_rate,
                                 .warmup_start_lr = o->learning_rate};

@@ -333,6 +333,17 @@ void hvd_grad_buckets_reset_stats(hvd_grad_buckets_t *b);
 typedef struct hvd_ps hvd_ps_t;
 typedef enum { HVD_PS_SYNC = 0, HVD_PS_ASYNC = 1 } hvd_ps_mode_t;
 typedef enum { HVD_PS_GREEDY = 0, HVD_PS_ROUND_ROBIN = 1 } hvd_ps_placement_t;
+/* Local aggregation (sync mode only; as BytePS): the workers of one host first sum their
+   gradients of a shard kept on another host at one of them (the shards spread over the
+   host's workers by bytes), which pushes the sum once and shares the answer inside the
+   host, so a host's link carries each remote shard once per direction instead of once
+   per worker. The result is the same average (another summation order). AUTO (the
+   default, 0): on for colocated servers (num_ps 0), off for dedicated ones (each worker's
+   push then reaches the server, as TF's ps/worker jobs); ON: for both; OFF: never. Hosts
+   are those of hvd_local_rank. */
+typedef enum {
+  HVD_PS_AGG_AUTO = 0, HVD_PS_AGG_ON = 1, HVD_PS_AGG_OFF = 2
+} hvd_ps_local_agg_t;
 
 /* Runs on the server rank (on hvd's background thread, or a thread waiting in hvd_wait;
    never two at once), once per applied update of one shard: elements [offset, offset +
@@ -354,6 +365,7 @@ typedef struct {
   int max_staleness;             /* async: S, or -1 (unbounded); sync: ignored         */
   hvd_ps_update_fn update;
   void *update_ctx;
+  hvd_ps_local_agg_t local_aggregation;   /* sync: sum a host's gradients first (below) */
 } hvd_ps_config_t;
 
 /* Collective over every rank (after hvd_init): the same configuration and variables
@@ -401,6 +413,8 @@ typedef struct {
   uint64_t max_staleness;        /* server: the largest seen                            */
   uint64_t messages_in, messages_out;  /* MPI messages behind bytes_in and bytes_out
                                           (small ones to one peer go as one)            */
+  uint64_t bytes_in_remote, bytes_out_remote;  /* of bytes_in and bytes_out: from and to
+                                                  ranks on other hosts (their links)   */
 } hvd_ps_stats_t;
 void hvd_ps_stats(const hvd_ps_t *ps, hvd_ps_stats_t *s);
 

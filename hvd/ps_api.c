@@ -9,7 +9,7 @@
 
 /* One rank's registration as it travels: the settings, then one record per variable. */
 typedef struct {
-  int64_t mode, num_ps, placement, split_bytes, max_staleness, nvars;
+  int64_t mode, num_ps, placement, split_bytes, max_staleness, local_aggregation, nvars;
 } reg_head_t;
 typedef struct {
   int64_t count;
@@ -20,6 +20,13 @@ static const char *mode_name(int64_t m) { return m == HVD_PS_SYNC ? "sync" : "as
 static const char *placement_name(int64_t p) {
   return p == HVD_PS_GREEDY ? "greedy" : "round-robin";
 }
+static const char *agg_name(int64_t a) {
+  return a == HVD_PS_AGG_AUTO ? "auto" : a == HVD_PS_AGG_ON ? "on" : "off";
+}
+
+/* Each set's number (gen in the messages): sets are created collectively, in the same
+   order on every rank. */
+static uint32_t last_gen;
 
 static hvd_status_t check_args(hvd_ps_t **out, const hvd_ps_config_t *cfg, size_t nvars,
                                const char *const *names, const size_t *counts) {
@@ -42,6 +49,11 @@ static hvd_status_t check_args(hvd_ps_t **out, const hvd_ps_config_t *cfg, size_
   if (cfg->max_staleness < -1)
     return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "%s: max_staleness %d: expected -1 "
                          "(unbounded) or more", w, cfg->max_staleness);
+  if (cfg->local_aggregation != HVD_PS_AGG_AUTO && cfg->local_aggregation != HVD_PS_AGG_ON &&
+      cfg->local_aggregation != HVD_PS_AGG_OFF)
+    return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "%s: local_aggregation %d is none of "
+                         "HVD_PS_AGG_AUTO, HVD_PS_AGG_ON, HVD_PS_AGG_OFF", w,
+                         (int)cfg->local_aggregation);
   if (!cfg->update)
     return hvd_set_error(HVD_ERR_INVALID_ARGUMENT, "%s: the update callback is NULL", w);
   for (size_t v = 0; v < nvars; v++) {
@@ -74,14 +86,18 @@ static hvd_status_t compare(const char *r0, const char *rr, int r) {
   memcpy(&a, r0, sizeof(a));
   memcpy(&b, rr, sizeof(b));
   if (a.mode != b.mode || a.num_ps != b.num_ps || a.placement != b.placement ||
-      a.split_bytes != b.split_bytes || a.max_staleness != b.max_staleness)
+      a.split_bytes != b.split_bytes || a.max_staleness != b.max_staleness ||
+      a.local_aggregation != b.local_aggregation)
     return hvd_set_error(HVD_ERR_MISMATCH, "Mismatched parameter-server settings: rank 0 "
                          "has mode %s, num_ps %lld, placement %s, split_bytes %lld, "
-                         "max_staleness %lld; rank %d has %s, %lld, %s, %lld, %lld",
+                         "max_staleness %lld, local_aggregation %s; rank %d has %s, %lld, "
+                         "%s, %lld, %lld, %s",
                          mode_name(a.mode), (long long)a.num_ps, placement_name(a.placement),
-                         (long long)a.split_bytes, (long long)a.max_staleness, r,
-                         mode_name(b.mode), (long long)b.num_ps, placement_name(b.placement),
-                         (long long)b.split_bytes, (long long)b.max_staleness);
+                         (long long)a.split_bytes, (long long)a.max_staleness,
+                         agg_name(a.local_aggregation), r, mode_name(b.mode),
+                         (long long)b.num_ps, placement_name(b.placement),
+                         (long long)b.split_bytes, (long long)b.max_staleness,
+                         agg_name(b.local_aggregation));
   int64_t n = a.nvars < b.nvars ? a.nvars : b.nvars;
   for (int64_t v = 0; v < n; v++) {
     reg_var_t x, y;
@@ -111,7 +127,8 @@ static hvd_status_t agree(const hvd_ps_config_t *cfg, size_t nvars,
   char *mine = calloc(1, len);
   if (!mine) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_ps_create: out of memory");
   reg_head_t h = {cfg->mode, cfg->num_ps, cfg->placement, (int64_t)cfg->split_bytes,
-                  cfg->mode == HVD_PS_ASYNC ? cfg->max_staleness : -1, (int64_t)nvars};
+                  cfg->mode == HVD_PS_ASYNC ? cfg->max_staleness : -1,
+                  cfg->local_aggregation, (int64_t)nvars};
   memcpy(mine, &h, sizeof(h));
   for (size_t v = 0; v < nvars; v++) {
     reg_var_t x;
@@ -162,8 +179,14 @@ static void ps_free(hvd_ps_t *ps) {
     free(ps->kept[k].accum);
     free(ps->kept[k].clock);
     free(ps->kept[k].want);
+    if (ps->agg_sum) free(ps->agg_sum[k]);
   }
   free(ps->kept);
+  free(ps->agg_rank);
+  free(ps->locals);
+  free(ps->agg_sum);
+  free(ps->agg_arrived);
+  free(ps->agg_fwd);
   free(ps->step);
   free(ps->vread);
   /* A request's op can be left only after a failure: its request failed already. */
@@ -212,6 +235,20 @@ static int build(hvd_ps_t *ps, size_t nvars, const char *const *names, const siz
   ps->vread = calloc(n, sizeof(uint64_t));
   ps->waiting = calloc(n, sizeof(ps_op_t *));
   if (!ps->kept || !ps->step || !ps->vread || !ps->waiting) return 0;
+  hvd_ps_local_agg_t a = ps->cfg.local_aggregation;
+  int agg = ps->cfg.mode == HVD_PS_SYNC &&
+            (a == HVD_PS_AGG_ON || (a == HVD_PS_AGG_AUTO && K == 0));
+  ps->host = hvd_ps_hosts();
+  ps->agg_sum = calloc(n, sizeof(float *));
+  ps->agg_arrived = calloc(n, sizeof(int));
+  ps->agg_fwd = calloc(n, 1);
+  if (!ps->host || !ps->agg_sum || !ps->agg_arrived || !ps->agg_fwd ||
+      !hvd_ps_place_aggregators(ps, agg))
+    return 0;
+  for (size_t k = 0; k < ps->nshards; k++)
+    if (ps->agg_rank[k] == hvd_g.rank &&
+        !(ps->agg_sum[k] = calloc(ps->shards[k].count, sizeof(float))))
+      return 0;
   for (size_t k = 0; k < ps->nshards; k++) {
     const ps_shard_t *sh = &ps->shards[k];
     if (sh->server != hvd_g.rank) continue;
@@ -243,6 +280,7 @@ hvd_status_t hvd_ps_create(hvd_ps_t **out, const hvd_ps_config_t *cfg, size_t nv
   hvd_ps_t *ps = calloc(1, sizeof(*ps));
   if (!ps) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_ps_create: out of memory");
   ps->cfg = *cfg;
+  ps->gen = ++last_gen;
   if (!build(ps, nvars, names, counts, init)) {
     ps_free(ps);
     return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_ps_create: out of memory for %zu "
@@ -327,6 +365,9 @@ hvd_status_t hvd_ps_finish(hvd_ps_t *ps) {
   if (s == HVD_OK) s = hvd_wait(r);
   else if (r) hvd_request_free(r);
   hvd_ps_uninstall(ps);
+  /* A worker's end is its DONEs sent, not received: without this, a worker that went on
+     to hvd_shutdown could stop the runtime under a server still taking them. */
+  if (s == HVD_OK) s = hvd_barrier();
   return s;
 }
 

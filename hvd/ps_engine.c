@@ -40,6 +40,27 @@ typedef struct ps_recv {
 } ps_recv_t;
 static ps_recv_t *recvs;
 
+/* Per rank: its host, as the lowest rank of its local communicator (local aggregation
+   and the bytes through other hosts' links). */
+static int *ps_hosts;
+
+const int *hvd_ps_hosts(void) { return ps_hosts; }
+
+static hvd_status_t gather_hosts(MPI_Comm ctrl) {
+  /* The lowest rank of the host: the largest negated one (MPI_MAX). */
+  int neg = -hvd_g.rank, first = 0;
+  int rc = MPI_Allreduce(&neg, &first, 1, MPI_INT, MPI_MAX, hvd_g.local_comm);
+  first = -first;
+  free(ps_hosts);
+  ps_hosts = malloc((size_t)hvd_g.size * sizeof(int));
+  if (!ps_hosts) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_init: out of memory");
+  if (rc == MPI_SUCCESS) rc = MPI_Allgather(&first, 1, MPI_INT, ps_hosts, 1, MPI_INT, ctrl);
+  if (rc != MPI_SUCCESS)
+    return hvd_set_error(HVD_ERR_BACKEND, "hvd_init: gathering the ranks' hosts (parameter "
+                         "servers) failed with MPI error %d", rc);
+  return HVD_OK;
+}
+
 hvd_status_t hvd_ps_comm_init(MPI_Comm ctrl) {
   int rc = MPI_Comm_dup(ctrl, &ps_comm);
   if (rc != MPI_SUCCESS) {
@@ -47,7 +68,7 @@ hvd_status_t hvd_ps_comm_init(MPI_Comm ctrl) {
     return hvd_set_error(HVD_ERR_BACKEND, "hvd_init: MPI_Comm_dup (parameter servers) "
                          "failed with error %d", rc);
   }
-  return HVD_OK;
+  return gather_hosts(ctrl);
 }
 
 /* Receives whose buffers MPI may still write (matched, neither completed nor cancelled):
@@ -84,6 +105,8 @@ void hvd_ps_comm_free(int mpi_too) {
   }
   if (mpi_too && ps_comm != MPI_COMM_NULL) MPI_Comm_free(&ps_comm);
   ps_comm = MPI_COMM_NULL;
+  free(ps_hosts);
+  ps_hosts = NULL;
 }
 
 int hvd_ps_busy(void) { return atomic_load(&installed); }
@@ -101,14 +124,26 @@ static ps_send_t *queue_send(struct hvd_ps *ps, int dest, void *buf, size_t len)
   return s;
 }
 
-/* A message of header h and count floats from data (NULL: none). */
-static void *pack(const ps_header_t *h, const float *data, size_t count, size_t *len) {
-  *len = sizeof(*h) + count * sizeof(float);
+/* A record of header h (of this set, count floats) and count floats from data (NULL:
+   none; add: plus these). */
+static char *pack2(const struct hvd_ps *ps, ps_header_t h, const float *data,
+                   const float *add, size_t count, size_t *len) {
+  h.gen = ps->gen;
+  h.count = (uint32_t)count;
+  if (h.weight == 0) h.weight = 1;
+  *len = sizeof(h) + count * sizeof(float);
   char *b = malloc(*len);
   if (!b) return NULL;
-  memcpy(b, h, sizeof(*h));
-  if (count) memcpy(b + sizeof(*h), data, count * sizeof(float));
+  memcpy(b, &h, sizeof(h));
+  if (count && !add) memcpy(b + sizeof(h), data, count * sizeof(float));
+  float *out = (float *)(b + sizeof(h));
+  for (size_t i = 0; add && i < count; i++) out[i] = data[i] + add[i];
   return b;
+}
+
+static char *pack(const struct hvd_ps *ps, ps_header_t h, const float *data, size_t count,
+                  size_t *len) {
+  return pack2(ps, h, data, NULL, count, len);
 }
 
 /* Small messages to one peer go out as one: their records back to back, oldest first (the
@@ -116,27 +151,35 @@ static void *pack(const ps_header_t *h, const float *data, size_t count, size_t 
    (resnet20: 65 variables) and a server one answer per shard; each costs a match, a
    header on the wire and a turn of the peer's loop. Large records go alone (no copy). */
 #define PS_FUSE_BYTES (64 * 1024)
+/* A fused message's cap: far below an int count of bytes (MPI's), however many shards. */
+#define PS_FUSE_MAX (4 * 1024 * 1024)
+
+static int fusable(const ps_send_t *s, const ps_send_t *first, size_t total) {
+  return !s->posted && s->dest == first->dest && s->len < PS_FUSE_BYTES &&
+         total + s->len <= PS_FUSE_MAX;
+}
 
 static void fuse_small(ps_send_t *first) {
   if (first->len >= PS_FUSE_BYTES) return;
-  size_t total = 0, n = 0;
-  for (ps_send_t *s = first; s; s = s->next)
-    if (!s->posted && s->dest == first->dest && s->len < PS_FUSE_BYTES) {
+  size_t total = first->len, n = 1;
+  for (ps_send_t *s = first->next; s; s = s->next)
+    if (fusable(s, first, total)) {
       total += s->len;
       n++;
     }
   if (n < 2) return;
   char *b = malloc(total);
   if (!b) return;   /* they go one by one */
-  size_t at = total;
+  size_t at = total, taken = first->len;
   ps_send_t **pp = &first->next;
   memcpy(b + (at -= first->len), first->buf, first->len);
   while (*pp) {
     ps_send_t *s = *pp;
-    if (s->posted || s->dest != first->dest || s->len >= PS_FUSE_BYTES) {
+    if (!fusable(s, first, taken)) {
       pp = &s->next;
       continue;
     }
+    taken += s->len;
     memcpy(b + (at -= s->len), s->buf, s->len);
     *pp = s->next;
     free(s->buf);
@@ -159,6 +202,7 @@ static int post_sends(struct hvd_ps *ps, int *progressed, char *err, size_t len)
     }
     s->posted = 1;
     ps->stats.bytes_out += s->len;
+    if (ps->host[s->dest] != ps->host[hvd_g.rank]) ps->stats.bytes_out_remote += s->len;
     ps->stats.messages_out++;
     *progressed = 1;
   }
@@ -194,9 +238,9 @@ static int reap_sends(struct hvd_ps *ps, int *progressed, char *err, size_t len)
 
 static int send_values(struct hvd_ps *ps, size_t shard, int dest) {
   ps_kept_t *k = &ps->kept[shard];
-  ps_header_t h = {PS_MSG_VALUES, 0, shard, 0, k->version};
+  ps_header_t h = {.type = PS_MSG_VALUES, .shard = shard, .version = k->version};
   size_t len;
-  void *b = pack(&h, k->values, ps->shards[shard].count, &len);
+  void *b = pack(ps, h, k->values, ps->shards[shard].count, &len);
   if (!b || !queue_send(ps, dest, b, len)) {
     free(b);
     return 0;
@@ -215,9 +259,11 @@ static int answer_ready(struct hvd_ps *ps, size_t shard) {
   return 1;
 }
 
-static void record_staleness(struct hvd_ps *ps, uint64_t st) {
-  ps->stats.pushes++;
-  ps->stats.staleness[st < HVD_PS_STALENESS_BINS ? st : HVD_PS_STALENESS_BINS - 1]++;
+/* weight: the workers' gradients in the push (a host's sum: several). */
+static void record_staleness(struct hvd_ps *ps, uint64_t st, int weight) {
+  ps->stats.pushes += (uint64_t)weight;
+  ps->stats.staleness[st < HVD_PS_STALENESS_BINS ? st : HVD_PS_STALENESS_BINS - 1] +=
+      (uint64_t)weight;
   if (st > ps->stats.max_staleness) ps->stats.max_staleness = st;
 }
 
@@ -243,12 +289,19 @@ static int apply_push(struct hvd_ps *ps, int w, const ps_header_t *h, float *gra
                hvd_g.rank, (unsigned long long)k->version);
       return -1;
     }
+    if (h->weight < 1 || h->weight > ps->nworkers - k->arrived) {
+      snprintf(err, len, "rank %d pushed a sum of %d gradients of variable \"%s\" (shard "
+               "%zu) to rank %d, which has %d of its %d workers' already", ps->first_worker + w,
+               (int)h->weight, ps->names[ps->shards[shard].var], shard, hvd_g.rank,
+               k->arrived, ps->nworkers);
+      return -1;
+    }
     if (k->arrived == 0) memcpy(k->accum, grad, count * sizeof(float));
     else
       for (size_t i = 0; i < count; i++) k->accum[i] += grad[i];
-    k->arrived++;
+    k->arrived += h->weight;
     k->want[w] = h->step + 1;
-    record_staleness(ps, 0);
+    record_staleness(ps, 0, h->weight);
     if (k->arrived == ps->nworkers) {
       for (size_t i = 0; i < count; i++) k->accum[i] *= scale;
       run_update(ps, shard, k->accum);
@@ -257,7 +310,7 @@ static int apply_push(struct hvd_ps *ps, int w, const ps_header_t *h, float *gra
     }
   } else {
     /* Its step minus the complete rounds of the values it was computed on. */
-    record_staleness(ps, h->step > h->version ? h->step - h->version : 0);
+    record_staleness(ps, h->step > h->version ? h->step - h->version : 0, 1);
     for (size_t i = 0; i < count; i++) grad[i] *= scale;
     run_update(ps, shard, grad);
     k->clock[w]++;
@@ -299,7 +352,81 @@ static void take_values(struct hvd_ps *ps, const ps_header_t *h, const float *va
   }
 }
 
+/* ---- local aggregation ---- */
+
+/* The host's gradients of shard are all in this rank's sum: one push to its server,
+   with the sum's weight; its answer is shared with the host's other workers. */
+static int push_sum(struct hvd_ps *ps, size_t shard, char *b, size_t l) {
+  if (!queue_send(ps, ps->shards[shard].server, b, l)) return 0;
+  memset(ps->agg_sum[shard], 0, ps->shards[shard].count * sizeof(float));
+  ps->agg_arrived[shard] = 0;
+  ps->agg_fwd[shard] = 1;
+  return 1;
+}
+
+/* The aggregated push of shard once grad is added (the host's last gradient of it). */
+static char *pack_sum(struct hvd_ps *ps, size_t shard, const float *grad, size_t *l) {
+  ps_header_t h = {.type = PS_MSG_PUSH, .weight = ps->nlocal, .shard = shard,
+                   .step = ps->step[shard], .version = ps->vread[shard]};
+  return pack2(ps, h, ps->agg_sum[shard], grad, ps->shards[shard].count, l);
+}
+
+/* One of the host's gradients of shard into this rank's sum. 0: out of memory. */
+static int aggregate(struct hvd_ps *ps, size_t shard, const float *grad) {
+  if (ps->agg_arrived[shard] + 1 == ps->nlocal) {
+    size_t l;
+    char *b = pack_sum(ps, shard, grad, &l);
+    if (!b || !push_sum(ps, shard, b, l)) {
+      free(b);
+      return 0;
+    }
+    return 1;
+  }
+  float *sum = ps->agg_sum[shard];
+  for (size_t i = 0; i < ps->shards[shard].count; i++) sum[i] += grad[i];
+  ps->agg_arrived[shard]++;
+  return 1;
+}
+
+/* The answer to this host's aggregated push, to the host's other workers. */
+static int share_values(struct hvd_ps *ps, const ps_header_t *h, const float *vals) {
+  for (int i = 0; i < ps->nlocal; i++) {
+    if (ps->locals[i] == hvd_g.rank) continue;
+    size_t l;
+    char *b = pack(ps, *h, vals, ps->shards[h->shard].count, &l);
+    if (!b || !queue_send(ps, ps->locals[i], b, l)) {
+      free(b);
+      return 0;
+    }
+  }
+  ps->agg_fwd[h->shard] = 0;
+  return 1;
+}
+
 /* ---- receiving ---- */
+
+/* Whether a record of header h from src is one this rank expects (its count checked). */
+static int expected(const struct hvd_ps *ps, int src, const ps_header_t *h) {
+  int w = src - ps->first_worker, from_worker = w >= 0 && w < ps->nworkers;
+  if (h->shard >= ps->nshards) return 0;
+  size_t k = (size_t)h->shard;
+  if (h->count != (h->type == PS_MSG_PULL ? 0 : ps->shards[k].count)) return 0;
+  switch (h->type) {
+    case PS_MSG_PUSH:
+      return ps->kept[k].values && from_worker &&
+             (ps->cfg.mode == HVD_PS_SYNC || h->weight == 1);
+    case PS_MSG_PULL:
+      return ps->kept[k].values && from_worker;
+    case PS_MSG_VALUES:
+      return ps->waiting[k] != NULL;
+    case PS_MSG_LPUSH:
+      return ps->agg_rank[k] == hvd_g.rank && src != hvd_g.rank && from_worker &&
+             ps->host[src] == ps->host[hvd_g.rank] && h->step == ps->step[k] &&
+             ps->agg_arrived[k] < ps->nlocal;
+    default:
+      return 0;
+  }
+}
 
 /* One record (a header and its floats) at rec, of at most n bytes; its length in *used. */
 static int handle_record(struct hvd_ps *ps, int src, char *rec, size_t n, size_t *used,
@@ -311,29 +438,41 @@ static int handle_record(struct hvd_ps *ps, int src, char *rec, size_t n, size_t
     return -1;
   }
   memcpy(&h, rec, sizeof(h));
-  if (h.type == PS_MSG_DONE) {
-    *used = sizeof(h);
+  /* Exact: the record's floats must be in the message, and the message must end with
+     its last record (handle). */
+  if (h.count > (n - sizeof(h)) / sizeof(float)) {
+    snprintf(err, len, "rank %d received a parameter-server record of %u values from rank "
+             "%d, but only %zu bytes of its message remain", hvd_g.rank, h.count, src,
+             n - sizeof(h));
+    return -1;
+  }
+  *used = sizeof(h) + (size_t)h.count * sizeof(float);
+  if (h.type == PS_MSG_DONE && h.count == 0) {
     ps->dones++;
     return 0;
   }
-  int w = src - ps->first_worker;
-  int known = h.shard < ps->nshards;
-  int to_server = h.type == PS_MSG_PUSH || h.type == PS_MSG_PULL;
-  size_t want = !known ? 0 : h.type == PS_MSG_PULL ? 0 : ps->shards[h.shard].count;
-  int ok = known && (h.type == PS_MSG_VALUES || h.type == PS_MSG_PUSH ||
-                     h.type == PS_MSG_PULL) && (n - sizeof(h)) / sizeof(float) >= want &&
-           (to_server ? ps->kept[h.shard].values != NULL && w >= 0 && w < ps->nworkers
-                      : ps->waiting[h.shard] != NULL);
-  if (!ok) {
+  if (!expected(ps, src, &h)) {
     snprintf(err, len, "rank %d received an unexpected parameter-server message from rank "
-             "%d (type %d, shard %llu, %zu bytes): do both run the same variables?",
-             hvd_g.rank, src, h.type, (unsigned long long)h.shard, n);
+             "%d (type %d, shard %llu, %u values, step %llu): do both run the same "
+             "variables?", hvd_g.rank, src, h.type, (unsigned long long)h.shard, h.count,
+             (unsigned long long)h.step);
     return -1;
   }
-  *used = sizeof(h) + want * sizeof(float);
+  int w = src - ps->first_worker;
   float *data = (float *)(rec + sizeof(h));
   if (h.type == PS_MSG_VALUES) {
+    if (ps->agg_fwd[h.shard] && !share_values(ps, &h, data)) {
+      snprintf(err, len, "rank %d: out of memory for a parameter-server answer", hvd_g.rank);
+      return -1;
+    }
     take_values(ps, &h, data);
+    return 0;
+  }
+  if (h.type == PS_MSG_LPUSH) {
+    if (!aggregate(ps, (size_t)h.shard, data)) {
+      snprintf(err, len, "rank %d: out of memory for a parameter-server push", hvd_g.rank);
+      return -1;
+    }
     return 0;
   }
   if (h.type == PS_MSG_PULL) {
@@ -346,8 +485,14 @@ static int handle_record(struct hvd_ps *ps, int src, char *rec, size_t n, size_t
   return apply_push(ps, w, &h, data, err, len);
 }
 
-/* A message: one record or several (fuse_small), back to back. */
+/* A message: one record or several (fuse_small), back to back; one of another set
+   (an earlier one's, received late) is dropped whole. */
 static int handle(struct hvd_ps *ps, int src, char *buf, size_t n, char *err, size_t len) {
+  ps_header_t h;
+  if (n >= sizeof(h)) {
+    memcpy(&h, buf, sizeof(h));
+    if (h.gen != ps->gen) return 0;
+  }
   size_t at = 0;
   do {
     size_t used = 0;
@@ -398,6 +543,7 @@ static int receive_all(struct hvd_ps *ps, int *progressed, char *err, size_t len
     *tail = r;
     tail = &r->next;
     ps->stats.bytes_in += (uint64_t)n;
+    if (ps->host[st.MPI_SOURCE] != ps->host[hvd_g.rank]) ps->stats.bytes_in_remote += (uint64_t)n;
     ps->stats.messages_in++;
     *progressed = 1;
   }
@@ -431,9 +577,9 @@ static int finish_step(struct hvd_ps *ps, char *err, size_t len) {
   if (ps->is_worker && !ps->done_sent) {
     int nservers = ps->cfg.num_ps > 0 ? ps->cfg.num_ps : hvd_g.size;
     for (int s = 0; s < nservers; s++) {
-      ps_header_t h = {PS_MSG_DONE, 0, 0, 0, 0};
+      ps_header_t h = {.type = PS_MSG_DONE};
       size_t l;
-      void *b = pack(&h, NULL, 0, &l);
+      void *b = pack(ps, h, NULL, 0, &l);
       if (!b || !queue_send(ps, s, b, l)) {
         free(b);
         snprintf(err, len, "rank %d: out of memory for a parameter-server message",
@@ -513,6 +659,38 @@ static hvd_status_t enter(struct hvd_ps *ps, struct hvd_request *r, const char *
   return HVD_OK;
 }
 
+/* Shard s's message of a request (grads NULL: a pull): to its server, or with local
+   aggregation to the host's aggregator of s (LPUSH), or, on that aggregator, the host's
+   sum when grads are the last of the host's gradients; NULL (*ok still set) when they
+   only go into the sum. *ok 0: out of memory. */
+static ps_send_t *make_message(struct hvd_ps *ps, size_t s, const float *grads, int *ok) {
+  const ps_shard_t *sh = &ps->shards[s];
+  int agg = grads ? ps->agg_rank[s] : -1, dest = sh->server;
+  ps_header_t h = {.type = grads ? PS_MSG_PUSH : PS_MSG_PULL, .shard = s,
+                   .step = ps->step[s], .version = ps->vread[s]};
+  size_t l;
+  char *b;
+  *ok = 1;
+  if (agg == hvd_g.rank) {
+    if (ps->agg_arrived[s] + 1 < ps->nlocal) return NULL;
+    b = pack_sum(ps, s, grads + sh->flat, &l);
+  } else {
+    if (agg >= 0) {
+      h.type = PS_MSG_LPUSH;
+      dest = agg;
+    }
+    b = pack(ps, h, grads ? grads + sh->flat : NULL, grads ? sh->count : 0, &l);
+  }
+  ps_send_t *m = b ? calloc(1, sizeof(*m)) : NULL;
+  if (!m) {
+    free(b);
+    *ok = 0;
+    return NULL;
+  }
+  *m = (ps_send_t){.dest = dest, .buf = b, .len = l};
+  return m;
+}
+
 hvd_status_t hvd_ps_submit(struct hvd_ps *ps, ps_op_t *op, const float *grads) {
   pthread_mutex_lock(&ps_mu);
   for (size_t s = op->s0; s < op->s1; s++)
@@ -529,22 +707,16 @@ hvd_status_t hvd_ps_submit(struct hvd_ps *ps, ps_op_t *op, const float *grads) {
   int ok = msgs != NULL;
   for (size_t i = 0; ok && i < n; i++) {
     size_t s = op->s0 + i;
-    const ps_shard_t *sh = &ps->shards[s];
-    ps_header_t h = {grads ? PS_MSG_PUSH : PS_MSG_PULL, 0, s, ps->step[s], ps->vread[s]};
-    size_t l;
-    void *b = pack(&h, grads ? grads + sh->flat : NULL, grads ? sh->count : 0, &l);
-    msgs[i] = b ? calloc(1, sizeof(ps_send_t)) : NULL;
-    if (!msgs[i]) {
-      free(b);
-      ok = 0;
-      break;
-    }
-    *msgs[i] = (ps_send_t){.dest = sh->server, .buf = b, .len = l};
+    int b_ok = 0;
+    ps_send_t *m = make_message(ps, s, grads, &b_ok);
+    if (!b_ok) ok = 0;
+    else msgs[i] = m;
   }
   hvd_status_t st = ok ? enter(ps, op->req, "hvd_ps_push_pull")
                        : hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_ps_push_pull: out of memory");
   if (st != HVD_OK) {
-    for (size_t i = 0; msgs && i < n && msgs[i]; i++) {
+    for (size_t i = 0; msgs && i < n; i++) {
+      if (!msgs[i]) continue;
       free(msgs[i]->buf);
       free(msgs[i]);
     }
@@ -553,7 +725,18 @@ hvd_status_t hvd_ps_submit(struct hvd_ps *ps, ps_op_t *op, const float *grads) {
     return st;
   }
   for (size_t i = 0; i < n; i++) {
-    ps->waiting[op->s0 + i] = op;
+    size_t s = op->s0 + i;
+    ps->waiting[s] = op;
+    int mine = grads && ps->agg_rank[s] == hvd_g.rank;
+    if (mine && !msgs[i]) {   /* not the host's last gradient: into the sum */
+      aggregate(ps, s, grads + ps->shards[s].flat);
+      continue;
+    }
+    if (mine) {   /* the host's last: the sum's push, made above */
+      memset(ps->agg_sum[s], 0, ps->shards[s].count * sizeof(float));
+      ps->agg_arrived[s] = 0;
+      ps->agg_fwd[s] = 1;
+    }
     msgs[i]->next = ps->sends;
     ps->sends = msgs[i];
   }

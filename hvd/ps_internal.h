@@ -61,19 +61,39 @@ struct hvd_ps {
   ps_send_t *sends;                   /* to post or in flight (both roles)            */
   uint64_t seq;
   /* finish */
+  uint32_t gen;                       /* this set's number: the same on every rank     */
+  const int *host;                    /* per rank: its host (ps_engine.c's table)      */
+  /* local aggregation (sync): per shard, the worker of this host that sums the host's
+     gradients of it, or -1 (kept on this host, or no aggregation) */
+  int *agg_rank;
+  int nlocal, *locals;                /* the workers of this host, ascending           */
+  float **agg_sum;                    /* per shard this rank aggregates: the sum so far */
+  int *agg_arrived;                   /* ... and the gradients in it                   */
+  unsigned char *agg_fwd;             /* ... an aggregated push awaits its answer: share
+                                         it with the host's other workers              */
   int finishing;                      /* this rank called hvd_ps_finish                */
   int done_sent, dones;               /* worker: DONE sent; server: DONEs received    */
   struct hvd_request *finish_req;
   hvd_ps_stats_t stats;
 };
 
-/* Wire: every message is this header, then float32 values (PUSH: the gradient; VALUES:
-   the shard's values); PULL and DONE carry none. */
-enum { PS_MSG_PUSH = 1, PS_MSG_PULL = 2, PS_MSG_VALUES = 3, PS_MSG_DONE = 4 };
+/* Wire: every record is this header, then count float32 values (PUSH: the gradient,
+   or a host's sum of weight gradients; LPUSH: a gradient to the host's aggregator of the
+   shard; VALUES: the shard's values); PULL and DONE carry none. A message is one record
+   or several back to back. gen: the set's number, so that a message left over from an
+   earlier set (a receive posted before it failed) is dropped, not taken as this set's. */
+enum { PS_MSG_PUSH = 1, PS_MSG_PULL = 2, PS_MSG_VALUES = 3, PS_MSG_DONE = 4,
+       PS_MSG_LPUSH = 5 };
 typedef struct {
-  int32_t type, pad;
+  int32_t type, weight;
+  uint32_t gen, count;
   uint64_t shard, step, version;
 } ps_header_t;
+
+/* ps_placement.c: the aggregators of this rank's host (ps->agg_rank, locals, nlocal)
+   from ps->host and the placement; agg_rank all -1 without local aggregation. 0: out of
+   memory. */
+int hvd_ps_place_aggregators(struct hvd_ps *ps, int on);
 
 /* ps_placement.c: fills ps->shards, nshards, var_shard0, var_nshards from the
    variables and the configuration (servers: ranks 0..nservers-1). 0: out of memory. */
@@ -82,6 +102,7 @@ int hvd_ps_place(struct hvd_ps *ps, int nservers);
 /* ps_engine.c */
 hvd_status_t hvd_ps_comm_init(MPI_Comm ctrl);   /* init.c: dups ctrl (collective)    */
 void hvd_ps_comm_free(int mpi_too);
+const int *hvd_ps_hosts(void);                  /* per rank: the lowest rank of its host */
 /* One turn (background loop, engine lock held): 1 progress, 0 none, -1 a fatal error
    (err filled). */
 int hvd_ps_turn(char *err, size_t len);

@@ -64,3 +64,32 @@ int hvd_ps_place(struct hvd_ps *ps, int nservers) {
   free(used);
   return 1;
 }
+
+/* Local aggregation: each shard kept on another host gets one of this host's workers as
+   its aggregator, the one with the fewest bytes so far (the lowest rank on a tie), so
+   the host's pushes and answers spread over its workers. Every worker of the host
+   computes the same from the same placement. */
+int hvd_ps_place_aggregators(struct hvd_ps *ps, int on) {
+  size_t n = ps->nshards ? ps->nshards : 1;
+  ps->agg_rank = malloc(n * sizeof(int));
+  ps->locals = calloc((size_t)hvd_g.size, sizeof(int));
+  if (!ps->agg_rank || !ps->locals) return 0;
+  for (size_t k = 0; k < ps->nshards; k++) ps->agg_rank[k] = -1;
+  int me = ps->host[hvd_g.rank];
+  ps->nlocal = 0;
+  for (int r = ps->first_worker; r < hvd_g.size; r++)
+    if (ps->host[r] == me) ps->locals[ps->nlocal++] = r;
+  if (!on || !ps->is_worker || ps->nlocal < 2) return 1;
+  uint64_t *load = calloc((size_t)ps->nlocal, sizeof(uint64_t));
+  if (!load) return 0;
+  for (size_t k = 0; k < ps->nshards; k++) {
+    if (ps->host[ps->shards[k].server] == me) continue;
+    int best = 0;
+    for (int i = 1; i < ps->nlocal; i++)
+      if (load[i] < load[best]) best = i;
+    load[best] += ps->shards[k].count * sizeof(float);
+    ps->agg_rank[k] = ps->locals[best];
+  }
+  free(load);
+  return 1;
+}

@@ -10,7 +10,9 @@
 # the netns tests take), cnn_bench on the CPU with every strategy:
 #   ring           --variable_update horovod
 #   ps-sync-1ps    --variable_update parameter_server --num_ps 1 (rank 0 serves only)
-#   ps-sync-coloc  --variable_update parameter_server --num_ps 0 (every rank serves a shard)
+#   ps-sync-coloc  --variable_update parameter_server --num_ps 0 (every rank serves a shard;
+#                  a host's 2 workers sum their gradients first: local aggregation)
+#   ps-sync-coloc-noagg  the same with --ps_local_aggregation off (each worker pushes)
 #   ps-async-coloc --variable_update parameter_server --num_ps 0 --cross_replica_sync false
 # for each model, then all again with rank 3 a 2x straggler: first the model's compute
 # step is measured (the 4 ranks on their hosts, --variable_update none), and rank 3
@@ -43,7 +45,7 @@ while [ $# -gt 0 ]; do
     # Files are named from the caller's directory (the script runs in the repository's).
     --out) out=$2; [[ "$out" = /* ]] || out=$OLDPWD/$out; shift 2 ;;
     --plot) plot=$2; [[ "$plot" = /* ]] || plot=$OLDPWD/$plot; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare_strategies: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -100,10 +102,11 @@ declare -A flags=(
   [ring]="--variable_update horovod"
   [ps-sync-1ps]="--variable_update parameter_server --num_ps 1"
   [ps-sync-coloc]="--variable_update parameter_server --num_ps 0"
+  [ps-sync-coloc-noagg]="--variable_update parameter_server --num_ps 0 --ps_local_aggregation off"
   [ps-async-coloc]="--variable_update parameter_server --num_ps 0 --cross_replica_sync false"
 )
-declare -A workers=([ring]=4 [ps-sync-1ps]=3 [ps-sync-coloc]=4 [ps-async-coloc]=4)
-order="ring ps-sync-1ps ps-sync-coloc ps-async-coloc"
+declare -A workers=([ring]=4 [ps-sync-1ps]=3 [ps-sync-coloc]=4 [ps-sync-coloc-noagg]=4 [ps-async-coloc]=4)
+order="ring ps-sync-1ps ps-sync-coloc ps-sync-coloc-noagg ps-async-coloc"
 table="$tmp/table"
 {
   echo "| model | straggler | strategy | images/sec | vs ring | ms/step | host 1 link, MB/step | busiest server, MB/step | max staleness |"

@@ -10,7 +10,10 @@
                  bound was tested); the final values are the sum of every push.
      mismatch:   rank 2 registers "b" with 11 elements: HVD_ERR_MISMATCH on every rank
                  naming both sizes, and the runtime goes on (a good set runs after it).
-     placement:  greedy and round-robin place the shards as TF's strategies would.
+     placement:  greedy and round-robin place the shards as TF's strategies would; a
+                 fused message is capped (a request of 80 small shards goes as 2).
+     agg:        2 fake hosts of 2 ranks: local aggregation gives the same values and
+                 halves (about) the bytes a host sends to the other; dedicated with it.
    Started alone, it runs each mode under mpirun. */
 #include "hvd_test.h"
 
@@ -35,9 +38,11 @@ static void sgd(void *ctx, size_t var, size_t offset, float *values, float *grad
 static float init_value(size_t i) { return (float)(i % 13) * 0.1f; }
 static double coef(size_t i) { return (double)(i % 7 + 1) * 0.25; }
 
-/* Sync: 10 steps of gradient 0.5 v + (w + 1) c_i from the pulled values v. */
-static void run_sync_as(hvd_ps_mode_t mode, int num_ps, hvd_ps_placement_t placement) {
-  hvd_ps_config_t cfg = {mode, num_ps, placement, 4096, 0, sgd, NULL};
+/* Sync: 10 steps of gradient 0.5 v + (w + 1) c_i from the pulled values v. Returns the
+   bytes this rank sent to other hosts. */
+static uint64_t run_sync_agg(hvd_ps_mode_t mode, int num_ps, hvd_ps_placement_t placement,
+                             hvd_ps_local_agg_t agg) {
+  hvd_ps_config_t cfg = {mode, num_ps, placement, 4096, 0, sgd, NULL, agg};
   static float init[TOTAL], values[TOTAL], grads[TOTAL];
   for (size_t i = 0; i < TOTAL; i++) init[i] = init_value(i);
   hvd_ps_t *ps = NULL;
@@ -85,7 +90,7 @@ static void run_sync_as(hvd_ps_mode_t mode, int num_ps, hvd_ps_placement_t place
   /* Small shards to one server go in one message: a worker of the single dedicated
      server sends one a request at most (the first pull, 2 a step, DONE), not one a shard
      (4 + 4 a step + 1). */
-  if (num_ps == 1 && worker)
+  if (num_ps == 1 && worker && hvd_local_size() == hvd_size())
     CHECK(st.messages_out >= 1 && st.messages_out <= (uint64_t)(2 * T + 2),
           "a worker sent %llu messages for %d steps of 2 requests: were its shards fused?",
           (unsigned long long)st.messages_out, T);
@@ -99,6 +104,33 @@ static void run_sync_as(hvd_ps_mode_t mode, int num_ps, hvd_ps_placement_t place
                      mode == HVD_PS_SYNC ? "sync" : "async, max_staleness 0", num_ps,
                      placement == HVD_PS_GREEDY ? "greedy" : "round-robin",
                      (unsigned long long)all);
+  return st.bytes_out_remote;
+}
+
+static void run_sync_as(hvd_ps_mode_t mode, int num_ps, hvd_ps_placement_t placement) {
+  run_sync_agg(mode, num_ps, placement, HVD_PS_AGG_AUTO);
+}
+
+/* Local aggregation, 2 hosts of 2 ranks (HVD_TEST_LOCAL_SIZE=2): the same values as
+   without it, and host 0's ranks send about half the bytes to the other host (pushes and
+   answers once per host instead of once per worker: 10 steps, 2M each without, M with,
+   plus M for the first pull either way: 11/21 of it). */
+static void run_agg(void) {
+  CHECK(hvd_local_size() == 2 && hvd_size() == 4, "expected 2 hosts of 2 ranks, local size "
+        "%d of %d", hvd_local_size(), hvd_size());
+  uint64_t off = run_sync_agg(HVD_PS_SYNC, 0, HVD_PS_GREEDY, HVD_PS_AGG_OFF);
+  uint64_t on = run_sync_agg(HVD_PS_SYNC, 0, HVD_PS_GREEDY, HVD_PS_AGG_AUTO);
+  uint64_t mine[2] = {R < 2 ? off : 0, R < 2 ? on : 0}, host0[2];
+  CHECK_OK(hvd_allreduce("agg.bytes", mine, host0, 2, HVD_INT64, HVD_SUM));
+  double ratio = host0[0] ? (double)host0[1] / (double)host0[0] : 0;
+  if (R == 0)
+    printf("local aggregation: host 0 sent %llu bytes to host 1 without, %llu with "
+           "(%.3f)\n", (unsigned long long)host0[0], (unsigned long long)host0[1], ratio);
+  CHECK(ratio > 0.45 && ratio < 0.6, "host 0 sent %llu bytes to host 1 with local "
+        "aggregation, %llu without: expected about 11/21 of it", (unsigned long long)host0[1],
+        (unsigned long long)host0[0]);
+  /* Dedicated: rank 0 serves; host 1's workers aggregate, host 0's one pushes alone. */
+  run_sync_agg(HVD_PS_SYNC, 1, HVD_PS_ROUND_ROBIN, HVD_PS_AGG_ON);
 }
 
 /* Async with max_staleness 0 runs in lockstep: each worker's gradient is applied alone
@@ -109,7 +141,7 @@ static void run_sync(int num_ps, hvd_ps_placement_t placement) {
 }
 
 static void run_async(int num_ps, int S) {
-  hvd_ps_config_t cfg = {HVD_PS_ASYNC, num_ps, HVD_PS_GREEDY, 4096, S, sgd, NULL};
+  hvd_ps_config_t cfg = {HVD_PS_ASYNC, num_ps, HVD_PS_GREEDY, 4096, S, sgd, NULL, HVD_PS_AGG_AUTO};
   static float init[TOTAL], values[TOTAL], grads[TOTAL];
   for (size_t i = 0; i < TOTAL; i++) init[i] = init_value(i);
   hvd_ps_t *ps = NULL;
@@ -152,7 +184,7 @@ static void run_async(int num_ps, int S) {
 }
 
 static void run_mismatch(void) {
-  hvd_ps_config_t cfg = {HVD_PS_SYNC, 0, HVD_PS_GREEDY, 0, -1, sgd, NULL};
+  hvd_ps_config_t cfg = {HVD_PS_SYNC, 0, HVD_PS_GREEDY, 0, -1, sgd, NULL, HVD_PS_AGG_AUTO};
   size_t mine[NV];
   memcpy(mine, counts, sizeof(mine));
   if (R == 2) mine[1] = 11;
@@ -178,7 +210,7 @@ static void run_mismatch(void) {
 static void check_servers(hvd_ps_placement_t placement, const int *want, size_t n) {
   static const char *const pn[] = {"v0", "v1", "v2", "v3", "v4"};
   static const size_t pc[] = {100, 10, 10, 50, 3000};
-  hvd_ps_config_t cfg = {HVD_PS_SYNC, 0, placement, 4096, -1, sgd, NULL};
+  hvd_ps_config_t cfg = {HVD_PS_SYNC, 0, placement, 4096, -1, sgd, NULL, HVD_PS_AGG_AUTO};
   hvd_ps_t *ps = NULL;
   CHECK_OK(hvd_ps_create(&ps, &cfg, 5, pn, pc, NULL));
   CHECK(hvd_ps_num_shards(ps) == n, "%zu shards, expected %zu", hvd_ps_num_shards(ps), n);
@@ -194,6 +226,41 @@ static void check_servers(hvd_ps_placement_t placement, const int *want, size_t 
   hvd_ps_free(ps);
 }
 
+/* A fused message is capped (4 MiB): 80 variables of 64000 bytes (each small enough to
+   fuse) to the one server go as 2 messages a request, not one of 5 MB; the values come
+   back right. */
+static void check_fuse_cap(void) {
+  enum { NB = 80, C = 16000 };
+  static char bufs[NB][8];
+  static const char *bn[NB];
+  static size_t bc[NB];
+  static float v[NB * C], g[NB * C];
+  for (int i = 0; i < NB; i++) {
+    snprintf(bufs[i], sizeof(bufs[i]), "f%d", i);
+    bn[i] = bufs[i];
+    bc[i] = C;
+  }
+  hvd_ps_config_t cfg = {HVD_PS_SYNC, 1, HVD_PS_GREEDY, 0, -1, sgd, NULL, HVD_PS_AGG_AUTO};
+  hvd_ps_t *ps = NULL;
+  CHECK_OK(hvd_ps_create(&ps, &cfg, NB, bn, bc, NULL));
+  const int T = 3;
+  if (hvd_ps_is_worker(ps)) {
+    for (size_t i = 0; i < (size_t)NB * C; i++) g[i] = 1.0f;
+    for (int t = 0; t < T; t++) CHECK_OK(hvd_ps_push_pull(ps, 0, NB, g, v));
+    for (size_t i = 0; i < (size_t)NB * C; i += 997)
+      CHECK(fabsf(v[i] + (float)(LR * T)) < 1e-5f, "value %zu is %g, expected %g", i, v[i],
+            -LR * T);
+  }
+  CHECK_OK(hvd_ps_finish(ps));
+  hvd_ps_stats_t st;
+  hvd_ps_stats(ps, &st);
+  hvd_ps_free(ps);
+  if (hvd_rank() > 0)   /* the workers (rank 0 serves only) */
+    CHECK(st.messages_out >= (uint64_t)(2 * T), "a worker sent %llu messages for %d "
+          "requests of 5 MB: is a fused message capped?", (unsigned long long)st.messages_out,
+          T);
+}
+
 static int body(const char *mode) {
   CHECK_OK(hvd_init());
   R = hvd_rank();
@@ -207,6 +274,8 @@ static int body(const char *mode) {
     run_async(1, 1);
     run_sync_as(HVD_PS_ASYNC, 0, HVD_PS_GREEDY);
     run_sync_as(HVD_PS_ASYNC, 1, HVD_PS_ROUND_ROBIN);
+  } else if (strcmp(mode, "agg") == 0) {
+    run_agg();
   } else if (strcmp(mode, "mismatch") == 0) {
     run_mismatch();
   } else if (strcmp(mode, "placement") == 0) {
@@ -217,6 +286,7 @@ static int body(const char *mode) {
     const int rr[] = {0, 1, 2, 0, 1, 2, 0};
     check_servers(HVD_PS_GREEDY, greedy, 7);
     check_servers(HVD_PS_ROUND_ROBIN, rr, 7);
+    check_fuse_cap();
     if (R == 0) printf("placement: OK\n");
   } else {
     CHECK(0, "unknown mode %s", mode);
@@ -228,12 +298,14 @@ static int body(const char *mode) {
 int main(int argc, char **argv) {
   if (hvd_test_is_rank()) return body(argc > 1 ? argv[1] : "");
   if (!realpath(argv[0], self_path)) snprintf(self_path, sizeof(self_path), "%s", argv[0]);
-  struct { const char *mode; int np; } runs[] = {
-      {"sync", 2}, {"sync", 3}, {"sync", 4}, {"async", 4}, {"mismatch", 3}, {"placement", 3}};
+  struct { const char *mode; int np; const char *env; } runs[] = {
+      {"sync", 2, ""}, {"sync", 3, ""}, {"sync", 4, ""}, {"async", 4, ""}, {"mismatch", 3, ""},
+      {"placement", 3, ""}, {"agg", 4, "HVD_TEST_LOCAL_SIZE=2"}};
   int ok = 1;
   for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
-    int rc = hvd_test_mpirun(self_path, runs[i].np, runs[i].mode, "HVD_PEER_TIMEOUT_SECONDS=20",
-                             120, NULL, 0);
+    char env[256];
+    snprintf(env, sizeof(env), "HVD_PEER_TIMEOUT_SECONDS=20 %s", runs[i].env);
+    int rc = hvd_test_mpirun(self_path, runs[i].np, runs[i].mode, env, 120, NULL, 0);
     if (rc != 0) {
       printf("FAIL %s at np %d: exit %d\n", runs[i].mode, runs[i].np, rc);
       ok = 0;

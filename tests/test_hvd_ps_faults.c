@@ -27,7 +27,7 @@ static int body(const char *mode) {
   const char *const names[] = {"w", "b"};
   const size_t counts[] = {4096, 16};
   static float values[4112], grads[4112];
-  hvd_ps_config_t cfg = {HVD_PS_SYNC, 1, HVD_PS_GREEDY, 0, -1, sgd, NULL};
+  hvd_ps_config_t cfg = {HVD_PS_SYNC, 1, HVD_PS_GREEDY, 0, -1, sgd, NULL, HVD_PS_AGG_AUTO};
   hvd_ps_t *ps = NULL;
   CHECK_OK(hvd_ps_create(&ps, &cfg, 2, names, counts, NULL));
   hvd_status_t s = HVD_OK;

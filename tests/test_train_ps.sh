@@ -6,6 +6,8 @@
 #    (greedy): 2 workers each, so the same global batches;
 #    Each server makes its shards' optimizers 300 ms late (a test hook): no worker may push
 #    before they exist (an update before them crashed, or failed with no message);
+#  - local aggregation: the np 4 run with two dedicated servers again, as 2 hosts of 2
+#    ranks: the same weights, about half the bytes into the servers;
 #  - resume: a ps-sync run with a dedicated server and Adam (the optimizer state lives on
 #    the server shard), whose server is killed in epoch 2, resumed from last.ckpt, ends
 #    with the weights of the uninterrupted run;
@@ -50,6 +52,26 @@ done <<'CASES'
 3 --num-ps 1 --ps-placement round-robin
 4 --num-ps 2 --ps-placement greedy
 CASES
+
+# Local aggregation: np 4 as 2 fake hosts of 2 ranks (HVD_TEST_LOCAL_SIZE=2), ranks 0-1
+# serving, the workers 2-3 on the other host summing their gradients first: the same
+# weights, and the servers receive about half the bytes of the same run on one host.
+if ! HVD_TEST_LOCAL_SIZE=2 mpi 4 -x HVD_TEST_LOCAL_SIZE "$train" "${small[@]}" \
+    --variable-update ps-sync --num-ps 2 --ps-local-aggregation on --export "$tmp/agg.st" \
+    </dev/null >"$tmp/agg.log" 2>&1; then
+  echo "FAIL ps-sync local aggregation: the run failed:"; cat "$tmp/agg.log"; fails=$((fails + 1))
+elif ! out=$(close "$tmp/agg.st" "$tmp/ring.st" 1e-5); then
+  echo "FAIL ps-sync local aggregation: weights differ from horovod mode's: $out"; fails=$((fails + 1))
+else
+  mb_in() { sed -n 's/.*server links \([0-9.]*\) MB in.*/\1/p' "$1"; }
+  a=$(mb_in "$tmp/agg.log") b=$(mb_in "$tmp/np4--num-ps2--ps-placementgreedy.log")
+  if awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { exit !(b > 0 && a / b > 0.4 && a / b < 0.6) }'; then
+    echo "ok   ps-sync local aggregation np 4 (2 hosts): $out; servers received $a MB, $b MB unaggregated"
+  else
+    echo "FAIL ps-sync local aggregation: the servers received ${a:-?} MB, ${b:-?} MB without it (expected about half)"
+    fails=$((fails + 1))
+  fi
+fi
 
 # Resume: 2 epochs of 20 steps; rank 0 (the server) killed at global step 25.
 res=(--model lenet --dataset synthetic --synthetic-samples 640 --validation-split 0

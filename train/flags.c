@@ -35,12 +35,14 @@ void train_flags_defaults(train_opts_t *o) {
   o->prefetch = 4;
   strcpy(o->variable_update, "horovod");
   strcpy(o->ps_placement, "greedy");
+  strcpy(o->ps_local_aggregation, "auto");
   o->max_staleness = -1;
   o->straggler_rank = -1;
 }
 
 static const char *const VARIABLE_UPDATES[] = {"horovod", "ps-sync", "ps-async", NULL};
 static const char *const PS_PLACEMENTS[] = {"greedy", "round-robin", NULL};
+static const char *const PS_AGGREGATIONS[] = {"auto", "on", "off", NULL};
 
 static const char *const DATASETS[] = {"fashion-mnist", "mnist", "cifar10", "synthetic", "idx",
                                        "imagefolder", "tfrecord", "filelist", NULL};
@@ -69,7 +71,7 @@ static int add_pattern(const util_flag_t *flag, char **values, char *err, size_t
 /* The flags, writing into o. A function, not a static table: the destinations are o's
    fields, and --help shows the defaults by building it over train_flags_defaults. */
 #define BUF(field) o->field, .dest_size = sizeof o->field
-enum { NFLAGS = 72 };
+enum { NFLAGS = 73 };
 static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
   const util_flag_t t[] = {
       {"model", UTIL_FLAG_STRING, BUF(model), .metavar = "NAME",
@@ -246,6 +248,10 @@ static void flag_table(train_opts_t *o, util_flag_t table[NFLAGS]) {
                "and works"},
       {"ps-placement", UTIL_FLAG_CHOICE, BUF(ps_placement), .choices = PS_PLACEMENTS,
        .help = "ps-*: variables to servers by fewest bytes so far, or in turn"},
+      {"ps-local-aggregation", UTIL_FLAG_CHOICE, BUF(ps_local_aggregation),
+       .choices = PS_AGGREGATIONS,
+       .help = "ps-sync: a host's workers sum their gradients before one push per host "
+               "(auto: with colocated servers)"},
       {"max-staleness", UTIL_FLAG_INT, &o->max_staleness, .min = -1, .max = 1 << 20,
        .def = "-1: unbounded",
        .help = "ps-async: a worker more than S steps ahead of the slowest waits"},

@@ -78,6 +78,7 @@ typedef struct {
   char variable_update[16];    /* horovod | ps-sync | ps-async */
   int num_ps;                  /* dedicated servers (ranks 0..K-1); 0: colocated */
   char ps_placement[16];       /* greedy | round-robin */
+  char ps_local_aggregation[8];  /* auto | on | off (ps-sync) */
   int max_staleness;           /* ps-async: -1 unbounded */
   int straggler_delay_ms, straggler_rank;   /* that rank sleeps that long each step */
 } train_opts_t;

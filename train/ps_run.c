@@ -76,6 +76,8 @@ int train_ps_run_start(train_ps_t **out, const train_opts_t *o, nn_model_t *m,
   train_ps_opts_t po = {.async = strcmp(o->variable_update, "ps-async") == 0,
                         .num_ps = o->num_ps,
                         .round_robin = strcmp(o->ps_placement, "round-robin") == 0,
+                        .local_aggregation =
+                            train_ps_local_aggregation(o->ps_local_aggregation),
                         .max_staleness = o->max_staleness, .optim = at->optim,
                         .sched = at->sched, .steps = at->steps, .accum = at->accum,
                         .windows = at->windows,

@@ -131,7 +131,7 @@ int train_ps_create(train_ps_t **out, nn_model_t *m, const train_ps_opts_t *o, c
   /* A parameter over 4 MiB (vgg16's classifier) is split over the servers. */
   hvd_ps_config_t cfg = {o->async ? HVD_PS_ASYNC : HVD_PS_SYNC, o->num_ps,
                          o->round_robin ? HVD_PS_ROUND_ROBIN : HVD_PS_GREEDY, 4u << 20,
-                         o->max_staleness, update, p};
+                         o->max_staleness, update, p, o->local_aggregation};
   hvd_status_t s = hvd_ps_create(&p->ps, &cfg, p->nvars, (const char *const *)p->names,
                                  counts, nn_model_params(m));
   free(counts);
@@ -241,4 +241,9 @@ hvd_status_t train_ps_gather_state(train_ps_t *p) {
   if (s == HVD_OK) s = hvd_allreduce("ps.optim.step", &step, &step, 1, HVD_INT64, HVD_MAX);
   if (s == HVD_OK && full_step) *full_step = step;
   return s;
+}
+
+hvd_ps_local_agg_t train_ps_local_aggregation(const char *name) {
+  return strcmp(name, "on") == 0 ? HVD_PS_AGG_ON
+         : strcmp(name, "off") == 0 ? HVD_PS_AGG_OFF : HVD_PS_AGG_AUTO;
 }

@@ -24,6 +24,7 @@ typedef struct {
   int num_ps;                   /* 0: colocated */
   int round_robin;              /* placement */
   int max_staleness;
+  hvd_ps_local_agg_t local_aggregation;   /* sync: a host's gradients summed first */
   nn_optim_config_t optim;
   /* The learning rate at optimizer step g of the run (from 0): epoch g / windows, window
      g % windows, as the training loop computes it. */
@@ -37,6 +38,9 @@ typedef struct {
 /* Collective. The variables are m's parameters (named "param.I"), their first values
    m's parameters, each shard's optimizer state the slice of m's own optimizer state
    (and its step count). 0, or -1 with err. */
+/* "auto", "on" or "off" (the flags' spelling) as hvd's setting; AUTO for anything else. */
+hvd_ps_local_agg_t train_ps_local_aggregation(const char *name);
+
 int train_ps_create(train_ps_t **out, nn_model_t *m, const train_ps_opts_t *o, char *err,
                     size_t len);
 /* Finishes (collective) and frees; *stats gets this rank's figures first when not NULL. */
