@@ -11,6 +11,10 @@
      mismatch:   rank 2 registers "b" with 11 elements: HVD_ERR_MISMATCH on every rank
                  naming both sizes, and the runtime goes on (a good set runs after it).
      placement:  greedy and round-robin place the shards as TF's strategies would.
+                 Then finish returns on every rank before any may shut down: with one
+                 dedicated server that comes to finish 0.5 s late, the workers (whose
+                 DONEs are delivered at once) call hvd_shutdown right after theirs, and
+                 the server's finish still returns HVD_OK.
    Started alone, it runs each mode under mpirun. */
 #include "hvd_test.h"
 
@@ -194,6 +198,16 @@ static void check_servers(hvd_ps_placement_t placement, const int *want, size_t 
   hvd_ps_free(ps);
 }
 
+/* The workers go on to hvd_shutdown (body) as soon as their finish returns. */
+static void finish_late_server(void) {
+  hvd_ps_config_t cfg = {HVD_PS_SYNC, 1, HVD_PS_GREEDY, 0, -1, sgd, NULL};
+  hvd_ps_t *ps = NULL;
+  CHECK_OK(hvd_ps_create(&ps, &cfg, NV, names, counts, NULL));
+  if (R == 0) usleep(500 * 1000);
+  CHECK_OK(hvd_ps_finish(ps));
+  hvd_ps_free(ps);
+}
+
 static int body(const char *mode) {
   CHECK_OK(hvd_init());
   R = hvd_rank();
@@ -217,6 +231,7 @@ static int body(const char *mode) {
     const int rr[] = {0, 1, 2, 0, 1, 2, 0};
     check_servers(HVD_PS_GREEDY, greedy, 7);
     check_servers(HVD_PS_ROUND_ROBIN, rr, 7);
+    finish_late_server();
     if (R == 0) printf("placement: OK\n");
   } else {
     CHECK(0, "unknown mode %s", mode);
