@@ -397,8 +397,9 @@ hvd_status_t hvd_ps_push_pull(hvd_ps_t *ps, size_t first, size_t n, const float 
                               float *values);
 
 /* Collective: a worker's end (no request of its own in flight: else
-   HVD_ERR_INVALID_ARGUMENT); a server serves until every worker has ended. Afterwards
-   only hvd_ps_stats and hvd_ps_free. */
+   HVD_ERR_INVALID_ARGUMENT); a server serves until every worker has ended. It returns
+   once every rank has called it (it ends with a barrier), so any rank may call
+   hvd_shutdown right after. Afterwards only hvd_ps_stats and hvd_ps_free. */
 hvd_status_t hvd_ps_finish(hvd_ps_t *ps);
 /* Frees ps (after hvd_ps_finish, or after a failure; NULL: nothing). */
 void hvd_ps_free(hvd_ps_t *ps);

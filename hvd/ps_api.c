@@ -365,8 +365,11 @@ hvd_status_t hvd_ps_finish(hvd_ps_t *ps) {
   if (s == HVD_OK) s = hvd_wait(r);
   else if (r) hvd_request_free(r);
   hvd_ps_uninstall(ps);
-  /* A worker's end is its DONEs sent, not received: without this, a worker that went on
-     to hvd_shutdown could stop the runtime under a server still taking them. */
+  /* A worker's DONEs may be delivered, and its finish over, while a server or another
+     worker is still in finish; were it to call hvd_shutdown then, the runtime would stop
+     on every rank and fail their finish with HVD_ERR_SHUTDOWN. A barrier ends it: every
+     rank's background thread completes the barrier before it reads any rank's later
+     shutdown, so finish returns HVD_OK on every rank, as a collective does. */
   if (s == HVD_OK) s = hvd_barrier();
   return s;
 }

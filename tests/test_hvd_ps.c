@@ -12,6 +12,10 @@
                  naming both sizes, and the runtime goes on (a good set runs after it).
      placement:  greedy and round-robin place the shards as TF's strategies would; a
                  fused message is capped (a request of 80 small shards goes as 2).
+                 Then finish returns on every rank before any may shut down: with one
+                 dedicated server that comes to finish 0.5 s late, the workers (whose
+                 DONEs are delivered at once) call hvd_shutdown right after theirs, and
+                 the server's finish still returns HVD_OK.
      agg:        2 fake hosts of 2 ranks: local aggregation gives the same values and
                  halves (about) the bytes a host sends to the other; dedicated with it.
    Started alone, it runs each mode under mpirun. */
@@ -261,6 +265,16 @@ static void check_fuse_cap(void) {
           T);
 }
 
+/* The workers go on to hvd_shutdown (body) as soon as their finish returns. */
+static void finish_late_server(void) {
+  hvd_ps_config_t cfg = {HVD_PS_SYNC, 1, HVD_PS_GREEDY, 0, -1, sgd, NULL, HVD_PS_AGG_AUTO};
+  hvd_ps_t *ps = NULL;
+  CHECK_OK(hvd_ps_create(&ps, &cfg, NV, names, counts, NULL));
+  if (R == 0) usleep(500 * 1000);
+  CHECK_OK(hvd_ps_finish(ps));
+  hvd_ps_free(ps);
+}
+
 static int body(const char *mode) {
   CHECK_OK(hvd_init());
   R = hvd_rank();
@@ -287,6 +301,7 @@ static int body(const char *mode) {
     check_servers(HVD_PS_GREEDY, greedy, 7);
     check_servers(HVD_PS_ROUND_ROBIN, rr, 7);
     check_fuse_cap();
+    finish_late_server();
     if (R == 0) printf("placement: OK\n");
   } else {
     CHECK(0, "unknown mode %s", mode);

@@ -21,10 +21,12 @@
      rank 1 submits "z" (16 MiB), waits 1 s for its request to reach the coordinator and
      stops itself (SIGSTOP); rank 0 then submits "z", so its background thread enters
      the collective and waits for the stopped rank. HVD_STALL_CHECK_TIME_SECONDS=1, no
-     response cache. Rank 0 continues rank 1 after STOPPED_S. Rank 0's first watchdog
-     warning must say "waiting for its peers: no bytes": the bytes it reports are
-     counted from the background thread's last turn before the collective, not from
-     start-up (which would call the stall "a large transfer").
+     response cache. Rank 0's first watchdog warning about "z" must say "waiting for its
+     peers: no bytes": the bytes it reports are counted from the background thread's
+     last turn before the collective, not from start-up (which would call the stall "a
+     large transfer"). Rank 0 continues rank 1 only once that warning is out (it reads
+     its own stderr from a file), so a slow machine cannot move it past the stop; a
+     warning about the 32 MiB first may rightly say "long collective" on a slow machine.
    Before the jobs, without MPI: the watchdog's warning for a background thread inside
    one collective says "long collective" with the bytes moved when the transports moved
    some in the last interval, and "waiting for its peers" only when they moved none.
@@ -39,7 +41,8 @@
 #include <stdint.h>
 
 #define LATE_S 1.0   /* how long the coordinator is kept from seeing "x" */
-#define STOPPED_S 4.0   /* quiet: how long rank 1 stays stopped (past check + 1 s) */
+#define WARNING_WAIT_S 30.0   /* quiet: the most rank 1 stays stopped (a hang, not a
+                                 stall, past that: the peer timeout is 60 s) */
 
 static int R;
 
@@ -95,7 +98,47 @@ static void bytes(void) {
   free(b);
 }
 
+/* quiet, rank 0: its stderr (the watchdog's warnings) goes to an unlinked temporary
+   file, read back to know when the warning about "z" is out, then copied to the real
+   stderr at the end. */
+static int log_fd = -1, saved_stderr = -1;
+
+static void log_to_file(void) {
+  char path[] = "/tmp/test_hvd_stall.XXXXXX";
+  fflush(stderr);
+  log_fd = mkstemp(path);
+  CHECK(log_fd >= 0, "mkstemp: %s", strerror(errno));
+  if (log_fd < 0) return;
+  unlink(path);
+  saved_stderr = dup(2);
+  CHECK(saved_stderr >= 0 && dup2(log_fd, 2) == 2, "moving stderr to %s: %s", path,
+        strerror(errno));
+}
+
+/* Whether the file holds text (what was written so far; 0 when it is not in use). */
+static int log_has(const char *text) {
+  static char buf[1 << 16];
+  if (log_fd < 0) return 0;
+  ssize_t n = pread(log_fd, buf, sizeof(buf) - 1, 0);
+  buf[n > 0 ? n : 0] = '\0';
+  return strstr(buf, text) != NULL;
+}
+
+static void log_restore(void) {
+  if (log_fd < 0) return;
+  fflush(stderr);
+  if (saved_stderr >= 0) dup2(saved_stderr, 2);
+  char buf[4096];
+  ssize_t n;
+  for (off_t at = 0; (n = pread(log_fd, buf, sizeof(buf), at)) > 0; at += n)
+    if (write(2, buf, (size_t)n) != n) break;
+  close(log_fd);
+  if (saved_stderr >= 0) close(saved_stderr);
+  log_fd = saved_stderr = -1;
+}
+
 static void quiet(void) {
+  if (R == 0) log_to_file();
   size_t n = 2 * 1024 * 1024;   /* floats: 8 MiB, four times */
   float *b = calloc(n, sizeof(float));
   CHECK(b != NULL, "calloc");
@@ -125,7 +168,10 @@ static void quiet(void) {
     while (!is_stopped((long)pids[1]) && util_now_s() < until) usleep(10000);
     CHECK(is_stopped((long)pids[1]), "rank 1 (pid %ld) did not stop", (long)pids[1]);
     CHECK_OK(hvd_allreduce_async("z", z, z, zn, HVD_INT32, HVD_SUM, &req));
-    usleep((useconds_t)(STOPPED_S * 1e6));
+    const char *warned = "the oldest request of this rank is allreduce \"z\"";
+    until = util_now_s() + WARNING_WAIT_S;
+    while (!log_has(warned) && util_now_s() < until) usleep(10000);
+    CHECK(log_has(warned), "no watchdog warning about \"z\" within %.0f s", WARNING_WAIT_S);
     CHECK(kill((pid_t)pids[1], SIGCONT) == 0, "SIGCONT to rank 1: %s", strerror(errno));
   }
   CHECK_OK(hvd_wait(req));
@@ -133,6 +179,7 @@ static void quiet(void) {
         R, (int)z[0], (int)z[zn - 1]);
   free(z);
   free(pids);
+  log_restore();
 }
 
 static int body(const char *mode) {
@@ -143,7 +190,7 @@ static int body(const char *mode) {
   else if (strcmp(mode, "quiet") == 0) quiet();
   else CHECK(0, "unknown mode %s", mode);
   hvd_shutdown();
-  return 0;
+  return failures ? 1 : 0;
 }
 
 static char out[1 << 16];
@@ -155,22 +202,28 @@ static int expect(const char *what, int want) {
   return seen == want;
 }
 
-/* quiet: rank 0's first watchdog warning (while rank 1 is stopped) says that nothing
-   moved. Later ones may rightly say "long collective": once rank 1 is continued, the
-   16 MiB move (slow under a sanitizer) while the background thread is still inside. */
+/* quiet: rank 0's first watchdog warning about "z" (while rank 1 is stopped) says that
+   nothing moved. Those about the 32 MiB before may rightly say "long collective" on a
+   slow machine, as may later ones about "z": once rank 1 is continued, the 16 MiB move
+   (slow under a sanitizer) while the background thread is still inside. */
 static int first_warning_quiet(void) {
-  const char *stall = strstr(out, "[hvd rank 0] WARNING: stall: rank 0 (host");
-  const char *moving = strstr(out, "[hvd rank 0] WARNING: long collective: rank 0 (host");
-  if (!stall || (moving && moving < stall)) {
-    printf("FAIL: rank 0's first watchdog warning is not \"stall: rank 0\"%s%.300s\n",
-           moving ? ": " : " (none)", moving ? moving : "");
+  const char *head = "[hvd rank 0] WARNING: ", *tail = "is allreduce \"z\"";
+  const char *line = NULL;
+  for (const char *p = strstr(out, head); p && !line; p = strstr(p + 1, head)) {
+    const char *end = strchr(p, '\n'), *z = strstr(p, tail);
+    if (z && (!end || z < end)) line = p;
+  }
+  if (!line) {
+    printf("FAIL: rank 0 printed no watchdog warning about allreduce \"z\"\n");
     return 0;
   }
-  const char *end = strchr(stall, '\n');
-  const char *want = "waiting for its peers: no bytes sent or received";
-  const char *at = strstr(stall, want);
-  if (!at || (end && at > end)) {
-    printf("FAIL: rank 0's first watchdog warning lacks \"%s\": %.300s\n", want, stall);
+  const char *end = strchr(line, '\n');
+  const char *want = "stall: rank 0 (host", *want2 = "waiting for its peers: no bytes sent "
+                     "or received";
+  const char *at = strstr(line, want), *at2 = strstr(line, want2);
+  if (!at || !at2 || (end && (at > end || at2 > end))) {
+    printf("FAIL: rank 0's first watchdog warning about \"z\" is not \"%s ...: %s\": "
+           "%.400s\n", want, want2, line);
     return 0;
   }
   return 1;
