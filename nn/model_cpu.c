@@ -333,6 +333,7 @@ static nn_status_t cpu_optim_step(nn_model_t *m, float lr) {
 }
 
 static void cpu_release(nn_model_t *m) {
+  nn_model_range_use_home(m);   /* the sets own theirs */
   nn_model_free_activations(m, free);
   for (int i = 0; i < m->num_layers; i++) {
     nn_layer_t *l = &m->layers[i];

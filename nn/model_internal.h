@@ -172,6 +172,9 @@ struct nn_model {
   int last_n;             /* samples of the last forward                               */
   int last_training;
   int have_loss;          /* nn_model_loss ran after the last forward                  */
+  /* nn_model_range_use (nn/model_range.c): the activation set a layer range runs in
+     (NULL: the model's own buffers), and the model's own ones meanwhile. */
+  struct nn_range_acts *acts_cur, *acts_home;
   uint64_t dropout_step;  /* forward passes in training mode, for dropout masks        */
   nn_precision_config_t precision; /* defaults filled in; used by nn_model_to_device */
   nn_model_hook_fn hook;  /* tests only (see above); host-memory backends only           */
@@ -256,6 +259,10 @@ static inline nn_status_t nn_model_to_device_args(const nn_model_t *m, nn_device
 /* The CPU backend (model_cpu.c): allocates the host activations for cfg.batch and
    makes it m's backend (nn_model_finish). */
 nn_status_t nn_cpu_backend_attach(nn_model_t *m);
+/* The model's own activation buffers back in place of a layer range's set
+   (nn_model_range_use with NULL), before the model frees them. */
+void nn_model_range_use_home(nn_model_t *m);
+
 /* Frees the activations the layers own (own_out/own_dout) and m->input, m->dinput and
    m->dlogits with free_fn (the backend's), and clears the pointers. */
 void nn_model_free_activations(nn_model_t *m, void (*free_fn)(void *));

@@ -16,7 +16,10 @@
    buffers: nn_model_range_stash saves what the range's backward reads (its input, every
    output it owns, the batch-norm statistics, the pooling and dropout masks, and the
    gradient of the loss) and nn_model_range_unstash puts it back (PipeDream's activation
-   stashing). Its size is the activation memory one micro-batch holds on that stage. */
+   stashing). Its size is the activation memory one micro-batch holds on that stage.
+   Activation sets do the same without copying: each micro-batch in flight runs in its
+   own set of those buffers, and nn_model_range_use points the model's layers at the
+   set of the micro-batch that runs next. */
 #include "nn/model_internal.h"
 #include "util/clock.h"
 
@@ -95,15 +98,18 @@ void nn_model_range_buffers(const nn_model_t *m, int first, int last, size_t *be
   *cend = cb == INT_MAX ? 0 : ce;
 }
 
+static int acts_cap(const nn_range_acts_t *a);
+
 nn_status_t nn_model_forward_range(nn_model_t *m, int first, int last, const float *x, int n,
                                    int training) {
   const char *what = "nn_model_forward_range";
   nn_status_t s = check_range(m, first, last, what);
   if (s != NN_OK) return s;
   if (!x) return nn_set_error(NN_ERR_ARG, "%s: NULL input", what);
-  if (n <= 0 || n > m->cfg.batch)
-    return nn_set_error(NN_ERR_ARG, "%s: batch of %d samples, the model was created for "
-                        "1..%d", what, n, m->cfg.batch);
+  int cap = m->acts_cur ? acts_cap(m->acts_cur) : m->cfg.batch;
+  if (n <= 0 || n > cap)
+    return nn_set_error(NN_ERR_ARG, "%s: batch of %d samples, the %s holds 1..%d", what, n,
+                        m->acts_cur ? "activation set in use" : "model", cap);
   const nn_backend_t *b = m->backend;
   m->have_loss = 0;
   m->last_n = 0;
@@ -273,4 +279,121 @@ nn_status_t nn_model_range_unstash(nn_model_t *m, int first, int last, const voi
   m->last_training = 1;
   m->have_loss = head[1];
   return NN_OK;
+}
+
+/* ---- activation sets: stashing by switching buffers ---- */
+
+struct nn_range_acts {
+  const nn_model_t *m;
+  int first, last, cap;   /* cap: samples the buffers hold (the home set: cfg.batch) */
+  regions_t r;            /* in collect's order; a set owns them, the home set not    */
+  int n, training, have_loss;   /* the state of the micro-batch they hold (n 0: none) */
+};
+
+/* Every pointer of the model to old (aliases included: views, a flatten of the input)
+   now points to new. */
+static void replace_ptr(nn_model_t *m, void *old, void *new) {
+  if ((void *)m->input == old) m->input = new;
+  if (m->dlogits == old) m->dlogits = new;
+  for (int i = 0; i < m->num_layers; i++) {
+    nn_layer_t *l = &m->layers[i];
+    if (l->out == old) l->out = new;
+    if ((void *)l->save_mean == old) l->save_mean = new;
+    if ((void *)l->save_invstd == old) l->save_invstd = new;
+    if ((void *)l->argmax == old) l->argmax = new;
+    if ((void *)l->mask == old) l->mask = new;
+  }
+}
+
+static int acts_cap(const nn_range_acts_t *a) { return a->cap; }
+
+void nn_range_acts_free(nn_range_acts_t *a) {
+  if (!a) return;
+  for (int i = 0; a->r.p && i < a->r.n; i++) free(a->r.p[i]);
+  regions_free(&a->r);
+  free(a);
+}
+
+nn_status_t nn_range_acts_create(nn_model_t *m, int first, int last, int n,
+                                 nn_range_acts_t **out) {
+  const char *what = "nn_range_acts_create";
+  if (!out) return nn_set_error(NN_ERR_ARG, "%s: NULL result pointer", what);
+  *out = NULL;
+  nn_status_t s = check_range(m, first, last, what);
+  if (s != NN_OK) return s;
+  if (n <= 0 || n > m->cfg.batch)
+    return nn_set_error(NN_ERR_ARG, "%s: a set for %d samples, the model was created for "
+                        "1..%d", what, n, m->cfg.batch);
+  nn_range_acts_t *a = calloc(1, sizeof(*a));
+  if (!a) return nn_set_error(NN_ERR_NO_MEMORY, "%s: out of memory", what);
+  if ((s = collect(m, first, last, n, &a->r, what)) != NN_OK) {
+    free(a);
+    return s;
+  }
+  int ok = 1;
+  for (int i = 0; i < a->r.n; i++)
+    if (!(a->r.p[i] = ok ? calloc(a->r.bytes[i], 1) : NULL)) ok = 0;
+  *a = (nn_range_acts_t){.m = m, .first = first, .last = last, .cap = n, .r = a->r};
+  if (!ok) {
+    nn_range_acts_free(a);
+    return nn_set_error(NN_ERR_NO_MEMORY, "%s: out of memory for a set of %zu bytes", what,
+                        nn_model_range_stash_bytes(m, first, last, n));
+  }
+  *out = a;
+  return NN_OK;
+}
+
+/* The model's own buffers, recorded when a set first replaces them. */
+static nn_status_t record_home(nn_model_t *m, int first, int last, const char *what) {
+  nn_range_acts_t *h = calloc(1, sizeof(*h));
+  if (!h) return nn_set_error(NN_ERR_NO_MEMORY, "%s: out of memory", what);
+  nn_status_t s = collect(m, first, last, m->cfg.batch, &h->r, what);
+  if (s != NN_OK) {
+    free(h);
+    return s;
+  }
+  h->m = m;
+  h->first = first;
+  h->last = last;
+  h->cap = m->cfg.batch;
+  m->acts_home = h;
+  return NN_OK;
+}
+
+nn_status_t nn_model_range_use(nn_model_t *m, int first, int last, nn_range_acts_t *a) {
+  const char *what = "nn_model_range_use";
+  nn_status_t s = check_range(m, first, last, what);
+  if (s != NN_OK) return s;
+  if (a && (a->m != m || a->first != first || a->last != last))
+    return nn_set_error(NN_ERR_ARG, "%s: the set was made for %s range [%d, %d), not this "
+                        "model's [%d, %d)", what, a->m != m ? "another model's" : "the",
+                        a->first, a->last, first, last);
+  nn_range_acts_t *cur = m->acts_cur;
+  if (cur == a) return NN_OK;
+  /* A set of another range: the model's own buffers first (that set keeps its own). */
+  if (cur && (cur->first != first || cur->last != last)) {
+    if ((s = nn_model_range_use(m, cur->first, cur->last, NULL)) != NN_OK) return s;
+    if (!a) return NN_OK;
+    cur = NULL;
+  }
+  if (!cur && (s = record_home(m, first, last, what)) != NN_OK) return s;
+  nn_range_acts_t *from = cur ? cur : m->acts_home, *to = a ? a : m->acts_home;
+  from->n = m->last_n;
+  from->training = m->last_training;
+  from->have_loss = m->have_loss;
+  for (int i = 0; i < from->r.n; i++) replace_ptr(m, from->r.p[i], to->r.p[i]);
+  m->last_n = to->n;
+  m->last_training = to->training;
+  m->have_loss = to->have_loss;
+  m->acts_cur = a;
+  if (!a) {
+    regions_free(&m->acts_home->r);
+    free(m->acts_home);
+    m->acts_home = NULL;
+  }
+  return NN_OK;
+}
+
+void nn_model_range_use_home(nn_model_t *m) {
+  if (m && m->acts_cur) nn_model_range_use(m, m->acts_cur->first, m->acts_cur->last, NULL);
 }

@@ -24,6 +24,9 @@ static int hook_on(const nn_model_t *m) {
 
 nn_status_t nn_model_forward(nn_model_t *m, const float *x, int n, int training) {
   if (!m || !x) return nn_set_error(NN_ERR_ARG, "nn_model_forward: NULL argument");
+  if (m->acts_cur)
+    return nn_set_error(NN_ERR_ARG, "nn_model_forward: a layer range's activation set is "
+                        "in use: nn_model_range_use(m, first, last, NULL) first");
   if (n <= 0 || n > m->cfg.batch)
     return nn_set_error(NN_ERR_ARG, "nn_model_forward: batch of %d samples, the model "
                         "was created for 1..%d", n, m->cfg.batch);

@@ -357,6 +357,20 @@ void nn_model_range_buffers(const nn_model_t *m, int first, int last, size_t *be
 size_t nn_model_range_stash_bytes(nn_model_t *m, int first, int last, int n);
 nn_status_t nn_model_range_stash(nn_model_t *m, int first, int last, void *buf);
 nn_status_t nn_model_range_unstash(nn_model_t *m, int first, int last, const void *buf);
+/* Zero-copy stashing: an activation set is buffers like the ones the range's backward
+   reads (as stash_bytes: its input, outputs, batch-norm statistics, masks, the loss's
+   gradient) for up to n samples, with the state of the micro-batch they hold.
+   nn_model_range_use makes the range run in set a (NULL: the model's own buffers
+   again): the micro-batch of the set in use stays in that set, and a's comes back,
+   with no copy, so each micro-batch in flight keeps its own set (a set of another
+   range of the model may be in use: it keeps its micro-batch). A range forward of
+   more samples than the set holds fails; restore the model's buffers (NULL) before
+   any other use of the model, and free a set only when it is not in use. */
+typedef struct nn_range_acts nn_range_acts_t;
+nn_status_t nn_range_acts_create(nn_model_t *m, int first, int last, int n,
+                                 nn_range_acts_t **out);
+nn_status_t nn_model_range_use(nn_model_t *m, int first, int last, nn_range_acts_t *a);
+void nn_range_acts_free(nn_range_acts_t *a);
 
 /* Per-layer timing (seconds of the last forward/backward), for profiles. */
 int nn_model_num_layers(const nn_model_t *m);

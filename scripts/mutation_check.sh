@@ -203,7 +203,7 @@ range-backward-ignores-dy|nn/model_range.c|s/s = b->copy(top->dout, dy ? dy : m-
 range-cut-across-residual|nn/model_range.c|s/      if (in < k - 1) return 0;/      if (in < -1) return 0;/|test_nn_model_range
 pipe-weights-unscaled|train/pipeline_step.c|s/(float)st->weight) != NN_OK)/1.0f) != NN_OK)/|test_train_pipeline
 pipe-no-stage-allreduce|train/pipeline_step.c|s/  if (p->R > 1 \&\& p->pend > b) {/  if (0) {/|test_train_pipeline
-pipe-no-unstash|train/pipeline_step.c|s/  if (nn_model_range_unstash(p->m, first, last, p->stash\[k\]) != NN_OK)/  if (0)/|test_train_pipeline
+pipe-no-use-set|train/pipeline_step.c|s/  if (nn_model_range_use(p->m, first, last, p->stash\[k\]) != NN_OK)/  if (0)/|test_train_pipeline
 train-pipe-no-gather|train/main.c|s/^  pipeline_gather(t, 1);$/  (void)0;/|test_train_pipeline.sh
 onnx-bn-momentum-not-inverted|nn/onnx_import.c|s#im->m->layers\[idx\].momentum = 1.0f - mom;#im->m->layers[idx].momentum = mom;#|test_onnx_models
 onnx-matmul-weight-untransposed|nn/onnx_import.c|s#load_slice(im, n, first, wt, !trans_b)#load_slice(im, n, first, wt, 0)#|test_onnx_models
@@ -312,8 +312,7 @@ py-cuda-built-bare-name|python/hvd/_lib.py|s#^library_path = _loaded_path(librar
 pipe-step-failure-leaves-requests|train/pipeline_step.c|s/^    train_pipeline_drop_requests(p);$/    (void)0;/|test_train_pipeline_faults
 pipe-step-after-failure-runs|train/pipeline_step.c|s/^  if (p->failed_step >= 0) {$/  if (0) {/|test_train_pipeline_faults
 pipe-gather-nomem-alone|train/pipeline_step.c|s/hvd_allreduce("pipe.gather.nomem", \&mine, \&first, 1, HVD_INT32, HVD_MIN)/(first = mine, HVD_OK)/|test_train_pipeline_faults
-pipe-live-not-stashed|train/pipeline_step.c|s/^  if (stash_live(p, st) != 0) return -1;$/  (void)0;/|test_train_pipeline
-pipe-unstash-skipped-for-other|train/pipeline_step.c|s/^  if (p->live == k) return 0;$/  if (p->live >= 0) return 0;/|test_train_pipeline
+pipe-pool-set-not-taken|train/pipeline_step.c|s/  if (!p->stash\[k\] \&\& p->npool > 0) p->stash\[k\] = p->pool\[--p->npool\];/  if (!p->stash[k] \&\& p->npool > 0) p->stash[k] = p->pool[p->npool - 1];/|test_train_pipeline
 pipe-plan-ignores-copies|train/pipeline_plan.c|s/^  if (stashes \&\& copy_s_per_byte > 0)$/  if (0)/|test_train_pipeline_plan
 train-pipe-later-stages-decode|train/main.c|s/train_pipeline_stage(t->pipe) == 0);/1);/|test_train_pipeline.sh
 pipe-labels-not-shared|train/pipeline_step.c|s/^  st->y = p->batch + 1;$/  (void)0;/|test_train_pipeline.sh
@@ -327,6 +326,12 @@ ps-agg-sum-drops-host|hvd/ps_engine.c|s/out\[i\] = data\[i\] + add\[i\];/out[i] 
 ps-fuse-uncapped|hvd/ps_engine.c|s/#define PS_FUSE_MAX (4 \* 1024 \* 1024)/#define PS_FUSE_MAX ((size_t)1 << 40)/|test_hvd_ps
 ps-train-agg-flag-ignored|train/ps_run.c|s/train_ps_local_aggregation(o->ps_local_aggregation)/HVD_PS_AGG_OFF/|test_train_ps.sh
 ps-finish-without-barrier|hvd/ps_api.c|s/^  if (s == HVD_OK) s = hvd_barrier();$/  (void)0;/|test_hvd_ps
+range-set-cap-unchecked|nn/model_range.c|s/  int cap = m->acts_cur ? acts_cap(m->acts_cur) : m->cfg.batch;/  int cap = m->cfg.batch;/|test_nn_model_range
+walk-forward-in-range-set|nn/model_walk.c|s/^  if (m->acts_cur)$/  if (0)/|test_nn_model_range
+range-set-input-not-switched|nn/model_range.c|s/  if ((void \*)m->input == old) m->input = new;/  (void)0;/|test_nn_model_range
+pipe-step-keeps-range-set|train/pipeline_step.c|s/  if (nn_model_range_use(p->m, p->bounds\[p->stage\], p->bounds\[p->stage + 1\], NULL) != NN_OK \&\&/  if (0 \&\&/|test_train_pipeline_faults
+pipe-release-drops-set|train/pipeline_step.c|s/^    p->pool\[p->npool++\] = p->stash\[k\];$/    (void)0;/|test_train_pipeline
+pipe-1f1b-warms-all|train/pipeline_step.c|s/  int warm = p->S - 1 - p->stage < M ? p->S - 1 - p->stage : M;/  int warm = M;/|test_train_pipeline
 EOF
 )
 

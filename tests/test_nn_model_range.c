@@ -7,7 +7,9 @@
    bit-identical parameter gradients, for two micro-batches in flight at once through
    activation stashing (forward 0, forward 1, then backward 0 and backward 1 after
    unstashing each), against nn_model_forward/nn_model_backward_accumulate of the same
-   micro-batches one after the other. A cut across a residual connection is refused, and
+   micro-batches one after the other; the same again with each micro-batch in its own
+   activation set (nn_model_range_use switching sets, no copies), and a set refuses more
+   samples than it was made for and a whole-model pass while in use. A cut across a residual connection is refused, and
    so is one across the second input of an ONNX graph's kinds (mul, concat: the "graph"
    model below, built as nn/onnx_import.c builds one). With resnet20's bottom frozen
    (nn_model_set_frozen), ranges leave the frozen batch norms' running statistics alone
@@ -91,7 +93,7 @@ static void reference(nn_model_t *m, float *const *x, const int32_t (*labels)[MB
 /* The same through the ranges cut at cuts[0..ncuts), stage by stage, two micro-batches
    in flight per stage. */
 static void staged(nn_model_t *m, const int *cuts, int ncuts, float *const *x,
-                   const int32_t (*labels)[MB], float *logits) {
+                   const int32_t (*labels)[MB], float *logits, int sets) {
   int L = nn_model_num_layers(m), k = nn_model_num_classes(m);
   int bounds[8];
   int S = ncuts + 1;
@@ -100,10 +102,16 @@ static void staged(nn_model_t *m, const int *cuts, int ncuts, float *const *x,
   bounds[S] = L;
   float *acts[8][NMB] = {{0}}, *grads[8][NMB] = {{0}};
   void *stash[8][NMB];
+  nn_range_acts_t *set[8][NMB] = {{0}};
   CHECK(nn_model_zero_grads(m) == NN_OK, "zero");
   for (int s = 0; s < S; s++)
     for (int b = 0; b < NMB; b++) {
       const float *in = s == 0 ? x[b] : acts[s - 1][b];
+      if (sets) {
+        CHECK(nn_range_acts_create(m, bounds[s], bounds[s + 1], MB, &set[s][b]) == NN_OK &&
+              nn_model_range_use(m, bounds[s], bounds[s + 1], set[s][b]) == NN_OK,
+              "activation set: %s", nn_last_error());
+      }
       CHECK(nn_model_forward_range(m, bounds[s], bounds[s + 1], in, MB, 1) == NN_OK,
             "forward range %d: %s", s, nn_last_error());
       size_t out = (size_t)MB * nn_model_layer_out_size(m, bounds[s + 1] - 1);
@@ -113,6 +121,10 @@ static void staged(nn_model_t *m, const int *cuts, int ncuts, float *const *x,
         memcpy(logits + (size_t)b * MB * k, acts[s][b], (size_t)MB * k * sizeof(float));
         CHECK(nn_model_loss(m, labels[b], NULL, NULL) == NN_OK, "loss: %s", nn_last_error());
       }
+      if (sets) {
+        stash[s][b] = NULL;
+        continue;
+      }
       size_t bytes = nn_model_range_stash_bytes(m, bounds[s], bounds[s + 1], MB);
       CHECK(bytes > 0, "stash size");
       stash[s][b] = malloc(bytes);
@@ -121,8 +133,12 @@ static void staged(nn_model_t *m, const int *cuts, int ncuts, float *const *x,
     }
   for (int s = S - 1; s >= 0; s--)
     for (int b = 0; b < NMB; b++) {
-      CHECK(nn_model_range_unstash(m, bounds[s], bounds[s + 1], stash[s][b]) == NN_OK,
-            "unstash: %s", nn_last_error());
+      if (sets)
+        CHECK(nn_model_range_use(m, bounds[s], bounds[s + 1], set[s][b]) == NN_OK,
+              "use: %s", nn_last_error());
+      else
+        CHECK(nn_model_range_unstash(m, bounds[s], bounds[s + 1], stash[s][b]) == NN_OK,
+              "unstash: %s", nn_last_error());
       const float *dy = s == S - 1 ? NULL : grads[s + 1][b];
       /* Nobody wants the gradient of a flatten of the input (mlp cut after it): that
          range has no parameters and no backward to run. */
@@ -136,15 +152,22 @@ static void staged(nn_model_t *m, const int *cuts, int ncuts, float *const *x,
         memcpy(grads[s][b], dx, in * sizeof(float));
       }
     }
+  if (sets) {
+    CHECK(nn_model_forward(m, x[0], MB, 1) != NN_OK, "a whole-model forward ran in a "
+          "range's activation set");
+    CHECK(nn_model_range_use(m, bounds[0], bounds[1], NULL) == NN_OK, "home: %s",
+          nn_last_error());
+  }
   for (int s = 0; s < S; s++)
     for (int b = 0; b < NMB; b++) {
       free(acts[s][b]);
       free(grads[s][b]);
       free(stash[s][b]);
+      nn_range_acts_free(set[s][b]);
     }
 }
 
-static void compare(const char *name, const int *cuts, int ncuts) {
+static void compare_mode(const char *name, const int *cuts, int ncuts, int sets) {
   nn_model_t *whole = make(name), *cut = make(name);
   if (!whole || !cut) return;
   int k = nn_model_num_classes(whole);
@@ -157,8 +180,9 @@ static void compare(const char *name, const int *cuts, int ncuts) {
   float *l1 = calloc((size_t)NMB * MB * k, sizeof(float));
   float *l2 = calloc((size_t)NMB * MB * k, sizeof(float));
   reference(whole, x, labels, l1);
-  staged(cut, cuts, ncuts, x, labels, l2);
+  staged(cut, cuts, ncuts, x, labels, l2, sets);
   char where[64] = "";
+  if (sets) snprintf(where, sizeof(where), " (activation sets)");
   for (int i = 0; i < ncuts; i++)
     snprintf(where + strlen(where), sizeof(where) - strlen(where), " %d", cuts[i]);
   CHECK(memcmp(l1, l2, (size_t)NMB * MB * k * sizeof(float)) == 0,
@@ -179,7 +203,42 @@ static void compare(const char *name, const int *cuts, int ncuts) {
   nn_model_free(cut);
 }
 
+/* Both ways of keeping micro-batches in flight: copies (stash) and activation sets. */
+static void compare(const char *name, const int *cuts, int ncuts) {
+  compare_mode(name, cuts, ncuts, 0);
+  compare_mode(name, cuts, ncuts, 1);
+}
+
+/* A set holds at most the samples it was made for; a whole-model pass needs the
+   model's own buffers back. */
+static void set_limits(void) {
+  nn_model_t *m = make("lenet");
+  if (!m) return;
+  float *x = input_batch(m, MB, 5u);
+  nn_range_acts_t *a = NULL;
+  int L = nn_model_num_layers(m);
+  CHECK(nn_range_acts_create(m, 0, L, MB - 1, &a) == NN_OK, "set: %s", nn_last_error());
+  CHECK(nn_range_acts_create(m, 0, L, MB + 1, &(nn_range_acts_t *){NULL}) != NN_OK,
+        "a set larger than the model's batch was made");
+  CHECK(nn_model_range_use(m, 0, L - 1, a) != NN_OK, "a set was used for another range");
+  CHECK(nn_model_range_use(m, 0, L, a) == NN_OK, "use: %s", nn_last_error());
+  CHECK(nn_model_forward_range(m, 0, L, x, MB, 1) != NN_OK && strstr(nn_last_error(), "set"),
+        "a forward of %d samples ran in a set of %d", MB, MB - 1);
+  CHECK(nn_model_forward_range(m, 0, L, x, MB - 1, 1) == NN_OK, "forward in the set: %s",
+        nn_last_error());
+  CHECK(nn_model_range_use(m, 0, L, NULL) == NN_OK, "home: %s", nn_last_error());
+  CHECK(nn_model_forward(m, x, MB, 1) == NN_OK, "whole forward at home: %s", nn_last_error());
+  nn_range_acts_free(a);
+  /* A model freed with a set in use gives its own buffers back first (no double free). */
+  CHECK(nn_range_acts_create(m, 0, L, MB, &a) == NN_OK &&
+        nn_model_range_use(m, 0, L, a) == NN_OK, "set: %s", nn_last_error());
+  nn_model_free(m);
+  nn_range_acts_free(a);
+  free(x);
+}
+
 int main(void) {
+  set_limits();
   const char *models[] = {"mlp", "lenet", "resnet20", "graph"};
   for (int i = 0; i < 4; i++) {
     nn_model_t *m = make(models[i]);

@@ -13,6 +13,7 @@
 #include "hvd_test.h"
 #include "nn/nn.h"
 #include "train/pipeline.h"
+#include "train/pipeline_internal.h"
 
 #include <math.h>
 #include <signal.h>
@@ -152,6 +153,14 @@ static int run(const char *model, int S, int M, train_pipe_schedule_t sched, int
         worst_loss);
   train_pipeline_stats_t st;
   train_pipeline_stats(p, &st);
+  /* Memory as designed: one activation set per micro-batch in flight at the peak, all
+     back in the pool after the step; 1F1B's stage s holds at most S - s of them. */
+  int stage = train_pipeline_stage(p), most = sched == TRAIN_PIPE_1F1B && S - stage < M
+                                                   ? S - stage : M;
+  CHECK(p->npool <= most && st.peak_stash_bytes == (size_t)p->npool * p->stash_bytes,
+        "%s S=%d M=%d stage %d: %d activation sets (at most %d), stash report %zu bytes "
+        "for sets of %zu", model, S, M, stage, p->npool, most, st.peak_stash_bytes,
+        p->stash_bytes);
   printf("  weights %.2g, loss %.2g relative; stage 0 idle %.0f%%, stash peak %zu bytes\n",
            rel, worst_loss, 100.0 * (1.0 - st.busy_s / fmax(st.wall_s, 1e-9)),
            st.peak_stash_bytes);

@@ -47,8 +47,9 @@ static void body(void) {
           "(receives of activations, of gradients, sends of activations, of gradients; "
           "%d each) is still posted", i, 4 * M, M);
   for (int k = 0; k < M; k++) CHECK(!p->stash[k], "micro-batch %d's stash still held", k);
-  CHECK(p->live == -1 && p->inflight == 0, "micro-batches still in flight: live %d, %d",
-        p->live, p->inflight);
+  CHECK(p->inflight == 0, "micro-batches still in flight: %d", p->inflight);
+  CHECK(nn_model_forward(m, x, PER / M, 0) == NN_OK, "after the failed step the model "
+        "does not run on its own buffers: %s", nn_last_error());
   batch(m, 2, x, y);
   CHECK(train_pipeline_step(p, x, y, PER, 0.05f, NULL, NULL, err, sizeof err) != 0 &&
         strstr(err, "step 1 failed"), "the step after a failed one was not refused: %s",

@@ -59,12 +59,11 @@ static int fail(char *err, size_t errlen, const char *fmt, const char *detail) {
 static int plan(train_pipeline_t *p, const train_pipeline_opts_t *o, char *err, size_t errlen) {
   int L = nn_model_num_layers(p->m);
   int32_t cuts[MAX_STAGES];
-  /* layer_s[L]: seconds per byte of a stash (none with one micro-batch). */
+  /* layer_s[L]: seconds per byte of a stash: 0, a micro-batch in flight keeps its own
+     activation set (nn_model_range_use switches sets without copying). */
   double *layer_s = calloc((size_t)L + 1, sizeof(double));
   if (!layer_s) return fail(err, errlen, "%s", "out of memory");
   int rc = train_pipeline_time_layers(p->m, p->micro_n, layer_s, err, errlen);
-  if (rc == 0 && p->M > 1)
-    layer_s[L] = train_pipeline_copy_cost(nn_model_range_stash_bytes(p->m, 0, L, p->micro_n));
   int last_stashes = p->schedule == TRAIN_PIPE_GPIPE;
   if (rc == 0 && o->cuts) {
     for (int s = 0; s < p->S - 1 && rc == 0; s++) {
@@ -136,9 +135,9 @@ static int alloc_buffers(train_pipeline_t *p) {
   p->grad_in = float_arrays(M, mn * p->out_floats);
   p->recv_act = calloc((size_t)M * 4, sizeof(MPI_Request));
   p->trace = calloc((size_t)M * 2, sizeof(*p->trace));
-  p->stash = calloc((size_t)M, sizeof(void *));
+  p->stash = calloc((size_t)M, sizeof(*p->stash));
   p->batch = calloc(1 + (size_t)M * mn, sizeof(int32_t));
-  p->pool = calloc((size_t)M, sizeof(void *));
+  p->pool = calloc((size_t)M, sizeof(*p->pool));
   if (!p->act_in || !p->grad_out || !p->act_out || !p->grad_in || !p->recv_act || !p->trace ||
       !p->stash || !p->pool || !p->batch || p->stash_bytes == 0)
     return 0;
@@ -178,7 +177,6 @@ int train_pipeline_create(train_pipeline_t **out, nn_model_t *m,
   p->R = size / p->S;
   p->micro_n = micro_n;
   p->comm = MPI_COMM_NULL;
-  p->live = -1;
   p->failed_step = -1;
   /* Test knobs: HVD_TRAIN_TEST_PIPE_FAIL_STEP=N fails step N (from 0) on every rank,
      stage 0 after its first forward (a send posted), the others before their first
@@ -216,8 +214,8 @@ void train_pipeline_free(train_pipeline_t *p) {
   free_arrays(p->act_out, p->M);
   free_arrays(p->grad_in, p->M);
   free_arrays(p->grad_out, p->M);
-  for (int i = 0; p->pool && i < p->npool; i++) free(p->pool[i]);
-  for (int i = 0; p->stash && i < p->M; i++) free(p->stash[i]);
+  for (int i = 0; p->pool && i < p->npool; i++) nn_range_acts_free(p->pool[i]);
+  for (int i = 0; p->stash && i < p->M; i++) nn_range_acts_free(p->stash[i]);
   free(p->pool);
   free(p->stash);
   free(p->recv_act);
@@ -308,7 +306,6 @@ void train_pipeline_drop_requests(train_pipeline_t *p) {
       p->pool[p->npool++] = p->stash[k];
       p->stash[k] = NULL;
     }
-  p->live = -1;
   p->inflight = 0;
 }
 

@@ -8,9 +8,8 @@
    activations go forward and their gradients backward point-to-point between the
    neighbouring stages of a replica (non-blocking MPI, posted at the start of the step,
    so transfers overlap the compute); a stage keeps the micro-batches it has run forward
-   and not yet backward as stashed activations (copied out of the model's buffers only
-   when another micro-batch needs them: 1F1B's last stage, whose backward follows its
-   forward, copies none). After the last backward each stage
+   and not yet backward in their own activation sets (nn_model_range_use switches the
+   model's layers between them, no copy). After the last backward each stage
    averages its parameters' gradients over the replicas in its own hvd process set
    (stage s: ranks s, s + S, ...), then every rank takes the optimizer step.
 
@@ -46,8 +45,8 @@ typedef struct train_pipeline train_pipeline_t;
 
 /* Per stage, over the steps since creation: wall time of the steps' pipeline phase (from
    the first micro-batch to the last backward), the part spent computing, the part of
-   that spent copying activations (stashing a micro-batch's activations, putting them
-   back, copying an output or input gradient for its send), and the largest stash in
+   that spent copying activations (switching a micro-batch's activation set, copying an
+   output or input gradient for its send), and the largest stash in
    bytes (activations of the micro-batches in flight). */
 typedef struct {
   double wall_s, busy_s, copy_s;

@@ -30,12 +30,9 @@ struct train_pipeline {
   int32_t *batch;                      /* the replica's sample count and labels, from its
                                           stage 0 (1 + M micro_n)                     */
   MPI_Request batch_req[MAX_STAGES];   /* stage 0: sends to the others; else 1 receive */
-  void **stash;                        /* per micro-batch while in flight and stashed */
-  void **pool;                         /* stash buffers not in use                   */
+  nn_range_acts_t **stash;             /* per micro-batch in flight: its activations  */
+  nn_range_acts_t **pool;              /* activation sets not in use                  */
   int npool, inflight, peak_inflight;
-  int live;                            /* the micro-batch whose activations the model's
-                                          own buffers hold (-1: none): stashed only when
-                                          another one needs the buffers                */
   long long steps_begun;
   long long failed_step;               /* a step that failed (-1: none): later steps
                                           are refused, a stale message could match them */

@@ -88,31 +88,6 @@ int train_pipeline_time_layers(nn_model_t *m, int micro_n, double *layer_s, char
   return 0;
 }
 
-/* Past the caches the speed no longer depends on the size: a large model's activations
-   are measured on a part of them. */
-#define COPY_MEASURE_MAX ((size_t)64 << 20)
-
-double train_pipeline_copy_cost(size_t bytes) {
-  if (bytes == 0) return 0;
-  if (bytes > COPY_MEASURE_MAX) bytes = COPY_MEASURE_MAX;
-  char *a = malloc(bytes), *b = malloc(bytes);
-  double best = DBL_MAX;
-  if (a && b) {
-    memset(a, 1, bytes);
-    memset(b, 2, bytes);
-    for (int pass = 0; pass < PASSES; pass++) {
-      double t0 = util_now_s();
-      memcpy(b, a, bytes);
-      memcpy(a, b, bytes);
-      double t = util_now_s() - t0;
-      if (t < best) best = t;
-    }
-  }
-  free(a);
-  free(b);
-  return best < DBL_MAX ? best / (double)bytes : 0;
-}
-
 double train_pipeline_stage_time(nn_model_t *m, const double *layer_s, int first, int last,
                                  int micro_n, double copy_s_per_byte, int stashes) {
   double t = 0;

@@ -9,11 +9,6 @@
    layer_s[num_layers]. 0, or -1 with err. */
 int train_pipeline_time_layers(nn_model_t *m, int micro_n, double *layer_s, char *err,
                                size_t errlen);
-/* Seconds per byte of a stash and its unstash on this machine (two copies of each
-   byte), measured on a buffer of `bytes` (at most 64 MiB; the best of a few passes); 0
-   when there is no memory for the measurement (copies then cost nothing in the plan). */
-double train_pipeline_copy_cost(size_t bytes);
-
 /* The time per micro-batch of a stage of layers [first, last) as the plan counts it: its
    layers' times, plus its stash's bytes for micro_n samples times copy_s_per_byte when
    the stage stashes (stashes: 0 for 1F1B's last stage, whose backward follows its

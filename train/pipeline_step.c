@@ -31,44 +31,23 @@ static int mpi_fail(step_t *st, const char *what, int peer) {
   return -1;
 }
 
-/* The micro-batch the model's buffers hold, if any, to a stash buffer: another one is
-   about to use them. */
-static int stash_live(train_pipeline_t *p, step_t *st) {
-  int k = p->live;
-  if (k < 0) return 0;
-  void *b = p->npool > 0 ? p->pool[--p->npool] : malloc(p->stash_bytes);
-  if (!b) {
-    snprintf(st->err, st->errlen, "out of memory stashing a micro-batch (%zu bytes)",
-             p->stash_bytes);
-    return -1;
-  }
-  double t0 = util_now_s();
-  p->stash[k] = b;
-  p->live = -1;
-  if (nn_model_range_stash(p->m, p->bounds[p->stage], p->bounds[p->stage + 1], b) != NN_OK)
-    return nn_fail(st, "pipeline stash");
-  p->stats.copy_s += util_now_s() - t0;
-  return 0;
-}
-
-/* Micro-batch k's activations back in the model's buffers (unless they never left). */
-static int unstash(train_pipeline_t *p, step_t *st, int k) {
-  if (p->live == k) return 0;
-  if (stash_live(p, st) != 0) return -1;
+/* Micro-batch k's activation set in use (a free one for its forward): each micro-batch
+   in flight keeps its activations in its own set, so switching costs no copy. */
+static int use_set(train_pipeline_t *p, step_t *st, int k) {
   int first = p->bounds[p->stage], last = p->bounds[p->stage + 1];
   double t0 = util_now_s();
-  if (nn_model_range_unstash(p->m, first, last, p->stash[k]) != NN_OK)
-    return nn_fail(st, "pipeline unstash");
-  p->pool[p->npool++] = p->stash[k];
-  p->stash[k] = NULL;
-  p->live = k;
+  if (!p->stash[k] && p->npool > 0) p->stash[k] = p->pool[--p->npool];
+  if (!p->stash[k] &&
+      nn_range_acts_create(p->m, first, last, p->micro_n, &p->stash[k]) != NN_OK)
+    return nn_fail(st, "pipeline activation set");
+  if (nn_model_range_use(p->m, first, last, p->stash[k]) != NN_OK)
+    return nn_fail(st, "pipeline activation set");
   p->stats.copy_s += util_now_s() - t0;
   return 0;
 }
 
 /* Micro-batch k's backward is done: its activations are no longer needed. */
 static void release(train_pipeline_t *p, int k) {
-  if (p->live == k) p->live = -1;
   if (p->stash[k]) {
     p->pool[p->npool++] = p->stash[k];
     p->stash[k] = NULL;
@@ -95,7 +74,7 @@ static int forward(train_pipeline_t *p, step_t *st, int k) {
     in = p->act_in[k];
   }
   double t0 = util_now_s();
-  if (stash_live(p, st) != 0) return -1;
+  if (use_set(p, st, k) != 0) return -1;
   if (nn_model_forward_range(p->m, first, last, in, nk, 1) != NN_OK)
     return nn_fail(st, "pipeline forward");
   if (p->stage == p->S - 1) {
@@ -114,7 +93,6 @@ static int forward(train_pipeline_t *p, step_t *st, int k) {
                   &p->send_act[k]) != MPI_SUCCESS)
       return mpi_fail(st, "MPI_Isend of activations", p->rank + 1);
   }
-  p->live = k;
   if (++p->inflight > p->peak_inflight) p->peak_inflight = p->inflight;
   p->stats.busy_s += util_now_s() - t0;
   train_pipeline_note(p, 'F', k, t0);
@@ -134,7 +112,7 @@ static int backward(train_pipeline_t *p, step_t *st, int k) {
                                               st->err, st->errlen) != 0)
     return -1;
   double t0 = util_now_s();
-  if (unstash(p, st, k) != 0) return -1;
+  if (use_set(p, st, k) != 0) return -1;
   double w = (double)st->size[k] / st->n;
   if (st->weight != 0 && w != st->weight &&
       nn_model_scale_grads(p->m, p->pbegin, p->pend, (float)(st->weight / w)) != NN_OK)
@@ -308,6 +286,10 @@ int train_pipeline_step(train_pipeline_t *p, const float *x, const int32_t *y, i
   if (rc == 0) rc = nn_model_zero_grads(p->m) == NN_OK ? 0 : nn_fail(st, "zeroing gradients");
   if (rc == 0) rc = post_receives(p, st);
   if (rc == 0) rc = run_schedule(p, st);
+  /* The model's own buffers back, for whatever uses the whole model next. */
+  if (nn_model_range_use(p->m, p->bounds[p->stage], p->bounds[p->stage + 1], NULL) != NN_OK &&
+      rc == 0)
+    rc = nn_fail(st, "pipeline activation set");
   if (rc == 0) rc = finish_sends(p, st);
   if (rc == 0) {
     p->stats.wall_s += util_now_s() - t0;
