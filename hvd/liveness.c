@@ -7,7 +7,10 @@
      control message counts as well. A rank busy computing keeps its background thread
      and so keeps answering. A peer silent for the timeout is suspected. Time this thread
      spent away (inside a long collective, when the peers cannot answer either) is not
-     held against them: the clocks restart after such a gap.
+     held against them: the clocks restart after such a gap, once per sign of life. A
+     thread starved of the CPU (nice 19 on a loaded machine) sees such a gap at every
+     turn; forgiving a peer again with no sign of life since would forgive a lost peer
+     for ever (the job hangs).
    - The transports' peer timeout: a collective that moves no bytes for the timeout.
    - Failure notices (NOTICE_TAG): CENSUS (a rank suspects a loss) and STOP (a rank ended
      its runtime on an error). The transports' interrupt hook looks for them, so a rank
@@ -46,6 +49,8 @@ static struct {
   double *heard_us;            /* per rank: when it last gave a sign of life         */
   double *sent_us;             /* per rank: when the last heartbeat to it went       */
   MPI_Request *beat;           /* per rank: the outstanding heartbeat, or NULL        */
+  unsigned char *forgivable;   /* per rank: a sign of life since its clock last
+                                  restarted after a gap                               */
   double last_tick_us;
 } L;
 
@@ -54,7 +59,8 @@ hvd_status_t hvd_liveness_init(void) {
   L.heard_us = calloc((size_t)n, sizeof(double));
   L.sent_us = calloc((size_t)n, sizeof(double));
   L.beat = malloc((size_t)n * sizeof(MPI_Request));
-  if (!L.heard_us || !L.sent_us || !L.beat) {
+  L.forgivable = malloc((size_t)n);
+  if (!L.heard_us || !L.sent_us || !L.beat || !L.forgivable) {
     hvd_liveness_free();
     return HVD_ERR_NO_MEMORY;
   }
@@ -62,6 +68,7 @@ hvd_status_t hvd_liveness_init(void) {
   for (int r = 0; r < n; r++) {
     L.heard_us[r] = now;
     L.beat[r] = MPI_REQUEST_NULL;
+    L.forgivable[r] = 1;
   }
   L.last_tick_us = now;
   return HVD_OK;
@@ -74,11 +81,15 @@ void hvd_liveness_free(void) {
   free(L.heard_us);
   free(L.sent_us);
   free(L.beat);
+  free(L.forgivable);
   memset(&L, 0, sizeof(L));
 }
 
 void hvd_liveness_heard(int src) {
-  if (L.heard_us && src >= 0 && src < hvd_g.size) L.heard_us[src] = util_now_us();
+  if (L.heard_us && src >= 0 && src < hvd_g.size) {
+    L.heard_us[src] = util_now_us();
+    L.forgivable[src] = 1;
+  }
 }
 
 double hvd_liveness_silent_us(int rank, double now_us) {
@@ -103,7 +114,11 @@ int hvd_liveness_tick(double now_us, char *reason, size_t len) {
      otherwise expire during an absence too short to count as one. */
   double gap_us = timeout_us / 2 < GAP_US ? timeout_us / 2 : GAP_US;
   if (now_us - L.last_tick_us > gap_us)
-    for (int r = 0; r < hvd_g.size; r++) L.heard_us[r] = now_us;
+    for (int r = 0; r < hvd_g.size; r++)
+      if (L.forgivable[r]) {
+        L.heard_us[r] = now_us;
+        L.forgivable[r] = 0;
+      }
   L.last_tick_us = now_us;
 
   for (;;) {   /* drain the heartbeats that came */
@@ -116,6 +131,7 @@ int hvd_liveness_tick(double now_us, char *reason, size_t len) {
                  MPI_STATUS_IGNORE) != MPI_SUCCESS)
       break;
     L.heard_us[st.MPI_SOURCE] = now_us;
+    L.forgivable[st.MPI_SOURCE] = 1;
   }
   double every_us = timeout_us / 5 < 1e6 ? timeout_us / 5 : 1e6;
   for (int r = 0; r < hvd_g.size; r++) {

@@ -14,7 +14,10 @@
    absence is longer than half the timeout, or 0.5 s, whichever is shorter; and with an
    absence of 0.15 s, between half the timeout and the whole of it (a gap of the whole
    timeout would miss it: rank 1 would then be suspected 0.03 s after the absence, the
-   0.17 s before it counted against it). */
+   0.17 s before it counted against it). And a thread starved of the CPU (nice 19 on a
+   loaded machine), whose every tick comes after a gap: the clock restarts only once
+   per sign of life, so a silent rank 1 is still suspected (forgiven at every gap, a
+   lost peer was never named and the job hung). */
 #include "hvd/hvd_internal.h"
 #include "hvd/liveness.h"
 #include "hvd_test.h"
@@ -49,6 +52,8 @@ static void rank0_checks(void) {
   absence(0.2, 0.3, 0.03, 7);
   /* An absence above half the timeout but below the whole: it counts as one too. */
   absence(0.2, 0.15, 0.03, 7);
+  /* Starved: every tick 0.6 s after the last (each a gap): suspected at 1.2 s. */
+  absence(1.0, 3.0, 0.6, 2);
 }
 
 static int body(void) {
