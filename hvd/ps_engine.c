@@ -53,11 +53,22 @@ static hvd_status_t gather_hosts(MPI_Comm ctrl) {
   first = -first;
   free(ps_hosts);
   ps_hosts = malloc((size_t)hvd_g.size * sizeof(int));
-  if (!ps_hosts) return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_init: out of memory");
-  if (rc == MPI_SUCCESS) rc = MPI_Allgather(&first, 1, MPI_INT, ps_hosts, 1, MPI_INT, ctrl);
-  if (rc != MPI_SUCCESS)
+  /* Every rank learns whether all can go on before the gather, so a rank that cannot
+     (no memory, a failed local reduction) does not leave the others waiting in it. */
+  int ok = ps_hosts != NULL && rc == MPI_SUCCESS, bad = !ok, any_bad = 1;
+  int rc_ok = MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, ctrl);
+  const int all_ok = !any_bad;
+  if (rc_ok == MPI_SUCCESS && all_ok)
+    rc = MPI_Allgather(&first, 1, MPI_INT, ps_hosts, 1, MPI_INT, ctrl);
+  if (rc_ok != MPI_SUCCESS || !all_ok || rc != MPI_SUCCESS) {
+    free(ps_hosts);
+    ps_hosts = NULL;
+    if (rc_ok == MPI_SUCCESS && !ok && rc == MPI_SUCCESS)
+      return hvd_set_error(HVD_ERR_NO_MEMORY, "hvd_init: out of memory (the ranks' hosts)");
     return hvd_set_error(HVD_ERR_BACKEND, "hvd_init: gathering the ranks' hosts (parameter "
-                         "servers) failed with MPI error %d", rc);
+                         "servers) failed (MPI errors %d, %d%s)", rc, rc_ok,
+                         rc_ok == MPI_SUCCESS && !all_ok ? "; another rank could not" : "");
+  }
   return HVD_OK;
 }
 
