@@ -47,6 +47,7 @@ static int body(const char *mode) {
   size_t n = 0;
   hvd_status_t s = hvd_allgather("pids", &pid, 1, HVD_INT64, &all, &n);
   if (r == 1) {   /* stopped from here on (by rank 0), until continued or ended */
+    free(all);
     if (s == HVD_OK) s = hvd_shutdown();
     if (!slow) return 0;   /* given up as lost: nothing to check */
     CHECK(s == HVD_OK, "rank 1: %s (%s)", hvd_status_string(s), hvd_last_error());
