@@ -58,17 +58,18 @@ for t in ">resnet20</text>" ">vgg16</text>" ">link 3.47 MB</text>" ">server 6.58
   grep -qF "$t" "$svg" && ok "text $t" || bad "no text $t in the picture"
 done
 # Bar heights: resnet20 without straggler is 400, 300, 200, 100 images/sec.
-heights() {   # heights SVG ID...: each bar's height in the picture's units
+extents() {   # extents x|y SVG ID...: each path's extent along x or y, in the picture's units
   "$py" - "$@" <<'PY'
 import re, sys
-svg = open(sys.argv[1]).read()
-for gid in sys.argv[2:]:
+axis, svg = sys.argv[1], open(sys.argv[2]).read()
+pattern = r"[ML] ([-0-9.]+) [-0-9.]+" if axis == "x" else r"[ML] [-0-9.]+ ([-0-9.]+)"
+for gid in sys.argv[3:]:
     m = re.search(r'<g id="%s">\s*<path d="([^"]*)"' % re.escape(gid), svg)
-    ys = [float(v) for v in re.findall(r"[ML] [-0-9.]+ ([-0-9.]+)", m.group(1))] if m else [0]
-    print("%.3f" % (max(ys) - min(ys)))
+    vs = [float(v) for v in re.findall(pattern, m.group(1))] if m else [0]
+    print("%.3f" % (max(vs) - min(vs)))
 PY
 }
-read -r h1 h2 h3 h4 <<<"$(heights "$svg" bar-resnet20-ring-none bar-resnet20-ps-sync-1ps-none \
+read -r h1 h2 h3 h4 <<<"$(extents y "$svg" bar-resnet20-ring-none bar-resnet20-ps-sync-1ps-none \
   bar-resnet20-ps-sync-coloc-none bar-resnet20-ps-async-coloc-none | tr '\n' ' ')"
 if awk -v a="$h1" -v b="$h2" -v c="$h3" -v d="$h4" 'BEGIN {
      exit !(d > 0 && (a/d - 4)^2 < 1e-3 && (b/d - 3)^2 < 1e-3 && (c/d - 2)^2 < 1e-3) }'; then
@@ -130,17 +131,7 @@ for s in 0 1; do
   [ "$n" = 2 ] && ok "stage $s named in both panels" || bad "stage $s named $n times, want 2"
 done
 # Widths in columns: gpipe stage 0's forwards take 4, 3, 7 and 6 of the 72.
-widths() {   # widths SVG ID...: each box's width in the picture's units
-  "$py" - "$@" <<'PY'
-import re, sys
-svg = open(sys.argv[1]).read()
-for gid in sys.argv[2:]:
-    m = re.search(r'<g id="%s">\s*<path d="([^"]*)"' % re.escape(gid), svg)
-    xs = [float(v) for v in re.findall(r"[ML] ([-0-9.]+) [-0-9.]+", m.group(1))] if m else [0]
-    print("%.3f" % (max(xs) - min(xs)))
-PY
-}
-read -r w0 w1 w2 w3 <<<"$(widths "$svg" box-gpipe-stage0-F0 box-gpipe-stage0-F1 \
+read -r w0 w1 w2 w3 <<<"$(extents x "$svg" box-gpipe-stage0-F0 box-gpipe-stage0-F1 \
   box-gpipe-stage0-F2 box-gpipe-stage0-F3 | tr '\n' ' ')"
 if awk -v a="$w0" -v b="$w1" -v c="$w2" -v d="$w3" 'BEGIN {
      exit !(b > 0 && (a/b - 4/3)^2 < 1e-3 && (c/b - 7/3)^2 < 1e-3 && (d/b - 2)^2 < 1e-3) }'; then
